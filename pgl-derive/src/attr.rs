@@ -1,0 +1,218 @@
+//! The attributes the derive reads: `#[repr(...)]` and `#[pgl(...)]`.
+//!
+//! Invariant: parsing never stops at the first mistake; every malformed or unknown
+//! `#[pgl]` key is reported through the [`Ctxt`], with the span of that key.
+//! `#[repr]` syntax errors are left to rustc, which reports them itself.
+
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::ToTokens;
+use syn::meta::ParseNestedMeta;
+use syn::spanned::Spanned;
+use syn::{Attribute, Expr, ExprLit, Lit, LitInt, Meta, Token};
+
+use crate::ctxt::Ctxt;
+
+/// What `#[repr(...)]` attributes say about the struct's layout.
+#[derive(Default)]
+pub(crate) struct Repr {
+    /// `repr(C)`, with the span of `C`.
+    pub(crate) c: Option<Span>,
+    /// `repr(transparent)`, with the span of `transparent`.
+    pub(crate) transparent: Option<Span>,
+    /// `repr(Rust)`, with the span of `Rust`.
+    pub(crate) rust: Option<Span>,
+    /// `repr(packed)` or `repr(packed(N))`: the tokens, for spans.
+    pub(crate) packed: Option<TokenStream>,
+    /// `repr(align(N))`: the tokens, for spans.
+    pub(crate) align: Option<TokenStream>,
+}
+
+impl Repr {
+    /// Whether the field order and offsets are fixed by the repr (C or transparent).
+    pub(crate) fn is_stable(&self) -> bool {
+        self.c.is_some() || self.transparent.is_some()
+    }
+}
+
+/// `#[pgl(id = N)]`: an explicit type id.
+pub(crate) struct TypeId {
+    /// The id.
+    pub(crate) value: u32,
+    /// The span of the literal, where a duplicate id in the same module is reported.
+    pub(crate) span: Span,
+}
+
+/// The container-level attributes of a derive input.
+#[derive(Default)]
+pub(crate) struct Container {
+    /// What the `repr` attributes say.
+    pub(crate) repr: Repr,
+    /// `#[pgl(id = N)]`, if given and valid.
+    pub(crate) id: Option<TypeId>,
+}
+
+impl Container {
+    /// Reads the container's attributes, reporting every bad `#[pgl]` key.
+    pub(crate) fn from_ast(cx: &Ctxt, attrs: &[Attribute]) -> Self {
+        let mut out = Self::default();
+        for attr in attrs {
+            if attr.path().is_ident("repr") {
+                parse_repr(attr, &mut out.repr);
+            } else if attr.path().is_ident("pgl") {
+                parse_pgl(cx, attr, &mut out.id);
+            }
+        }
+        out
+    }
+}
+
+/// Checks the attributes of one field: no `#[pgl]` key is defined on fields yet, so every
+/// key is reported as unknown.
+pub(crate) fn check_field_attrs(cx: &Ctxt, attrs: &[Attribute]) {
+    for attr in attrs.iter().filter(|a| a.path().is_ident("pgl")) {
+        let Meta::List(_) = attr.meta else {
+            cx.error_spanned_by(
+                attr,
+                "`#[pgl]` on a field takes no keys: remove the attribute",
+            );
+            continue;
+        };
+        let result = attr.parse_nested_meta(|meta| {
+            cx.error_spanned_by(
+                &meta.path,
+                format!(
+                    "unknown `pgl` field attribute `{}`: fields take no `pgl` keys; remove it",
+                    path_to_string(&meta.path)
+                ),
+            );
+            skip_value(&meta)
+        });
+        if let Err(e) = result {
+            cx.syn_error(e);
+        }
+    }
+}
+
+fn parse_repr(attr: &Attribute, repr: &mut Repr) {
+    // Malformed reprs are rustc's to report; keep whatever parsed.
+    let _ = attr.parse_nested_meta(|meta| {
+        let path = &meta.path;
+        if path.is_ident("C") {
+            repr.c = Some(path.span());
+        } else if path.is_ident("transparent") {
+            repr.transparent = Some(path.span());
+        } else if path.is_ident("Rust") {
+            repr.rust = Some(path.span());
+        } else if path.is_ident("packed") {
+            let mut tokens = path.to_token_stream();
+            if meta.input.peek(syn::token::Paren) {
+                tokens.extend([meta.input.parse::<TokenTree>()?]);
+            }
+            repr.packed = Some(tokens);
+        } else if path.is_ident("align") {
+            let mut tokens = path.to_token_stream();
+            if meta.input.peek(syn::token::Paren) {
+                tokens.extend([meta.input.parse::<TokenTree>()?]);
+            }
+            repr.align = Some(tokens);
+        } else {
+            skip_value(&meta)?;
+        }
+        Ok(())
+    });
+}
+
+fn parse_pgl(cx: &Ctxt, attr: &Attribute, id: &mut Option<TypeId>) {
+    let Meta::List(_) = attr.meta else {
+        cx.error_spanned_by(
+            attr,
+            "expected `#[pgl(id = N)]`, where `N` is a non-zero `u32` type id",
+        );
+        return;
+    };
+    let mut seen_id = false;
+    let result = attr.parse_nested_meta(|meta| {
+        if meta.path.is_ident("id") {
+            let value: Expr = meta.value()?.parse()?;
+            if seen_id {
+                cx.error_spanned_by(&meta.path, "duplicate `id` key: give `#[pgl(id = N)]` once");
+                return Ok(());
+            }
+            seen_id = true;
+            if let Some(parsed) = parse_type_id(cx, &value) {
+                *id = Some(parsed);
+            }
+        } else {
+            cx.error_spanned_by(
+                &meta.path,
+                format!(
+                    "unknown `pgl` attribute `{}`: the only key is `id`, as in `#[pgl(id = 42)]`",
+                    path_to_string(&meta.path)
+                ),
+            );
+            skip_value(&meta)?;
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        cx.syn_error(e);
+    }
+}
+
+fn parse_type_id(cx: &Ctxt, value: &Expr) -> Option<TypeId> {
+    let lit: &LitInt = match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(lit), ..
+        }) => lit,
+        _ => {
+            cx.error_spanned_by(
+                value,
+                "expected an integer literal type id, as in `#[pgl(id = 42)]`",
+            );
+            return None;
+        }
+    };
+    let suffix_ok = matches!(lit.suffix(), "" | "u32");
+    match lit.base10_parse::<u32>() {
+        Ok(0) => {
+            cx.error_spanned_by(
+                lit,
+                "type id 0 is reserved for \"no type\": choose a non-zero id",
+            );
+            None
+        }
+        Ok(value) if suffix_ok => Some(TypeId {
+            value,
+            span: lit.span(),
+        }),
+        Ok(_) => {
+            cx.error_spanned_by(
+                lit,
+                "a type id is a `u32`: write it without a suffix, as in `#[pgl(id = 42)]`",
+            );
+            None
+        }
+        Err(_) => {
+            cx.error_spanned_by(
+                lit,
+                "type id out of range: type ids are `u32` (1 to 4294967295)",
+            );
+            None
+        }
+    }
+}
+
+/// Consumes the value of an unknown key (`= expr` or `(...)`) so that parsing can go on
+/// with the next key.
+fn skip_value(meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
+    if meta.input.peek(Token![=]) {
+        meta.value()?.parse::<Expr>()?;
+    } else if meta.input.peek(syn::token::Paren) {
+        meta.input.parse::<TokenTree>()?;
+    }
+    Ok(())
+}
+
+fn path_to_string(path: &syn::Path) -> String {
+    path.to_token_stream().to_string().replace(' ', "")
+}

@@ -1,0 +1,3 @@
+//! Code generation, one file per derive.
+
+pub(crate) mod persistent;

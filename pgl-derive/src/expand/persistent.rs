@@ -1,0 +1,139 @@
+//! `#[derive(Persistent)]`: an `unsafe impl Persistent` whose safety conditions are proved
+//! by the checks of `check` (syntax) and `layout` (types), all inside one
+//! `const _: () = { ... };`.
+//!
+//! Invariant: the real impl is emitted only with every check beside it, so that a program
+//! that builds never holds an unchecked impl; when some check failed, the impl is emitted
+//! under deferred bounds (see `fallback`) so that the errors do not cascade.
+
+use proc_macro2::{Ident, TokenStream};
+use quote::{quote, quote_spanned, ToTokens};
+use syn::{DeriveInput, GenericParam, LitInt};
+
+use crate::ast::{Container, Data, Field};
+use crate::check::{self, Verdict};
+use crate::ctxt::Ctxt;
+use crate::fallback;
+use crate::layout::Layout;
+
+/// Expands `#[derive(Persistent)]` on `input`: the generated items, or the errors (all of
+/// them) followed by a stub.
+pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
+    let cx = Ctxt::new();
+    let cont = Container::from_ast(&cx, input);
+    let verdict = check::check(&cx, &cont);
+    let guard = type_id_guard(&cont);
+    let error = cx.into_error();
+    let body = match &cont.data {
+        Data::Struct(fields) if verdict.layout_checkable => expand(&cont, fields, &verdict, error),
+        _ => fallback::expand(
+            &cont,
+            error.unwrap_or_else(|| {
+                syn::Error::new_spanned(cont.ident, "`#[derive(Persistent)]` cannot be used here")
+            }),
+        ),
+    };
+    quote!(#guard #body)
+}
+
+fn expand(
+    cont: &Container<'_>,
+    fields: &[Field<'_>],
+    verdict: &Verdict,
+    error: Option<syn::Error>,
+) -> TokenStream {
+    let layout = Layout::new(cont, fields, verdict);
+    let ident = cont.ident;
+    let name = &cont.name;
+    let (impl_generics, ty_generics, where_clause) = cont.generics.split_for_impl();
+    let where_clause = match &error {
+        Some(_) => fallback::deferred_where_clause(cont),
+        None => where_clause.to_token_stream(),
+    };
+    let type_id = type_id(cont);
+    let fingerprint = layout.fingerprint();
+    let field_traits = layout.field_traits();
+    let static_checks = layout.static_checks();
+    let error = error.map(syn::Error::into_compile_error);
+    quote! {
+        #error
+        #[allow(unused_qualifications)]
+        const _: () = {
+            #field_traits
+            #static_checks
+            #[automatically_derived]
+            unsafe impl #impl_generics ::pgl::__private::Persistent for #ident #ty_generics
+            #where_clause
+            {
+                const TYPE_ID: u32 = #type_id;
+                const LAYOUT: u64 = { #fingerprint };
+                const TYPE_NAME: &'static str = #name;
+            }
+        };
+    }
+}
+
+/// `TYPE_ID`: the explicit `#[pgl(id = N)]`, or a hash of `module_path!()::Name`. A generic
+/// struct mixes in the ids of its type arguments and the values of its const arguments,
+/// so that each instantiation has its own id.
+fn type_id(cont: &Container<'_>) -> TokenStream {
+    let path_hash = || {
+        let suffix = format!("::{}", cont.name);
+        quote! {
+            ::pgl::__private::fnv1a64(
+                ::core::concat!(::core::module_path!(), #suffix).as_bytes(),
+                0,
+            )
+        }
+    };
+    if !cont.is_generic() {
+        return match &cont.attrs.id {
+            Some(id) => LitInt::new(&id.value.to_string(), id.span).into_token_stream(),
+            None => {
+                let hash = path_hash();
+                quote!(::pgl::__private::fold_type_id(#hash))
+            }
+        };
+    }
+    let seed = match &cont.attrs.id {
+        Some(id) => LitInt::new(&format!("{}u64", id.value), id.span).into_token_stream(),
+        None => path_hash(),
+    };
+    let mixes = cont.generics.params.iter().filter_map(|param| match param {
+        GenericParam::Type(t) => {
+            let t = &t.ident;
+            Some(quote! {
+                h = ::pgl::__private::mix64(
+                    h,
+                    <#t as ::pgl::__private::Persistent>::TYPE_ID as u64,
+                );
+            })
+        }
+        GenericParam::Const(c) => {
+            let c = &c.ident;
+            Some(quote!(h = ::pgl::__private::mix64(h, #c as u64);))
+        }
+        GenericParam::Lifetime(_) => None,
+    });
+    quote! {{
+        let mut h: u64 = #seed;
+        #(#mixes)*
+        ::pgl::__private::fold_type_id(h)
+    }}
+}
+
+/// For an explicit `#[pgl(id = N)]`, a hidden item named after the id in the struct's
+/// module, so that two structs of one module with the same explicit id fail to compile
+/// ("the name `__PGL_TYPE_ID_N` is defined multiple times", pointing at both ids).
+/// Duplicates in different modules are not detectable by a derive.
+fn type_id_guard(cont: &Container<'_>) -> TokenStream {
+    let Some(id) = &cont.attrs.id else {
+        return TokenStream::new();
+    };
+    let guard = Ident::new(&format!("__PGL_TYPE_ID_{}", id.value), id.span);
+    quote_spanned! {id.span=>
+        #[doc(hidden)]
+        #[allow(dead_code, non_upper_case_globals)]
+        const #guard: () = ();
+    }
+}

@@ -1,0 +1,418 @@
+//! Checksums: Adler-32 (RFC 1950) for object payloads, with an O(edit) patch, and CRC-32
+//! for log seals and pool headers.
+//!
+//! Invariant: every function here is a pure function of the bytes it describes. In
+//! particular, if `sum == adler32(msg)` and `msg2` is `msg` with the bytes at
+//! `start..start + old.len()` replaced by `new`, then
+//! `adler32_patch(sum, msg.len(), start, old, new) == adler32(msg2)`, so a checksum kept up
+//! to date by patches never differs from a full recompute.
+
+/// The Adler-32 modulus: the largest prime below 2^16.
+const MOD: u64 = 65_521;
+
+/// Splits an Adler-32 checksum into its halves `(a, b)`, with `a = 1 + Σ x_i` and
+/// `b = Σ_k a_k`, both mod [`MOD`] when the checksum is valid.
+fn halves(sum: u32) -> (u64, u64) {
+    (u64::from(sum & 0xffff), u64::from(sum >> 16))
+}
+
+/// Adler-32 of `data` (RFC 1950), via simd-adler32 (the hot path).
+#[must_use]
+pub fn adler32(data: &[u8]) -> u32 {
+    simd_adler32::adler32(&data)
+}
+
+/// Continues an Adler-32 whose state so far is `state` (the checksum of the bytes before).
+///
+/// `adler32_continue(adler32(a), b) == adler32(a ++ b)`, and `adler32_continue(1, b)` is
+/// `adler32(b)`.
+#[must_use]
+pub fn adler32_continue(state: u32, data: &[u8]) -> u32 {
+    let mut hasher = simd_adler32::Adler32::from_checksum(state);
+    hasher.write(data);
+    hasher.finish()
+}
+
+/// Given the Adler-32 `sum` of a message of `msg_len` bytes, returns the checksum after the
+/// bytes at `start..start + old.len()` changed from `old` to `new` (old.len() == new.len(),
+/// start + len <= msg_len). Cost O(old.len()), independent of msg_len.
+///
+/// The message itself is not needed: only `sum`, its length and the edited bytes before
+/// and after. If `sum` is not the checksum of a message whose bytes at that range are
+/// `old`, the result is not the checksum of anything (no panic).
+///
+/// # Panics
+///
+/// If `old.len() != new.len()`, or if `start + old.len()` exceeds `msg_len`.
+#[must_use]
+pub fn adler32_patch(sum: u32, msg_len: usize, start: usize, old: &[u8], new: &[u8]) -> u32 {
+    let len = old.len();
+    assert_eq!(
+        len,
+        new.len(),
+        "adler32_patch: `old` and `new` must have the same length"
+    );
+    assert!(
+        start.checked_add(len).is_some_and(|end| end <= msg_len),
+        "adler32_patch: edit {start}..{start}+{len} lies outside a message of {msg_len} bytes"
+    );
+    if len == 0 {
+        return sum;
+    }
+    // With d_i the change at position i of an n-byte message, A moves by Σd and B by
+    // Σ(n − i)·d_i = (n − s − L)·Σd + Σ_j (L − j)·d_{s+j}. The Adler-32 of an L-byte slice
+    // is a = 1 + Σx, b = L + Σ(L − j)·x_j, so both sums are differences of the halves of
+    // adler32(new) and adler32(old) (the constant 1 and L cancel).
+    let (old_a, old_b) = halves(adler32(old));
+    let (new_a, new_b) = halves(adler32(new));
+    let delta_sum = (new_a + MOD - old_a) % MOD;
+    let delta_weighted = (new_b + MOD - old_b) % MOD;
+    // usize -> u64 is lossless on every target Rust supports.
+    let tail = (msg_len - start - len) as u64 % MOD;
+    let (a, b) = halves(sum);
+    let a = (a + delta_sum) % MOD;
+    let b = (b + tail * delta_sum + delta_weighted) % MOD;
+    // Both halves are below MOD < 2^16, so the result fits in 32 bits.
+    ((b << 16) | a) as u32
+}
+
+/// A strong 32-bit checksum (CRC-32 via crc32fast) used for log seals and pool headers,
+/// where Adler-32 is too weak on short inputs.
+///
+/// This is the IEEE CRC-32 (as in zlib, PNG and Ethernet); feeding the bytes in pieces with
+/// [`Strong::update`] gives the same result as [`strong`] on all of them at once.
+#[derive(Clone, Debug, Default)]
+pub struct Strong(crc32fast::Hasher);
+
+impl Strong {
+    /// A checksum of no bytes yet.
+    #[must_use]
+    pub fn new() -> Self {
+        Self(crc32fast::Hasher::new())
+    }
+
+    /// Feeds `data` after the bytes fed so far.
+    pub fn update(&mut self, data: &[u8]) {
+        self.0.update(data);
+    }
+
+    /// The CRC-32 of all bytes fed so far.
+    #[must_use]
+    pub fn finish(self) -> u32 {
+        self.0.finalize()
+    }
+}
+
+/// The strong checksum (CRC-32) of `data`: the one-shot form of [`Strong`].
+#[must_use]
+pub fn strong(data: &[u8]) -> u32 {
+    crc32fast::hash(data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    /// The independent Adler-32: the scalar `adler32` crate.
+    fn oracle(data: &[u8]) -> u32 {
+        adler32::RollingAdler32::from_buffer(data).hash()
+    }
+
+    /// The oracle continued from `state` over `data`.
+    fn oracle_continue(state: u32, data: &[u8]) -> u32 {
+        let mut rolling = adler32::RollingAdler32::from_value(state);
+        rolling.update_buffer(data);
+        rolling.hash()
+    }
+
+    /// The checksum after `zeros` zero bytes follow a message whose checksum is `sum`: each
+    /// zero leaves `a` as it is and adds `a` to `b`. Lets a test stand for a message of
+    /// several GiB without allocating it.
+    fn extend_with_zeros(sum: u32, zeros: u64) -> u32 {
+        let a = u64::from(sum & 0xffff);
+        let b = (u64::from(sum >> 16) + (zeros % MOD) * a) % MOD;
+        u32::try_from((b << 16) | a).unwrap()
+    }
+
+    /// Deterministic pseudo-random bytes (xorshift64*), so fixed tests need no RNG crate.
+    fn bytes_from_seed(seed: u64, len: usize) -> Vec<u8> {
+        let mut state = seed | 1;
+        (0..len)
+            .map(|_| {
+                state ^= state >> 12;
+                state ^= state << 25;
+                state ^= state >> 27;
+                (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 56) as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn adler32_known_vectors() {
+        assert_eq!(adler32(b"Wikipedia"), 0x11E6_0398);
+        assert_eq!(adler32(b""), 1);
+        assert_eq!(adler32::adler32(&b"Wikipedia"[..]).unwrap(), 0x11E6_0398);
+        assert_eq!(adler32::adler32(&b""[..]).unwrap(), 1);
+        assert_eq!(oracle(b"Wikipedia"), 0x11E6_0398);
+    }
+
+    #[test]
+    fn adler32_matches_oracle_at_every_small_size_and_block_edge() {
+        // 5552 is zlib's NMAX, the longest run a 32-bit accumulator can take unreduced.
+        let edges = [5552, 2 * 5552, 4096, 8192];
+        let sizes = (0..=300)
+            .chain(edges.iter().flat_map(|&edge| edge - 16..edge + 16))
+            .chain([9999]);
+        for size in sizes {
+            let data = bytes_from_seed(size as u64, size);
+            assert_eq!(adler32(&data), oracle(&data), "size {size}");
+        }
+    }
+
+    #[test]
+    fn adler32_matches_oracle_on_all_ones() {
+        // All 0xFF bytes drive every accumulator to its largest value.
+        let data = vec![0xFF; 100_000];
+        for size in [1, 5551, 5552, 5553, 65_521, 100_000] {
+            assert_eq!(adler32(&data[..size]), oracle(&data[..size]), "size {size}");
+        }
+    }
+
+    #[test]
+    fn extend_with_zeros_matches_oracle() {
+        let prefix = bytes_from_seed(7, 1000);
+        for zeros in [0, 1, 5552, 70_000] {
+            let mut msg = prefix.clone();
+            msg.resize(prefix.len() + zeros, 0);
+            assert_eq!(
+                extend_with_zeros(oracle(&prefix), zeros as u64),
+                oracle(&msg),
+                "{zeros} zeros"
+            );
+        }
+    }
+
+    #[test]
+    fn patch_with_empty_edit_is_identity() {
+        let msg = bytes_from_seed(3, 100);
+        let sum = oracle(&msg);
+        for start in [0, 50, 100] {
+            assert_eq!(adler32_patch(sum, msg.len(), start, &[], &[]), sum);
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "same length")]
+    fn patch_rejects_length_mismatch() {
+        let _ = adler32_patch(1, 10, 0, &[1, 2], &[1]);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside a message")]
+    fn patch_rejects_edit_past_the_end() {
+        let _ = adler32_patch(1, 10, 9, &[0, 0], &[1, 1]);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside a message")]
+    fn patch_rejects_overflowing_range() {
+        let _ = adler32_patch(1, usize::MAX, usize::MAX, &[0], &[1]);
+    }
+
+    #[cfg(target_pointer_width = "64")]
+    #[test]
+    fn patch_in_a_message_of_several_gib() {
+        // The message is head ++ 0^gap ++ body ++ 0^tail, 11 GiB in all; its checksum is
+        // built from the oracle and the closed form for zero runs, never allocated.
+        let gap = (5_u64 << 30) + 12_345;
+        let tail = (6_u64 << 30) + 777;
+        let checksum = |head: &[u8], body: &[u8]| {
+            let sum = extend_with_zeros(oracle(head), gap);
+            extend_with_zeros(oracle_continue(sum, body), tail)
+        };
+        let mut head = bytes_from_seed(11, 4096);
+        let mut body = bytes_from_seed(12, 4096);
+        let body_start = head.len() + gap as usize;
+        let msg_len = body_start + body.len() + tail as usize;
+        let mut sum = checksum(&head, &body);
+        for (i, (at, len)) in [(0, 64), (4032, 64), (1, 1), (0, 4096), (100, 3000)]
+            .into_iter()
+            .enumerate()
+        {
+            let new = bytes_from_seed(100 + i as u64, len);
+            sum = adler32_patch(sum, msg_len, at, &head[at..at + len], &new);
+            head[at..at + len].copy_from_slice(&new);
+            assert_eq!(sum, checksum(&head, &body), "head edit {i}");
+
+            let new = vec![0xFF; len];
+            sum = adler32_patch(sum, msg_len, body_start + at, &body[at..at + len], &new);
+            body[at..at + len].copy_from_slice(&new);
+            assert_eq!(sum, checksum(&head, &body), "body edit {i}");
+        }
+    }
+
+    #[test]
+    fn strong_known_vectors() {
+        assert_eq!(strong(b"123456789"), 0xCBF4_3926);
+        assert_eq!(strong(b""), 0);
+        let mut hasher = Strong::new();
+        hasher.update(b"1234");
+        hasher.update(b"");
+        hasher.update(b"56789");
+        assert_eq!(hasher.finish(), 0xCBF4_3926);
+        assert_eq!(Strong::default().finish(), 0);
+    }
+
+    /// Where an edit falls, resolved against the message length when it is applied.
+    #[derive(Clone, Debug)]
+    enum Place {
+        Start,
+        End,
+        Whole,
+        Anywhere,
+        /// Anywhere, at most 64 bytes long.
+        Short,
+    }
+
+    /// What an edit writes.
+    #[derive(Clone, Debug)]
+    enum Fill {
+        Random(u64),
+        Byte(u8),
+        /// The bytes already there: a no-op edit.
+        Same,
+    }
+
+    fn place() -> impl Strategy<Value = Place> {
+        prop_oneof![
+            Just(Place::Start),
+            Just(Place::End),
+            Just(Place::Whole),
+            Just(Place::Anywhere),
+            Just(Place::Short),
+        ]
+    }
+
+    fn fill() -> impl Strategy<Value = Fill> {
+        prop_oneof![
+            4 => any::<u64>().prop_map(Fill::Random),
+            1 => prop_oneof![Just(0_u8), Just(0xFF), any::<u8>()].prop_map(Fill::Byte),
+            1 => Just(Fill::Same),
+        ]
+    }
+
+    /// A message of up to `max_len` bytes: random, or all one byte (0xFF maximises every
+    /// sum). Built from a seed because per-byte strategies are slow in debug builds.
+    fn message(max_len: usize) -> impl Strategy<Value = Vec<u8>> {
+        (0..max_len, fill()).prop_map(|(len, fill)| match fill {
+            Fill::Random(seed) => bytes_from_seed(seed, len),
+            Fill::Byte(byte) => vec![byte; len],
+            Fill::Same => vec![0xFF; len],
+        })
+    }
+
+    type Edit = (Place, usize, usize, Fill);
+
+    fn edit() -> impl Strategy<Value = Edit> {
+        (place(), any::<usize>(), any::<usize>(), fill())
+    }
+
+    /// Applies `edit` to `msg` (within `msg[..limit]`) through `adler32_patch`, and returns
+    /// the patched checksum.
+    fn apply(sum: u32, msg: &mut [u8], limit: usize, edit: &Edit) -> u32 {
+        let (place, pos, len, fill) = edit;
+        let n = limit.min(msg.len());
+        let (start, len) = match place {
+            Place::Start => (0, len % (n + 1)),
+            Place::End => {
+                let len = len % (n + 1);
+                (n - len, len)
+            }
+            Place::Whole => (0, n),
+            Place::Anywhere => {
+                let start = pos % (n + 1);
+                (start, len % (n - start + 1))
+            }
+            Place::Short => {
+                let start = pos % (n + 1);
+                (start, len % ((n - start).min(64) + 1))
+            }
+        };
+        let range = start..start + len;
+        let new = match fill {
+            Fill::Random(seed) => bytes_from_seed(*seed, len),
+            Fill::Byte(byte) => vec![*byte; len],
+            Fill::Same => msg[range.clone()].to_vec(),
+        };
+        let patched = adler32_patch(sum, msg.len(), start, &msg[range.clone()], &new);
+        msg[range].copy_from_slice(&new);
+        patched
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn adler32_matches_oracle(data in message(10_000)) {
+            prop_assert_eq!(adler32(&data), oracle(&data));
+        }
+
+        #[test]
+        fn adler32_continue_matches_concatenation(
+            a in message(4096),
+            b in message(4096),
+        ) {
+            let whole: Vec<u8> = a.iter().chain(&b).copied().collect();
+            prop_assert_eq!(adler32_continue(adler32(&a), &b), oracle(&whole));
+            prop_assert_eq!(adler32_continue(1, &b), oracle(&b));
+        }
+
+        #[test]
+        fn patch_matches_recompute(
+            mut msg in message(8192),
+            edits in vec(edit(), 1..6),
+        ) {
+            let mut sum = oracle(&msg);
+            for (i, edit) in edits.iter().enumerate() {
+                sum = apply(sum, &mut msg, usize::MAX, edit);
+                prop_assert_eq!(sum, oracle(&msg), "after edit {} ({:?})", i, edit);
+            }
+        }
+
+        #[test]
+        fn strong_incremental_matches_one_shot(
+            data in message(4096),
+            cuts in vec(any::<usize>(), 0..8),
+        ) {
+            let mut cuts: Vec<usize> = cuts.iter().map(|cut| cut % (data.len() + 1)).collect();
+            cuts.push(0);
+            cuts.push(data.len());
+            cuts.sort_unstable();
+            let mut hasher = Strong::new();
+            for piece in cuts.windows(2) {
+                hasher.update(&data[piece[0]..piece[1]]);
+            }
+            prop_assert_eq!(hasher.finish(), strong(&data));
+        }
+    }
+
+    proptest! {
+        // Each edit recomputes 200 KiB with the scalar oracle, slow in debug builds.
+        #![proptest_config(ProptestConfig::with_cases(8))]
+
+        #[test]
+        fn patch_near_start_of_long_message(
+            seed in any::<u64>(),
+            edits in vec(edit(), 1..5),
+        ) {
+            let mut msg = bytes_from_seed(seed, 200 * 1024);
+            let mut sum = oracle(&msg);
+            for (i, edit) in edits.iter().enumerate() {
+                sum = apply(sum, &mut msg, 4096, edit);
+                prop_assert_eq!(sum, oracle(&msg), "after edit {} ({:?})", i, edit);
+            }
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! The one error type of pgl. Every fallible public operation returns [`Result`]; messages say
+//! what happened, where (file, offset, type) and what to do.
+
+use std::io;
+use std::path::PathBuf;
+
+/// `Result` with pgl's [`Error`].
+pub type Result<T, E = Error> = core::result::Result<T, E>;
+
+/// Everything that can go wrong in pgl. Match on the variant; print it for a user.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An operating-system call on the pool file failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What pgl was doing ("open", "map", "grow", ...).
+        op: &'static str,
+        /// The file concerned.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// `Pool::create` was given a path that already exists.
+    #[error("{path}: a file already exists here; open it with Pool::open, or remove it to create a new pool")]
+    AlreadyExists {
+        /// The path.
+        path: PathBuf,
+    },
+
+    /// The file is not a pgl pool (no pool header in either copy).
+    #[error("{path}: not a pgl pool ({reason}); check the path, or create a pool with `pgl create`")]
+    NotAPool {
+        /// The file.
+        path: PathBuf,
+        /// What was found instead.
+        reason: String,
+    },
+
+    /// The file is shorter than its header says.
+    #[error("{path}: truncated pool file: {actual} bytes, but the header says {expected}; restore the file from a backup")]
+    Truncated {
+        /// The file.
+        path: PathBuf,
+        /// Bytes the pool needs.
+        expected: u64,
+        /// Bytes the file has.
+        actual: u64,
+    },
+
+    /// Both copies of the pool header are damaged.
+    #[error("{path}: both copies of the pool header are corrupt ({detail}); the pool cannot be opened safely — restore it from a backup")]
+    HeaderCorrupt {
+        /// The file.
+        path: PathBuf,
+        /// What failed in each copy.
+        detail: String,
+    },
+
+    /// The pool was made by an incompatible version of pgl.
+    #[error("{path}: pool format version {found}, this pgl reads version {supported}; use a matching pgl release")]
+    Version {
+        /// The file.
+        path: PathBuf,
+        /// Version found in the header.
+        found: u32,
+        /// Version this build reads.
+        supported: u32,
+    },
+
+    /// The pool was created for another layout (application).
+    #[error("{path}: pool layout is {found:?}, the program expects {expected:?}; open the right file or create a new pool")]
+    LayoutName {
+        /// The file.
+        path: PathBuf,
+        /// Layout name the caller asked for.
+        expected: String,
+        /// Layout name stored in the pool.
+        found: String,
+    },
+
+    /// A configuration value is out of range.
+    #[error("invalid configuration: {reason}")]
+    InvalidConfig {
+        /// What is wrong and what is allowed.
+        reason: String,
+    },
+
+    /// The pool has no free space for an allocation.
+    #[error("pool full: no room for an object of {requested} bytes ({free} bytes free in total, largest possible allocation depends on fragmentation); grow the pool with Pool::grow or free objects")]
+    PoolFull {
+        /// Bytes requested.
+        requested: u64,
+        /// Bytes free in the whole heap.
+        free: u64,
+    },
+
+    /// An object larger than a zone's data area was requested.
+    #[error("object of {requested} bytes is larger than the largest possible object ({max} bytes); split it, or create the pool with larger zones (Config::rows / chunk_size)")]
+    ObjectTooLarge {
+        /// Bytes requested.
+        requested: u64,
+        /// The largest object this pool can hold.
+        max: u64,
+    },
+
+    /// A transaction changes more bytes than its redo lane holds.
+    #[error("transaction too large: its redo record needs {needed} bytes, a lane holds {capacity}; split the transaction or create the pool with a larger Config::lane_size")]
+    TxTooLarge {
+        /// Bytes the record needs.
+        needed: u64,
+        /// Bytes a lane holds.
+        capacity: u64,
+    },
+
+    /// An `Oid` does not name a live object of this pool.
+    #[error("invalid oid {offset:#x}: {reason}")]
+    InvalidOid {
+        /// The offset.
+        offset: u64,
+        /// Why it is not an object.
+        reason: String,
+    },
+
+    /// The object at `offset` is of another type than the one asked for.
+    #[error("object at {offset:#x} is a {found_size}-byte object of type id {found:#010x}, not a {expected_size}-byte `{type_name}` (type id {expected:#010x}); check which Oid you used")]
+    TypeMismatch {
+        /// The offset.
+        offset: u64,
+        /// The type asked for.
+        type_name: &'static str,
+        /// Its type id.
+        expected: u32,
+        /// Its size.
+        expected_size: u64,
+        /// The type id stored in the object header.
+        found: u32,
+        /// The size stored in the object header.
+        found_size: u64,
+    },
+
+    /// An object's checksum does not match its contents (a scribble or a media error).
+    #[error("checksum mismatch in object at {offset:#x} (type id {type_id:#010x}, {size} bytes): stored {stored:#010x}, computed {computed:#010x}; the object was changed outside a transaction — run `pgl check` / `pgl scrub --repair`")]
+    ChecksumMismatch {
+        /// The object's offset.
+        offset: u64,
+        /// Type id in its header.
+        type_id: u32,
+        /// Its size.
+        size: u64,
+        /// Checksum in the header.
+        stored: u32,
+        /// Checksum of the bytes found.
+        computed: u32,
+    },
+
+    /// A micro-buffer's guard word was overwritten: the transaction was aborted, NVMM is unchanged.
+    #[error("canary of the micro-buffer of object at {offset:#x} was overwritten (a buffer overrun in this program); the transaction was aborted and the pool is unchanged")]
+    CanaryMismatch {
+        /// The object's offset.
+        offset: u64,
+    },
+
+    /// Two transactions wanted the same object; the closure is retried automatically, and this
+    /// surfaces only when retries are exhausted or when the caller swallowed it.
+    #[error("transaction conflict on object at {offset:#x}: another transaction holds it; retry")]
+    Conflict {
+        /// The object's offset.
+        offset: u64,
+    },
+
+    /// A handle to this object is still alive in the same transaction.
+    #[error("object at {offset:#x} is already borrowed in this transaction; drop the other handle first")]
+    AlreadyBorrowed {
+        /// The object's offset.
+        offset: u64,
+    },
+
+    /// The object is locked by a transaction of this same thread.
+    #[error("object at {offset:#x} is locked by this thread's open transaction; read it with tx.get inside the transaction")]
+    LockedByThisThread {
+        /// The object's offset.
+        offset: u64,
+    },
+
+    /// The object was freed earlier in this transaction.
+    #[error("object at {offset:#x} was freed in this transaction")]
+    UseAfterFree {
+        /// The object's offset.
+        offset: u64,
+    },
+
+    /// The transaction was aborted by a nested transaction's error.
+    #[error("transaction aborted: a nested transaction failed: {reason}")]
+    Aborted {
+        /// The nested error, as text.
+        reason: String,
+    },
+
+    /// Persistent metadata is inconsistent in a way pgl cannot repair.
+    #[error("{what} at offset {offset:#x} is corrupt: {detail}; run `pgl check` and restore from a backup if it cannot repair it")]
+    Corrupt {
+        /// Which structure.
+        what: &'static str,
+        /// Where.
+        offset: u64,
+        /// What is wrong.
+        detail: String,
+    },
+
+    /// The root object exists with another type.
+    #[error("the pool's root is a {found_size}-byte object of type id {found:#010x}, not `{type_name}`; open the pool with the program that created it")]
+    RootType {
+        /// The type asked for.
+        type_name: &'static str,
+        /// Type id found.
+        found: u32,
+        /// Size found.
+        found_size: u64,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn config(reason: impl Into<String>) -> Self {
+        Error::InvalidConfig {
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn invalid_oid(offset: u64, reason: impl Into<String>) -> Self {
+        Error::InvalidOid {
+            offset,
+            reason: reason.into(),
+        }
+    }
+}

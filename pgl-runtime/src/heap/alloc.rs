@@ -1,0 +1,725 @@
+//! The volatile allocator over the persistent heap metadata.
+//!
+//! Persistent state: each zone's chunk table and each run's bitmap. Volatile state, rebuilt
+//! from them on open: a mirror of the chunk kinds (read lock-free to validate oids), one
+//! `Run` per run chunk with its bitmap plus reservations, per-class pools of runs with free
+//! blocks, and per-lane arenas holding the run each lane allocates from.
+//!
+//! Invariant: a block or chunk is handed out to at most one transaction at a time: it is
+//! reserved in the volatile state before its metadata change is logged, and released only
+//! after that change is applied (free) or abandoned (abort). The persistent bitmap of a run
+//! equals its volatile one minus in-flight reservations plus in-flight frees.
+
+use super::class::SizeClasses;
+use super::layout::*;
+use super::meta::MetaOps;
+use crate::geometry::Geometry;
+use crate::persist::Media;
+use crate::{Error, Result};
+use parking_lot::{Mutex, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// One run chunk.
+pub(crate) struct Run {
+    off: u64,
+    zone: u64,
+    chunk: u64,
+    class: u16,
+    block: u64,
+    nblocks: u32,
+    header: u64,
+    st: Mutex<RunState>,
+}
+
+struct RunState {
+    bits: Vec<u64>,
+    used: u32,
+    owned: bool,
+    pooled: bool,
+    dead: bool,
+    hint: usize,
+}
+
+impl Run {
+    fn block_offset(&self, idx: u32) -> u64 {
+        self.off + self.header + idx as u64 * self.block
+    }
+    fn word_offset(&self, idx: u32) -> u64 {
+        self.off + (idx as u64 / 64) * 8
+    }
+}
+
+struct Zone {
+    kinds: Box<[AtomicU64]>,
+    runs: Mutex<Vec<Option<Arc<Run>>>>,
+}
+
+/// The run a lane allocates from, per class.
+#[derive(Default)]
+pub(crate) struct Arena {
+    current: Vec<Option<Arc<Run>>>,
+}
+
+/// Where an object lives.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ObjPlace {
+    /// Offset of the object header.
+    pub hdr: u64,
+    /// Bytes available for the payload.
+    pub capacity: u64,
+}
+
+/// What to undo if the transaction aborts.
+pub(crate) enum HeapUndo {
+    Block(Arc<Run>, u32),
+    NewRun(Arc<Run>),
+    Chunks { zone: u64, first: u64, n: u64 },
+}
+
+/// A free to finish in the volatile state once its transaction has applied.
+pub(crate) enum PendingFree {
+    Block(Arc<Run>, u32),
+    Chunks { zone: u64, first: u64, n: u64 },
+}
+
+/// The allocator of one pool.
+pub(crate) struct Heap {
+    geo: Geometry,
+    classes: SizeClasses,
+    zones: RwLock<Vec<Arc<Zone>>>,
+    zone_count: AtomicU64,
+    chunk_lock: Mutex<()>,
+    pools: Vec<Mutex<Vec<Arc<Run>>>>,
+}
+
+impl Heap {
+    /// Rebuilds the volatile state from the persistent metadata of `zones` zones.
+    pub(crate) fn open(media: &Media, geo: Geometry, zones: u64) -> Result<Heap> {
+        let classes = SizeClasses::new(geo.chunk_size);
+        let heap = Heap {
+            geo,
+            pools: (0..classes.len()).map(|_| Mutex::new(Vec::new())).collect(),
+            classes,
+            zones: RwLock::new(Vec::new()),
+            zone_count: AtomicU64::new(0),
+            chunk_lock: Mutex::new(()),
+        };
+        heap.add_zones(media, zones)?;
+        Ok(heap)
+    }
+
+    /// The size classes.
+    pub(crate) fn classes(&self) -> &SizeClasses {
+        &self.classes
+    }
+
+    /// Zones in use.
+    pub(crate) fn zone_count(&self) -> u64 {
+        self.zone_count.load(Ordering::Acquire)
+    }
+
+    /// Loads zones `zone_count()..total` from media (on open, and after `grow`).
+    pub(crate) fn add_zones(&self, media: &Media, total: u64) -> Result<()> {
+        let mut zones = self.zones.write();
+        let n = self.geo.chunks_per_zone();
+        for z in zones.len() as u64..total {
+            let kinds: Box<[AtomicU64]> = (0..n).map(|_| AtomicU64::new(KIND_FREE)).collect();
+            let mut runs = vec![None; n as usize];
+            let table = self.geo.chunk_offset(z, 0) + CHUNK_TABLE_OFFSET;
+            let mut c = 1;
+            while c < n {
+                // SAFETY: the chunk table lies in this zone's metadata chunk, inside the pool;
+                // the pool is not shared yet (open) or the zone is new (grow, under the lock).
+                let e = unsafe { media.read_u64(table + c * 8) };
+                let corrupt = |detail: String| Error::Corrupt {
+                    what: "chunk table entry",
+                    offset: table + c * 8,
+                    detail,
+                };
+                match entry_kind(e) {
+                    KIND_FREE => {}
+                    KIND_RUN => {
+                        let class = entry_class(e);
+                        if class as usize >= self.classes.len()
+                            || entry_arg(e) != self.classes.block(class)
+                        {
+                            return Err(corrupt(format!("run of unknown class {class}")));
+                        }
+                        let run = self.load_run(media, z, c, class);
+                        kinds[c as usize].store(e, Ordering::Relaxed);
+                        let free = run.st.lock().used < run.nblocks;
+                        if free {
+                            run.st.lock().pooled = true;
+                            self.pools[class as usize].lock().push(run.clone());
+                        }
+                        runs[c as usize] = Some(run);
+                    }
+                    KIND_LARGE => {
+                        let len = entry_arg(e);
+                        if len == 0 || c + len > n {
+                            return Err(corrupt(format!("large object of {len} chunks")));
+                        }
+                        kinds[c as usize].store(e, Ordering::Relaxed);
+                        for k in c + 1..c + len {
+                            kinds[k as usize].store(cont_entry(), Ordering::Relaxed);
+                        }
+                        c += len;
+                        continue;
+                    }
+                    // A continuation outside a large object: the large object was freed
+                    // without clearing it, which pgl never does.
+                    _ => return Err(corrupt(format!("unknown entry {e:#x}"))),
+                }
+                c += 1;
+            }
+            zones.push(Arc::new(Zone {
+                kinds,
+                runs: Mutex::new(runs),
+            }));
+        }
+        self.zone_count.store(total, Ordering::Release);
+        Ok(())
+    }
+
+    fn load_run(&self, media: &Media, zone: u64, chunk: u64, class: u16) -> Arc<Run> {
+        let off = self.geo.chunk_offset(zone, chunk);
+        let nblocks = self.classes.nblocks(class);
+        let words = nblocks.div_ceil(64) as usize;
+        let mut bits = vec![0u64; words];
+        for (i, w) in bits.iter_mut().enumerate() {
+            // SAFETY: the bitmap lies at the start of this run chunk, inside the pool.
+            *w = unsafe { media.read_u64(off + i as u64 * 8) };
+        }
+        if nblocks % 64 != 0 {
+            if let Some(last) = bits.last_mut() {
+                *last &= (1u64 << (nblocks % 64)) - 1;
+            }
+        }
+        let used = bits.iter().map(|w| w.count_ones()).sum();
+        Arc::new(Run {
+            off,
+            zone,
+            chunk,
+            class,
+            block: self.classes.block(class),
+            nblocks,
+            header: self.classes.header(class),
+            st: Mutex::new(RunState {
+                bits,
+                used,
+                owned: false,
+                pooled: false,
+                dead: false,
+                hint: 0,
+            }),
+        })
+    }
+
+    fn zone(&self, z: u64) -> Option<Arc<Zone>> {
+        self.zones.read().get(z as usize).cloned()
+    }
+
+    /// The largest payload one object can have.
+    pub(crate) fn max_object(&self) -> u64 {
+        (self.geo.chunks_per_zone() - 1) * self.geo.chunk_size - HEADER_SIZE
+    }
+
+    /// Finds the live object whose payload starts at `payload`.
+    pub(crate) fn locate(&self, payload: u64) -> Result<ObjPlace> {
+        let bad = |why: &str| Err(Error::invalid_oid(payload, why));
+        if payload == 0 {
+            return bad("null oid");
+        }
+        let Some(pos) = self.geo.locate(payload, self.zone_count()) else {
+            return bad("outside the pool's zones");
+        };
+        if pos.chunk == 0 {
+            return bad("inside zone metadata");
+        }
+        let Some(zone) = self.zone(pos.zone) else {
+            return bad("outside the pool's zones");
+        };
+        let e = zone.kinds[pos.chunk as usize].load(Ordering::Acquire);
+        match entry_kind(e) {
+            KIND_RUN => {
+                let Some(run) = zone.runs.lock()[pos.chunk as usize].clone() else {
+                    return bad("run not loaded");
+                };
+                let rel = pos.within;
+                if rel < run.header + HEADER_SIZE
+                    || (rel - run.header - HEADER_SIZE) % run.block != 0
+                {
+                    return bad("not the start of an object");
+                }
+                let idx = ((rel - run.header - HEADER_SIZE) / run.block) as u32;
+                if idx >= run.nblocks {
+                    return bad("past the last block of its run");
+                }
+                let st = run.st.lock();
+                if st.bits[idx as usize / 64] & (1 << (idx % 64)) == 0 {
+                    return bad("not allocated (freed, or never allocated)");
+                }
+                Ok(ObjPlace {
+                    hdr: payload - HEADER_SIZE,
+                    capacity: run.block - HEADER_SIZE,
+                })
+            }
+            KIND_LARGE if pos.within == HEADER_SIZE => Ok(ObjPlace {
+                hdr: payload - HEADER_SIZE,
+                capacity: entry_arg(e) * self.geo.chunk_size - HEADER_SIZE,
+            }),
+            KIND_LARGE => bad("not the start of an object"),
+            _ => bad("not allocated (freed, or never allocated)"),
+        }
+    }
+
+    /// Reserves room for a payload of `size` bytes; returns the header offset and capacity.
+    /// The metadata changes go to `meta`, the undo steps to `undo`.
+    pub(crate) fn alloc(
+        &self,
+        arena: &mut Arena,
+        size: u64,
+        meta: &mut MetaOps,
+        undo: &mut Vec<HeapUndo>,
+    ) -> Result<ObjPlace> {
+        if size > self.max_object() {
+            return Err(Error::ObjectTooLarge {
+                requested: size,
+                max: self.max_object(),
+            });
+        }
+        match self.classes.class_for(size + HEADER_SIZE) {
+            Some(class) => self.alloc_small(arena, class, size, meta, undo),
+            None => self.alloc_large(size, meta, undo),
+        }
+    }
+
+    fn alloc_small(
+        &self,
+        arena: &mut Arena,
+        class: u16,
+        size: u64,
+        meta: &mut MetaOps,
+        undo: &mut Vec<HeapUndo>,
+    ) -> Result<ObjPlace> {
+        if arena.current.len() < self.classes.len() {
+            arena.current.resize(self.classes.len(), None);
+        }
+        loop {
+            if let Some(run) = arena.current[class as usize].clone() {
+                let mut st = run.st.lock();
+                if st.dead {
+                    drop(st);
+                    arena.current[class as usize] = None;
+                    continue;
+                }
+                if let Some(idx) = take_bit(&mut st, run.nblocks) {
+                    drop(st);
+                    meta.set_bits(run.word_offset(idx), 1 << (idx % 64));
+                    undo.push(HeapUndo::Block(run.clone(), idx));
+                    return Ok(ObjPlace {
+                        hdr: run.block_offset(idx),
+                        capacity: run.block - HEADER_SIZE,
+                    });
+                }
+                st.owned = false;
+                drop(st);
+                arena.current[class as usize] = None;
+            }
+            // Next: a pooled run with free blocks, else a new run.
+            let next = {
+                let mut pool = self.pools[class as usize].lock();
+                let mut found = None;
+                while let Some(r) = pool.pop() {
+                    let mut st = r.st.lock();
+                    st.pooled = false;
+                    if !st.dead && !st.owned && st.used < r.nblocks {
+                        st.owned = true;
+                        drop(st);
+                        found = Some(r);
+                        break;
+                    }
+                }
+                found
+            };
+            let run = match next {
+                Some(r) => r,
+                None => self.new_run(class, size, meta, undo)?,
+            };
+            arena.current[class as usize] = Some(run);
+        }
+    }
+
+    fn new_run(
+        &self,
+        class: u16,
+        size: u64,
+        meta: &mut MetaOps,
+        undo: &mut Vec<HeapUndo>,
+    ) -> Result<Arc<Run>> {
+        let _g = self.chunk_lock.lock();
+        let Some((zone_idx, chunk)) = self.claim_chunks(1) else {
+            return Err(self.full(size));
+        };
+        let zone = self.zone(zone_idx).expect("claimed zone exists");
+        let nblocks = self.classes.nblocks(class);
+        let block = self.classes.block(class);
+        let run = Arc::new(Run {
+            off: self.geo.chunk_offset(zone_idx, chunk),
+            zone: zone_idx,
+            chunk,
+            class,
+            block,
+            nblocks,
+            header: self.classes.header(class),
+            st: Mutex::new(RunState {
+                bits: vec![0; nblocks.div_ceil(64) as usize],
+                used: 0,
+                owned: true,
+                pooled: false,
+                dead: false,
+                hint: 0,
+            }),
+        });
+        let entry = run_entry(class, block);
+        meta.set(self.table_entry(zone_idx, chunk), entry);
+        for w in 0..nblocks.div_ceil(64) as u64 {
+            meta.set(run.off + w * 8, 0);
+        }
+        zone.runs.lock()[chunk as usize] = Some(run.clone());
+        zone.kinds[chunk as usize].store(entry, Ordering::Release);
+        undo.push(HeapUndo::NewRun(run.clone()));
+        Ok(run)
+    }
+
+    fn table_entry(&self, zone: u64, chunk: u64) -> u64 {
+        self.geo.chunk_offset(zone, 0) + CHUNK_TABLE_OFFSET + chunk * 8
+    }
+
+    fn full(&self, requested: u64) -> Error {
+        Error::PoolFull {
+            requested,
+            free: self.free_bytes(),
+        }
+    }
+
+    /// Finds and reserves `n` contiguous chunks that are free or empty, unowned runs.
+    /// Caller holds `chunk_lock`.
+    fn claim_chunks(&self, n: u64) -> Option<(u64, u64)> {
+        let zones = self.zones.read().clone();
+        let per = self.geo.chunks_per_zone();
+        for (zi, zone) in zones.iter().enumerate() {
+            let mut start = 1;
+            while start + n <= per {
+                let mut ok = true;
+                for c in start..start + n {
+                    if !self.chunk_available(zone, c) {
+                        start = c + 1;
+                        ok = false;
+                        break;
+                    }
+                }
+                if !ok {
+                    continue;
+                }
+                // Claim; an empty run may have been taken meanwhile, then roll back and go on.
+                let mut claimed = Vec::new();
+                let mut all = true;
+                for c in start..start + n {
+                    if self.claim_one(zone, c) {
+                        claimed.push(c);
+                    } else {
+                        all = false;
+                        break;
+                    }
+                }
+                if all {
+                    return Some((zi as u64, start));
+                }
+                for c in claimed {
+                    zone.kinds[c as usize].store(KIND_FREE, Ordering::Release);
+                }
+                start += 1;
+            }
+        }
+        None
+    }
+
+    fn chunk_available(&self, zone: &Zone, c: u64) -> bool {
+        let e = zone.kinds[c as usize].load(Ordering::Acquire);
+        match entry_kind(e) {
+            KIND_FREE => true,
+            KIND_RUN => match &zone.runs.lock()[c as usize] {
+                Some(r) => {
+                    let st = r.st.lock();
+                    st.used == 0 && !st.owned && !st.dead
+                }
+                None => false,
+            },
+            _ => false,
+        }
+    }
+
+    fn claim_one(&self, zone: &Zone, c: u64) -> bool {
+        let e = zone.kinds[c as usize].load(Ordering::Acquire);
+        match entry_kind(e) {
+            KIND_FREE => {
+                zone.kinds[c as usize].store(KIND_RESERVED, Ordering::Release);
+                true
+            }
+            KIND_RUN => {
+                let mut runs = zone.runs.lock();
+                let Some(r) = runs[c as usize].clone() else {
+                    return false;
+                };
+                let mut st = r.st.lock();
+                if st.used == 0 && !st.owned && !st.dead {
+                    // Retire the empty run: its chunk is reused; the run leaves its pool lazily.
+                    st.dead = true;
+                    drop(st);
+                    runs[c as usize] = None;
+                    zone.kinds[c as usize].store(KIND_RESERVED, Ordering::Release);
+                    true
+                } else {
+                    false
+                }
+            }
+            _ => false,
+        }
+    }
+
+    fn alloc_large(
+        &self,
+        size: u64,
+        meta: &mut MetaOps,
+        undo: &mut Vec<HeapUndo>,
+    ) -> Result<ObjPlace> {
+        let n = (size + HEADER_SIZE).div_ceil(self.geo.chunk_size);
+        let _g = self.chunk_lock.lock();
+        let Some((zone_idx, first)) = self.claim_chunks(n) else {
+            return Err(self.full(size));
+        };
+        let zone = self.zone(zone_idx).expect("claimed zone exists");
+        meta.set(self.table_entry(zone_idx, first), large_entry(n));
+        zone.kinds[first as usize].store(large_entry(n), Ordering::Release);
+        for c in first + 1..first + n {
+            meta.set(self.table_entry(zone_idx, c), cont_entry());
+            zone.kinds[c as usize].store(cont_entry(), Ordering::Release);
+        }
+        undo.push(HeapUndo::Chunks {
+            zone: zone_idx,
+            first,
+            n,
+        });
+        Ok(ObjPlace {
+            hdr: self.geo.chunk_offset(zone_idx, first),
+            capacity: n * self.geo.chunk_size - HEADER_SIZE,
+        })
+    }
+
+    /// Prepares the free of the object whose payload is at `payload` (already located and
+    /// locked by the caller): records the metadata change and what to finish after commit.
+    pub(crate) fn free(&self, payload: u64, meta: &mut MetaOps) -> Result<PendingFree> {
+        self.locate(payload)?;
+        let pos = self
+            .geo
+            .locate(payload, self.zone_count())
+            .ok_or_else(|| Error::invalid_oid(payload, "outside the pool's zones"))?;
+        let zone = self
+            .zone(pos.zone)
+            .ok_or_else(|| Error::invalid_oid(payload, "outside the pool's zones"))?;
+        let e = zone.kinds[pos.chunk as usize].load(Ordering::Acquire);
+        match entry_kind(e) {
+            KIND_RUN => {
+                let run = zone.runs.lock()[pos.chunk as usize]
+                    .clone()
+                    .ok_or_else(|| Error::invalid_oid(payload, "run not loaded"))?;
+                let idx = ((pos.within - run.header - HEADER_SIZE) / run.block) as u32;
+                meta.clear_bits(run.word_offset(idx), 1 << (idx % 64));
+                Ok(PendingFree::Block(run, idx))
+            }
+            KIND_LARGE => {
+                let n = entry_arg(e);
+                for c in pos.chunk..pos.chunk + n {
+                    meta.set(self.table_entry(pos.zone, c), 0);
+                }
+                Ok(PendingFree::Chunks {
+                    zone: pos.zone,
+                    first: pos.chunk,
+                    n,
+                })
+            }
+            _ => Err(Error::invalid_oid(payload, "not allocated")),
+        }
+    }
+
+    /// Releases what a committed transaction freed.
+    pub(crate) fn finish_free(&self, f: PendingFree) {
+        match f {
+            PendingFree::Block(run, idx) => self.release_block(&run, idx),
+            PendingFree::Chunks { zone, first, n } => self.release_chunks(zone, first, n),
+        }
+    }
+
+    /// Rolls back an aborted transaction's reservations.
+    pub(crate) fn undo(&self, u: HeapUndo) {
+        match u {
+            HeapUndo::Block(run, idx) => self.release_block(&run, idx),
+            HeapUndo::NewRun(run) => {
+                let _g = self.chunk_lock.lock();
+                if let Some(zone) = self.zone(run.zone) {
+                    let mut st = run.st.lock();
+                    st.dead = true;
+                    drop(st);
+                    zone.runs.lock()[run.chunk as usize] = None;
+                    zone.kinds[run.chunk as usize].store(KIND_FREE, Ordering::Release);
+                }
+            }
+            HeapUndo::Chunks { zone, first, n } => self.release_chunks(zone, first, n),
+        }
+    }
+
+    fn release_block(&self, run: &Arc<Run>, idx: u32) {
+        let mut st = run.st.lock();
+        let w = idx as usize / 64;
+        if st.bits[w] & (1 << (idx % 64)) != 0 {
+            st.bits[w] &= !(1 << (idx % 64));
+            st.used -= 1;
+            st.hint = st.hint.min(w);
+        }
+        if !st.owned && !st.pooled && !st.dead {
+            st.pooled = true;
+            drop(st);
+            self.pools[run.class as usize].lock().push(run.clone());
+        }
+    }
+
+    fn release_chunks(&self, zone: u64, first: u64, n: u64) {
+        let _g = self.chunk_lock.lock();
+        if let Some(zone) = self.zone(zone) {
+            for c in first..first + n {
+                zone.kinds[c as usize].store(KIND_FREE, Ordering::Release);
+            }
+        }
+    }
+
+    /// Returns a lane's arena runs to their pools (when a lane is dropped).
+    pub(crate) fn release_arena(&self, arena: &mut Arena) {
+        for run in arena.current.drain(..).flatten() {
+            let mut st = run.st.lock();
+            st.owned = false;
+            if st.used < run.nblocks && !st.pooled && !st.dead {
+                st.pooled = true;
+                drop(st);
+                self.pools[run.class as usize].lock().push(run.clone());
+            }
+        }
+    }
+
+    /// Bytes available for allocation: free chunks and empty runs count whole; other runs
+    /// count their free blocks.
+    pub(crate) fn free_bytes(&self) -> u64 {
+        let zones = self.zones.read().clone();
+        let mut free = 0;
+        for zone in zones.iter() {
+            let runs = zone.runs.lock();
+            for c in 1..self.geo.chunks_per_zone() as usize {
+                let e = zone.kinds[c].load(Ordering::Acquire);
+                match entry_kind(e) {
+                    KIND_FREE => free += self.geo.chunk_size,
+                    KIND_RUN => {
+                        if let Some(r) = &runs[c] {
+                            let st = r.st.lock();
+                            if st.used == 0 {
+                                free += self.geo.chunk_size;
+                            } else {
+                                free += (r.nblocks - st.used) as u64 * r.block;
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        free
+    }
+
+    /// Bytes of all data chunks (the heap's capacity).
+    pub(crate) fn capacity_bytes(&self) -> u64 {
+        self.zone_count() * (self.geo.chunks_per_zone() - 1) * self.geo.chunk_size
+    }
+}
+
+fn take_bit(st: &mut RunState, nblocks: u32) -> Option<u32> {
+    if st.used >= nblocks {
+        return None;
+    }
+    let words = st.bits.len();
+    for i in 0..words {
+        let w = (st.hint + i) % words;
+        let free = !st.bits[w];
+        if free == 0 {
+            continue;
+        }
+        let bit = free.trailing_zeros();
+        let idx = w as u32 * 64 + bit;
+        if idx >= nblocks {
+            continue;
+        }
+        st.bits[w] |= 1 << bit;
+        st.used += 1;
+        st.hint = w;
+        return Some(idx);
+    }
+    None
+}
+
+/// Walks the persistent heap metadata (not the volatile state): calls `f(header_offset,
+/// capacity)` for every allocated object. For `pgl check`/`info` and tests.
+pub(crate) fn walk_objects(
+    media: &Media,
+    geo: &Geometry,
+    classes: &SizeClasses,
+    zones: u64,
+    mut f: impl FnMut(u64, u64),
+) -> Result<()> {
+    let n = geo.chunks_per_zone();
+    for z in 0..zones {
+        let table = geo.chunk_offset(z, 0) + CHUNK_TABLE_OFFSET;
+        let mut c = 1;
+        while c < n {
+            // SAFETY: inside the pool; callers walk a quiescent pool or accept torn reads of
+            // metadata they then validate.
+            let e = unsafe { media.read_u64(table + c * 8) };
+            match entry_kind(e) {
+                KIND_RUN => {
+                    let class = entry_class(e);
+                    if (class as usize) < classes.len() {
+                        let off = geo.chunk_offset(z, c);
+                        let nb = classes.nblocks(class);
+                        for i in 0..nb {
+                            // SAFETY: the bitmap lies at the start of the run chunk.
+                            let w = unsafe { media.read_u64(off + (i as u64 / 64) * 8) };
+                            if w & (1 << (i % 64)) != 0 {
+                                f(
+                                    off + classes.header(class) + i as u64 * classes.block(class),
+                                    classes.block(class) - HEADER_SIZE,
+                                );
+                            }
+                        }
+                    }
+                }
+                KIND_LARGE => {
+                    let len = entry_arg(e).max(1);
+                    f(geo.chunk_offset(z, c), len * geo.chunk_size - HEADER_SIZE);
+                    c += len;
+                    continue;
+                }
+                _ => {}
+            }
+            c += 1;
+        }
+    }
+    Ok(())
+}

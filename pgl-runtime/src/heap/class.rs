@@ -1,0 +1,120 @@
+//! Size classes: the block sizes small objects are rounded up to, and how many blocks of
+//! each fit in a run chunk. Derived from the chunk size alone, so every build agrees.
+//!
+//! Invariant: block sizes are multiples of 16, strictly increasing; every run's bitmap
+//! header plus its blocks fit in one chunk.
+
+/// The size classes of a heap.
+#[derive(Clone, Debug)]
+pub struct SizeClasses {
+    blocks: Vec<u64>,
+    nblocks: Vec<u32>,
+    headers: Vec<u64>,
+}
+
+impl SizeClasses {
+    /// Classes for chunks of `chunk_size` bytes: 16-byte steps to 256 B, then eight steps per
+    /// doubling, up to a quarter chunk. Larger objects take whole chunks.
+    pub fn new(chunk_size: u64) -> SizeClasses {
+        let max = chunk_size / 4;
+        let mut blocks = Vec::new();
+        let mut b = 32;
+        while b <= max {
+            blocks.push(b);
+            b += if b < 256 {
+                16
+            } else {
+                (1u64 << (63 - b.leading_zeros())) / 8
+            };
+        }
+        let mut nblocks = Vec::with_capacity(blocks.len());
+        let mut headers = Vec::with_capacity(blocks.len());
+        for &bs in &blocks {
+            let mut n = chunk_size / bs;
+            while n > 0 && Self::header_for(n) + n * bs > chunk_size {
+                n -= 1;
+            }
+            nblocks.push(n as u32);
+            headers.push(Self::header_for(n));
+        }
+        SizeClasses {
+            blocks,
+            nblocks,
+            headers,
+        }
+    }
+
+    fn header_for(n: u64) -> u64 {
+        (n.div_ceil(64) * 8).div_ceil(64) * 64
+    }
+
+    /// Number of classes.
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Whether there are no classes (never, for valid chunk sizes).
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    /// The class whose blocks hold `bytes` (header included), if any is small enough.
+    pub fn class_for(&self, bytes: u64) -> Option<u16> {
+        let i = self.blocks.partition_point(|&b| b < bytes);
+        (i < self.blocks.len()).then_some(i as u16)
+    }
+
+    /// Block size of class `c`.
+    pub fn block(&self, c: u16) -> u64 {
+        self.blocks[c as usize]
+    }
+
+    /// Blocks in one run of class `c`.
+    pub fn nblocks(&self, c: u16) -> u32 {
+        self.nblocks[c as usize]
+    }
+
+    /// Bytes of the bitmap header of a run of class `c` (a multiple of 64).
+    pub fn header(&self, c: u16) -> u64 {
+        self.headers[c as usize]
+    }
+
+    /// The largest block size.
+    pub fn max_block(&self) -> u64 {
+        self.blocks.last().copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_fit_and_increase() {
+        for cs in [16u64 << 10, 64 << 10, 256 << 10, 4 << 20] {
+            let c = SizeClasses::new(cs);
+            assert!(!c.is_empty());
+            for i in 0..c.len() as u16 {
+                assert_eq!(c.block(i) % 16, 0);
+                if i > 0 {
+                    assert!(c.block(i) > c.block(i - 1));
+                }
+                assert!(c.nblocks(i) >= 1);
+                assert!(c.header(i) + c.nblocks(i) as u64 * c.block(i) <= cs);
+                assert!(c.header(i) * 8 >= c.nblocks(i) as u64);
+            }
+            assert!(c.max_block() <= cs / 4);
+        }
+    }
+
+    #[test]
+    fn fig3_sizes_waste_little() {
+        let c = SizeClasses::new(256 << 10);
+        for payload in [64u64, 256, 1024, 4096] {
+            let b = c.block(c.class_for(payload + 16).unwrap());
+            assert!(b >= payload + 16);
+            assert!(b as f64 <= (payload + 16) as f64 * 1.13, "{payload} -> {b}");
+        }
+        assert_eq!(c.class_for(c.max_block() + 1), None);
+    }
+}

@@ -1,0 +1,12 @@
+//! The heap: zones of chunks, size classes in runs with bitmaps, large objects spanning
+//! chunks, and the 16-byte object header. The heap never writes its metadata itself: it
+//! returns word changes that the transaction logs and applies.
+
+mod alloc;
+mod class;
+pub(crate) mod layout;
+mod meta;
+
+pub(crate) use alloc::{walk_objects as walk, Arena, Heap, HeapUndo, PendingFree};
+pub use class::SizeClasses;
+pub(crate) use meta::MetaOps;

@@ -1,0 +1,31 @@
+//! The runtime of pgl: media layer, pool, heap, transactions. Use it through the `pgl` crate.
+//!
+//! Layers, bottom to top (no module imports one above it): `checksum`, `geometry` →
+//! `persist` → `heap` → `tx` → `pool`.
+#![deny(missing_docs)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+pub mod checksum;
+mod error;
+pub mod fault;
+pub mod geometry;
+mod heap;
+pub mod persist;
+pub mod persistent;
+mod pool;
+mod stats;
+mod tx;
+
+pub use error::{Error, Result};
+pub use heap::layout::ObjectHeader;
+pub use heap::SizeClasses;
+pub use persist::{CrashPoint, CrashSim, FlushMode};
+pub use persistent::{Oid, Persistent};
+pub use pool::{Config, Detached, Header, Pool, PoolInfo, FORMAT_VERSION};
+pub use stats::Stats;
+pub use tx::{Mut, Read, Ref, Tx, VerifyPolicy};
+
+/// The items most programs need.
+pub mod prelude {
+    pub use crate::{Config, Error, Oid, Persistent, Pool, Result, Tx};
+}

@@ -1,0 +1,233 @@
+//! Cache-line write-back and ordering instructions, chosen once at run time.
+//!
+//! Invariant: after `flush_lines(p, n)` and `sfence()` on the same thread, the flushed lines
+//! have reached the persistence domain (on real persistent memory).
+
+use std::fmt;
+use std::str::FromStr;
+
+/// How pgl makes stores durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FlushMode {
+    /// `clwb` + `sfence` (write back, keep the line cached): the fastest.
+    Clwb,
+    /// `clflushopt` + `sfence`.
+    Clflushopt,
+    /// `clflush` (serialising; no fence needed, one is issued anyway).
+    Clflush,
+    /// `msync(MS_SYNC)` of the touched pages: for pools on ordinary files.
+    Msync,
+    /// Nothing: stores reach media whenever the OS writes them back. For benchmarks and
+    /// scratch pools only; not crash-consistent.
+    None,
+}
+
+impl FlushMode {
+    /// The best cache-line mode this CPU supports (clwb, else clflushopt, else clflush), or
+    /// `Msync` on CPUs without cache-line flushes.
+    pub fn detect() -> FlushMode {
+        cpu::detect()
+    }
+
+    /// `detect()`, overridden by the environment variable `PGL_FLUSH`
+    /// (`clwb|clflushopt|clflush|msync|none`), if it is set and names a mode this CPU has.
+    pub fn from_env_or_detect() -> FlushMode {
+        match std::env::var("PGL_FLUSH") {
+            Ok(v) => match v.parse::<FlushMode>() {
+                Ok(m) if m.supported() => m,
+                _ => Self::detect(),
+            },
+            Err(_) => Self::detect(),
+        }
+    }
+
+    /// Whether this CPU can run the mode.
+    pub fn supported(self) -> bool {
+        match self {
+            FlushMode::Clwb => cpu::has_clwb(),
+            FlushMode::Clflushopt => cpu::has_clflushopt(),
+            FlushMode::Clflush => cpu::has_clflush(),
+            FlushMode::Msync | FlushMode::None => true,
+        }
+    }
+
+    /// The mode's name as `PGL_FLUSH` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            FlushMode::Clwb => "clwb",
+            FlushMode::Clflushopt => "clflushopt",
+            FlushMode::Clflush => "clflush",
+            FlushMode::Msync => "msync",
+            FlushMode::None => "none",
+        }
+    }
+}
+
+impl fmt::Display for FlushMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for FlushMode {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s.trim().to_ascii_lowercase().as_str() {
+            "clwb" => FlushMode::Clwb,
+            "clflushopt" => FlushMode::Clflushopt,
+            "clflush" => FlushMode::Clflush,
+            "msync" => FlushMode::Msync,
+            "none" => FlushMode::None,
+            other => {
+                return Err(crate::Error::config(format!(
+                    "unknown flush mode {other:?}; use clwb, clflushopt, clflush, msync or none"
+                )))
+            }
+        })
+    }
+}
+
+/// Writes back every cache line of `[p, p + len)` with the instruction of `mode`
+/// (cache-line modes only; others do nothing here).
+///
+/// # Safety
+/// `[p, p + len)` must be mapped memory of this process.
+#[inline]
+pub(crate) unsafe fn flush_lines(mode: FlushMode, p: *const u8, len: usize) {
+    if len == 0 {
+        return;
+    }
+    let start = (p as usize) & !63;
+    let end = p as usize + len;
+    let mut line = start;
+    while line < end {
+        // SAFETY: `line` lies in the mapped range the caller vouches for (rounded down to its
+        // line, which is in the same page); cache write-back instructions do not change memory.
+        unsafe { cpu::write_back(mode, line as *const u8) };
+        line += 64;
+    }
+}
+
+/// Orders all earlier flushes of this thread before later stores.
+#[inline]
+pub(crate) fn sfence() {
+    cpu::sfence();
+}
+
+#[cfg(target_arch = "x86_64")]
+mod cpu {
+    use super::FlushMode;
+    use core::arch::asm;
+    use core::arch::x86_64::__cpuid_count;
+
+    fn leaf7_ebx() -> u32 {
+        // `cpuid` exists on every x86_64 CPU; leaf 7 is valid when the max leaf is >= 7.
+        let max = __cpuid_count(0, 0).eax;
+        if max < 7 {
+            return 0;
+        }
+        __cpuid_count(7, 0).ebx
+    }
+
+    pub(super) fn has_clwb() -> bool {
+        leaf7_ebx() & (1 << 24) != 0
+    }
+    pub(super) fn has_clflushopt() -> bool {
+        leaf7_ebx() & (1 << 23) != 0
+    }
+    pub(super) fn has_clflush() -> bool {
+        __cpuid_count(1, 0).edx & (1 << 19) != 0
+    }
+
+    pub(super) fn detect() -> FlushMode {
+        if has_clwb() {
+            FlushMode::Clwb
+        } else if has_clflushopt() {
+            FlushMode::Clflushopt
+        } else if has_clflush() {
+            FlushMode::Clflush
+        } else {
+            FlushMode::Msync
+        }
+    }
+
+    /// # Safety
+    /// `p` must point into mapped memory, and the CPU must support `mode`'s instruction.
+    #[inline(always)]
+    pub(super) unsafe fn write_back(mode: FlushMode, p: *const u8) {
+        match mode {
+            // SAFETY: the caller guarantees `p` is mapped and the instruction is supported
+            // (modes are only chosen through `supported()`); clwb neither reads nor writes
+            // memory architecturally.
+            FlushMode::Clwb => unsafe {
+                asm!("clwb [{}]", in(reg) p, options(nostack, preserves_flags));
+            },
+            // SAFETY: as above, for clflushopt.
+            FlushMode::Clflushopt => unsafe {
+                asm!("clflushopt [{}]", in(reg) p, options(nostack, preserves_flags));
+            },
+            // SAFETY: as above; clflush is baseline on x86_64.
+            FlushMode::Clflush => unsafe { core::arch::x86_64::_mm_clflush(p) },
+            FlushMode::Msync | FlushMode::None => {}
+        }
+    }
+
+    #[inline(always)]
+    pub(super) fn sfence() {
+        // SAFETY: sfence has no memory operands and is baseline on x86_64 (SSE).
+        unsafe { core::arch::x86_64::_mm_sfence() }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod cpu {
+    use super::FlushMode;
+    pub(super) fn has_clwb() -> bool {
+        false
+    }
+    pub(super) fn has_clflushopt() -> bool {
+        false
+    }
+    pub(super) fn has_clflush() -> bool {
+        false
+    }
+    pub(super) fn detect() -> FlushMode {
+        FlushMode::Msync
+    }
+    #[inline(always)]
+    pub(super) unsafe fn write_back(_mode: FlushMode, _p: *const u8) {}
+    #[inline(always)]
+    pub(super) fn sfence() {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for m in [
+            FlushMode::Clwb,
+            FlushMode::Clflushopt,
+            FlushMode::Clflush,
+            FlushMode::Msync,
+            FlushMode::None,
+        ] {
+            assert_eq!(m.name().parse::<FlushMode>().unwrap(), m);
+        }
+        assert!("bogus".parse::<FlushMode>().is_err());
+    }
+
+    #[test]
+    fn detected_mode_is_supported_and_runs() {
+        let m = FlushMode::detect();
+        assert!(m.supported());
+        let buf = vec![7u8; 4096];
+        // SAFETY: `buf` is mapped memory of this process.
+        unsafe { flush_lines(m, buf.as_ptr(), buf.len()) };
+        sfence();
+        assert_eq!(buf[100], 7);
+    }
+}

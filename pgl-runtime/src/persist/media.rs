@@ -1,0 +1,305 @@
+//! `Media`: one pool's bytes — a file mapping or a [`CrashSim`] — and the flush and fence
+//! operations that make stores durable.
+//!
+//! The mapping reserves `reserve` bytes of address space once; the file may be shorter and
+//! grows under it, so the base address never moves and no pointer into the pool is ever
+//! invalidated by `grow`.
+//!
+//! Invariant: every persistent store pgl makes is followed by `flush` of its bytes and a
+//! `fence` before anything that depends on it being durable.
+
+use super::flush::{flush_lines, sfence, FlushMode};
+use super::sim::CrashSim;
+use crate::{Error, Result};
+use memmap2::{MmapOptions, MmapRaw};
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+enum Backing {
+    File {
+        file: File,
+        path: PathBuf,
+        _map: MmapRaw,
+    },
+    Sim(Arc<CrashSim>),
+}
+
+/// The bytes of one pool and how to make them durable.
+pub struct Media {
+    base: *mut u8,
+    len: AtomicU64,
+    reserve: u64,
+    mode: FlushMode,
+    backing: Backing,
+}
+
+// SAFETY: `base` points into a mapping (or CrashSim allocation) owned by `backing`, which
+// lives as long as `self`. Media itself hands out raw pointers only; the layers above
+// synchronise access to the bytes (object locks, lane ownership), as with any shared mapping.
+unsafe impl Send for Media {}
+// SAFETY: as above.
+unsafe impl Sync for Media {}
+
+impl std::fmt::Debug for Media {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Media")
+            .field("len", &self.len())
+            .field("mode", &self.mode_name())
+            .finish()
+    }
+}
+
+fn map(file: &File, path: &Path, reserve: u64) -> Result<MmapRaw> {
+    let len = usize::try_from(reserve).map_err(|_| Error::config("max_size overflows usize"))?;
+    MmapOptions::new()
+        .len(len)
+        .map_raw(file)
+        .map_err(|e| Error::io("map", path, e))
+}
+
+impl Media {
+    /// Creates a new file of `len` bytes (sparse: no zeroing pass) and maps it.
+    pub(crate) fn create_file(path: &Path, len: u64, reserve: u64, mode: FlushMode) -> Result<Media> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(|e| {
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    Error::AlreadyExists {
+                        path: path.to_owned(),
+                    }
+                } else {
+                    Error::io("create", path, e)
+                }
+            })?;
+        let made = (|| {
+            file.set_len(len).map_err(|e| Error::io("size", path, e))?;
+            map(&file, path, reserve)
+        })();
+        let map = match made {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = std::fs::remove_file(path);
+                return Err(e);
+            }
+        };
+        Ok(Media {
+            base: map.as_mut_ptr(),
+            len: AtomicU64::new(len),
+            reserve,
+            mode,
+            backing: Backing::File {
+                file,
+                path: path.to_owned(),
+                _map: map,
+            },
+        })
+    }
+
+    /// Opens and maps an existing file; its current length is `len()`.
+    pub(crate) fn open_file(path: &Path, reserve: u64, mode: FlushMode) -> Result<Media> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| Error::io("open", path, e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io("stat", path, e))?
+            .len();
+        if !file.metadata().map(|m| m.is_file()).unwrap_or(false) {
+            return Err(Error::NotAPool {
+                path: path.to_owned(),
+                reason: "not a regular file".into(),
+            });
+        }
+        let reserve = reserve.max(len.div_ceil(4096) * 4096);
+        let map = map(&file, path, reserve)?;
+        Ok(Media {
+            base: map.as_mut_ptr(),
+            len: AtomicU64::new(len),
+            reserve,
+            mode,
+            backing: Backing::File {
+                file,
+                path: path.to_owned(),
+                _map: map,
+            },
+        })
+    }
+
+    /// Media over a crash-simulation device.
+    pub(crate) fn sim(sim: Arc<CrashSim>) -> Media {
+        Media {
+            base: sim.base(),
+            len: AtomicU64::new(sim.len()),
+            reserve: sim.capacity(),
+            mode: FlushMode::None,
+            backing: Backing::Sim(sim),
+        }
+    }
+
+    /// Current length in bytes.
+    #[inline]
+    pub(crate) fn len(&self) -> u64 {
+        self.len.load(Ordering::Acquire)
+    }
+
+    /// Bytes of address space reserved (the largest the pool can grow to).
+    pub(crate) fn reserve(&self) -> u64 {
+        self.reserve
+    }
+
+    /// The file path, for messages (`<crash-sim>` for simulated media).
+    pub(crate) fn path(&self) -> PathBuf {
+        match &self.backing {
+            Backing::File { path, .. } => path.clone(),
+            Backing::Sim(_) => PathBuf::from("<crash-sim>"),
+        }
+    }
+
+    /// The flush mode's name (`sim` for simulated media).
+    pub(crate) fn mode_name(&self) -> &'static str {
+        match self.backing {
+            Backing::Sim(_) => "sim",
+            Backing::File { .. } => self.mode.name(),
+        }
+    }
+
+    /// Grows the pool to `new_len` bytes.
+    pub(crate) fn grow(&self, new_len: u64) -> Result<()> {
+        if new_len > self.reserve {
+            return Err(Error::config(format!(
+                "cannot grow to {new_len} bytes: the mapping reserves {} bytes (raise Config::max_size)",
+                self.reserve
+            )));
+        }
+        match &self.backing {
+            Backing::File { file, path, .. } => {
+                file.set_len(new_len)
+                    .map_err(|e| Error::io("grow", path, e))?;
+                if self.mode == FlushMode::Msync {
+                    file.sync_all().map_err(|e| Error::io("fsync", path, e))?;
+                }
+            }
+            Backing::Sim(sim) => sim.set_len(new_len),
+        }
+        self.len.store(new_len, Ordering::Release);
+        Ok(())
+    }
+
+    /// A pointer to pool offset `off`.
+    #[inline(always)]
+    pub(crate) fn ptr(&self, off: u64) -> *mut u8 {
+        debug_assert!(off <= self.reserve);
+        // SAFETY: `off` is within the reserved mapping (callers check offsets against the
+        // pool length before using them), so the result stays in the same allocation.
+        unsafe { self.base.add(off as usize) }
+    }
+
+    /// Writes back `[off, off + len)` towards media (durable after the next `fence`).
+    #[inline]
+    pub(crate) fn flush(&self, off: u64, len: u64) {
+        match &self.backing {
+            Backing::Sim(sim) => sim.flush(off, len),
+            Backing::File { path, .. } => match self.mode {
+                FlushMode::Clwb | FlushMode::Clflushopt | FlushMode::Clflush => {
+                    // SAFETY: `[off, off + len)` lies in the mapping (see `ptr`).
+                    unsafe { flush_lines(self.mode, self.ptr(off), len as usize) }
+                }
+                FlushMode::Msync => {
+                    if len == 0 {
+                        return;
+                    }
+                    let start = off & !4095;
+                    let end = (off + len).div_ceil(4096) * 4096;
+                    // SAFETY: the page range lies in our mapping; msync does not touch memory
+                    // contents.
+                    let rc = unsafe {
+                        libc::msync(
+                            self.ptr(start) as *mut libc::c_void,
+                            (end - start) as usize,
+                            libc::MS_SYNC,
+                        )
+                    };
+                    if rc != 0 {
+                        // A failed msync means the data may not be durable; there is no way
+                        // to continue with the promise intact.
+                        panic!(
+                            "msync of {} failed: {}",
+                            path.display(),
+                            std::io::Error::last_os_error()
+                        );
+                    }
+                }
+                FlushMode::None => {}
+            },
+        }
+    }
+
+    /// An ordering point: every earlier flush of this thread is durable before any later store.
+    #[inline]
+    pub(crate) fn fence(&self) {
+        match &self.backing {
+            Backing::Sim(sim) => sim.fence(),
+            Backing::File { .. } => {
+                if self.mode != FlushMode::Msync && self.mode != FlushMode::None {
+                    sfence();
+                }
+            }
+        }
+    }
+
+    /// Copies `dst.len()` bytes at `off` into `dst`.
+    ///
+    /// # Safety
+    /// `[off, off + dst.len())` must be inside the pool, and no other thread may be writing it.
+    #[inline]
+    pub(crate) unsafe fn read(&self, off: u64, dst: &mut [u8]) {
+        // SAFETY: the caller guarantees bounds and the absence of concurrent writers.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr(off), dst.as_mut_ptr(), dst.len()) }
+    }
+
+    /// Stores `src` at `off` (not yet durable: flush and fence).
+    ///
+    /// # Safety
+    /// `[off, off + src.len())` must be inside the pool, and the caller must own those bytes
+    /// (no other thread reads or writes them meanwhile).
+    #[inline]
+    pub(crate) unsafe fn write(&self, off: u64, src: &[u8]) {
+        // SAFETY: the caller guarantees bounds and exclusive ownership of the range.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr(off), src.len()) }
+    }
+
+    /// Reads the little-endian u64 at `off`.
+    ///
+    /// # Safety
+    /// As for [`Media::read`]; `off` must be 8-byte aligned.
+    #[inline]
+    pub(crate) unsafe fn read_u64(&self, off: u64) -> u64 {
+        // SAFETY: aligned, in bounds, no concurrent writer (caller's contract).
+        u64::from_le(unsafe { (self.ptr(off) as *const u64).read() })
+    }
+
+    /// Stores the little-endian u64 `v` at `off`.
+    ///
+    /// # Safety
+    /// As for [`Media::write`]; `off` must be 8-byte aligned.
+    #[inline]
+    pub(crate) unsafe fn write_u64(&self, off: u64, v: u64) {
+        // SAFETY: aligned, in bounds, exclusively owned (caller's contract).
+        unsafe { (self.ptr(off) as *mut u64).write(v.to_le()) }
+    }
+
+    /// The crash-simulation device, if this media is one.
+    pub(crate) fn crash_sim(&self) -> Option<&Arc<CrashSim>> {
+        match &self.backing {
+            Backing::Sim(s) => Some(s),
+            Backing::File { .. } => None,
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! The media layer: the mapping of a pool file and the only way pgl makes bytes durable
+//! (flush + fence). Nothing here knows about objects or transactions.
+
+mod flush;
+mod media;
+mod sim;
+
+pub use flush::FlushMode;
+pub use media::Media;
+pub use sim::{CrashPoint, CrashSim};

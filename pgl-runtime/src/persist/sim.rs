@@ -1,0 +1,281 @@
+//! `CrashSim`: a media back-end for crash testing.
+//!
+//! It keeps two images of the pool: the *volatile* one that the program loads and stores
+//! (what the CPU caches hold), and the *persisted* one (what media holds). A flush marks
+//! lines; a fence copies the marked lines from the volatile into the persisted image. A crash
+//! at any moment leaves the persisted image plus ANY subset of the 8-byte words that differ
+//! between the two images — flushed or not, since a cache may evict a dirty line at any time.
+//! [`CrashPoint`] captures exactly that set, and can build every such image.
+//!
+//! Invariant: the persisted image only ever changes at a fence, and only by lines that were
+//! flushed since the previous fence.
+
+use parking_lot::Mutex;
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+type Hook = Box<dyn FnMut(&CrashSim) + Send>;
+
+/// A simulated persistent-memory device for crash tests (see the module docs).
+pub struct CrashSim {
+    mem: *mut u64,
+    cap: usize,
+    len: AtomicU64,
+    persisted: Mutex<Vec<u64>>,
+    pending: Mutex<Vec<u32>>,
+    hook: Mutex<Option<Hook>>,
+    in_hook: AtomicBool,
+    fences: AtomicU64,
+}
+
+// SAFETY: `mem` is a private heap allocation owned by this value; all access to it goes
+// through raw pointers whose synchronisation is the pool's job, exactly as for a shared file
+// mapping. The other fields are Sync.
+unsafe impl Send for CrashSim {}
+// SAFETY: as above.
+unsafe impl Sync for CrashSim {}
+
+impl std::fmt::Debug for CrashSim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CrashSim")
+            .field("capacity", &self.cap)
+            .field("len", &self.len())
+            .field("fences", &self.fences())
+            .finish()
+    }
+}
+
+fn layout(cap: usize) -> Layout {
+    Layout::from_size_align(cap.max(4096), 4096).expect("capacity fits a layout")
+}
+
+impl CrashSim {
+    /// A zeroed device that can hold up to `capacity` bytes (rounded up to a page); its
+    /// current length starts at 0 and is set by the pool that is created on it.
+    pub fn new(capacity: u64) -> Arc<CrashSim> {
+        let cap = (capacity.div_ceil(4096) * 4096) as usize;
+        // SAFETY: the layout has a non-zero size (at least one page).
+        let mem = unsafe { alloc_zeroed(layout(cap)) } as *mut u64;
+        assert!(!mem.is_null(), "CrashSim: out of memory for {cap} bytes");
+        Arc::new(CrashSim {
+            mem,
+            cap,
+            len: AtomicU64::new(0),
+            persisted: Mutex::new(vec![0; cap / 8]),
+            pending: Mutex::new(Vec::new()),
+            hook: Mutex::new(None),
+            in_hook: AtomicBool::new(false),
+            fences: AtomicU64::new(0),
+        })
+    }
+
+    /// A device whose volatile and persisted images both equal `image` (a crash image, as
+    /// after a reboot), with capacity `capacity` (at least the image's length).
+    pub fn from_image(image: &[u64], len: u64, capacity: u64) -> Arc<CrashSim> {
+        let sim = CrashSim::new(capacity.max(image.len() as u64 * 8));
+        let n = image.len().min(sim.cap / 8);
+        // SAFETY: `mem` holds `cap / 8 >= n` words and is not shared yet.
+        unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), sim.mem, n) };
+        sim.persisted.lock()[..n].copy_from_slice(&image[..n]);
+        sim.len.store(len, Ordering::Relaxed);
+        sim
+    }
+
+    /// Bytes the device can hold.
+    pub fn capacity(&self) -> u64 {
+        self.cap as u64
+    }
+
+    /// The current length (the "file size").
+    pub fn len(&self) -> u64 {
+        self.len.load(Ordering::Acquire)
+    }
+
+    /// Whether the length is zero (nothing created on it yet).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub(crate) fn set_len(&self, len: u64) {
+        self.len.store(len, Ordering::Release);
+    }
+
+    pub(crate) fn base(&self) -> *mut u8 {
+        self.mem as *mut u8
+    }
+
+    /// Fences executed so far.
+    pub fn fences(&self) -> u64 {
+        self.fences.load(Ordering::Relaxed)
+    }
+
+    /// Installs a hook called at every fence, before the fence takes effect: the moment a
+    /// crash test captures a [`CrashPoint`]. The hook must not run pool operations.
+    pub fn set_fence_hook(&self, hook: impl FnMut(&CrashSim) + Send + 'static) {
+        *self.hook.lock() = Some(Box::new(hook));
+    }
+
+    /// Removes the fence hook.
+    pub fn clear_fence_hook(&self) {
+        *self.hook.lock() = None;
+    }
+
+    pub(crate) fn flush(&self, off: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        let first = off / 64;
+        let last = (off + len - 1) / 64;
+        let mut p = self.pending.lock();
+        for line in first..=last {
+            p.push(line as u32);
+        }
+    }
+
+    pub(crate) fn fence(&self) {
+        if !self.in_hook.swap(true, Ordering::AcqRel) {
+            let mut hook = self.hook.lock();
+            if let Some(h) = hook.as_mut() {
+                h(self);
+            }
+            drop(hook);
+            self.in_hook.store(false, Ordering::Release);
+        }
+        let lines = std::mem::take(&mut *self.pending.lock());
+        let mut persisted = self.persisted.lock();
+        for line in lines {
+            let w = line as usize * 8;
+            if w + 8 > persisted.len() {
+                continue;
+            }
+            for i in w..w + 8 {
+                // SAFETY: `i < cap / 8`, inside the allocation; a volatile read because
+                // another thread may store to it (the crash model tolerates either value).
+                persisted[i] = unsafe { std::ptr::read_volatile(self.mem.add(i)) };
+            }
+        }
+        self.fences.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The persisted image now (what survives a crash with no pending word written).
+    pub fn persisted_image(&self) -> Vec<u64> {
+        let len = (self.len() as usize).div_ceil(8);
+        self.persisted.lock()[..len].to_vec()
+    }
+
+    /// The volatile image now.
+    pub fn volatile_image(&self) -> Vec<u64> {
+        let len = (self.len() as usize).div_ceil(8);
+        (0..len)
+            // SAFETY: `i < len <= cap / 8`, inside the allocation.
+            .map(|i| unsafe { std::ptr::read_volatile(self.mem.add(i)) })
+            .collect()
+    }
+
+    /// Captures the crash state of this instant: the persisted image and every word that
+    /// differs from the volatile image.
+    pub fn crash_point(&self) -> CrashPoint {
+        let vol = self.volatile_image();
+        let base = self.persisted_image();
+        let diffs = base
+            .iter()
+            .zip(&vol)
+            .enumerate()
+            .filter(|(_, (p, v))| p != v)
+            .map(|(i, (_, v))| (i as u32, *v))
+            .collect();
+        CrashPoint {
+            base,
+            diffs,
+            len: self.len(),
+            fence: self.fences(),
+        }
+    }
+}
+
+impl Drop for CrashSim {
+    fn drop(&mut self) {
+        // SAFETY: `mem` was allocated in `new` with this same layout and is freed once.
+        unsafe { dealloc(self.mem as *mut u8, layout(self.cap)) };
+    }
+}
+
+/// The set of images a crash could leave at one instant: `base` plus any subset of `diffs`.
+#[derive(Clone, Debug)]
+pub struct CrashPoint {
+    base: Vec<u64>,
+    diffs: Vec<(u32, u64)>,
+    len: u64,
+    fence: u64,
+}
+
+impl CrashPoint {
+    /// Number of words that may or may not have reached media.
+    pub fn pending(&self) -> usize {
+        self.diffs.len()
+    }
+
+    /// The fence number this point was captured at.
+    pub fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    /// The image with exactly the pending words `i` for which `pick(i)` is true applied
+    /// (`i` indexes the pending words in address order).
+    pub fn image(&self, mut pick: impl FnMut(usize) -> bool) -> Vec<u64> {
+        let mut img = self.base.clone();
+        for (i, &(w, v)) in self.diffs.iter().enumerate() {
+            if pick(i) {
+                img[w as usize] = v;
+            }
+        }
+        img
+    }
+
+    /// A fresh device holding the image selected by `pick`, as after a reboot.
+    pub fn device(&self, capacity: u64, pick: impl FnMut(usize) -> bool) -> Arc<CrashSim> {
+        CrashSim::from_image(&self.image(pick), self.len, capacity)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(sim: &CrashSim, word: usize, v: u64) {
+        // SAFETY: test-only single-threaded store inside the allocation.
+        unsafe { sim.mem.add(word).write(v) };
+    }
+
+    #[test]
+    fn only_flushed_lines_persist_at_a_fence() {
+        let sim = CrashSim::new(8192);
+        sim.set_len(8192);
+        store(&sim, 0, 1);
+        store(&sim, 8, 2); // next line
+        sim.flush(0, 8);
+        sim.fence();
+        let p = sim.persisted_image();
+        assert_eq!(p[0], 1);
+        assert_eq!(p[8], 0, "unflushed line must not persist");
+        let cp = sim.crash_point();
+        assert_eq!(cp.pending(), 1);
+        assert_eq!(cp.image(|_| true)[8], 2);
+        assert_eq!(cp.image(|_| false)[8], 0);
+    }
+
+    #[test]
+    fn hook_sees_state_before_fence() {
+        let sim = CrashSim::new(4096);
+        sim.set_len(4096);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s2 = seen.clone();
+        sim.set_fence_hook(move |s| s2.lock().push(s.crash_point().pending()));
+        store(&sim, 3, 9);
+        sim.flush(24, 8);
+        sim.fence();
+        sim.fence();
+        assert_eq!(*seen.lock(), vec![1, 0]);
+    }
+}

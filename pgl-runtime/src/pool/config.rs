@@ -1,0 +1,135 @@
+//! Pool configuration: geometry, durability back-end and verify policy.
+
+use crate::geometry::Geometry;
+use crate::persist::FlushMode;
+use crate::tx::VerifyPolicy;
+use crate::{Error, Result};
+
+/// How to create (or open) a pool. Start from `Config::new(layout)` and adjust.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// The layout name: which application's data the pool holds (at most 63 bytes).
+    pub layout: String,
+    /// Initial size in bytes (rounded down to whole zones; at least one zone).
+    pub size: u64,
+    /// Bytes per chunk: a power of two from 16 KiB to 64 MiB. Default 256 KiB.
+    pub chunk_size: u64,
+    /// Chunks per row. Default 1.
+    pub chunks_per_row: u64,
+    /// Data rows per zone; one more row holds parity. Default 100 (~1 % parity).
+    pub rows: u64,
+    /// Redo lanes: how many transactions can commit at once. Default 8.
+    pub lanes: u64,
+    /// Bytes of one copy of one lane: the largest redo record. Default 256 KiB.
+    pub lane_size: u64,
+    /// Address space reserved for the mapping: the largest size `grow` can reach.
+    /// Default 1 TiB (address space only; nothing is allocated).
+    pub max_size: u64,
+    /// Durability back-end; `None` picks the best the CPU has, overridable by `PGL_FLUSH`.
+    pub flush: Option<FlushMode>,
+    /// When objects are verified.
+    pub verify: VerifyPolicy,
+}
+
+impl Config {
+    /// Defaults for a pool of layout `layout`: 64 MiB, 256 KiB chunks, 100 rows, 8 lanes.
+    pub fn new(layout: impl Into<String>) -> Config {
+        Config {
+            layout: layout.into(),
+            size: 64 << 20,
+            chunk_size: 256 << 10,
+            chunks_per_row: 1,
+            rows: 100,
+            lanes: 8,
+            lane_size: 256 << 10,
+            max_size: 1 << 40,
+            flush: None,
+            verify: VerifyPolicy::Default,
+        }
+    }
+
+    /// A small geometry for tests and crash simulation: 64 KiB chunks, 4 rows, 2 lanes of
+    /// 160 KiB (a 64 KiB object fits one record), sized for one zone.
+    pub fn small(layout: impl Into<String>) -> Config {
+        let mut c = Config::new(layout);
+        c.chunk_size = 64 << 10;
+        c.rows = 4;
+        c.lanes = 2;
+        c.lane_size = 160 << 10;
+        c.size = c.geometry().pool_size(1);
+        c.max_size = c.geometry().pool_size(8);
+        c
+    }
+
+    /// Sets the initial size.
+    pub fn size(mut self, bytes: u64) -> Self {
+        self.size = bytes;
+        self
+    }
+
+    /// Sets the flush mode.
+    pub fn flush(mut self, mode: FlushMode) -> Self {
+        self.flush = Some(mode);
+        self
+    }
+
+    /// Sets the verify policy.
+    pub fn verify(mut self, policy: VerifyPolicy) -> Self {
+        self.verify = policy;
+        self
+    }
+
+    /// The geometry these settings describe.
+    pub fn geometry(&self) -> Geometry {
+        Geometry {
+            chunk_size: self.chunk_size,
+            chunks_per_row: self.chunks_per_row,
+            rows: self.rows,
+            lanes: self.lanes,
+            lane_size: self.lane_size,
+        }
+    }
+
+    /// Checks every value; returns the geometry and zone count.
+    pub(crate) fn validate(&self) -> Result<(Geometry, u64)> {
+        if self.layout.is_empty() || self.layout.len() > super::LAYOUT_MAX || self.layout.contains('\0') {
+            return Err(Error::config(format!(
+                "layout name {:?} must be 1 to {} bytes without NUL",
+                self.layout,
+                super::LAYOUT_MAX
+            )));
+        }
+        let geo = self.geometry();
+        super::header::check_geometry(&geo, 1).map_err(Error::config)?;
+        let zones = geo.zones_for(self.size);
+        if zones == 0 {
+            return Err(Error::config(format!(
+                "size {} is smaller than one zone: the smallest pool of this geometry is {} bytes",
+                self.size,
+                geo.pool_size(1)
+            )));
+        }
+        super::header::check_geometry(&geo, zones).map_err(Error::config)?;
+        if self.max_size < geo.pool_size(zones) {
+            return Err(Error::config(format!(
+                "max_size {} is below the initial size {}",
+                self.max_size,
+                geo.pool_size(zones)
+            )));
+        }
+        Ok((geo, zones))
+    }
+
+    pub(crate) fn flush_mode(&self) -> FlushMode {
+        match self.flush {
+            Some(m) if m.supported() => m,
+            _ => FlushMode::from_env_or_detect(),
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config::new("pgl")
+    }
+}

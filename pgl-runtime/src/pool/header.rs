@@ -1,0 +1,271 @@
+//! The pool header, kept as two copies (page 0 and the page after the lanes), each with its
+//! own checksum. The valid copy with the higher generation wins; a bad copy is rewritten
+//! from the good one on open.
+//!
+//! ```text
+//!    0  magic           [u8; 8]  "PGLPOOL\0"
+//!    8  version         u32
+//!   12  flags           u32      (0)
+//!   16  generation      u64      bumped by every header update
+//!   24  uuid            [u8; 16]
+//!   40  layout          [u8; 64] NUL-padded UTF-8
+//!  104  chunk_size      u64
+//!  112  chunks_per_row  u64
+//!  120  rows            u64
+//!  128  lanes           u64
+//!  136  lane_size       u64
+//!  144  zones           u64
+//!  152  created         u64      seconds since the Unix epoch
+//!  160  (zero)
+//! 4092  checksum        u32      strong checksum of bytes 0..4092
+//! ```
+//!
+//! Invariant: a header is accepted only if its checksum verifies and its geometry is sane
+//! (every region fits, no arithmetic overflows).
+
+use crate::checksum::strong;
+use crate::geometry::{Geometry, PAGE};
+
+/// Header magic.
+pub const MAGIC: [u8; 8] = *b"PGLPOOL\0";
+/// The on-media format version this build reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+/// Longest layout name, in bytes.
+pub const LAYOUT_MAX: usize = 63;
+
+const MAGIC_OFFSET: usize = 0;
+const VERSION_OFFSET: usize = MAGIC_OFFSET + 8;
+const FLAGS_OFFSET: usize = VERSION_OFFSET + 4;
+const GENERATION_OFFSET: usize = FLAGS_OFFSET + 4;
+const UUID_OFFSET: usize = GENERATION_OFFSET + 8;
+const LAYOUT_OFFSET: usize = UUID_OFFSET + 16;
+const CHUNK_SIZE_OFFSET: usize = LAYOUT_OFFSET + 64;
+const CHUNKS_PER_ROW_OFFSET: usize = CHUNK_SIZE_OFFSET + 8;
+const ROWS_OFFSET: usize = CHUNKS_PER_ROW_OFFSET + 8;
+const LANES_OFFSET: usize = ROWS_OFFSET + 8;
+const LANE_SIZE_OFFSET: usize = LANES_OFFSET + 8;
+const ZONES_OFFSET: usize = LANE_SIZE_OFFSET + 8;
+const CREATED_OFFSET: usize = ZONES_OFFSET + 8;
+const CHECKSUM_OFFSET: usize = PAGE as usize - 4;
+
+/// A decoded pool header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// Format version.
+    pub version: u32,
+    /// Generation (bumped on every header update).
+    pub generation: u64,
+    /// The pool's UUID.
+    pub uuid: [u8; 16],
+    /// Layout name.
+    pub layout: String,
+    /// Geometry.
+    pub geo: Geometry,
+    /// Zones in use.
+    pub zones: u64,
+    /// Creation time, seconds since the Unix epoch.
+    pub created: u64,
+}
+
+/// Why a header copy was rejected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HeaderFault {
+    /// No magic: not a pgl pool (or wiped).
+    NoMagic,
+    /// The checksum does not match.
+    Checksum,
+    /// Another format version.
+    Version(u32),
+    /// The geometry is impossible.
+    Geometry(String),
+}
+
+impl std::fmt::Display for HeaderFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HeaderFault::NoMagic => write!(f, "no pool magic"),
+            HeaderFault::Checksum => write!(f, "checksum mismatch"),
+            HeaderFault::Version(v) => write!(f, "format version {v}"),
+            HeaderFault::Geometry(g) => write!(f, "impossible geometry: {g}"),
+        }
+    }
+}
+
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[o..o + 8]);
+    u64::from_le_bytes(a)
+}
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[o..o + 4]);
+    u32::from_le_bytes(a)
+}
+
+impl Header {
+    /// Encodes into one page.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; PAGE as usize];
+        b[MAGIC_OFFSET..MAGIC_OFFSET + 8].copy_from_slice(&MAGIC);
+        b[VERSION_OFFSET..VERSION_OFFSET + 4].copy_from_slice(&self.version.to_le_bytes());
+        b[GENERATION_OFFSET..GENERATION_OFFSET + 8].copy_from_slice(&self.generation.to_le_bytes());
+        b[UUID_OFFSET..UUID_OFFSET + 16].copy_from_slice(&self.uuid);
+        let l = self.layout.as_bytes();
+        let n = l.len().min(LAYOUT_MAX);
+        b[LAYOUT_OFFSET..LAYOUT_OFFSET + n].copy_from_slice(&l[..n]);
+        let g = &self.geo;
+        for (o, v) in [
+            (CHUNK_SIZE_OFFSET, g.chunk_size),
+            (CHUNKS_PER_ROW_OFFSET, g.chunks_per_row),
+            (ROWS_OFFSET, g.rows),
+            (LANES_OFFSET, g.lanes),
+            (LANE_SIZE_OFFSET, g.lane_size),
+            (ZONES_OFFSET, self.zones),
+            (CREATED_OFFSET, self.created),
+        ] {
+            b[o..o + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        let c = strong(&b[..CHECKSUM_OFFSET]);
+        b[CHECKSUM_OFFSET..].copy_from_slice(&c.to_le_bytes());
+        b
+    }
+
+    /// Decodes and validates one page.
+    pub fn decode(b: &[u8]) -> Result<Header, HeaderFault> {
+        if b.len() < PAGE as usize || b[..8] != MAGIC {
+            return Err(HeaderFault::NoMagic);
+        }
+        if strong(&b[..CHECKSUM_OFFSET]) != u32_at(b, CHECKSUM_OFFSET) {
+            return Err(HeaderFault::Checksum);
+        }
+        let version = u32_at(b, VERSION_OFFSET);
+        if version != FORMAT_VERSION {
+            return Err(HeaderFault::Version(version));
+        }
+        let raw = &b[LAYOUT_OFFSET..LAYOUT_OFFSET + 64];
+        let end = raw.iter().position(|&c| c == 0).unwrap_or(64);
+        let layout = String::from_utf8_lossy(&raw[..end]).into_owned();
+        let geo = Geometry {
+            chunk_size: u64_at(b, CHUNK_SIZE_OFFSET),
+            chunks_per_row: u64_at(b, CHUNKS_PER_ROW_OFFSET),
+            rows: u64_at(b, ROWS_OFFSET),
+            lanes: u64_at(b, LANES_OFFSET),
+            lane_size: u64_at(b, LANE_SIZE_OFFSET),
+        };
+        let zones = u64_at(b, ZONES_OFFSET);
+        check_geometry(&geo, zones).map_err(HeaderFault::Geometry)?;
+        let mut uuid = [0u8; 16];
+        uuid.copy_from_slice(&b[UUID_OFFSET..UUID_OFFSET + 16]);
+        Ok(Header {
+            version,
+            generation: u64_at(b, GENERATION_OFFSET),
+            uuid,
+            layout,
+            geo,
+            zones,
+            created: u64_at(b, CREATED_OFFSET),
+        })
+    }
+
+    /// The pool's size in bytes.
+    pub fn pool_size(&self) -> u64 {
+        self.geo.pool_size(self.zones)
+    }
+
+    /// The UUID as text.
+    pub fn uuid_string(&self) -> String {
+        let h: String = self.uuid.iter().map(|b| format!("{b:02x}")).collect();
+        format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    }
+}
+
+/// Limits that keep every offset computation far from overflow.
+pub(crate) fn check_geometry(g: &Geometry, zones: u64) -> Result<(), String> {
+    let pow2 = |v: u64| v.is_power_of_two();
+    if !pow2(g.chunk_size) || !(16 << 10..=64 << 20).contains(&g.chunk_size) {
+        return Err(format!(
+            "chunk_size {} must be a power of two from 16 KiB to 64 MiB",
+            g.chunk_size
+        ));
+    }
+    if !(1..=4096).contains(&g.chunks_per_row) {
+        return Err(format!("chunks_per_row {} must be 1..=4096", g.chunks_per_row));
+    }
+    if !(2..=10_000).contains(&g.rows) {
+        return Err(format!("rows {} must be 2..=10000", g.rows));
+    }
+    let table = crate::heap::layout::CHUNK_TABLE_OFFSET + g.rows * g.chunks_per_row * 8;
+    if table > g.chunk_size {
+        return Err(format!(
+            "a zone of {} chunks needs a {table}-byte chunk table, more than one {}-byte chunk; \
+             use fewer rows or chunks per row, or bigger chunks",
+            g.rows * g.chunks_per_row,
+            g.chunk_size
+        ));
+    }
+    if !(1..=64).contains(&g.lanes) {
+        return Err(format!("lanes {} must be 1..=64", g.lanes));
+    }
+    if g.lane_size % PAGE != 0 || !(2 * PAGE..=1 << 30).contains(&g.lane_size) {
+        return Err(format!(
+            "lane_size {} must be a multiple of 4096 from 8 KiB to 1 GiB",
+            g.lane_size
+        ));
+    }
+    if zones > 1 << 20 {
+        return Err(format!("{zones} zones is more than the 2^20 supported"));
+    }
+    if zones.checked_mul(g.zone_size()).is_none_or(|v| v > 1 << 50) {
+        return Err("pool larger than 1 PiB".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Header {
+        Header {
+            version: FORMAT_VERSION,
+            generation: 3,
+            uuid: [7; 16],
+            layout: "demo".into(),
+            geo: Geometry {
+                chunk_size: 256 << 10,
+                chunks_per_row: 1,
+                rows: 100,
+                lanes: 8,
+                lane_size: 256 << 10,
+            },
+            zones: 4,
+            created: 1_700_000_000,
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let h = sample();
+        assert_eq!(Header::decode(&h.encode()).unwrap(), h);
+    }
+
+    #[test]
+    fn every_bit_flip_is_rejected() {
+        let b = sample().encode();
+        for byte in (0..160).chain(4000..4096) {
+            let mut c = b.clone();
+            c[byte] ^= 0x10;
+            assert!(Header::decode(&c).is_err(), "byte {byte}");
+        }
+    }
+
+    #[test]
+    fn bad_geometry_is_rejected_even_with_a_valid_checksum() {
+        let mut h = sample();
+        h.geo.chunk_size = 1000;
+        assert!(matches!(Header::decode(&h.encode()), Err(HeaderFault::Geometry(_))));
+        let mut h = sample();
+        h.zones = u64::MAX;
+        assert!(matches!(Header::decode(&h.encode()), Err(HeaderFault::Geometry(_))));
+    }
+}

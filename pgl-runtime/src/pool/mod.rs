@@ -1,0 +1,11 @@
+//! The pool: a file holding a replicated header, redo lanes and zones; creation, opening
+//! (with header repair and crash recovery), the root object, growth.
+
+mod config;
+mod header;
+#[allow(clippy::module_inception)]
+mod pool;
+
+pub use config::Config;
+pub use header::{Header, FORMAT_VERSION, LAYOUT_MAX};
+pub use pool::{Pool, PoolInfo, Detached};

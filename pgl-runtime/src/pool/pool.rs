@@ -1,0 +1,545 @@
+//! `Pool`: create, open (header repair + recovery + heap rebuild), transactions, root, grow.
+//!
+//! Invariant: a `Pool` value exists only for a pool whose header verified, whose committed
+//! redo records were replayed, and whose heap metadata loaded without inconsistency.
+
+use super::config::Config;
+use super::header::{Header, HeaderFault, FORMAT_VERSION};
+use crate::geometry::{Geometry, PAGE};
+use crate::heap::layout::{ObjectHeader, HEADER_SIZE, ROOT_OFFSET};
+use crate::heap::Heap;
+use crate::persist::{CrashSim, FlushMode, Media};
+use crate::persistent::{Oid, Persistent};
+use crate::stats::Stats;
+use crate::tx::{self, Engine, Mut, Ref, Tx};
+use crate::{Error, Result};
+use parking_lot::Mutex;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A persistent memory pool: one file of typed, checksummed objects.
+///
+/// `Pool` is `Send + Sync` and cheap to clone (clones share the open pool); the file is
+/// unmapped when the last clone is dropped. Everything committed is already durable, so
+/// dropping needs no flush.
+#[derive(Clone)]
+pub struct Pool {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    eng: Engine,
+    header: Mutex<Header>,
+    root_lock: Mutex<()>,
+    grow_lock: Mutex<()>,
+    replayed: u64,
+    header_repairs: u64,
+}
+
+/// A summary of a pool for `pgl info`.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct PoolInfo {
+    /// The file.
+    pub path: PathBuf,
+    /// The decoded header.
+    pub header: Header,
+    /// Bytes of the pool.
+    pub size: u64,
+    /// Bytes of all data chunks.
+    pub heap_capacity: u64,
+    /// Bytes free for allocation.
+    pub free: u64,
+    /// The durability back-end in use.
+    pub flush: &'static str,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("path", &self.inner.eng.media.path())
+            .field("size", &self.size())
+            .finish()
+    }
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn new_uuid() -> [u8; 16] {
+    use std::hash::{BuildHasher, Hasher};
+    let mut out = [0u8; 16];
+    for (i, chunk) in out.chunks_mut(8).enumerate() {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(now_secs() ^ i as u64);
+        h.write_u128(std::time::Instant::now().elapsed().as_nanos());
+        h.write_u32(std::process::id());
+        chunk.copy_from_slice(&h.finish().to_le_bytes());
+    }
+    out[6] = (out[6] & 0x0f) | 0x40;
+    out[8] = (out[8] & 0x3f) | 0x80;
+    out
+}
+
+impl Pool {
+    /// Creates a new pool file at `path`. Fails with `Error::AlreadyExists` if a file is
+    /// there. The file is sparse: a 1 GiB pool is created without writing 1 GiB.
+    pub fn create(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
+        let path = path.as_ref();
+        let (geo, zones) = config.validate()?;
+        let media = Media::create_file(path, geo.pool_size(zones), config.max_size, config.flush_mode())?;
+        Self::format(&media, &geo, zones, &config.layout);
+        Self::from_media(media, Some(&config.layout), config)
+    }
+
+    /// Opens the pool at `path`, checking that it holds layout `layout`. Repairs a damaged
+    /// header copy and replays committed transactions a crash interrupted.
+    pub fn open(path: impl AsRef<Path>, layout: &str) -> Result<Pool> {
+        Self::open_with(path, &Config::new(layout))
+    }
+
+    /// Opens the pool at `path` with the layout, flush mode, verify policy and `max_size` of
+    /// `config` (its geometry is read from the pool).
+    pub fn open_with(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
+        let media = Media::open_file(path.as_ref(), config.max_size, config.flush_mode())?;
+        Self::from_media(media, Some(&config.layout), config)
+    }
+
+    /// Opens the pool at `path` whatever its layout (for tools such as `pgl info`).
+    pub fn open_any(path: impl AsRef<Path>) -> Result<Pool> {
+        let config = Config::new("any");
+        let media = Media::open_file(path.as_ref(), config.max_size, config.flush_mode())?;
+        Self::from_media(media, None, &config)
+    }
+
+    /// Creates a pool on a crash-simulation device (tests).
+    pub fn create_sim(sim: &Arc<CrashSim>, config: &Config) -> Result<Pool> {
+        let (geo, zones) = config.validate()?;
+        let size = geo.pool_size(zones);
+        if size > sim.capacity() {
+            return Err(Error::config(format!(
+                "the CrashSim device holds {} bytes, the pool needs {size}",
+                sim.capacity()
+            )));
+        }
+        if !sim.is_empty() {
+            return Err(Error::AlreadyExists {
+                path: "<crash-sim>".into(),
+            });
+        }
+        sim.set_len(size);
+        let media = Media::sim(sim.clone());
+        Self::format(&media, &geo, zones, &config.layout);
+        Self::from_media(media, Some(&config.layout), config)
+    }
+
+    /// Opens the pool on a crash-simulation device (after a simulated crash), running
+    /// recovery exactly as for a file.
+    pub fn open_sim(sim: &Arc<CrashSim>, layout: &str) -> Result<Pool> {
+        Self::from_media(Media::sim(sim.clone()), Some(layout), &Config::new(layout))
+    }
+
+    fn format(media: &Media, geo: &Geometry, zones: u64, layout: &str) {
+        let h = Header {
+            version: FORMAT_VERSION,
+            generation: 1,
+            uuid: new_uuid(),
+            layout: layout.to_owned(),
+            geo: *geo,
+            zones,
+            created: now_secs(),
+        };
+        let bytes = h.encode();
+        for copy in 0..2 {
+            let off = geo.header_offset(copy);
+            // SAFETY: a fresh pool nobody else has mapped; the header page is inside it.
+            unsafe { media.write(off, &bytes) };
+            media.flush(off, PAGE);
+        }
+        media.fence();
+    }
+
+    fn from_media(media: Media, layout: Option<&str>, config: &Config) -> Result<Pool> {
+        let path = media.path();
+        let len = media.len();
+        if len < 2 * PAGE {
+            return Err(Error::NotAPool {
+                path,
+                reason: format!("{len} bytes is smaller than a pool header"),
+            });
+        }
+        let page = |off: u64| -> &[u8] {
+            // SAFETY: `off + PAGE <= len` is checked by every caller; nothing else has this
+            // pool open in this process yet, and a pool must not be opened by two processes.
+            unsafe { std::slice::from_raw_parts(media.ptr(off) as *const u8, PAGE as usize) }
+        };
+        let a = Header::decode(page(0));
+        // Copy B's place depends on the geometry; if copy A is bad, search the pages where
+        // some geometry could put it.
+        let b_at = |h: &Header| h.geo.header_offset(1);
+        let b = match &a {
+            Ok(h) if b_at(h) + PAGE <= len => Header::decode(page(b_at(h))).map(|hb| (b_at(h), hb)),
+            Ok(_) => Err(HeaderFault::NoMagic),
+            Err(_) => {
+                let mut found = Err(HeaderFault::NoMagic);
+                let last = (len / PAGE).min(1 << 20);
+                for p in 1..last {
+                    let off = p * PAGE;
+                    if page(off)[..8] != super::header::MAGIC {
+                        continue;
+                    }
+                    match Header::decode(page(off)) {
+                        Ok(h) if b_at(&h) == off => {
+                            found = Ok((off, h));
+                            break;
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            if matches!(found, Err(HeaderFault::NoMagic)) {
+                                found = Err(e);
+                            }
+                        }
+                    }
+                }
+                found
+            }
+        };
+        let (header, repairs) = match (a, b) {
+            (Ok(ha), Ok((off_b, hb))) => {
+                if ha.generation >= hb.generation {
+                    let fix = ha != hb;
+                    if fix {
+                        Self::write_header_copy(&media, off_b, &ha);
+                    }
+                    (ha, fix as u64)
+                } else {
+                    Self::write_header_copy(&media, 0, &hb);
+                    (hb, 1)
+                }
+            }
+            (Ok(ha), Err(_)) => {
+                let off_b = b_at(&ha);
+                if off_b + PAGE <= len {
+                    Self::write_header_copy(&media, off_b, &ha);
+                }
+                (ha, 1)
+            }
+            (Err(_), Ok((_, hb))) => {
+                Self::write_header_copy(&media, 0, &hb);
+                (hb, 1)
+            }
+            (Err(ea), Err(eb)) => {
+                if let (HeaderFault::Version(v), _) | (_, HeaderFault::Version(v)) = (&ea, &eb) {
+                    return Err(Error::Version {
+                        path,
+                        found: *v,
+                        supported: FORMAT_VERSION,
+                    });
+                }
+                if ea == HeaderFault::NoMagic && eb == HeaderFault::NoMagic {
+                    return Err(Error::NotAPool {
+                        path,
+                        reason: "no pgl pool header in either copy".into(),
+                    });
+                }
+                return Err(Error::HeaderCorrupt {
+                    path,
+                    detail: format!("copy A: {ea}; copy B: {eb}"),
+                });
+            }
+        };
+        if let Some(l) = layout {
+            if header.layout != l {
+                return Err(Error::LayoutName {
+                    path,
+                    expected: l.to_owned(),
+                    found: header.layout.clone(),
+                });
+            }
+        }
+        let size = header.pool_size();
+        if len < size {
+            return Err(Error::Truncated {
+                path,
+                expected: size,
+                actual: len,
+            });
+        }
+        if size > media.reserve() {
+            return Err(Error::config(format!(
+                "the pool is {size} bytes, more than max_size {}",
+                media.reserve()
+            )));
+        }
+        let geo = header.geo;
+        let rec = tx::recover(&media, &geo, size)?;
+        let heap = Heap::open(&media, geo, header.zones)?;
+        let eng = Engine::new(media, geo, heap, rec.max_seq + 1, config.verify);
+        Ok(Pool {
+            inner: Arc::new(Inner {
+                eng,
+                header: Mutex::new(header),
+                root_lock: Mutex::new(()),
+                grow_lock: Mutex::new(()),
+                replayed: rec.replayed,
+                header_repairs: repairs,
+            }),
+        })
+    }
+
+    fn write_header_copy(media: &Media, off: u64, h: &Header) {
+        // SAFETY: a header page inside the pool, written only while opening (single
+        // threaded) or under the grow lock.
+        unsafe { media.write(off, &h.encode()) };
+        media.flush(off, PAGE);
+        media.fence();
+    }
+
+    /// Runs `f` as one transaction: every change it makes through `tx` becomes durable
+    /// atomically when it returns `Ok`, and none does when it returns `Err` (the error is
+    /// returned). A conflict with another thread's transaction re-runs `f`, so `f` may run
+    /// more than once and should have no other side effects. Inside `f`, `pool.tx` joins the
+    /// same transaction.
+    pub fn tx<R>(&self, f: impl FnMut(&Tx<'_>) -> Result<R>) -> Result<R> {
+        tx::run(&self.inner.eng, f)
+    }
+
+    /// Reads an object directly from the pool, without a micro-buffer (Pangolin's
+    /// `pgl_get`). The `Ref` holds the object's read lock: transactions that change it wait.
+    pub fn get<T: Persistent>(&self, oid: Oid<T>) -> Result<Ref<'_, T>> {
+        tx::get(&self.inner.eng, oid)
+    }
+
+    /// Opens one object for an atomic update outside a closure (Pangolin's
+    /// `pgl_open`/`pgl_commit`): change it through the handle, then `.commit()`; dropping the
+    /// handle without committing discards the changes.
+    pub fn open_mut<T: Persistent>(&self, oid: Oid<T>) -> Result<Detached<'_, T>> {
+        let tx = std::ptr::NonNull::from(Box::leak(Box::new(Tx::begin(&self.inner.eng))));
+        let detached = |handle| Detached {
+            handle: Some(handle),
+            tx,
+        };
+        // SAFETY: the Tx was just leaked into a stable heap allocation; the returned
+        // `Detached` owns it and frees it only after dropping the handle.
+        let txr: &Tx<'_> = unsafe { tx.as_ref() };
+        let mut attempt = 0;
+        loop {
+            match txr.open(oid) {
+                Ok(h) => return Ok(detached(h)),
+                Err(Error::Conflict { .. }) if attempt < 10_000 => {
+                    txr.st.borrow_mut().poison = None;
+                    attempt += 1;
+                    std::thread::sleep(std::time::Duration::from_micros(10));
+                }
+                Err(e) => {
+                    // SAFETY: no handle exists; reclaim the leaked box.
+                    drop(unsafe { Box::from_raw(tx.as_ptr()) });
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// The root object of type `T`, created zero-filled on the first call.
+    pub fn root<T: Persistent>(&self) -> Result<Oid<T>> {
+        let eng = &self.inner.eng;
+        let _g = self.inner.root_lock.lock();
+        let word = eng.geo.chunk_offset(0, 0) + ROOT_OFFSET;
+        // SAFETY: the root word lies in zone 0's metadata; it changes only under root_lock.
+        let cur = unsafe { eng.media.read_u64(word) };
+        if cur != 0 {
+            let oid = Oid::<T>::from_raw(cur);
+            return match self.get(oid) {
+                Ok(_) => Ok(oid),
+                Err(Error::TypeMismatch {
+                    found, found_size, ..
+                }) => Err(Error::RootType {
+                    type_name: T::TYPE_NAME,
+                    found,
+                    found_size,
+                }),
+                Err(e) => Err(e),
+            };
+        }
+        self.tx(|tx| {
+            let oid = tx.alloc_zeroed::<T>()?;
+            tx.set_meta_word(word, oid.raw());
+            Ok(oid)
+        })
+    }
+
+    /// Grows the pool to at least `new_size` bytes (whole zones are added).
+    pub fn grow(&self, new_size: u64) -> Result<()> {
+        let _g = self.inner.grow_lock.lock();
+        let eng = &self.inner.eng;
+        let mut header = self.inner.header.lock().clone();
+        let zones = eng.geo.zones_for(new_size);
+        if zones <= header.zones {
+            return Err(Error::config(format!(
+                "cannot grow to {new_size} bytes: the pool is already {} bytes and grows by whole \
+                 zones of {} bytes",
+                header.pool_size(),
+                eng.geo.zone_size()
+            )));
+        }
+        super::header::check_geometry(&eng.geo, zones).map_err(Error::config)?;
+        eng.media.grow(eng.geo.pool_size(zones))?;
+        header.zones = zones;
+        header.generation += 1;
+        Self::write_header_copy(&eng.media, 0, &header);
+        Self::write_header_copy(&eng.media, eng.geo.header_offset(1), &header);
+        eng.heap.add_zones(&eng.media, zones)?;
+        *self.inner.header.lock() = header;
+        Ok(())
+    }
+
+    /// The pool's size in bytes.
+    pub fn size(&self) -> u64 {
+        self.inner.header.lock().pool_size()
+    }
+
+    /// Bytes available for new objects.
+    pub fn free_bytes(&self) -> u64 {
+        self.inner.eng.heap.free_bytes()
+    }
+
+    /// Counters since the pool was opened.
+    pub fn stats(&self) -> Stats {
+        let mut s = Stats::default();
+        for l in self.inner.eng.lanes.iter() {
+            l.counters.add_to(&mut s);
+        }
+        s.records_replayed = self.inner.replayed;
+        s.header_repairs = self.inner.header_repairs;
+        s
+    }
+
+    /// A summary of the pool.
+    pub fn info(&self) -> PoolInfo {
+        let eng = &self.inner.eng;
+        let header = self.inner.header.lock().clone();
+        PoolInfo {
+            path: eng.media.path(),
+            size: header.pool_size(),
+            header,
+            heap_capacity: eng.heap.capacity_bytes(),
+            free: eng.heap.free_bytes(),
+            flush: eng.media.mode_name(),
+        }
+    }
+
+    /// The flush mode in use (`None` for crash-simulated media).
+    pub fn flush_mode(&self) -> Option<FlushMode> {
+        match self.inner.eng.media.mode_name() {
+            "sim" => None,
+            n => n.parse().ok(),
+        }
+    }
+
+    /// Every allocated object, as read from the persistent heap metadata:
+    /// `(payload offset, header)`. Takes no locks: call it on a quiescent pool.
+    pub fn objects(&self) -> Result<Vec<(u64, ObjectHeader)>> {
+        let eng = &self.inner.eng;
+        let mut out = Vec::new();
+        crate::heap::walk(&eng.media, &eng.geo, eng.heap.classes(), eng.heap.zone_count(), |hdr, _| {
+            let mut h = [0u8; 16];
+            // SAFETY: an allocated block's header inside the pool; read-only.
+            unsafe { eng.media.read(hdr, &mut h) };
+            out.push((hdr + HEADER_SIZE, ObjectHeader::from_bytes(&h)));
+        })?;
+        Ok(out)
+    }
+
+    /// The header and bytes of the object at payload offset `offset`, whatever its type.
+    pub fn read_object(&self, offset: u64) -> Result<(ObjectHeader, Vec<u8>)> {
+        let eng = &self.inner.eng;
+        let place = eng.heap.locate(offset)?;
+        let stripe = crate::tx::stripe_of(offset);
+        eng.objects.read(stripe);
+        let mut h = [0u8; 16];
+        // SAFETY: a located object, under its read lock.
+        unsafe { eng.media.read(offset - HEADER_SIZE, &mut h) };
+        let h = ObjectHeader::from_bytes(&h);
+        let n = h.size.min(place.capacity) as usize;
+        let mut data = vec![0u8; n];
+        // SAFETY: as above; n is bounded by the block's capacity.
+        unsafe { eng.media.read(offset, &mut data) };
+        eng.objects.release(stripe, crate::tx::Held::Read);
+        Ok((h, data))
+    }
+
+    /// Verifies the checksum of every allocated object; returns the problems found, each as
+    /// `(offset, error)`. Takes no locks: call it on a quiescent pool.
+    pub fn verify_objects(&self, mut progress: impl FnMut(u64, u64)) -> Result<Vec<(u64, Error)>> {
+        let objs = self.objects()?;
+        let total = objs.len() as u64;
+        let mut bad = Vec::new();
+        for (i, (off, h)) in objs.into_iter().enumerate() {
+            let cap = match self.inner.eng.heap.locate(off) {
+                Ok(p) => p.capacity,
+                Err(e) => {
+                    bad.push((off, e));
+                    continue;
+                }
+            };
+            if h.size > cap {
+                bad.push((
+                    off,
+                    Error::Corrupt {
+                        what: "object header",
+                        offset: off - HEADER_SIZE,
+                        detail: format!("size {} exceeds its block of {cap} bytes", h.size),
+                    },
+                ));
+                continue;
+            }
+            if let Err(e) = tx::verify_in_place(&self.inner.eng, off, &h) {
+                bad.push((off, e));
+            }
+            progress(i as u64 + 1, total);
+        }
+        Ok(bad)
+    }
+}
+
+/// A single object opened for an atomic update outside a closure (`pool.open_mut`).
+/// Derefs to the object's [`Mut`] handle; `.commit()` makes the changes durable.
+pub struct Detached<'p, T: Persistent> {
+    handle: Option<Mut<'p, T>>,
+    tx: std::ptr::NonNull<Tx<'p>>,
+}
+
+impl<'p, T: Persistent> Detached<'p, T> {
+    /// Commits the changes atomically.
+    pub fn commit(mut self) -> Result<()> {
+        drop(self.handle.take());
+        // SAFETY: the Tx is alive until Drop; no handle is alive any more.
+        unsafe { self.tx.as_ref() }.commit()
+    }
+}
+
+impl<'p, T: Persistent> std::ops::Deref for Detached<'p, T> {
+    type Target = Mut<'p, T>;
+    fn deref(&self) -> &Mut<'p, T> {
+        self.handle.as_ref().expect("handle present until commit")
+    }
+}
+
+impl<T: Persistent> std::ops::DerefMut for Detached<'_, T> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.handle.as_mut().expect("handle present until commit")
+    }
+}
+
+impl<T: Persistent> Drop for Detached<'_, T> {
+    fn drop(&mut self) {
+        drop(self.handle.take());
+        // SAFETY: leaked in `open_mut`, freed exactly once here after the handle is gone;
+        // dropping the Tx aborts it unless it committed.
+        drop(unsafe { Box::from_raw(self.tx.as_ptr()) });
+    }
+}

@@ -1,0 +1,79 @@
+//! Counters a user can read with `pool.stats()`: the figures benchmarks and the book print.
+//!
+//! Invariant: counters only grow; each lane has its own cache line of counters, so counting
+//! costs no cross-thread traffic.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A snapshot of a pool's counters since it was opened.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Transactions committed (read-only ones included).
+    pub commits: u64,
+    /// Transactions aborted (errors, conflicts, canary mismatches).
+    pub aborts: u64,
+    /// Closure re-runs after a conflict.
+    pub retries: u64,
+    /// Ordering points (fences) issued by commits.
+    pub fences: u64,
+    /// Commits that needed no redo record (a single metadata word).
+    pub direct_commits: u64,
+    /// Bytes written to redo records (both copies).
+    pub bytes_logged: u64,
+    /// Bytes written in place to objects and metadata.
+    pub bytes_written: u64,
+    /// Objects allocated.
+    pub allocs: u64,
+    /// Objects freed.
+    pub frees: u64,
+    /// Redo records replayed by recovery when the pool was opened.
+    pub records_replayed: u64,
+    /// Header copies repaired when the pool was opened.
+    pub header_repairs: u64,
+}
+
+/// Counter slots, in `Stats` field order.
+#[derive(Clone, Copy)]
+#[repr(usize)]
+pub(crate) enum Counter {
+    Commits,
+    Aborts,
+    Retries,
+    Fences,
+    DirectCommits,
+    BytesLogged,
+    BytesWritten,
+    Allocs,
+    Frees,
+}
+const N: usize = 9;
+
+/// One lane's counters, alone on their cache lines.
+#[repr(align(128))]
+#[derive(Default)]
+pub(crate) struct LaneCounters {
+    c: [AtomicU64; N],
+}
+
+impl LaneCounters {
+    #[inline]
+    pub(crate) fn add(&self, c: Counter, v: u64) {
+        // Only the lane's owner writes; a load + store avoids a locked instruction.
+        let a = &self.c[c as usize];
+        a.store(a.load(Ordering::Relaxed) + v, Ordering::Relaxed);
+    }
+
+    pub(crate) fn add_to(&self, s: &mut Stats) {
+        let g = |c: Counter| self.c[c as usize].load(Ordering::Relaxed);
+        s.commits += g(Counter::Commits);
+        s.aborts += g(Counter::Aborts);
+        s.retries += g(Counter::Retries);
+        s.fences += g(Counter::Fences);
+        s.direct_commits += g(Counter::DirectCommits);
+        s.bytes_logged += g(Counter::BytesLogged);
+        s.bytes_written += g(Counter::BytesWritten);
+        s.allocs += g(Counter::Allocs);
+        s.frees += g(Counter::Frees);
+    }
+}

@@ -1,0 +1,294 @@
+//! The commit protocol (DESIGN.md, "Transactions"): canaries, checksums, ONE fence for the
+//! redo record (both lane copies, new objects, pending retire marks), ONE fence for applying
+//! it in place, then a retire mark with no fence of its own.
+//!
+//! Invariant: when the log fence completes the transaction is committed (its sealed record
+//! replays after a crash); before it, NVMM holds nothing a recovery would act on.
+
+use super::buffer::BufKind;
+use super::record::{self, RecordWriter, ENTRIES_OFFSET, RETIRED_OFFSET, SEAL_OFFSET};
+use super::tx::{Tx, TxState};
+use crate::checksum::adler32_patch;
+use crate::heap::layout::{
+    object_checksum, ObjectHeader, CHECKSUM_PREFIX, HDR_CHECKSUM_OFFSET,
+    HEADER_SIZE,
+};
+use crate::stats::Counter;
+use crate::{Error, Result};
+use std::sync::atomic::Ordering;
+
+/// Ranges of a buffer closer than this many bytes are logged as one.
+const MERGE_GAP: usize = 32;
+
+struct Item {
+    off: u64,
+    src: *const u8,
+    len: usize,
+}
+
+impl Tx<'_> {
+    /// Commits the transaction (see the module docs). On error, everything is discarded.
+    pub(crate) fn commit(&self) -> Result<()> {
+        let r = {
+            let mut guard = self.st.borrow_mut();
+            self.commit_inner(&mut guard)
+        };
+        match r {
+            Ok(()) => {
+                self.done.set(true);
+                let mut st = self.st.borrow_mut();
+                self.release(&mut st);
+                Ok(())
+            }
+            Err(e) => {
+                self.abort();
+                Err(e)
+            }
+        }
+    }
+
+    fn commit_inner(&self, st: &mut TxState<'_>) -> Result<()> {
+        let eng = self.eng;
+        if let Some(e) = st.poison.take() {
+            return Err(e);
+        }
+        // 1. canaries
+        for b in &st.bufs {
+            // SAFETY: buffers live until release; no handle is alive during commit.
+            let buf = unsafe { b.as_ref() };
+            if !buf.canaries_ok() {
+                return Err(Error::CanaryMismatch { offset: buf.off });
+            }
+        }
+        // 2. modified ranges and checksums
+        let mut items: Vec<Item> = Vec::new();
+        let mut sums: Vec<[u8; 4]> = Vec::with_capacity(st.bufs.len());
+        let mut news = Vec::new();
+        for b in &st.bufs {
+            // SAFETY: as above.
+            let buf = unsafe { &mut *b.as_ptr() };
+            match buf.kind {
+                BufKind::New => news.push(*b),
+                BufKind::Freed => {}
+                BufKind::Open if !buf.is_dirty() => {}
+                BufKind::Open => {
+                    let off = buf.off;
+                    let size = buf.size;
+                    let type_id = buf.type_id;
+                    let old_sum = buf.checksum;
+                    let ranges = buf.ranges(MERGE_GAP).to_vec();
+                    let dirty: usize = ranges.iter().map(|r| (r.1 - r.0) as usize).sum();
+                    let payload = buf.payload();
+                    let sum = if dirty * 2 >= size {
+                        object_checksum(off, type_id, payload)
+                    } else {
+                        let mut s = old_sum;
+                        for &(a, z) in &ranges {
+                            let (a, z) = (a as usize, z as usize);
+                            // SAFETY: inside the object, which our write lock protects.
+                            let old = unsafe {
+                                std::slice::from_raw_parts(
+                                    eng.media.ptr(off + a as u64) as *const u8,
+                                    z - a,
+                                )
+                            };
+                            s = adler32_patch(
+                                s,
+                                CHECKSUM_PREFIX + size,
+                                CHECKSUM_PREFIX + a,
+                                old,
+                                &payload[a..z],
+                            );
+                        }
+                        s
+                    };
+                    for &(a, z) in &ranges {
+                        items.push(Item {
+                            off: off + a as u64,
+                            src: payload[a as usize..].as_ptr(),
+                            len: (z - a) as usize,
+                        });
+                    }
+                    if sum != old_sum {
+                        sums.push(sum.to_le_bytes());
+                        let s = sums.last().expect("just pushed");
+                        items.push(Item {
+                            off: off - HEADER_SIZE + HDR_CHECKSUM_OFFSET,
+                            src: s.as_ptr(),
+                            len: 4,
+                        });
+                    }
+                }
+            }
+        }
+        // metadata, under the metadata locks (ascending stripes)
+        let lane = &mut *st.lane;
+        let mut held = std::mem::take(&mut lane.meta_held);
+        let mut vals = std::mem::take(&mut lane.meta_vals);
+        vals.clear();
+        eng.meta.lock(st.meta.iter().map(|(o, _)| o), &mut held);
+        for (off, ch) in st.meta.iter() {
+            // SAFETY: heap metadata word inside the pool, protected by its metadata lock.
+            let cur = unsafe { eng.media.read_u64(off) };
+            let new = ch.apply(cur);
+            if new != cur {
+                vals.push((off, new));
+            }
+        }
+        let r = if items.is_empty() && news.is_empty() && vals.len() <= 1 {
+            self.commit_direct(&vals);
+            Ok(())
+        } else {
+            self.commit_logged(&items, &news, &vals)
+        };
+        eng.meta.unlock(&held);
+        let lane = &mut *st.lane;
+        lane.meta_held = held;
+        lane.meta_vals = vals;
+        r?;
+        // the volatile heap follows
+        st.undo.clear();
+        self.lane.counters.add(Counter::Frees, st.frees.len() as u64);
+        for f in st.frees.drain(..) {
+            eng.heap.finish_free(f);
+        }
+        let c = &self.lane.counters;
+        c.add(Counter::Commits, 1);
+        c.add(Counter::Allocs, st.allocs);
+        Ok(())
+    }
+
+    /// A commit with at most one 8-byte metadata word and no object changes: the word is
+    /// failure-atomic on its own, so it is stored in place under one fence, no record.
+    fn commit_direct(&self, vals: &[(u64, u64)]) {
+        let eng = self.eng;
+        let Some(&(off, v)) = vals.first() else {
+            return; // read-only
+        };
+        // SAFETY: heap metadata word, protected by its metadata lock (held by the caller).
+        unsafe { eng.media.write_u64(off, v) };
+        eng.media.flush(off, 8);
+        let mut pend = Vec::new();
+        eng.lanes.pending_retires(&mut pend);
+        for &(i, _) in &pend {
+            eng.flush_retire(i);
+        }
+        eng.media.fence();
+        for &(i, g) in &pend {
+            eng.lanes.mark_flushed(i, g);
+        }
+        let c = &self.lane.counters;
+        c.add(Counter::Fences, 1);
+        c.add(Counter::DirectCommits, 1);
+        c.add(Counter::BytesWritten, 8);
+    }
+
+    fn commit_logged(
+        &self,
+        items: &[Item],
+        news: &[std::ptr::NonNull<super::buffer::Buffer>],
+        vals: &[(u64, u64)],
+    ) -> Result<()> {
+        let eng = self.eng;
+        let media = &eng.media;
+        let lane_size = eng.geo.lane_size as usize;
+        let a_off = eng.lane_off(self.lane.idx, 0);
+        let b_off = eng.lane_off(self.lane.idx, 1);
+        // 3a. the record, in lane copy A
+        // SAFETY: this transaction owns its lane (the lane mutex), and lane copy A lies inside
+        // the pool; nothing else reads or writes it meanwhile.
+        let lane_a = unsafe { std::slice::from_raw_parts_mut(media.ptr(a_off), lane_size) };
+        let mut w = RecordWriter::new(lane_a);
+        let mut needed = ENTRIES_OFFSET;
+        let mut fits = true;
+        for it in items {
+            // SAFETY: `src` points into a live buffer or `sums`, `len` bytes long.
+            let data = unsafe { std::slice::from_raw_parts(it.src, it.len) };
+            needed += record::entry_size(it.len);
+            fits = fits && w.push(it.off, data);
+        }
+        for &(off, v) in vals {
+            needed += record::entry_size(8);
+            fits = fits && w.push(off, &v.to_le_bytes());
+        }
+        if !fits {
+            return Err(Error::TxTooLarge {
+                needed: needed as u64,
+                capacity: lane_size as u64,
+            });
+        }
+        let seq = eng.seq.fetch_add(1, Ordering::Relaxed);
+        let n = w.seal(seq);
+        // 3b. copy B
+        // SAFETY: both ranges lie in this lane's two copies, owned by this transaction, and
+        // do not overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                media.ptr(a_off + SEAL_OFFSET as u64),
+                media.ptr(b_off + SEAL_OFFSET as u64),
+                n,
+            )
+        };
+        media.flush(a_off + SEAL_OFFSET as u64, n as u64);
+        media.flush(b_off + SEAL_OFFSET as u64, n as u64);
+        // 3c. new objects, straight into their still-free space
+        let mut written = 0u64;
+        for b in news {
+            // SAFETY: buffers live until release.
+            let buf = unsafe { b.as_ref() };
+            let h = ObjectHeader {
+                size: buf.size as u64,
+                type_id: buf.type_id,
+                checksum: object_checksum(buf.off, buf.type_id, buf.payload()),
+            };
+            let hdr = buf.off - HEADER_SIZE;
+            // SAFETY: the block was reserved for this transaction by the heap (no one else
+            // uses it) and lies inside the pool.
+            unsafe {
+                media.write(hdr, &h.to_bytes());
+                media.write(buf.off, buf.payload());
+            }
+            media.flush(hdr, HEADER_SIZE + buf.size as u64);
+            written += HEADER_SIZE + buf.size as u64;
+        }
+        // 3d. retire marks that may not be durable yet
+        let mut pend = Vec::new();
+        eng.lanes.pending_retires(&mut pend);
+        for &(i, _) in &pend {
+            eng.flush_retire(i);
+        }
+        media.fence(); // ---- committed ----
+        for &(i, g) in &pend {
+            eng.lanes.mark_flushed(i, g);
+        }
+        // 4. apply
+        // SAFETY: lane copy A, owned by this transaction.
+        let lane_a = unsafe { std::slice::from_raw_parts(media.ptr(a_off) as *const u8, lane_size) };
+        let rec = record::Record {
+            seq,
+            count: (items.len() + vals.len()) as u32,
+            len: n - (ENTRIES_OFFSET - SEAL_OFFSET),
+        };
+        for (dst, data) in record::entries(lane_a, &rec).flatten() {
+            // SAFETY: each target is an object range locked by this transaction or a
+            // metadata word under its metadata lock; all inside the pool.
+            unsafe { media.write(dst, data) };
+            if !crate::fault::drop_apply_flush() {
+                media.flush(dst, data.len() as u64);
+            }
+            written += data.len() as u64;
+        }
+        media.fence();
+        // 5. retire (no fence: see lane.rs)
+        for off in [a_off, b_off] {
+            // SAFETY: the retired word of our own lane.
+            unsafe { media.write_u64(off + RETIRED_OFFSET as u64, seq) };
+        }
+        eng.lanes.retired(self.lane.idx);
+        let c = &self.lane.counters;
+        c.add(Counter::Fences, 2);
+        c.add(Counter::BytesLogged, 2 * n as u64);
+        c.add(Counter::BytesWritten, written);
+        Ok(())
+    }
+}

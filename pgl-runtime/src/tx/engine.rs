@@ -1,0 +1,78 @@
+//! The state every transaction of one pool shares: media, heap, lock tables, lanes and the
+//! global commit sequence.
+
+use super::lane::Lanes;
+use super::locks::{MetaLocks, ObjectLocks};
+use super::record::RETIRED_OFFSET;
+use crate::geometry::Geometry;
+use crate::heap::Heap;
+use crate::persist::Media;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// How objects are verified on access.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum VerifyPolicy {
+    /// Verify an object's checksum when it is copied into a micro-buffer.
+    #[default]
+    Default,
+    /// Also verify on every `get`.
+    Conservative,
+}
+
+/// Shared state of one open pool.
+pub(crate) struct Engine {
+    pub media: Media,
+    pub geo: Geometry,
+    pub heap: Heap,
+    pub objects: ObjectLocks,
+    pub meta: MetaLocks,
+    pub lanes: Lanes,
+    pub seq: AtomicU64,
+    pub id: u64,
+    pub canary: u128,
+    pub verify: VerifyPolicy,
+}
+
+impl Engine {
+    pub(crate) fn new(
+        media: Media,
+        geo: Geometry,
+        heap: Heap,
+        next_seq: u64,
+        verify: VerifyPolicy,
+    ) -> Engine {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        Engine {
+            lanes: Lanes::new(geo.lanes as usize),
+            media,
+            geo,
+            heap,
+            objects: ObjectLocks::new(),
+            meta: MetaLocks::new(),
+            seq: AtomicU64::new(next_seq),
+            id,
+            canary: 0x5a5a_c3c3_0f0f_9696_a5a5_3c3c_f0f0_6969 ^ t ^ ((id as u128) << 64),
+            verify,
+        }
+    }
+
+    /// Offset of lane `i`, copy `c`.
+    pub(crate) fn lane_off(&self, i: usize, c: u64) -> u64 {
+        self.geo.lane_offset(i as u64, c)
+    }
+
+    /// Flushes the retire-mark lines of both copies of lane `i`.
+    pub(crate) fn flush_retire(&self, i: usize) {
+        for c in 0..2 {
+            self.media
+                .flush(self.lane_off(i, c) + RETIRED_OFFSET as u64, 8);
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! Typed handles: `Mut` (a micro-buffer a transaction may change), `Read` (a read view
+//! inside a transaction) and `Ref` (a read view outside any transaction, holding the
+//! object's read lock).
+//!
+//! Invariant: a handle's reference is valid for its lifetime: a `Mut` holds its buffer's
+//! exclusive borrow, a `Read` a shared borrow or the transaction's read lock, a `Ref` the
+//! stripe's read lock; no writer can change those bytes meanwhile.
+
+use super::buffer::Buffer;
+use super::engine::Engine;
+use super::locks::Held;
+use crate::persistent::{Oid, Persistent};
+use core::marker::PhantomData;
+use core::ops::{Deref, DerefMut};
+use core::ptr::NonNull;
+
+/// A micro-buffer handle: the transaction's private copy of one object.
+///
+/// Reading derefs to `&T`; `DerefMut` marks the whole object modified; the `write_*`
+/// methods (and the field setters `#[derive(Persistent)]` generates) mark only what they
+/// change, so commit logs and checksums only that.
+pub struct Mut<'tx, T: Persistent> {
+    buf: NonNull<Buffer>,
+    _tx: PhantomData<&'tx ()>,
+    _t: PhantomData<*mut T>,
+}
+
+impl<'tx, T: Persistent> Mut<'tx, T> {
+    /// # Safety
+    /// `buf` must point to a live buffer of a `T` whose borrow flag the caller just set to
+    /// exclusive (-1), and stay live for `'tx`.
+    pub(crate) unsafe fn new(buf: NonNull<Buffer>) -> Self {
+        Mut {
+            buf,
+            _tx: PhantomData,
+            _t: PhantomData,
+        }
+    }
+
+    fn buf(&self) -> &Buffer {
+        // SAFETY: live for 'tx and exclusively borrowed by this handle (see `new`).
+        unsafe { self.buf.as_ref() }
+    }
+
+    fn buf_mut(&mut self) -> &mut Buffer {
+        // SAFETY: as above; `&mut self` makes this the only access.
+        unsafe { self.buf.as_mut() }
+    }
+
+    /// The object's oid.
+    pub fn oid(&self) -> Oid<T> {
+        Oid::from_raw(self.buf().off)
+    }
+
+    /// Writes `value` at byte `offset` of the object and marks those bytes modified.
+    ///
+    /// # Panics
+    /// If the value does not fit inside the object (a bug in the caller, like an index out
+    /// of bounds).
+    pub fn write_at<F: Persistent>(&mut self, offset: usize, value: &F) {
+        let size = core::mem::size_of::<F>();
+        // SAFETY: a `Persistent` value has no padding, so all its bytes are initialised.
+        let bytes = unsafe { core::slice::from_raw_parts(value as *const F as *const u8, size) };
+        self.write_bytes(offset, bytes);
+    }
+
+    /// Writes `bytes` at byte `offset` of the object and marks them modified.
+    ///
+    /// # Panics
+    /// If the range does not lie inside the object.
+    pub fn write_bytes(&mut self, offset: usize, bytes: &[u8]) {
+        let buf = self.buf_mut();
+        let end = offset
+            .checked_add(bytes.len())
+            .filter(|&e| e <= buf.size)
+            .unwrap_or_else(|| {
+                panic!(
+                    "write of {} bytes at offset {offset} outside a {}-byte object",
+                    bytes.len(),
+                    buf.size
+                )
+            });
+        buf.payload_mut()[offset..end].copy_from_slice(bytes);
+        buf.mark(offset, end);
+    }
+
+    /// Marks `[start, end)` modified after changing it through raw access. Used by generated
+    /// field accessors.
+    #[doc(hidden)]
+    pub fn __mark(&mut self, start: usize, end: usize) {
+        let buf = self.buf_mut();
+        let end = end.min(buf.size);
+        buf.mark(start.min(end), end);
+    }
+
+    /// Mutable access to the object without marking anything modified; the caller must call
+    /// `__mark` for what it changes. Used by generated field accessors.
+    #[doc(hidden)]
+    pub fn __untracked(&mut self) -> &mut T {
+        let p = self.buf_mut().payload_ptr() as *mut T;
+        // SAFETY: the payload is 16-byte aligned, holds `size_of::<T>()` initialised bytes,
+        // any bytes are a valid `T`, and the exclusive borrow makes this the only reference.
+        unsafe { &mut *p }
+    }
+
+    /// The object's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.buf().payload()
+    }
+
+    /// Overwrites a canary of this buffer (error injection, to test canary detection: the
+    /// transaction then aborts with `Error::CanaryMismatch`).
+    pub fn smash_canary(&mut self) {
+        self.buf_mut().smash_canary();
+    }
+}
+
+impl<T: Persistent> Deref for Mut<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: aligned, initialised, valid for any bytes; no `&mut` exists meanwhile
+        // because `&self` borrows this exclusive handle.
+        unsafe { &*(self.buf().payload().as_ptr() as *const T) }
+    }
+}
+
+impl<T: Persistent> DerefMut for Mut<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        self.buf_mut().mark_all();
+        self.__untracked()
+    }
+}
+
+impl<T: Persistent> Drop for Mut<'_, T> {
+    fn drop(&mut self) {
+        self.buf_mut().borrow = 0;
+    }
+}
+
+impl<T: Persistent + core::fmt::Debug> core::fmt::Debug for Mut<'_, T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+pub(crate) enum ReadSource {
+    /// A buffer of this transaction, shared-borrowed.
+    Buffer(NonNull<Buffer>),
+    /// NVMM, under a lock the transaction holds until it ends.
+    Locked,
+}
+
+/// A read view of an object inside a transaction.
+pub struct Read<'tx, T: Persistent> {
+    ptr: *const T,
+    src: ReadSource,
+    _tx: PhantomData<&'tx ()>,
+}
+
+impl<T: Persistent> Read<'_, T> {
+    /// # Safety
+    /// `ptr` must point to a valid `T` that no one changes for `'tx`: a buffer shared-borrowed
+    /// by this handle, or NVMM under the transaction's lock.
+    pub(crate) unsafe fn new(ptr: *const T, src: ReadSource) -> Self {
+        Read {
+            ptr,
+            src,
+            _tx: PhantomData,
+        }
+    }
+}
+
+impl<T: Persistent> Deref for Read<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: see `new`.
+        unsafe { &*self.ptr }
+    }
+}
+
+impl<T: Persistent> Drop for Read<'_, T> {
+    fn drop(&mut self) {
+        if let ReadSource::Buffer(mut b) = self.src {
+            // SAFETY: the buffer lives as long as the transaction, which outlives 'tx.
+            unsafe { b.as_mut().borrow -= 1 };
+        }
+    }
+}
+
+/// A read view of an object outside any transaction (`pool.get`). Holds the object's read
+/// lock: transactions that want to change it wait (retry) until the `Ref` is dropped.
+pub struct Ref<'p, T: Persistent> {
+    ptr: *const T,
+    eng: &'p Engine,
+    stripe: u32,
+}
+
+impl<'p, T: Persistent> Ref<'p, T> {
+    /// # Safety
+    /// The caller holds the read lock of `stripe`, which covers the valid `T` at `ptr`.
+    pub(crate) unsafe fn new(ptr: *const T, eng: &'p Engine, stripe: u32) -> Self {
+        Ref { ptr, eng, stripe }
+    }
+}
+
+impl<T: Persistent> Deref for Ref<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the read lock held by this handle excludes writers; the bytes are a valid T.
+        unsafe { &*self.ptr }
+    }
+}
+
+impl<T: Persistent> Drop for Ref<'_, T> {
+    fn drop(&mut self) {
+        self.eng.objects.release(self.stripe, Held::Read);
+    }
+}
+
+// SAFETY: a `Ref` only reads a `T: Sync` under a lock; releasing that lock from another
+// thread is fine (the lock is a counter, not owned by a thread).
+unsafe impl<T: Persistent> Send for Ref<'_, T> {}
+// SAFETY: shared access to `&T` where `T: Sync`.
+unsafe impl<T: Persistent> Sync for Ref<'_, T> {}

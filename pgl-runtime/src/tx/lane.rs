@@ -1,0 +1,117 @@
+//! Redo lanes: one per concurrent transaction, each kept as two copies. A transaction owns
+//! its lane from begin to retire.
+//!
+//! Invariant (retire ordering): the retire mark of a lane's record is durable before any
+//! later record that could overwrite the same bytes is durable. Every commit flushes, under
+//! its own log fence, the retire lines of all lanes whose latest retire mark may not be
+//! durable yet (`retire_gen > flushed_gen`); a record's successor in the same lane replaces it.
+
+use crate::heap::Arena;
+use crate::stats::LaneCounters;
+use parking_lot::{Mutex, MutexGuard};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Per-lane state owned by the transaction that holds the lane.
+#[derive(Default)]
+pub(crate) struct LaneState {
+    /// The runs this lane allocates from.
+    pub arena: Arena,
+    /// Reusable scratch: metadata (offset, value) pairs of a commit.
+    pub meta_vals: Vec<(u64, u64)>,
+    /// Reusable scratch: metadata lock stripes held by a commit.
+    pub meta_held: Vec<u32>,
+}
+
+#[repr(align(128))]
+struct Gen {
+    retire: AtomicU64,
+    flushed: AtomicU64,
+}
+
+/// One lane.
+pub(crate) struct Lane {
+    pub idx: usize,
+    pub state: Mutex<LaneState>,
+    gen: Gen,
+    pub counters: LaneCounters,
+}
+
+/// All lanes of a pool.
+pub(crate) struct Lanes {
+    lanes: Vec<Lane>,
+}
+
+static NEXT_HINT: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    static HINT: Cell<usize> = Cell::new(NEXT_HINT.fetch_add(1, Ordering::Relaxed));
+}
+
+impl Lanes {
+    pub(crate) fn new(n: usize) -> Self {
+        Lanes {
+            lanes: (0..n)
+                .map(|idx| Lane {
+                    idx,
+                    state: Mutex::new(LaneState::default()),
+                    gen: Gen {
+                        retire: AtomicU64::new(0),
+                        flushed: AtomicU64::new(0),
+                    },
+                    counters: LaneCounters::default(),
+                })
+                .collect(),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.lanes.len()
+    }
+
+    pub(crate) fn get(&self, i: usize) -> &Lane {
+        &self.lanes[i]
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Lane> {
+        self.lanes.iter()
+    }
+
+    /// Takes a lane: this thread's usual one if free, else any free one, else waits for the
+    /// usual one.
+    pub(crate) fn acquire(&self) -> (&Lane, MutexGuard<'_, LaneState>) {
+        let n = self.lanes.len();
+        let hint = HINT.with(|h| h.get()) % n;
+        for i in 0..n {
+            let l = &self.lanes[(hint + i) % n];
+            if let Some(g) = l.state.try_lock() {
+                if i != 0 {
+                    HINT.with(|h| h.set(l.idx));
+                }
+                return (l, g);
+            }
+        }
+        let l = &self.lanes[hint];
+        (l, l.state.lock())
+    }
+
+    /// Lanes whose retire mark may not be durable, with the generation observed.
+    pub(crate) fn pending_retires(&self, out: &mut Vec<(usize, u64)>) {
+        out.clear();
+        for l in &self.lanes {
+            let r = l.gen.retire.load(Ordering::Acquire);
+            if r > l.gen.flushed.load(Ordering::Relaxed) {
+                out.push((l.idx, r));
+            }
+        }
+    }
+
+    /// Records that lane `i`'s retire marks up to generation `g` are durable.
+    pub(crate) fn mark_flushed(&self, i: usize, g: u64) {
+        self.lanes[i].gen.flushed.fetch_max(g, Ordering::AcqRel);
+    }
+
+    /// Records that lane `i` wrote a new retire mark (not yet flushed).
+    pub(crate) fn retired(&self, i: usize) {
+        self.lanes[i].gen.retire.fetch_add(1, Ordering::AcqRel);
+    }
+}

@@ -1,0 +1,166 @@
+//! Lock tables: striped reader/writer locks on objects (held by a transaction from open to
+//! retire; never waited for inside a transaction, so no deadlock) and striped mutexes on
+//! heap metadata words (held only during a commit, taken in ascending stripe order).
+//!
+//! Invariant: a transaction never blocks on an object lock (conflicts abort and retry the
+//! closure), and metadata locks are only taken by commits that hold all their object locks
+//! already, in one global order; so no cycle of waiting can form.
+
+use parking_lot::lock_api::RawMutex as _;
+use parking_lot::RawMutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const WRITER: u64 = 1 << 63;
+
+/// Number of object lock stripes.
+pub(crate) const OBJECT_STRIPES: usize = 1 << 14;
+/// Number of metadata lock stripes.
+pub(crate) const META_STRIPES: usize = 1 << 10;
+
+/// A striped table of reader/writer locks keyed by object offset.
+pub(crate) struct ObjectLocks {
+    stripes: Box<[AtomicU64]>,
+}
+
+/// How a transaction holds a stripe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Held {
+    Read,
+    Write,
+}
+
+impl ObjectLocks {
+    pub(crate) fn new() -> Self {
+        ObjectLocks {
+            stripes: (0..OBJECT_STRIPES).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// The stripe of the object at `off`.
+    pub(crate) fn stripe(off: u64) -> u32 {
+        let h = (off >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (h >> (64 - 14)) as u32
+    }
+
+    /// Tries to take `stripe` for writing, given how this transaction already holds it.
+    pub(crate) fn try_write(&self, stripe: u32, held: Option<Held>) -> bool {
+        let s = &self.stripes[stripe as usize];
+        match held {
+            Some(Held::Write) => true,
+            Some(Held::Read) => s
+                .compare_exchange(1, WRITER, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok(),
+            None => s
+                .compare_exchange(0, WRITER, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok(),
+        }
+    }
+
+    /// Tries to take `stripe` for reading.
+    pub(crate) fn try_read(&self, stripe: u32) -> bool {
+        let s = &self.stripes[stripe as usize];
+        let mut cur = s.load(Ordering::Relaxed);
+        loop {
+            if cur & WRITER != 0 {
+                return false;
+            }
+            match s.compare_exchange_weak(cur, cur + 1, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(v) => cur = v,
+            }
+        }
+    }
+
+    /// Takes `stripe` for reading, waiting for a writer to finish. Only for callers that hold
+    /// no other object lock of a transaction.
+    pub(crate) fn read(&self, stripe: u32) {
+        let mut spins = 0u32;
+        while !self.try_read(stripe) {
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else if spins < 256 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(20));
+            }
+        }
+    }
+
+    /// Releases a stripe held as `held`.
+    pub(crate) fn release(&self, stripe: u32, held: Held) {
+        let s = &self.stripes[stripe as usize];
+        match held {
+            Held::Write => s.store(0, Ordering::Release),
+            Held::Read => {
+                s.fetch_sub(1, Ordering::Release);
+            }
+        }
+    }
+}
+
+/// A striped table of mutexes keyed by metadata word offset.
+pub(crate) struct MetaLocks {
+    stripes: Box<[RawMutex]>,
+}
+
+impl MetaLocks {
+    pub(crate) fn new() -> Self {
+        MetaLocks {
+            stripes: (0..META_STRIPES).map(|_| RawMutex::INIT).collect(),
+        }
+    }
+
+    /// The stripe of the word at `off`.
+    pub(crate) fn stripe(off: u64) -> u32 {
+        ((off >> 3) as usize % META_STRIPES) as u32
+    }
+
+    /// Locks the stripes of `offsets`; returns them sorted and deduplicated for `unlock`.
+    pub(crate) fn lock(&self, offsets: impl Iterator<Item = u64>, out: &mut Vec<u32>) {
+        out.clear();
+        out.extend(offsets.map(Self::stripe));
+        out.sort_unstable();
+        out.dedup();
+        for &s in out.iter() {
+            self.stripes[s as usize].lock();
+        }
+    }
+
+    /// Unlocks stripes taken by `lock`.
+    pub(crate) fn unlock(&self, stripes: &[u32]) {
+        for &s in stripes {
+            // SAFETY: `stripes` is exactly the set locked by this thread in `lock`, each once.
+            unsafe { self.stripes[s as usize].unlock() };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writer_excludes_readers_and_upgrade_works() {
+        let l = ObjectLocks::new();
+        assert!(l.try_read(5));
+        assert!(l.try_read(5));
+        assert!(!l.try_write(5, None));
+        assert!(!l.try_write(5, Some(Held::Read)), "two readers: no upgrade");
+        l.release(5, Held::Read);
+        assert!(l.try_write(5, Some(Held::Read)), "sole reader upgrades");
+        assert!(!l.try_read(5));
+        l.release(5, Held::Write);
+        assert!(l.try_write(5, None));
+        l.release(5, Held::Write);
+    }
+
+    #[test]
+    fn meta_locks_dedupe() {
+        let m = MetaLocks::new();
+        let mut held = Vec::new();
+        m.lock([8u64, 16, 8, 8 + 8 * META_STRIPES as u64].into_iter(), &mut held);
+        assert_eq!(held.len(), 2);
+        m.unlock(&held);
+    }
+}

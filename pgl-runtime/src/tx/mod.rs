@@ -1,0 +1,25 @@
+//! Transactions: micro-buffers, redo lanes, lock tables, commit, recovery.
+
+mod buffer;
+mod commit;
+mod engine;
+mod handle;
+mod lane;
+mod locks;
+mod record;
+mod recovery;
+#[allow(clippy::module_inception)]
+mod tx;
+
+pub(crate) use engine::Engine;
+pub use engine::VerifyPolicy;
+pub use handle::{Mut, Read, Ref};
+pub(crate) use locks::Held;
+pub(crate) use recovery::recover;
+pub use tx::Tx;
+pub(crate) use tx::{get, run, verify_in_place};
+
+/// The object lock stripe of an offset.
+pub(crate) fn stripe_of(off: u64) -> u32 {
+    locks::ObjectLocks::stripe(off)
+}

@@ -1,0 +1,488 @@
+//! `Tx`: a transaction — micro-buffers, locks, allocations and frees — and `run`, which runs
+//! a closure as a transaction, joins nested ones, and retries on conflicts.
+//!
+//! Invariant: until commit, a transaction changes nothing in NVMM that a recovery or another
+//! transaction could see (new objects are written only into space still free on media).
+
+use super::buffer::{BufKind, Buffer};
+use super::engine::{Engine, VerifyPolicy};
+use super::handle::{Mut, Read, ReadSource, Ref};
+use super::lane::{Lane, LaneState};
+use super::locks::{Held, ObjectLocks};
+use crate::heap::layout::{object_checksum, ObjectHeader, HEADER_SIZE};
+use crate::heap::{HeapUndo, MetaOps, PendingFree};
+use crate::persistent::{Oid, Persistent};
+use crate::stats::Counter;
+use crate::{Error, Result};
+use parking_lot::MutexGuard;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::ptr::NonNull;
+
+/// A hasher for integer keys.
+#[derive(Default)]
+pub(crate) struct IdHasher(u64);
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) ^ b as u64;
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = n as u64;
+    }
+}
+pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+
+pub(crate) struct TxState<'p> {
+    pub lane: MutexGuard<'p, LaneState>,
+    pub bufs: Vec<NonNull<Buffer>>,
+    pub index: IdMap<u64, usize>,
+    pub held: IdMap<u32, Held>,
+    pub meta: MetaOps,
+    pub undo: Vec<HeapUndo>,
+    pub frees: Vec<PendingFree>,
+    pub poison: Option<Error>,
+    pub allocs: u64,
+}
+
+/// A transaction. Obtained from `pool.tx(|tx| ...)`; every change made through it becomes
+/// durable atomically when the closure returns `Ok`, and is discarded when it returns `Err`.
+pub struct Tx<'p> {
+    pub(crate) eng: &'p Engine,
+    pub(crate) lane: &'p Lane,
+    pub(crate) st: RefCell<TxState<'p>>,
+    pub(crate) done: Cell<bool>,
+}
+
+impl<'p> Tx<'p> {
+    pub(crate) fn begin(eng: &'p Engine) -> Tx<'p> {
+        let (lane, guard) = eng.lanes.acquire();
+        Tx {
+            eng,
+            lane,
+            st: RefCell::new(TxState {
+                lane: guard,
+                bufs: Vec::new(),
+                index: IdMap::default(),
+                held: IdMap::default(),
+                meta: MetaOps::default(),
+                undo: Vec::new(),
+                frees: Vec::new(),
+                poison: None,
+                allocs: 0,
+            }),
+            done: Cell::new(false),
+        }
+    }
+
+    fn lock(&self, st: &mut TxState<'p>, off: u64, want: Held) -> Result<()> {
+        let stripe = ObjectLocks::stripe(off);
+        let held = st.held.get(&stripe).copied();
+        let ok = match (want, held) {
+            (_, Some(Held::Write)) | (Held::Read, Some(Held::Read)) => return Ok(()),
+            (Held::Write, h) => self.eng.objects.try_write(stripe, h),
+            (Held::Read, None) => self.eng.objects.try_read(stripe),
+        };
+        if ok {
+            st.held.insert(stripe, want);
+            Ok(())
+        } else {
+            let e = Error::Conflict { offset: off };
+            st.poison.get_or_insert(Error::Conflict { offset: off });
+            Err(e)
+        }
+    }
+
+    fn header(&self, off: u64) -> ObjectHeader {
+        let mut h = [0u8; 16];
+        // SAFETY: `off` was located as a live object (its header lies inside the pool) and we
+        // hold its lock, so no commit changes it meanwhile.
+        unsafe { self.eng.media.read(off - HEADER_SIZE, &mut h) };
+        ObjectHeader::from_bytes(&h)
+    }
+
+    fn check_type<T: Persistent>(off: u64, h: &ObjectHeader, capacity: u64) -> Result<()> {
+        let size = core::mem::size_of::<T>() as u64;
+        if h.type_id != T::TYPE_ID || h.size != size || h.size > capacity {
+            return Err(Error::TypeMismatch {
+                offset: off,
+                type_name: T::TYPE_NAME,
+                expected: T::TYPE_ID,
+                expected_size: size,
+                found: h.type_id,
+                found_size: h.size,
+            });
+        }
+        Ok(())
+    }
+
+    fn buffer_of<T: Persistent>(&self, st: &TxState<'p>, off: u64) -> Result<Option<NonNull<Buffer>>> {
+        let Some(&i) = st.index.get(&off) else {
+            return Ok(None);
+        };
+        let b = st.bufs[i];
+        // SAFETY: buffers live until the transaction ends; only handles alias them, and
+        // those are checked through `borrow` before any access.
+        let buf = unsafe { b.as_ref() };
+        if buf.kind == BufKind::Freed {
+            return Err(Error::UseAfterFree { offset: off });
+        }
+        if buf.type_id != T::TYPE_ID || buf.size != core::mem::size_of::<T>() {
+            return Err(Error::TypeMismatch {
+                offset: off,
+                type_name: T::TYPE_NAME,
+                expected: T::TYPE_ID,
+                expected_size: core::mem::size_of::<T>() as u64,
+                found: buf.type_id,
+                found_size: buf.size as u64,
+            });
+        }
+        Ok(Some(b))
+    }
+
+    fn push_buffer(&self, st: &mut TxState<'p>, buf: Buffer) -> NonNull<Buffer> {
+        let p = NonNull::from(Box::leak(Box::new(buf)));
+        // SAFETY: just created.
+        let off = unsafe { p.as_ref().off };
+        st.index.insert(off, st.bufs.len());
+        st.bufs.push(p);
+        p
+    }
+
+    /// Opens the object for update: copies it into a micro-buffer (verifying its checksum)
+    /// and returns a handle to the copy. Changes reach NVMM atomically at commit.
+    pub fn open<T: Persistent>(&self, oid: Oid<T>) -> Result<Mut<'_, T>> {
+        let mut st = self.st.borrow_mut();
+        let off = oid.raw();
+        let mut b = match self.buffer_of::<T>(&st, off)? {
+            Some(b) => b,
+            None => {
+                self.lock(&mut st, off, Held::Write)?;
+                let place = self.eng.heap.locate(off)?;
+                let h = self.header(off);
+                Self::check_type::<T>(off, &h, place.capacity)?;
+                let mut buf = Buffer::new(off, h.size as usize, h.type_id, self.eng.canary, BufKind::Open);
+                // SAFETY: the payload lies inside the pool (size <= capacity) and our write
+                // lock excludes concurrent commits to it.
+                unsafe { self.eng.media.read(off, buf.payload_mut()) };
+                let sum = object_checksum(off, h.type_id, buf.payload());
+                if sum != h.checksum {
+                    return Err(Error::ChecksumMismatch {
+                        offset: off,
+                        type_id: h.type_id,
+                        size: h.size,
+                        stored: h.checksum,
+                        computed: sum,
+                    });
+                }
+                buf.checksum = h.checksum;
+                self.push_buffer(&mut st, buf)
+            }
+        };
+        // SAFETY: buffers live until the transaction ends; `borrow` guards aliasing.
+        let buf = unsafe { b.as_mut() };
+        if buf.borrow != 0 {
+            return Err(Error::AlreadyBorrowed { offset: off });
+        }
+        buf.borrow = -1;
+        // SAFETY: a live buffer of a T (type checked above), now exclusively borrowed.
+        Ok(unsafe { Mut::new(b) })
+    }
+
+    /// Reads the object inside the transaction: from this transaction's buffer if it has
+    /// one, else from NVMM under a read lock held until the transaction ends.
+    pub fn get<T: Persistent>(&self, oid: Oid<T>) -> Result<Read<'_, T>> {
+        let mut st = self.st.borrow_mut();
+        let off = oid.raw();
+        if let Some(mut b) = self.buffer_of::<T>(&st, off)? {
+            // SAFETY: see `open`.
+            let buf = unsafe { b.as_mut() };
+            if buf.borrow < 0 {
+                return Err(Error::AlreadyBorrowed { offset: off });
+            }
+            buf.borrow += 1;
+            let p = buf.payload().as_ptr() as *const T;
+            // SAFETY: shared-borrowed buffer of a T.
+            return Ok(unsafe { Read::new(p, ReadSource::Buffer(b)) });
+        }
+        self.lock(&mut st, off, Held::Read)?;
+        let place = self.eng.heap.locate(off)?;
+        let h = self.header(off);
+        Self::check_type::<T>(off, &h, place.capacity)?;
+        if self.eng.verify == VerifyPolicy::Conservative {
+            verify_in_place(self.eng, off, &h)?;
+        }
+        let p = self.eng.media.ptr(off) as *const T;
+        // SAFETY: a live object of type T (checked), 16-byte aligned in the mapping, under a
+        // lock this transaction holds until it ends.
+        Ok(unsafe { Read::new(p, ReadSource::Locked) })
+    }
+
+    /// Allocates a new object holding `value`; it becomes durable (and its oid valid after a
+    /// crash) only if the transaction commits. Store the oid somewhere reachable.
+    pub fn alloc<T: Persistent>(&self, value: T) -> Result<Oid<T>> {
+        let size = core::mem::size_of::<T>();
+        // SAFETY: `Persistent` values have no padding: all bytes are initialised.
+        let bytes = unsafe { core::slice::from_raw_parts(&value as *const T as *const u8, size) };
+        self.alloc_raw(bytes, T::TYPE_ID).map(Oid::from_raw)
+    }
+
+    /// Allocates a new zero-filled object (every `Persistent` type is valid when zeroed).
+    pub fn alloc_zeroed<T: Persistent>(&self) -> Result<Oid<T>> {
+        let zeros = vec![0u8; core::mem::size_of::<T>()];
+        self.alloc_raw(&zeros, T::TYPE_ID).map(Oid::from_raw)
+    }
+
+    pub(crate) fn alloc_raw(&self, bytes: &[u8], type_id: u32) -> Result<u64> {
+        if bytes.is_empty() {
+            return Err(Error::config("zero-sized objects cannot be allocated"));
+        }
+        let mut guard = self.st.borrow_mut();
+        let st = &mut *guard;
+        let place = self.eng.heap.alloc(&mut st.lane.arena, bytes.len() as u64, &mut st.meta, &mut st.undo)?;
+        let off = place.hdr + HEADER_SIZE;
+        self.lock(st, off, Held::Write)?;
+        let mut buf = Buffer::new(off, bytes.len(), type_id, self.eng.canary, BufKind::New);
+        buf.payload_mut().copy_from_slice(bytes);
+        buf.mark_all();
+        self.push_buffer(st, buf);
+        st.allocs += 1;
+        Ok(off)
+    }
+
+    /// Frees the object when the transaction commits.
+    pub fn free<T: Persistent>(&self, oid: Oid<T>) -> Result<()> {
+        let mut guard = self.st.borrow_mut();
+        let st = &mut *guard;
+        let off = oid.raw();
+        if let Some(mut b) = self.buffer_of::<T>(st, off)? {
+            // SAFETY: see `open`.
+            let buf = unsafe { b.as_mut() };
+            if buf.borrow != 0 {
+                return Err(Error::AlreadyBorrowed { offset: off });
+            }
+            buf.kind = BufKind::Freed;
+        } else {
+            self.lock(st, off, Held::Write)?;
+            let place = self.eng.heap.locate(off)?;
+            let h = self.header(off);
+            Self::check_type::<T>(off, &h, place.capacity)?;
+            let buf = Buffer::new(off, 0, T::TYPE_ID, self.eng.canary, BufKind::Freed);
+            self.push_buffer(st, buf);
+        }
+        let f = self.eng.heap.free(off, &mut st.meta)?;
+        st.frees.push(f);
+        Ok(())
+    }
+
+    /// Sets a heap metadata word (the root oid) at commit.
+    pub(crate) fn set_meta_word(&self, off: u64, value: u64) {
+        self.st.borrow_mut().meta.set(off, value);
+    }
+
+    /// Marks this transaction failed (by a nested transaction).
+    pub(crate) fn poison(&self, e: &Error) {
+        let mut st = self.st.borrow_mut();
+        if st.poison.is_none() {
+            st.poison = Some(match e {
+                Error::Conflict { offset } => Error::Conflict { offset: *offset },
+                other => Error::Aborted {
+                    reason: other.to_string(),
+                },
+            });
+        }
+    }
+
+    /// Discards every change and releases everything (idempotent).
+    pub(crate) fn abort(&self) {
+        if self.done.replace(true) {
+            return;
+        }
+        let mut st = self.st.borrow_mut();
+        while let Some(u) = st.undo.pop() {
+            self.eng.heap.undo(u);
+        }
+        st.frees.clear();
+        st.meta.clear();
+        self.lane.counters.add(Counter::Aborts, 1);
+        self.release(&mut st);
+    }
+
+    pub(crate) fn release(&self, st: &mut TxState<'p>) {
+        for (stripe, h) in st.held.drain() {
+            self.eng.objects.release(stripe, h);
+        }
+        for b in st.bufs.drain(..) {
+            // SAFETY: created by Box::leak in push_buffer, freed once here; no handle is
+            // alive (handles borrow the transaction, which is ending).
+            drop(unsafe { Box::from_raw(b.as_ptr()) });
+        }
+        st.index.clear();
+    }
+}
+
+impl Drop for Tx<'_> {
+    fn drop(&mut self) {
+        self.abort();
+    }
+}
+
+/// Verifies an object's checksum in place (Conservative policy).
+pub(crate) fn verify_in_place(eng: &Engine, off: u64, h: &ObjectHeader) -> Result<()> {
+    // SAFETY: a located live object, read under a lock that excludes writers.
+    let payload = unsafe { std::slice::from_raw_parts(eng.media.ptr(off) as *const u8, h.size as usize) };
+    let sum = object_checksum(off, h.type_id, payload);
+    if sum != h.checksum {
+        return Err(Error::ChecksumMismatch {
+            offset: off,
+            type_id: h.type_id,
+            size: h.size,
+            stored: h.checksum,
+            computed: sum,
+        });
+    }
+    Ok(())
+}
+
+thread_local! {
+    static ACTIVE: RefCell<Vec<(u64, usize)>> = const { RefCell::new(Vec::new()) };
+}
+
+struct Active(u64);
+impl Active {
+    fn enter(id: u64, tx: &Tx<'_>) -> Active {
+        ACTIVE.with(|a| a.borrow_mut().push((id, tx as *const Tx<'_> as usize)));
+        Active(id)
+    }
+}
+impl Drop for Active {
+    fn drop(&mut self) {
+        ACTIVE.with(|a| {
+            let mut a = a.borrow_mut();
+            if let Some(i) = a.iter().rposition(|(id, _)| *id == self.0) {
+                a.remove(i);
+            }
+        });
+    }
+}
+
+fn active(id: u64) -> Option<usize> {
+    ACTIVE.with(|a| a.borrow().iter().rev().find(|(i, _)| *i == id).map(|(_, p)| *p))
+}
+
+/// Whether this thread is inside a transaction of `eng` that holds `stripe`.
+fn held_by_this_thread(eng: &Engine, stripe: u32) -> bool {
+    match active(eng.id) {
+        // SAFETY: registered by `run` on this thread; that Tx is alive on its stack frame.
+        Some(p) => unsafe { &*(p as *const Tx<'_>) }
+            .st
+            .try_borrow()
+            .map(|st| st.held.contains_key(&stripe))
+            .unwrap_or(true),
+        None => false,
+    }
+}
+
+/// Most closure re-runs after conflicts before `Error::Conflict` is returned.
+const MAX_ATTEMPTS: u32 = 100_000;
+
+/// Runs `f` as a transaction of `eng` (joining this thread's open one, if any).
+pub(crate) fn run<'p, R>(eng: &'p Engine, mut f: impl FnMut(&Tx<'p>) -> Result<R>) -> Result<R> {
+    if let Some(p) = active(eng.id) {
+        // SAFETY: registered by an enclosing `run` of the same engine on this thread; that Tx
+        // lives on the enclosing frame for the whole of this call, and is only used through
+        // `&self` methods (interior mutability), so sharing it is sound.
+        let outer: &Tx<'p> = unsafe { &*(p as *const Tx<'p>) };
+        return f(outer).inspect_err(|e| outer.poison(e));
+    }
+    let mut attempt = 0u32;
+    loop {
+        let tx = Tx::begin(eng);
+        let r = {
+            let _a = Active::enter(eng.id, &tx);
+            f(&tx)
+        };
+        let out = match r {
+            Ok(v) => tx.commit().map(|()| v),
+            Err(e) => Err(e),
+        };
+        match out {
+            Err(Error::Conflict { offset }) => {
+                tx.abort();
+                tx.lane.counters.add(Counter::Retries, 1);
+                drop(tx);
+                attempt += 1;
+                if attempt >= MAX_ATTEMPTS {
+                    return Err(Error::Conflict { offset });
+                }
+                backoff(attempt);
+            }
+            other => {
+                if other.is_ok() {
+                    // counted in commit
+                } else {
+                    tx.abort();
+                }
+                return other;
+            }
+        }
+    }
+}
+
+fn backoff(attempt: u32) {
+    if attempt < 4 {
+        for _ in 0..(1 << attempt) * 32 {
+            std::hint::spin_loop();
+        }
+    } else if attempt < 16 {
+        std::thread::yield_now();
+    } else {
+        let us = 1u64 << (attempt.min(26) / 2);
+        std::thread::sleep(std::time::Duration::from_micros(us.min(2000)));
+    }
+}
+
+/// `pool.get`: a read view outside any transaction.
+pub(crate) fn get<'p, T: Persistent>(eng: &'p Engine, oid: Oid<T>) -> Result<Ref<'p, T>> {
+    let off = oid.raw();
+    let stripe = ObjectLocks::stripe(off);
+    if held_by_this_thread(eng, stripe) {
+        return Err(Error::LockedByThisThread { offset: off });
+    }
+    eng.objects.read(stripe);
+    let guard = ReleaseOnErr { eng, stripe, armed: true };
+    let place = eng.heap.locate(off)?;
+    let mut h = [0u8; 16];
+    // SAFETY: located live object; the read lock excludes writers.
+    unsafe { eng.media.read(off - HEADER_SIZE, &mut h) };
+    let h = ObjectHeader::from_bytes(&h);
+    Tx::check_type::<T>(off, &h, place.capacity)?;
+    if eng.verify == VerifyPolicy::Conservative {
+        verify_in_place(eng, off, &h)?;
+    }
+    let mut guard = guard;
+    guard.armed = false;
+    // SAFETY: we hold the stripe's read lock (released by Ref's drop); the object is a T.
+    Ok(unsafe { Ref::new(eng.media.ptr(off) as *const T, eng, stripe) })
+}
+
+struct ReleaseOnErr<'a> {
+    eng: &'a Engine,
+    stripe: u32,
+    armed: bool,
+}
+impl Drop for ReleaseOnErr<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.eng.objects.release(self.stripe, Held::Read);
+        }
+    }
+}

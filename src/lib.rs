@@ -1,0 +1,25 @@
+//! # pgl — typed, crash-consistent, self-healing persistent memory for Rust
+//!
+//! Users annotate plain structs with `#[derive(Persistent)]` and store them in a pool file
+//! whose objects survive crashes, media errors and stray writes.
+//!
+//! See the book in `book/` and `examples/quickstart.rs`.
+#![deny(missing_docs)]
+
+pub use pgl_runtime::*;
+
+/// Derives [`Persistent`] for a `#[repr(C)]` struct whose fields are all persistent.
+pub use pgl_derive::Persistent;
+
+/// The items most programs need: `use pgl::prelude::*;`.
+pub mod prelude {
+    pub use pgl_runtime::prelude::*;
+    pub use pgl_derive::Persistent;
+}
+
+/// Paths used by code that `pgl-derive` generates. Not a stable API.
+#[doc(hidden)]
+pub mod __private {
+    pub use pgl_runtime::persistent::{fnv1a64, fold_type_id, mix64, Persistent, MAX_ALIGN};
+    pub use pgl_runtime::Oid;
+}

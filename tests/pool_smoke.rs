@@ -1,0 +1,76 @@
+//! Smoke tests of the pool API on real files and on CrashSim.
+use pgl::{Config, CrashSim, Error, Oid, Pool};
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("pgl-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_file(&d);
+    d
+}
+
+#[test]
+fn create_alloc_overwrite_free_reopen() {
+    let path = tmp("smoke");
+    let cfg = Config::small("smoke");
+    {
+        let pool = Pool::create(&path, &cfg).unwrap();
+        let root = pool.root::<[u64; 4]>().unwrap();
+        let initial_free = pool.free_bytes();
+        let obj = pool
+            .tx(|tx| {
+                let o = tx.alloc([7u64; 8])?;
+                let mut r = tx.open(root)?;
+                r[0] = o.raw();
+                Ok(o)
+            })
+            .unwrap();
+        assert_eq!(pool.get(obj).unwrap()[3], 7);
+        pool.tx(|tx| {
+            let mut h = tx.open(obj)?;
+            h[3] = 99;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(pool.get(obj).unwrap()[3], 99);
+        assert!(pool.free_bytes() < initial_free);
+        let s = pool.stats();
+        assert!(s.commits >= 3, "{s:?}");
+    }
+    {
+        let pool = Pool::open(&path, "smoke").unwrap();
+        let root = pool.root::<[u64; 4]>().unwrap();
+        let obj = Oid::<[u64; 8]>::from_raw(pool.get(root).unwrap()[0]);
+        assert_eq!(pool.get(obj).unwrap()[3], 99);
+        pool.tx(|tx| {
+            tx.free(obj)?;
+            let mut r = tx.open(root)?;
+            r[0] = 0;
+            Ok(())
+        })
+        .unwrap();
+        assert!(matches!(pool.get(obj), Err(Error::InvalidOid { .. })));
+    }
+    assert!(matches!(
+        Pool::open(&path, "other"),
+        Err(Error::LayoutName { .. })
+    ));
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn sim_pool_recovers() {
+    let cfg = Config::small("sim");
+    let sim = CrashSim::new(cfg.max_size);
+    let pool = Pool::create_sim(&sim, &cfg).unwrap();
+    let root = pool.root::<u64>().unwrap();
+    pool.tx(|tx| {
+        *tx.open(root)? = 5;
+        Ok(())
+    })
+    .unwrap();
+    let cp = sim.crash_point();
+    drop(pool);
+    let dev = cp.device(cfg.max_size, |_| false);
+    let p2 = Pool::open_sim(&dev, "sim").unwrap();
+    let r2 = p2.root::<u64>().unwrap();
+    assert_eq!(*p2.get(r2).unwrap(), 5);
+}
