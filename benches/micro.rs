@@ -1,1 +1,149 @@
-fn main() {}
+//! The Pangolin Figure 3 micro-benchmark: latency per transaction of alloc, overwrite of the
+//! whole object, and free, for 64, 256, 1024 and 4096-byte objects, on 1 and 2 threads.
+//!
+//! Prints CSV (`suite,bench,system,config,size,threads,n,ns_per_op`, the columns of
+//! `../shared/peers/pmdk/run.sh`) on stdout, then a markdown table on stderr. With T threads,
+//! n is ops per thread and ns_per_op = phase wall time / (n·T).
+//!
+//! Environment: `PGL_BENCH_DIR` (default /dev/shm), `PGL_BENCH_N` (default 100000),
+//! `PGL_BENCH_RUNS` (timed runs after one warm-up, median; default 5), `PGL_BENCH_SIZES`,
+//! `PGL_BENCH_THREADS`.
+
+use pgl::{Config, Oid, Persistent, Pool};
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
+    std::env::var(name)
+        .ok()
+        .map(|v| v.split_whitespace().filter_map(|s| s.parse().ok()).collect())
+        .unwrap_or_else(|| default.to_vec())
+}
+
+fn env_num(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+struct Phases {
+    alloc: f64,
+    overwrite: f64,
+    free: f64,
+}
+
+fn run_once<const S: usize>(pool: &Pool, n: usize, threads: usize) -> Phases
+where
+    [u8; S]: Persistent,
+{
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let pool = pool.clone();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                let mut oids: Vec<Oid<[u8; S]>> = Vec::with_capacity(n);
+                let fill = [t as u8 + 1; S];
+                barrier.wait();
+                for _ in 0..n {
+                    oids.push(pool.tx(|tx| tx.alloc_zeroed::<[u8; S]>()).expect("alloc"));
+                }
+                barrier.wait();
+                barrier.wait();
+                for &o in &oids {
+                    pool.tx(|tx| {
+                        let mut h = tx.open(o)?;
+                        h.copy_from_slice(&fill);
+                        Ok(())
+                    })
+                    .expect("overwrite");
+                }
+                barrier.wait();
+                barrier.wait();
+                for &o in &oids {
+                    pool.tx(|tx| tx.free(o)).expect("free");
+                }
+                barrier.wait();
+            })
+        })
+        .collect();
+    let mut phase = || {
+        barrier.wait();
+        let t0 = Instant::now();
+        barrier.wait();
+        t0.elapsed().as_nanos() as f64 / (n * threads) as f64
+    };
+    let alloc = phase();
+    let overwrite = phase();
+    let free = phase();
+    for h in handles {
+        h.join().expect("bench thread");
+    }
+    Phases {
+        alloc,
+        overwrite,
+        free,
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    v[v.len() / 2]
+}
+
+fn bench_size<const S: usize>(dir: &str, n: usize, runs: usize, threads: usize) -> Phases
+where
+    [u8; S]: Persistent,
+{
+    let path = format!("{dir}/pgl_bench_{}_{S}_{threads}", std::process::id());
+    let _ = std::fs::remove_file(&path);
+    let need = (n * threads * (S + 64)) as u64 * 2 + (256 << 20);
+    let pool = Pool::create(&path, &Config::new("fig3").size(need)).expect("create bench pool");
+    run_once::<S>(&pool, n.min(10_000), threads); // warm-up
+    let mut a = Vec::new();
+    let mut o = Vec::new();
+    let mut f = Vec::new();
+    for _ in 0..runs {
+        let p = run_once::<S>(&pool, n, threads);
+        a.push(p.alloc);
+        o.push(p.overwrite);
+        f.push(p.free);
+    }
+    drop(pool);
+    let _ = std::fs::remove_file(&path);
+    Phases {
+        alloc: median(a),
+        overwrite: median(o),
+        free: median(f),
+    }
+}
+
+fn main() {
+    let dir = std::env::var("PGL_BENCH_DIR").unwrap_or_else(|_| "/dev/shm".into());
+    let n = env_num("PGL_BENCH_N", 100_000);
+    let runs = env_num("PGL_BENCH_RUNS", 5).max(1);
+    let sizes = env_list("PGL_BENCH_SIZES", &[64, 256, 1024, 4096]);
+    let threads = env_list("PGL_BENCH_THREADS", &[1, 2]);
+    println!("suite,bench,system,config,size,threads,n,ns_per_op");
+    let mut rows = Vec::new();
+    for &s in &sizes {
+        for &t in &threads {
+            let p = match s {
+                64 => bench_size::<64>(&dir, n, runs, t),
+                256 => bench_size::<256>(&dir, n, runs, t),
+                1024 => bench_size::<1024>(&dir, n, runs, t),
+                4096 => bench_size::<4096>(&dir, n, runs, t),
+                other => {
+                    eprintln!("unsupported size {other} (64 256 1024 4096)");
+                    continue;
+                }
+            };
+            for (bench, v) in [("alloc", p.alloc), ("overwrite", p.overwrite), ("free", p.free)] {
+                println!("fig3,{bench},pgl,default,{s},{t},{n},{v:.0}");
+                rows.push((bench, s, t, v));
+            }
+        }
+    }
+    eprintln!("\n| bench | size | threads | pgl ns/op |\n|---|---|---|---|");
+    for (b, s, t, v) in rows {
+        eprintln!("| {b} | {s} | {t} | {v:.0} |");
+    }
+}

@@ -4,7 +4,7 @@
 //! Invariant: a change is a function of the word's committed value: `new = (base.unwrap_or(cur)
 //! & and) | or`; the result is logged and applied like any other range.
 
-use std::collections::BTreeMap;
+use crate::tx::SmallMap;
 
 /// One word's pending change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,14 +32,16 @@ impl Default for WordChange {
 }
 
 /// The metadata changes of one transaction, by word offset.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct MetaOps {
-    words: BTreeMap<u64, WordChange>,
+    words: SmallMap<u64, WordChange>,
+    sorted: bool,
 }
 
 impl MetaOps {
     /// Sets the word at `off` to `value`.
     pub(crate) fn set(&mut self, off: u64, value: u64) {
+        debug_assert!(!self.sorted);
         self.words.insert(
             off,
             WordChange {
@@ -51,17 +53,24 @@ impl MetaOps {
     }
     /// Sets the bits of `mask` in the word at `off`.
     pub(crate) fn set_bits(&mut self, off: u64, mask: u64) {
-        let w = self.words.entry(off).or_default();
+        debug_assert!(!self.sorted);
+        let w = self.words.entry_or_insert_with(off, WordChange::default);
         w.or |= mask;
         w.and |= mask;
     }
     /// Clears the bits of `mask` in the word at `off`.
     pub(crate) fn clear_bits(&mut self, off: u64, mask: u64) {
-        let w = self.words.entry(off).or_default();
+        debug_assert!(!self.sorted);
+        let w = self.words.entry_or_insert_with(off, WordChange::default);
         w.and &= !mask;
         w.or &= !mask;
     }
-    /// Changes in ascending offset order.
+    /// Sorts the changes by offset; no change may be added afterwards (until `clear`).
+    pub(crate) fn sort(&mut self) {
+        self.words.items_mut().sort_unstable_by_key(|(k, _)| *k);
+        self.sorted = true;
+    }
+    /// The changes (in ascending offset order after `sort`).
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, &WordChange)> {
         self.words.iter().map(|(k, v)| (*k, v))
     }
@@ -76,6 +85,7 @@ impl MetaOps {
     /// Forgets everything.
     pub(crate) fn clear(&mut self) {
         self.words.clear();
+        self.sorted = false;
     }
 }
 
@@ -93,8 +103,11 @@ mod tests {
         assert_eq!(w.apply(0b0110_0000), 0b0110_1001);
         m.set(16, 0);
         m.set_bits(16, 4);
-        let (_, w) = m.iter().nth(1).unwrap();
+        m.set_bits(0, 1);
+        m.sort();
+        assert_eq!(m.iter().map(|(o, _)| o).collect::<Vec<_>>(), vec![0, 8, 16]);
+        let (_, w) = m.iter().nth(2).unwrap();
         assert_eq!(w.apply(u64::MAX), 4);
-        assert_eq!(m.len(), 2);
+        assert_eq!(m.len(), 3);
     }
 }

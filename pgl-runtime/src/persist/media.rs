@@ -51,12 +51,22 @@ impl std::fmt::Debug for Media {
     }
 }
 
-fn map(file: &File, path: &Path, reserve: u64) -> Result<MmapRaw> {
-    let len = usize::try_from(reserve).map_err(|_| Error::config("max_size overflows usize"))?;
-    MmapOptions::new()
-        .len(len)
-        .map_raw(file)
-        .map_err(|e| Error::io("map", path, e))
+/// Maps `file` with `reserve` bytes of address space; where the system refuses that much
+/// (a `ulimit -v`, valgrind), retries with less, down to `min` bytes. Returns the mapping
+/// and the reserve obtained.
+fn map(file: &File, path: &Path, reserve: u64, min: u64) -> Result<(MmapRaw, u64)> {
+    let mut want = reserve.max(min);
+    loop {
+        let len = usize::try_from(want).map_err(|_| Error::config("max_size overflows usize"))?;
+        match MmapOptions::new().len(len).map_raw(file) {
+            Ok(m) => return Ok((m, want)),
+            Err(e) if want > min => {
+                let _ = e;
+                want = (want / 4).max(min).div_ceil(4096) * 4096;
+            }
+            Err(e) => return Err(Error::io("map", path, e)),
+        }
+    }
 }
 
 impl Media {
@@ -78,9 +88,9 @@ impl Media {
             })?;
         let made = (|| {
             file.set_len(len).map_err(|e| Error::io("size", path, e))?;
-            map(&file, path, reserve)
+            map(&file, path, reserve, len)
         })();
-        let map = match made {
+        let (map, reserve) = match made {
             Ok(m) => m,
             Err(e) => {
                 let _ = std::fs::remove_file(path);
@@ -117,8 +127,8 @@ impl Media {
                 reason: "not a regular file".into(),
             });
         }
-        let reserve = reserve.max(len.div_ceil(4096) * 4096);
-        let map = map(&file, path, reserve)?;
+        let min = len.div_ceil(4096) * 4096;
+        let (map, reserve) = map(&file, path, reserve, min)?;
         Ok(Media {
             base: map.as_mut_ptr(),
             len: AtomicU64::new(len),

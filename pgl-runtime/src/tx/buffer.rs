@@ -58,6 +58,36 @@ impl Buffer {
         }
     }
 
+    /// Reuses this buffer's allocation for another object. The payload's contents are
+    /// unspecified (the caller fills all of it); the padding after it is zeroed.
+    pub(crate) fn reset(&mut self, off: u64, size: usize, type_id: u32, canary: u128, kind: BufKind) {
+        let words = size.div_ceil(16);
+        if self.storage.len() < words + 2 {
+            self.storage.resize(words + 2, 0);
+        } else {
+            self.storage.truncate(words + 2);
+        }
+        if words > 0 {
+            self.storage[words] = 0;
+        }
+        let c = canary ^ (off as u128).rotate_left(17);
+        self.storage[0] = c;
+        self.storage[words + 1] = c;
+        self.off = off;
+        self.size = size;
+        self.type_id = type_id;
+        self.checksum = 0;
+        self.kind = kind;
+        self.borrow = 0;
+        self.canary = c;
+        self.dirty.clear();
+    }
+
+    /// Bytes of storage held.
+    pub(crate) fn capacity(&self) -> usize {
+        self.storage.capacity() * 16
+    }
+
     /// Pointer to the payload (16-byte aligned).
     pub(crate) fn payload_ptr(&mut self) -> *mut u8 {
         // SAFETY: storage has at least two elements; index 1 is in bounds (or one past the
@@ -98,6 +128,11 @@ impl Buffer {
         self.dirty.push((0, self.size as u32));
     }
 
+    /// The modified ranges as marked (sorted and merged after `ranges`).
+    pub(crate) fn dirty(&self) -> &[(u32, u32)] {
+        &self.dirty
+    }
+
     /// Whether anything was marked.
     pub(crate) fn is_dirty(&self) -> bool {
         !self.dirty.is_empty()
@@ -107,14 +142,17 @@ impl Buffer {
     pub(crate) fn ranges(&mut self, gap: usize) -> &[(u32, u32)] {
         if self.dirty.len() > 1 {
             self.dirty.sort_unstable();
-            let mut out: Vec<(u32, u32)> = Vec::with_capacity(self.dirty.len());
-            for &(s, e) in &self.dirty {
-                match out.last_mut() {
-                    Some(l) if s as usize <= l.1 as usize + gap => l.1 = l.1.max(e),
-                    _ => out.push((s, e)),
+            let mut w = 0;
+            for r in 1..self.dirty.len() {
+                let (s, e) = self.dirty[r];
+                if s as usize <= self.dirty[w].1 as usize + gap {
+                    self.dirty[w].1 = self.dirty[w].1.max(e);
+                } else {
+                    w += 1;
+                    self.dirty[w] = (s, e);
                 }
             }
-            self.dirty = out;
+            self.dirty.truncate(w + 1);
         }
         &self.dirty
     }

@@ -20,7 +20,7 @@ use std::sync::atomic::Ordering;
 /// Ranges of a buffer closer than this many bytes are logged as one.
 const MERGE_GAP: usize = 32;
 
-struct Item {
+pub(crate) struct Item {
     off: u64,
     src: *const u8,
     len: usize,
@@ -61,9 +61,14 @@ impl Tx<'_> {
             }
         }
         // 2. modified ranges and checksums
-        let mut items: Vec<Item> = Vec::new();
-        let mut sums: Vec<[u8; 4]> = Vec::with_capacity(st.bufs.len());
-        let mut news = Vec::new();
+        let lane = &mut *st.lane;
+        let mut items = std::mem::take(&mut lane.items);
+        let mut sums = std::mem::take(&mut lane.sums);
+        let mut news = std::mem::take(&mut lane.news);
+        items.clear();
+        sums.clear();
+        news.clear();
+        sums.reserve(st.bufs.len());
         for b in &st.bufs {
             // SAFETY: as above.
             let buf = unsafe { &mut *b.as_ptr() };
@@ -76,14 +81,16 @@ impl Tx<'_> {
                     let size = buf.size;
                     let type_id = buf.type_id;
                     let old_sum = buf.checksum;
-                    let ranges = buf.ranges(MERGE_GAP).to_vec();
+                    buf.ranges(MERGE_GAP);
+                    let buf = &*buf;
+                    let ranges = buf.dirty();
                     let dirty: usize = ranges.iter().map(|r| (r.1 - r.0) as usize).sum();
                     let payload = buf.payload();
                     let sum = if dirty * 2 >= size {
                         object_checksum(off, type_id, payload)
                     } else {
                         let mut s = old_sum;
-                        for &(a, z) in &ranges {
+                        for &(a, z) in ranges {
                             let (a, z) = (a as usize, z as usize);
                             // SAFETY: inside the object, which our write lock protects.
                             let old = unsafe {
@@ -102,7 +109,7 @@ impl Tx<'_> {
                         }
                         s
                     };
-                    for &(a, z) in &ranges {
+                    for &(a, z) in ranges {
                         items.push(Item {
                             off: off + a as u64,
                             src: payload[a as usize..].as_ptr(),
@@ -126,6 +133,7 @@ impl Tx<'_> {
         let mut held = std::mem::take(&mut lane.meta_held);
         let mut vals = std::mem::take(&mut lane.meta_vals);
         vals.clear();
+        st.meta.sort();
         eng.meta.lock(st.meta.iter().map(|(o, _)| o), &mut held);
         for (off, ch) in st.meta.iter() {
             // SAFETY: heap metadata word inside the pool, protected by its metadata lock.
@@ -145,6 +153,9 @@ impl Tx<'_> {
         let lane = &mut *st.lane;
         lane.meta_held = held;
         lane.meta_vals = vals;
+        lane.items = items;
+        lane.sums = sums;
+        lane.news = news;
         r?;
         // the volatile heap follows
         st.undo.clear();
@@ -168,19 +179,33 @@ impl Tx<'_> {
         // SAFETY: heap metadata word, protected by its metadata lock (held by the caller).
         unsafe { eng.media.write_u64(off, v) };
         eng.media.flush(off, 8);
-        let mut pend = Vec::new();
-        eng.lanes.pending_retires(&mut pend);
-        for &(i, _) in &pend {
-            eng.flush_retire(i);
-        }
-        eng.media.fence();
-        for &(i, g) in &pend {
-            eng.lanes.mark_flushed(i, g);
-        }
+        self.fence_with_retires(None);
         let c = &self.lane.counters;
         c.add(Counter::Fences, 1);
         c.add(Counter::DirectCommits, 1);
         c.add(Counter::BytesWritten, 8);
+    }
+
+    /// Flushes the retire marks that may not be durable yet, then fences. A logged commit
+    /// passes its own lane as `skip`: its new seal replaces that lane's previous record, so
+    /// the old retire mark no longer matters once this fence completes (and before it, this
+    /// transaction is not committed). A direct commit writes no record, so it skips nothing.
+    fn fence_with_retires(&self, skip: Option<usize>) {
+        let eng = self.eng;
+        let mut pend = [(0usize, 0u64); 64];
+        let mut n = 0;
+        eng.lanes.for_pending_retires(|i, g| {
+            if Some(i) == skip {
+                return;
+            }
+            eng.flush_retire(i);
+            pend[n] = (i, g);
+            n += 1;
+        });
+        eng.media.fence();
+        for &(i, g) in &pend[..n] {
+            eng.lanes.mark_flushed(i, g);
+        }
     }
 
     fn commit_logged(
@@ -251,16 +276,8 @@ impl Tx<'_> {
             media.flush(hdr, HEADER_SIZE + buf.size as u64);
             written += HEADER_SIZE + buf.size as u64;
         }
-        // 3d. retire marks that may not be durable yet
-        let mut pend = Vec::new();
-        eng.lanes.pending_retires(&mut pend);
-        for &(i, _) in &pend {
-            eng.flush_retire(i);
-        }
-        media.fence(); // ---- committed ----
-        for &(i, g) in &pend {
-            eng.lanes.mark_flushed(i, g);
-        }
+        // 3d. retire marks that may not be durable yet, and the ordering point
+        self.fence_with_retires(Some(self.lane.idx)); // ---- committed ----
         // 4. apply
         // SAFETY: lane copy A, owned by this transaction.
         let lane_a = unsafe { std::slice::from_raw_parts(media.ptr(a_off) as *const u8, lane_size) };

@@ -6,22 +6,53 @@
 //! its own log fence, the retire lines of all lanes whose latest retire mark may not be
 //! durable yet (`retire_gen > flushed_gen`); a record's successor in the same lane replaces it.
 
-use crate::heap::Arena;
+use super::buffer::Buffer;
+use super::locks::Held;
+use super::smallmap::SmallMap;
+use crate::heap::{Arena, HeapUndo, MetaOps, PendingFree};
+use std::ptr::NonNull;
 use crate::stats::LaneCounters;
 use parking_lot::{Mutex, MutexGuard};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Containers a transaction uses, kept by the lane between transactions so their
+/// allocations are reused. Always empty while no transaction holds the lane.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    pub bufs: Vec<NonNull<Buffer>>,
+    pub index: SmallMap<u64, usize>,
+    pub held: SmallMap<u32, Held>,
+    pub meta: MetaOps,
+    pub undo: Vec<HeapUndo>,
+    pub frees: Vec<PendingFree>,
+}
 
 /// Per-lane state owned by the transaction that holds the lane.
 #[derive(Default)]
 pub(crate) struct LaneState {
     /// The runs this lane allocates from.
     pub arena: Arena,
+    /// Reusable transaction containers.
+    pub scratch: Scratch,
+    /// Spare micro-buffers.
+    pub spare: Vec<Box<Buffer>>,
+    /// Reusable commit scratch: ranges to log, checksum bytes, new objects.
+    pub items: Vec<super::commit::Item>,
+    pub sums: Vec<[u8; 4]>,
+    pub news: Vec<NonNull<Buffer>>,
+
     /// Reusable scratch: metadata (offset, value) pairs of a commit.
     pub meta_vals: Vec<(u64, u64)>,
     /// Reusable scratch: metadata lock stripes held by a commit.
     pub meta_held: Vec<u32>,
 }
+
+// SAFETY: the only non-Send parts are the buffer pointers in `scratch.bufs`, `items` and
+// `news`, which hold no live pointer whenever the lane is not held (they are cleared or only
+// read after being refilled by the next holder); while held, the pointers are used only by the transaction
+// (one thread) that holds the lane's mutex.
+unsafe impl Send for LaneState {}
 
 #[repr(align(128))]
 struct Gen {
@@ -94,13 +125,12 @@ impl Lanes {
         (l, l.state.lock())
     }
 
-    /// Lanes whose retire mark may not be durable, with the generation observed.
-    pub(crate) fn pending_retires(&self, out: &mut Vec<(usize, u64)>) {
-        out.clear();
+    /// Calls `f(lane, generation)` for each lane whose retire mark may not be durable.
+    pub(crate) fn for_pending_retires(&self, mut f: impl FnMut(usize, u64)) {
         for l in &self.lanes {
             let r = l.gen.retire.load(Ordering::Acquire);
             if r > l.gen.flushed.load(Ordering::Relaxed) {
-                out.push((l.idx, r));
+                f(l.idx, r);
             }
         }
     }

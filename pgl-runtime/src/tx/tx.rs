@@ -7,7 +7,8 @@
 use super::buffer::{BufKind, Buffer};
 use super::engine::{Engine, VerifyPolicy};
 use super::handle::{Mut, Read, ReadSource, Ref};
-use super::lane::{Lane, LaneState};
+use super::lane::{Lane, LaneState, Scratch};
+use super::smallmap::SmallMap;
 use super::locks::{Held, ObjectLocks};
 use crate::heap::layout::{object_checksum, ObjectHeader, HEADER_SIZE};
 use crate::heap::{HeapUndo, MetaOps, PendingFree};
@@ -16,36 +17,13 @@ use crate::stats::Counter;
 use crate::{Error, Result};
 use parking_lot::MutexGuard;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::ptr::NonNull;
-
-/// A hasher for integer keys.
-#[derive(Default)]
-pub(crate) struct IdHasher(u64);
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) ^ b as u64;
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.0 = n as u64;
-    }
-}
-pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
 pub(crate) struct TxState<'p> {
     pub lane: MutexGuard<'p, LaneState>,
     pub bufs: Vec<NonNull<Buffer>>,
-    pub index: IdMap<u64, usize>,
-    pub held: IdMap<u32, Held>,
+    pub index: SmallMap<u64, usize>,
+    pub held: SmallMap<u32, Held>,
     pub meta: MetaOps,
     pub undo: Vec<HeapUndo>,
     pub frees: Vec<PendingFree>,
@@ -64,18 +42,19 @@ pub struct Tx<'p> {
 
 impl<'p> Tx<'p> {
     pub(crate) fn begin(eng: &'p Engine) -> Tx<'p> {
-        let (lane, guard) = eng.lanes.acquire();
+        let (lane, mut guard) = eng.lanes.acquire();
+        let sc = std::mem::take(&mut guard.scratch);
         Tx {
             eng,
             lane,
             st: RefCell::new(TxState {
                 lane: guard,
-                bufs: Vec::new(),
-                index: IdMap::default(),
-                held: IdMap::default(),
-                meta: MetaOps::default(),
-                undo: Vec::new(),
-                frees: Vec::new(),
+                bufs: sc.bufs,
+                index: sc.index,
+                held: sc.held,
+                meta: sc.meta,
+                undo: sc.undo,
+                frees: sc.frees,
                 poison: None,
                 allocs: 0,
             }),
@@ -128,6 +107,9 @@ impl<'p> Tx<'p> {
         let Some(&i) = st.index.get(&off) else {
             return Ok(None);
         };
+        if i == usize::MAX {
+            return Err(Error::invalid_oid(off, "failed verification earlier in this transaction"));
+        }
         let b = st.bufs[i];
         // SAFETY: buffers live until the transaction ends; only handles alias them, and
         // those are checked through `borrow` before any access.
@@ -148,10 +130,16 @@ impl<'p> Tx<'p> {
         Ok(Some(b))
     }
 
-    fn push_buffer(&self, st: &mut TxState<'p>, buf: Buffer) -> NonNull<Buffer> {
-        let p = NonNull::from(Box::leak(Box::new(buf)));
-        // SAFETY: just created.
-        let off = unsafe { p.as_ref().off };
+    /// A buffer for `size` payload bytes (reused from the lane when it has one spare).
+    fn new_buffer(&self, st: &mut TxState<'p>, off: u64, size: usize, type_id: u32, kind: BufKind) -> NonNull<Buffer> {
+        let buf = match st.lane.spare.pop() {
+            Some(mut b) => {
+                b.reset(off, size, type_id, self.eng.canary, kind);
+                b
+            }
+            None => Box::new(Buffer::new(off, size, type_id, self.eng.canary, kind)),
+        };
+        let p = NonNull::from(Box::leak(buf));
         st.index.insert(off, st.bufs.len());
         st.bufs.push(p);
         p
@@ -169,12 +157,18 @@ impl<'p> Tx<'p> {
                 let place = self.eng.heap.locate(off)?;
                 let h = self.header(off);
                 Self::check_type::<T>(off, &h, place.capacity)?;
-                let mut buf = Buffer::new(off, h.size as usize, h.type_id, self.eng.canary, BufKind::Open);
+                let mut p = self.new_buffer(&mut st, off, h.size as usize, h.type_id, BufKind::Open);
+                // SAFETY: just created; no handle to it exists yet.
+                let buf = unsafe { p.as_mut() };
                 // SAFETY: the payload lies inside the pool (size <= capacity) and our write
                 // lock excludes concurrent commits to it.
                 unsafe { self.eng.media.read(off, buf.payload_mut()) };
                 let sum = object_checksum(off, h.type_id, buf.payload());
                 if sum != h.checksum {
+                    // Not ours to keep: forget the buffer so a retry re-reads NVMM.
+                    buf.kind = BufKind::Freed;
+                    buf.size = 0;
+                    st.index.insert(off, usize::MAX);
                     return Err(Error::ChecksumMismatch {
                         offset: off,
                         type_id: h.type_id,
@@ -184,7 +178,7 @@ impl<'p> Tx<'p> {
                     });
                 }
                 buf.checksum = h.checksum;
-                self.push_buffer(&mut st, buf)
+                p
             }
         };
         // SAFETY: buffers live until the transaction ends; `borrow` guards aliasing.
@@ -232,28 +226,30 @@ impl<'p> Tx<'p> {
         let size = core::mem::size_of::<T>();
         // SAFETY: `Persistent` values have no padding: all bytes are initialised.
         let bytes = unsafe { core::slice::from_raw_parts(&value as *const T as *const u8, size) };
-        self.alloc_raw(bytes, T::TYPE_ID).map(Oid::from_raw)
+        self.alloc_raw(size, T::TYPE_ID, |p| p.copy_from_slice(bytes)).map(Oid::from_raw)
     }
 
     /// Allocates a new zero-filled object (every `Persistent` type is valid when zeroed).
     pub fn alloc_zeroed<T: Persistent>(&self) -> Result<Oid<T>> {
-        let zeros = vec![0u8; core::mem::size_of::<T>()];
-        self.alloc_raw(&zeros, T::TYPE_ID).map(Oid::from_raw)
+        self.alloc_raw(core::mem::size_of::<T>(), T::TYPE_ID, |p| p.fill(0))
+            .map(Oid::from_raw)
     }
 
-    pub(crate) fn alloc_raw(&self, bytes: &[u8], type_id: u32) -> Result<u64> {
-        if bytes.is_empty() {
+    /// Allocates `size` payload bytes of type `type_id`, filled by `fill`.
+    pub(crate) fn alloc_raw(&self, size: usize, type_id: u32, fill: impl FnOnce(&mut [u8])) -> Result<u64> {
+        if size == 0 {
             return Err(Error::config("zero-sized objects cannot be allocated"));
         }
         let mut guard = self.st.borrow_mut();
         let st = &mut *guard;
-        let place = self.eng.heap.alloc(&mut st.lane.arena, bytes.len() as u64, &mut st.meta, &mut st.undo)?;
+        let place = self.eng.heap.alloc(&mut st.lane.arena, size as u64, &mut st.meta, &mut st.undo)?;
         let off = place.hdr + HEADER_SIZE;
         self.lock(st, off, Held::Write)?;
-        let mut buf = Buffer::new(off, bytes.len(), type_id, self.eng.canary, BufKind::New);
-        buf.payload_mut().copy_from_slice(bytes);
+        let mut p = self.new_buffer(st, off, size, type_id, BufKind::New);
+        // SAFETY: just created; no handle to it exists yet.
+        let buf = unsafe { p.as_mut() };
+        fill(buf.payload_mut());
         buf.mark_all();
-        self.push_buffer(st, buf);
         st.allocs += 1;
         Ok(off)
     }
@@ -275,8 +271,7 @@ impl<'p> Tx<'p> {
             let place = self.eng.heap.locate(off)?;
             let h = self.header(off);
             Self::check_type::<T>(off, &h, place.capacity)?;
-            let buf = Buffer::new(off, 0, T::TYPE_ID, self.eng.canary, BufKind::Freed);
-            self.push_buffer(st, buf);
+            self.new_buffer(st, off, 0, T::TYPE_ID, BufKind::Freed);
         }
         let f = self.eng.heap.free(off, &mut st.meta)?;
         st.frees.push(f);
@@ -321,11 +316,26 @@ impl<'p> Tx<'p> {
             self.eng.objects.release(stripe, h);
         }
         for b in st.bufs.drain(..) {
-            // SAFETY: created by Box::leak in push_buffer, freed once here; no handle is
+            // SAFETY: created by Box::leak in new_buffer, reclaimed once here; no handle is
             // alive (handles borrow the transaction, which is ending).
-            drop(unsafe { Box::from_raw(b.as_ptr()) });
+            let b = unsafe { Box::from_raw(b.as_ptr()) };
+            if st.lane.spare.len() < 64 && b.capacity() <= 64 << 10 {
+                st.lane.spare.push(b);
+            }
         }
         st.index.clear();
+        st.meta.clear();
+        st.undo.clear();
+        st.frees.clear();
+        let sc = Scratch {
+            bufs: std::mem::take(&mut st.bufs),
+            index: std::mem::take(&mut st.index),
+            held: std::mem::take(&mut st.held),
+            meta: std::mem::take(&mut st.meta),
+            undo: std::mem::take(&mut st.undo),
+            frees: std::mem::take(&mut st.frees),
+        };
+        st.lane.scratch = sc;
     }
 }
 

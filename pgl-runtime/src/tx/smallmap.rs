@@ -1,0 +1,148 @@
+//! A map for the few keys a typical transaction touches: a vector searched linearly, plus a
+//! hash index once it grows past `LINEAR` entries. Keeps its allocations when cleared, so a
+//! lane reuses them transaction after transaction.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+
+const LINEAR: usize = 16;
+
+/// A hasher for integer keys.
+#[derive(Default)]
+pub(crate) struct IdHasher(u64);
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) ^ b as u64;
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = n as u64;
+    }
+}
+
+/// See the module docs.
+pub(crate) struct SmallMap<K, V> {
+    items: Vec<(K, V)>,
+    index: HashMap<K, usize, BuildHasherDefault<IdHasher>>,
+}
+
+impl<K, V> Default for SmallMap<K, V> {
+    fn default() -> Self {
+        SmallMap {
+            items: Vec::new(),
+            index: HashMap::default(),
+        }
+    }
+}
+
+impl<K: Copy + Eq + Hash, V> SmallMap<K, V> {
+    fn position(&self, k: &K) -> Option<usize> {
+        if self.items.len() <= LINEAR {
+            self.items.iter().rposition(|(key, _)| key == k)
+        } else {
+            self.index.get(k).copied()
+        }
+    }
+
+    pub(crate) fn get(&self, k: &K) -> Option<&V> {
+        self.position(k).map(|i| &self.items[i].1)
+    }
+
+    pub(crate) fn get_mut(&mut self, k: &K) -> Option<&mut V> {
+        self.position(k).map(|i| &mut self.items[i].1)
+    }
+
+    pub(crate) fn contains_key(&self, k: &K) -> bool {
+        self.position(k).is_some()
+    }
+
+    /// Inserts or replaces.
+    pub(crate) fn insert(&mut self, k: K, v: V) {
+        if let Some(i) = self.position(&k) {
+            self.items[i].1 = v;
+            return;
+        }
+        self.items.push((k, v));
+        let n = self.items.len();
+        if n == LINEAR + 1 {
+            for (i, (key, _)) in self.items.iter().enumerate() {
+                self.index.insert(*key, i);
+            }
+        } else if n > LINEAR + 1 {
+            self.index.insert(k, n - 1);
+        }
+    }
+
+    /// The value of `k`, inserting `make()` first if absent.
+    pub(crate) fn entry_or_insert_with(&mut self, k: K, make: impl FnOnce() -> V) -> &mut V {
+        let i = match self.position(&k) {
+            Some(i) => i,
+            None => {
+                self.insert(k, make());
+                self.items.len() - 1
+            }
+        };
+        &mut self.items[i].1
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &(K, V)> {
+        self.items.iter()
+    }
+
+    pub(crate) fn items_mut(&mut self) -> &mut Vec<(K, V)> {
+        &mut self.items
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Removes everything, keeping the allocations.
+    pub(crate) fn clear(&mut self) {
+        self.items.clear();
+        self.index.clear();
+    }
+
+    /// Removes and yields everything.
+    pub(crate) fn drain(&mut self) -> impl Iterator<Item = (K, V)> + '_ {
+        self.index.clear();
+        self.items.drain(..)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn behaves_like_a_map_across_the_threshold() {
+        let mut m = SmallMap::default();
+        let mut model = std::collections::HashMap::new();
+        for i in 0..100u64 {
+            let k = (i * 7919) % 61;
+            m.insert(k, i);
+            model.insert(k, i);
+            for (mk, mv) in &model {
+                assert_eq!(m.get(mk), Some(mv));
+            }
+            assert_eq!(m.len(), model.len());
+        }
+        assert!(!m.contains_key(&1000));
+        *m.entry_or_insert_with(1000, || 5) += 1;
+        assert_eq!(m.get(&1000), Some(&6));
+        m.clear();
+        assert!(m.is_empty());
+        assert_eq!(m.get(&0), None);
+    }
+}
