@@ -19,8 +19,11 @@ fn halves(sum: u32) -> (u64, u64) {
 /// Adler-32 of `data` (RFC 1950), via simd-adler32 (the hot path).
 #[must_use]
 pub fn adler32(data: &[u8]) -> u32 {
-    simd_adler32::adler32(&data)
+    adler32_continue(1, data)
 }
+
+/// Below this many bytes a scalar loop beats the SIMD kernel's set-up cost.
+const SCALAR_BELOW: usize = 64;
 
 /// Continues an Adler-32 whose state so far is `state` (the checksum of the bytes before).
 ///
@@ -28,6 +31,15 @@ pub fn adler32(data: &[u8]) -> u32 {
 /// `adler32(b)`.
 #[must_use]
 pub fn adler32_continue(state: u32, data: &[u8]) -> u32 {
+    if data.len() < SCALAR_BELOW {
+        // No overflow: a, b < 65521 and at most 63 bytes of <= 255 are added.
+        let (mut a, mut b) = (state & 0xffff, state >> 16);
+        for &x in data {
+            a += u32::from(x);
+            b += a;
+        }
+        return (b % 65521) << 16 | (a % 65521);
+    }
     let mut hasher = simd_adler32::Adler32::from_checksum(state);
     hasher.write(data);
     hasher.finish()

@@ -16,7 +16,8 @@ use super::meta::MetaOps;
 use crate::geometry::Geometry;
 use crate::persist::Media;
 use crate::{Error, Result};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -52,7 +53,7 @@ impl Run {
 
 struct Zone {
     kinds: Box<[AtomicU64]>,
-    runs: Mutex<Vec<Option<Arc<Run>>>>,
+    runs: Box<[Mutex<Option<Arc<Run>>>]>,
 }
 
 /// The run a lane allocates from, per class.
@@ -87,7 +88,8 @@ pub(crate) enum PendingFree {
 pub(crate) struct Heap {
     geo: Geometry,
     classes: SizeClasses,
-    zones: RwLock<Vec<Arc<Zone>>>,
+    zones: Box<[OnceLock<Zone>]>,
+    grow_lock: Mutex<()>,
     zone_count: AtomicU64,
     chunk_lock: Mutex<()>,
     pools: Vec<Mutex<Vec<Arc<Run>>>>,
@@ -101,7 +103,10 @@ impl Heap {
             geo,
             pools: (0..classes.len()).map(|_| Mutex::new(Vec::new())).collect(),
             classes,
-            zones: RwLock::new(Vec::new()),
+            zones: (0..geo.zones_for(media.reserve()).max(zones))
+                .map(|_| OnceLock::new())
+                .collect(),
+            grow_lock: Mutex::new(()),
             zone_count: AtomicU64::new(0),
             chunk_lock: Mutex::new(()),
         };
@@ -121,11 +126,17 @@ impl Heap {
 
     /// Loads zones `zone_count()..total` from media (on open, and after `grow`).
     pub(crate) fn add_zones(&self, media: &Media, total: u64) -> Result<()> {
-        let mut zones = self.zones.write();
+        let _g = self.grow_lock.lock();
+        if total > self.zones.len() as u64 {
+            return Err(Error::config(format!(
+                "{total} zones exceed the {} the mapping can hold (raise Config::max_size)",
+                self.zones.len()
+            )));
+        }
         let n = self.geo.chunks_per_zone();
-        for z in zones.len() as u64..total {
+        for z in self.zone_count()..total {
             let kinds: Box<[AtomicU64]> = (0..n).map(|_| AtomicU64::new(KIND_FREE)).collect();
-            let mut runs = vec![None; n as usize];
+            let mut runs: Vec<Option<Arc<Run>>> = vec![None; n as usize];
             let table = self.geo.chunk_offset(z, 0) + CHUNK_TABLE_OFFSET;
             let mut c = 1;
             while c < n {
@@ -173,10 +184,13 @@ impl Heap {
                 }
                 c += 1;
             }
-            zones.push(Arc::new(Zone {
+            let zone = Zone {
                 kinds,
-                runs: Mutex::new(runs),
-            }));
+                runs: runs.into_iter().map(Mutex::new).collect(),
+            };
+            if self.zones[z as usize].set(zone).is_err() {
+                return Err(Error::config("zone loaded twice"));
+            }
         }
         self.zone_count.store(total, Ordering::Release);
         Ok(())
@@ -216,8 +230,11 @@ impl Heap {
         })
     }
 
-    fn zone(&self, z: u64) -> Option<Arc<Zone>> {
-        self.zones.read().get(z as usize).cloned()
+    fn zone(&self, z: u64) -> Option<&Zone> {
+        if z >= self.zone_count() {
+            return None;
+        }
+        self.zones.get(z as usize)?.get()
     }
 
     /// The largest payload one object can have.
@@ -243,7 +260,8 @@ impl Heap {
         let e = zone.kinds[pos.chunk as usize].load(Ordering::Acquire);
         match entry_kind(e) {
             KIND_RUN => {
-                let Some(run) = zone.runs.lock()[pos.chunk as usize].clone() else {
+                let slot = zone.runs[pos.chunk as usize].lock();
+                let Some(run) = slot.as_ref() else {
                     return bad("run not loaded");
                 };
                 let rel = pos.within;
@@ -387,7 +405,7 @@ impl Heap {
         for w in 0..nblocks.div_ceil(64) as u64 {
             meta.set(run.off + w * 8, 0);
         }
-        zone.runs.lock()[chunk as usize] = Some(run.clone());
+        *zone.runs[chunk as usize].lock() = Some(run.clone());
         zone.kinds[chunk as usize].store(entry, Ordering::Release);
         undo.push(HeapUndo::NewRun(run.clone()));
         Ok(run)
@@ -407,9 +425,9 @@ impl Heap {
     /// Finds and reserves `n` contiguous chunks that are free or empty, unowned runs.
     /// Caller holds `chunk_lock`.
     fn claim_chunks(&self, n: u64) -> Option<(u64, u64)> {
-        let zones = self.zones.read().clone();
         let per = self.geo.chunks_per_zone();
-        for (zi, zone) in zones.iter().enumerate() {
+        for zi in 0..self.zone_count() {
+            let Some(zone) = self.zone(zi) else { continue };
             let mut start = 1;
             while start + n <= per {
                 let mut ok = true;
@@ -450,7 +468,7 @@ impl Heap {
         let e = zone.kinds[c as usize].load(Ordering::Acquire);
         match entry_kind(e) {
             KIND_FREE => true,
-            KIND_RUN => match &zone.runs.lock()[c as usize] {
+            KIND_RUN => match &*zone.runs[c as usize].lock() {
                 Some(r) => {
                     let st = r.st.lock();
                     st.used == 0 && !st.owned && !st.dead
@@ -469,8 +487,8 @@ impl Heap {
                 true
             }
             KIND_RUN => {
-                let mut runs = zone.runs.lock();
-                let Some(r) = runs[c as usize].clone() else {
+                let mut slot = zone.runs[c as usize].lock();
+                let Some(r) = slot.clone() else {
                     return false;
                 };
                 let mut st = r.st.lock();
@@ -478,7 +496,7 @@ impl Heap {
                     // Retire the empty run: its chunk is reused; the run leaves its pool lazily.
                     st.dead = true;
                     drop(st);
-                    runs[c as usize] = None;
+                    *slot = None;
                     zone.kinds[c as usize].store(KIND_RESERVED, Ordering::Release);
                     true
                 } else {
@@ -532,7 +550,8 @@ impl Heap {
         let e = zone.kinds[pos.chunk as usize].load(Ordering::Acquire);
         match entry_kind(e) {
             KIND_RUN => {
-                let run = zone.runs.lock()[pos.chunk as usize]
+                let run = zone.runs[pos.chunk as usize]
+                    .lock()
                     .clone()
                     .ok_or_else(|| Error::invalid_oid(payload, "run not loaded"))?;
                 let idx = ((pos.within - run.header - HEADER_SIZE) / run.block) as u32;
@@ -572,7 +591,7 @@ impl Heap {
                     let mut st = run.st.lock();
                     st.dead = true;
                     drop(st);
-                    zone.runs.lock()[run.chunk as usize] = None;
+                    *zone.runs[run.chunk as usize].lock() = None;
                     zone.kinds[run.chunk as usize].store(KIND_FREE, Ordering::Release);
                 }
             }
@@ -620,16 +639,15 @@ impl Heap {
     /// Bytes available for allocation: free chunks and empty runs count whole; other runs
     /// count their free blocks.
     pub(crate) fn free_bytes(&self) -> u64 {
-        let zones = self.zones.read().clone();
         let mut free = 0;
-        for zone in zones.iter() {
-            let runs = zone.runs.lock();
+        for zi in 0..self.zone_count() {
+            let Some(zone) = self.zone(zi) else { continue };
             for c in 1..self.geo.chunks_per_zone() as usize {
                 let e = zone.kinds[c].load(Ordering::Acquire);
                 match entry_kind(e) {
                     KIND_FREE => free += self.geo.chunk_size,
                     KIND_RUN => {
-                        if let Some(r) = &runs[c] {
+                        if let Some(r) = &*zone.runs[c].lock() {
                             let st = r.st.lock();
                             if st.used == 0 {
                                 free += self.geo.chunk_size;

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# compare.sh -- run pgl's fig3 benchmark and PMDK's libpmemobj on the same workload, in the
+# same script, and print pgl / pmemobj ratios.
+#
+#   benches/compare.sh                 # full matrix (a few minutes)
+#   PGL_BENCH_N=20000 benches/compare.sh
+#
+# Needs ../shared/peers/pmdk/run.sh (the peer kit; it installs PMDK's Debian packages).
+# Environment: PGL_BENCH_N (ops per thread, default 100000), PGL_BENCH_RUNS (default 5),
+# PGL_BENCH_SIZES, PGL_BENCH_THREADS, PGL_BENCH_DIR (default /dev/shm), PEER_KIT (path to
+# run.sh). Output: the combined CSV on stdout, then a markdown table of ratios.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+kit=${PEER_KIT:-$here/../shared/peers/pmdk/run.sh}
+n=${PGL_BENCH_N:-100000}
+runs=${PGL_BENCH_RUNS:-5}
+sizes=${PGL_BENCH_SIZES:-64 256 1024 4096}
+threads=${PGL_BENCH_THREADS:-1 2}
+dir=${PGL_BENCH_DIR:-/dev/shm}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+[[ -x $kit || -f $kit ]] || { echo "peer kit not found at $kit (set PEER_KIT)" >&2; exit 1; }
+
+echo "[compare] building pgl's bench" >&2
+(cd "$here" && cargo bench --bench micro --no-run -q) >&2
+
+echo "[compare] pgl" >&2
+(cd "$here" && PGL_BENCH_N=$n PGL_BENCH_RUNS=$runs PGL_BENCH_SIZES="$sizes" \
+	PGL_BENCH_THREADS="$threads" PGL_BENCH_DIR=$dir cargo bench --bench micro -q) \
+	>"$out/pgl.csv" 2>"$out/pgl.err"
+
+echo "[compare] pmemobj (peer kit)" >&2
+PEER_SUITES=fig3 PEER_N=$n PEER_RUNS=$runs PEER_SIZES="$sizes" PEER_THREADS="$threads" \
+	PEER_DIR=$dir bash "$kit" >"$out/pmdk.csv" 2>"$out/pmdk.err" ||
+	{ cat "$out/pmdk.err" >&2; exit 1; }
+
+cat "$out/pgl.csv"
+tail -n +2 "$out/pmdk.csv"
+
+python3 - "$out/pgl.csv" "$out/pmdk.csv" <<'PY'
+import csv, sys
+rows = {}
+for f in sys.argv[1:]:
+    for r in csv.DictReader(open(f)):
+        rows[(r["suite"], r["bench"], r["system"], r["size"], r["threads"])] = float(r["ns_per_op"])
+keys = sorted({(s, b, z, t) for (s, b, sy, z, t) in rows if sy == "pgl"},
+              key=lambda k: (k[1], int(k[2]), int(k[3])))
+print("\n| bench | size | threads | pgl ns | pmemobj ns | pgl/pmemobj | pmemobj-R ns | pgl/pmemobj-R |")
+print("|---|---|---|---|---|---|---|---|")
+for s, b, z, t in keys:
+    p = rows[(s, b, "pgl", z, t)]
+    o = rows.get((s, b, "pmemobj", z, t))
+    r = rows.get((s, b, "pmemobj-R", z, t))
+    fmt = lambda v: f"{v:.0f}" if v else "-"
+    rat = lambda v: f"{p / v:.2f}" if v else "-"
+    print(f"| {b} | {z} | {t} | {p:.0f} | {fmt(o)} | {rat(o)} | {fmt(r)} | {rat(r)} |")
+PY
