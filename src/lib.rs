@@ -8,7 +8,7 @@
 
 pub use pgl_runtime::*;
 
-/// Derives [`Persistent`] for a `#[repr(C)]` struct whose fields are all persistent.
+#[doc = include_str!("../pgl-derive/doc/persistent.md")]
 pub use pgl_derive::Persistent;
 
 /// The items most programs need: `use pgl::prelude::*;`.

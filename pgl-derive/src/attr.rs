@@ -55,11 +55,12 @@ impl Container {
     /// Reads the container's attributes, reporting every bad `#[pgl]` key.
     pub(crate) fn from_ast(cx: &Ctxt, attrs: &[Attribute]) -> Self {
         let mut out = Self::default();
+        let mut seen_id = false;
         for attr in attrs {
             if attr.path().is_ident("repr") {
                 parse_repr(attr, &mut out.repr);
             } else if attr.path().is_ident("pgl") {
-                parse_pgl(cx, attr, &mut out.id);
+                parse_pgl(cx, attr, &mut out.id, &mut seen_id);
             }
         }
         out
@@ -122,7 +123,9 @@ fn parse_repr(attr: &Attribute, repr: &mut Repr) {
     });
 }
 
-fn parse_pgl(cx: &Ctxt, attr: &Attribute, id: &mut Option<TypeId>) {
+/// Reads one `#[pgl(...)]`; `seen_id` carries over the attributes of one container, so
+/// that an id given twice is reported even across attributes.
+fn parse_pgl(cx: &Ctxt, attr: &Attribute, id: &mut Option<TypeId>, seen_id: &mut bool) {
     let Meta::List(_) = attr.meta else {
         cx.error_spanned_by(
             attr,
@@ -130,15 +133,14 @@ fn parse_pgl(cx: &Ctxt, attr: &Attribute, id: &mut Option<TypeId>) {
         );
         return;
     };
-    let mut seen_id = false;
     let result = attr.parse_nested_meta(|meta| {
         if meta.path.is_ident("id") {
             let value: Expr = meta.value()?.parse()?;
-            if seen_id {
+            if *seen_id {
                 cx.error_spanned_by(&meta.path, "duplicate `id` key: give `#[pgl(id = N)]` once");
                 return Ok(());
             }
-            seen_id = true;
+            *seen_id = true;
             if let Some(parsed) = parse_type_id(cx, &value) {
                 *id = Some(parsed);
             }

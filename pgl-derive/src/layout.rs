@@ -183,8 +183,8 @@ impl<'a> Layout<'a> {
                 let name = LitByteStr::new(field.name.as_bytes(), Span::call_site());
                 let layout = quote_spanned!(Site::of(ty).first=> <#ty as #tr>::LAYOUT);
                 quote! {
-                    h = ::pgl::__private::mix64(h, ::pgl::__private::fnv1a64(#name, #layout));
-                    h = ::pgl::__private::mix64(
+                    let h = ::pgl::__private::mix64(h, ::pgl::__private::fnv1a64(#name, #layout));
+                    let h = ::pgl::__private::mix64(
                         h,
                         ::pgl::__private::mix64(
                             ::core::mem::offset_of!(Self, #member) as u64,
@@ -195,11 +195,11 @@ impl<'a> Layout<'a> {
             });
         quote! {
             #checks
-            let mut h: u64 = ::pgl::__private::fnv1a64(
+            let h: u64 = ::pgl::__private::fnv1a64(
                 b"pgl::struct",
                 ::core::mem::size_of::<Self>() as u64,
             );
-            h = ::pgl::__private::mix64(h, ::core::mem::align_of::<Self>() as u64);
+            let h = ::pgl::__private::mix64(h, ::core::mem::align_of::<Self>() as u64);
             #(#terms)*
             h
         }

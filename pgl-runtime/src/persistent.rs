@@ -88,7 +88,8 @@ primitive!(u8, u16, u32, u64, u128, i8, i16, i32, i64, i128, f32, f64);
 // of alignment), is valid for every bit pattern when its element is, and holds no pointers.
 // `N > 0` is required by the zero-size rule and checked where objects are allocated.
 unsafe impl<T: Persistent, const N: usize> Persistent for [T; N] {
-    const TYPE_ID: u32 = fold_type_id(mix64(T::LAYOUT ^ 0xa11a_7, N as u64));
+    // A TYPE_ID never reads a LAYOUT: `Oid<Self>` fields would make the constants cyclic.
+    const TYPE_ID: u32 = fold_type_id(mix64(T::TYPE_ID as u64 ^ 0x000a_11a7, N as u64));
     const LAYOUT: u64 = mix64(T::LAYOUT, N as u64 ^ 0x5eed);
     const TYPE_NAME: &'static str = "array";
 }
@@ -176,8 +177,9 @@ impl<T> fmt::Debug for Oid<T> {
 // SAFETY: `Oid<T>` is a transparent `u64` (valid for every bit pattern, no padding, align 8);
 // the PhantomData is zero-sized and `fn() -> T` keeps it Send + Sync for any T.
 unsafe impl<T: Persistent> Persistent for Oid<T> {
-    const TYPE_ID: u32 = fold_type_id(mix64(T::LAYOUT, 0x0_1d));
-    const LAYOUT: u64 = mix64(T::LAYOUT, 0x0_1d_0_1d);
+    // Reads only the target's TYPE_ID, so self-referential structs (`next: Oid<Node>`) work.
+    const TYPE_ID: u32 = fold_type_id(mix64(T::TYPE_ID as u64, 0x001d));
+    const LAYOUT: u64 = mix64(T::TYPE_ID as u64, 0x0001_d01d);
     const TYPE_NAME: &'static str = "Oid";
 }
 

@@ -57,7 +57,7 @@ fn expand(
     let error = error.map(syn::Error::into_compile_error);
     quote! {
         #error
-        #[allow(unused_qualifications)]
+        #[allow(unused_qualifications, clippy::use_self)]
         const _: () = {
             #field_traits
             #static_checks
@@ -103,7 +103,7 @@ fn type_id(cont: &Container<'_>) -> TokenStream {
         GenericParam::Type(t) => {
             let t = &t.ident;
             Some(quote! {
-                h = ::pgl::__private::mix64(
+                let h = ::pgl::__private::mix64(
                     h,
                     <#t as ::pgl::__private::Persistent>::TYPE_ID as u64,
                 );
@@ -111,12 +111,12 @@ fn type_id(cont: &Container<'_>) -> TokenStream {
         }
         GenericParam::Const(c) => {
             let c = &c.ident;
-            Some(quote!(h = ::pgl::__private::mix64(h, #c as u64);))
+            Some(quote!(let h = ::pgl::__private::mix64(h, #c as u64);))
         }
         GenericParam::Lifetime(_) => None,
     });
     quote! {{
-        let mut h: u64 = #seed;
+        let h: u64 = #seed;
         #(#mixes)*
         ::pgl::__private::fold_type_id(h)
     }}

@@ -91,7 +91,8 @@ pub(crate) struct Heap {
     zones: Box<[OnceLock<Zone>]>,
     grow_lock: Mutex<()>,
     zone_count: AtomicU64,
-    chunk_lock: Mutex<()>,
+    /// Guards chunk claims; holds a stack of chunks believed free (checked when popped).
+    chunk_lock: Mutex<Vec<(u64, u64)>>,
     pools: Vec<Mutex<Vec<Arc<Run>>>>,
 }
 
@@ -108,7 +109,7 @@ impl Heap {
                 .collect(),
             grow_lock: Mutex::new(()),
             zone_count: AtomicU64::new(0),
-            chunk_lock: Mutex::new(()),
+            chunk_lock: Mutex::new(Vec::new()),
         };
         heap.add_zones(media, zones)?;
         Ok(heap)
@@ -183,6 +184,14 @@ impl Heap {
                     _ => return Err(corrupt(format!("unknown entry {e:#x}"))),
                 }
                 c += 1;
+            }
+            {
+                let mut free = self.chunk_lock.lock();
+                for c in (1..n).rev() {
+                    if entry_kind(kinds[c as usize].load(Ordering::Relaxed)) == KIND_FREE {
+                        free.push((z, c));
+                    }
+                }
             }
             let zone = Zone {
                 kinds,
@@ -376,10 +385,12 @@ impl Heap {
         meta: &mut MetaOps,
         undo: &mut Vec<HeapUndo>,
     ) -> Result<Arc<Run>> {
-        let _g = self.chunk_lock.lock();
-        let Some((zone_idx, chunk)) = self.claim_chunks(1) else {
+        let mut free = self.chunk_lock.lock();
+        let Some((zone_idx, chunk)) = self.pop_free(&mut free).or_else(|| self.claim_chunks(1))
+        else {
             return Err(self.full(size));
         };
+        drop(free);
         let zone = self.zone(zone_idx).expect("claimed zone exists");
         let nblocks = self.classes.nblocks(class);
         let block = self.classes.block(class);
@@ -422,6 +433,21 @@ impl Heap {
         }
     }
 
+    /// Pops a chunk that is still free from the free stack and reserves it.
+    fn pop_free(&self, free: &mut Vec<(u64, u64)>) -> Option<(u64, u64)> {
+        while let Some((z, c)) = free.pop() {
+            if let Some(zone) = self.zone(z) {
+                let k = &zone.kinds[c as usize];
+                if k.compare_exchange(KIND_FREE, KIND_RESERVED, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return Some((z, c));
+                }
+            }
+        }
+        None
+    }
+
     /// Finds and reserves `n` contiguous chunks that are free or empty, unowned runs.
     /// Caller holds `chunk_lock`.
     fn claim_chunks(&self, n: u64) -> Option<(u64, u64)> {
@@ -430,15 +456,8 @@ impl Heap {
             let Some(zone) = self.zone(zi) else { continue };
             let mut start = 1;
             while start + n <= per {
-                let mut ok = true;
-                for c in start..start + n {
-                    if !self.chunk_available(zone, c) {
-                        start = c + 1;
-                        ok = false;
-                        break;
-                    }
-                }
-                if !ok {
+                if let Some(busy) = (start..start + n).find(|&c| !self.chunk_available(zone, c)) {
+                    start = busy + 1;
                     continue;
                 }
                 // Claim; an empty run may have been taken meanwhile, then roll back and go on.
@@ -453,7 +472,7 @@ impl Heap {
                     }
                 }
                 if all {
-                    return Some((zi as u64, start));
+                    return Some((zi, start));
                 }
                 for c in claimed {
                     zone.kinds[c as usize].store(KIND_FREE, Ordering::Release);
@@ -586,13 +605,14 @@ impl Heap {
         match u {
             HeapUndo::Block(run, idx) => self.release_block(&run, idx),
             HeapUndo::NewRun(run) => {
-                let _g = self.chunk_lock.lock();
+                let mut free = self.chunk_lock.lock();
                 if let Some(zone) = self.zone(run.zone) {
                     let mut st = run.st.lock();
                     st.dead = true;
                     drop(st);
                     *zone.runs[run.chunk as usize].lock() = None;
                     zone.kinds[run.chunk as usize].store(KIND_FREE, Ordering::Release);
+                    free.push((run.zone, run.chunk));
                 }
             }
             HeapUndo::Chunks { zone, first, n } => self.release_chunks(zone, first, n),
@@ -615,23 +635,11 @@ impl Heap {
     }
 
     fn release_chunks(&self, zone: u64, first: u64, n: u64) {
-        let _g = self.chunk_lock.lock();
-        if let Some(zone) = self.zone(zone) {
-            for c in first..first + n {
-                zone.kinds[c as usize].store(KIND_FREE, Ordering::Release);
-            }
-        }
-    }
-
-    /// Returns a lane's arena runs to their pools (when a lane is dropped).
-    pub(crate) fn release_arena(&self, arena: &mut Arena) {
-        for run in arena.current.drain(..).flatten() {
-            let mut st = run.st.lock();
-            st.owned = false;
-            if st.used < run.nblocks && !st.pooled && !st.dead {
-                st.pooled = true;
-                drop(st);
-                self.pools[run.class as usize].lock().push(run.clone());
+        let mut free = self.chunk_lock.lock();
+        if let Some(z) = self.zone(zone) {
+            for c in (first..first + n).rev() {
+                z.kinds[c as usize].store(KIND_FREE, Ordering::Release);
+                free.push((zone, c));
             }
         }
     }

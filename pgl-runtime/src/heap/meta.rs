@@ -74,14 +74,6 @@ impl MetaOps {
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, &WordChange)> {
         self.words.iter().map(|(k, v)| (*k, v))
     }
-    /// Number of words changed.
-    pub(crate) fn len(&self) -> usize {
-        self.words.len()
-    }
-    /// Whether nothing changes.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.words.is_empty()
-    }
     /// Forgets everything.
     pub(crate) fn clear(&mut self) {
         self.words.clear();
@@ -108,6 +100,6 @@ mod tests {
         assert_eq!(m.iter().map(|(o, _)| o).collect::<Vec<_>>(), vec![0, 8, 16]);
         let (_, w) = m.iter().nth(2).unwrap();
         assert_eq!(w.apply(u64::MAX), 4);
-        assert_eq!(m.len(), 3);
+        assert_eq!(m.iter().count(), 3);
     }
 }

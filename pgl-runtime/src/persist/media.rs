@@ -304,12 +304,4 @@ impl Media {
         // SAFETY: aligned, in bounds, exclusively owned (caller's contract).
         unsafe { (self.ptr(off) as *mut u64).write(v.to_le()) }
     }
-
-    /// The crash-simulation device, if this media is one.
-    pub(crate) fn crash_sim(&self) -> Option<&Arc<CrashSim>> {
-        match &self.backing {
-            Backing::Sim(s) => Some(s),
-            Backing::File { .. } => None,
-        }
-    }
 }

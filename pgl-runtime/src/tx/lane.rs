@@ -35,7 +35,8 @@ pub(crate) struct LaneState {
     pub arena: Arena,
     /// Reusable transaction containers.
     pub scratch: Scratch,
-    /// Spare micro-buffers.
+    /// Spare micro-buffers (boxed: a transaction leaks each into a stable pointer).
+    #[allow(clippy::vec_box)]
     pub spare: Vec<Box<Buffer>>,
     /// Reusable commit scratch: ranges to log, checksum bytes, new objects.
     pub items: Vec<super::commit::Item>,
@@ -93,14 +94,6 @@ impl Lanes {
                 })
                 .collect(),
         }
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.lanes.len()
-    }
-
-    pub(crate) fn get(&self, i: usize) -> &Lane {
-        &self.lanes[i]
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Lane> {

@@ -55,10 +55,6 @@ impl<K: Copy + Eq + Hash, V> SmallMap<K, V> {
         self.position(k).map(|i| &self.items[i].1)
     }
 
-    pub(crate) fn get_mut(&mut self, k: &K) -> Option<&mut V> {
-        self.position(k).map(|i| &mut self.items[i].1)
-    }
-
     pub(crate) fn contains_key(&self, k: &K) -> bool {
         self.position(k).is_some()
     }
@@ -100,10 +96,12 @@ impl<K: Copy + Eq + Hash, V> SmallMap<K, V> {
         &mut self.items
     }
 
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.items.len()
     }
 
+    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.items.is_empty()
     }

@@ -1,0 +1,10 @@
+use pgl::Persistent;
+
+#[derive(Persistent)]
+#[repr(C)]
+pub struct Boxed {
+    value: u64,
+    child: Box<u64>,
+}
+
+fn main() {}

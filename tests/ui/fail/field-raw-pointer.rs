@@ -1,0 +1,10 @@
+use pgl::Persistent;
+
+#[derive(Persistent)]
+#[repr(C)]
+pub struct Pointing {
+    value: u64,
+    next: *mut Pointing,
+}
+
+fn main() {}

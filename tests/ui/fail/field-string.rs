@@ -1,0 +1,10 @@
+use pgl::Persistent;
+
+#[derive(Persistent)]
+#[repr(C)]
+pub struct Named {
+    id: u64,
+    name: String,
+}
+
+fn main() {}

@@ -1,0 +1,10 @@
+use pgl::Persistent;
+
+#[derive(Persistent)]
+#[repr(C)]
+#[pgl(id = 5000000000)]
+pub struct Record {
+    value: u64,
+}
+
+fn main() {}

@@ -1,0 +1,7 @@
+use pgl::Persistent;
+
+#[derive(Persistent)]
+#[repr(C)]
+pub struct Marker;
+
+fn main() {}
