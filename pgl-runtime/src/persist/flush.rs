@@ -108,6 +108,30 @@ pub(crate) unsafe fn flush_lines(mode: FlushMode, p: *const u8, len: usize) {
     }
 }
 
+/// Copies `src` to `dst` with non-temporal (streaming) stores where both are 16-byte
+/// granules, plain stores elsewhere; returns the ranges `(ptr, len)` of up to two partial
+/// head/tail pieces that went through the cache and still need a cache-line flush.
+///
+/// # Safety
+/// `dst..dst + src.len()` must be mapped, writable memory owned by the caller.
+#[inline]
+pub(crate) unsafe fn stream_copy(dst: *mut u8, src: &[u8]) -> [(*const u8, usize); 2] {
+    let len = src.len();
+    let head = ((16 - (dst as usize & 15)) & 15).min(len);
+    let body = (len - head) & !15;
+    let tail = len - head - body;
+    // SAFETY: all three pieces lie within `dst..dst + len` (caller's contract) and within `src`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src.as_ptr(), dst, head);
+        cpu::stream(dst.add(head), src.as_ptr().add(head), body);
+        std::ptr::copy_nonoverlapping(src.as_ptr().add(head + body), dst.add(head + body), tail);
+        [
+            (dst as *const u8, head),
+            (dst.add(head + body) as *const u8, tail),
+        ]
+    }
+}
+
 /// Orders all earlier flushes of this thread before later stores.
 #[inline]
 pub(crate) fn sfence() {
@@ -177,6 +201,24 @@ mod cpu {
         // SAFETY: sfence has no memory operands and is baseline on x86_64 (SSE).
         unsafe { core::arch::x86_64::_mm_sfence() }
     }
+
+    /// Streams `len` bytes (a multiple of 16) from `src` to the 16-byte aligned `dst`.
+    ///
+    /// # Safety
+    /// `dst` is 16-byte aligned; both ranges are valid for `len` bytes and do not overlap.
+    #[inline(always)]
+    pub(super) unsafe fn stream(dst: *mut u8, src: *const u8, len: usize) {
+        use core::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+        let mut i = 0;
+        while i < len {
+            // SAFETY: in bounds (i + 16 <= len), dst + i is 16-byte aligned; SSE2 is baseline.
+            unsafe {
+                let v = _mm_loadu_si128(src.add(i) as *const __m128i);
+                _mm_stream_si128(dst.add(i) as *mut __m128i, v);
+            }
+            i += 16;
+        }
+    }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -199,6 +241,11 @@ mod cpu {
     #[inline(always)]
     pub(super) fn sfence() {
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    }
+    #[inline(always)]
+    pub(super) unsafe fn stream(dst: *mut u8, src: *const u8, len: usize) {
+        // SAFETY: forwarded caller contract.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) }
     }
 }
 
@@ -229,5 +276,22 @@ mod tests {
         unsafe { flush_lines(m, buf.as_ptr(), buf.len()) };
         sfence();
         assert_eq!(buf[100], 7);
+    }
+
+    #[test]
+    fn stream_copy_copies_every_byte_at_any_alignment() {
+        let src: Vec<u8> = (0..300u32).map(|i| (i * 7 + 3) as u8).collect();
+        for shift in 0..17 {
+            for len in [0, 1, 15, 16, 17, 31, 32, 100, 255, 283] {
+                let mut dst = vec![0u8; 320];
+                // SAFETY: `dst` holds shift + len <= 300 bytes.
+                let parts = unsafe { stream_copy(dst.as_mut_ptr().add(shift), &src[..len]) };
+                sfence();
+                assert_eq!(&dst[shift..shift + len], &src[..len], "shift {shift} len {len}");
+                assert!(dst[..shift].iter().all(|&b| b == 0));
+                assert!(dst[shift + len..].iter().all(|&b| b == 0));
+                assert!(parts[0].1 < 16 && parts[1].1 < 16);
+            }
+        }
     }
 }

@@ -147,7 +147,7 @@ impl Tx<'_> {
             self.commit_direct(&vals);
             Ok(())
         } else {
-            self.commit_logged(&items, &news, &vals)
+            self.commit_logged(&mut lane.stage, &items, &news, &vals)
         };
         eng.meta.unlock(&held);
         let lane = &mut *st.lane;
@@ -210,6 +210,7 @@ impl Tx<'_> {
 
     fn commit_logged(
         &self,
+        stage: &mut Vec<u64>,
         items: &[Item],
         news: &[std::ptr::NonNull<super::buffer::Buffer>],
         vals: &[(u64, u64)],
@@ -219,11 +220,15 @@ impl Tx<'_> {
         let lane_size = eng.geo.lane_size as usize;
         let a_off = eng.lane_off(self.lane.idx, 0);
         let b_off = eng.lane_off(self.lane.idx, 1);
-        // 3a. the record, in lane copy A
-        // SAFETY: this transaction owns its lane (the lane mutex), and lane copy A lies inside
-        // the pool; nothing else reads or writes it meanwhile.
-        let lane_a = unsafe { std::slice::from_raw_parts_mut(media.ptr(a_off), lane_size) };
-        let mut w = RecordWriter::new(lane_a);
+        // 3a. the record, built in DRAM (cache-hot for the checksum and the apply step)
+        if stage.len() * 8 < lane_size {
+            stage.resize(lane_size / 8, 0);
+        }
+        // SAFETY: a u64 vector viewed as bytes: same allocation, alignment 8 >= 1, and any
+        // byte values are valid for both types.
+        let bytes: &mut [u8] =
+            unsafe { std::slice::from_raw_parts_mut(stage.as_mut_ptr() as *mut u8, lane_size) };
+        let mut w = RecordWriter::new(bytes);
         let mut needed = ENTRIES_OFFSET;
         let mut fits = true;
         for it in items {
@@ -244,18 +249,13 @@ impl Tx<'_> {
         }
         let seq = eng.seq.fetch_add(1, Ordering::Relaxed);
         let n = w.seal(seq);
-        // 3b. copy B
-        // SAFETY: both ranges lie in this lane's two copies, owned by this transaction, and
-        // do not overlap.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                media.ptr(a_off + SEAL_OFFSET as u64),
-                media.ptr(b_off + SEAL_OFFSET as u64),
-                n,
-            )
-        };
-        media.flush(a_off + SEAL_OFFSET as u64, n as u64);
-        media.flush(b_off + SEAL_OFFSET as u64, n as u64);
+        // 3b. both lane copies (whole 16-byte granules: bytes past the record are ignored)
+        let sealed = &bytes[SEAL_OFFSET..SEAL_OFFSET + n.div_ceil(16) * 16];
+        for off in [a_off, b_off] {
+            // SAFETY: this transaction owns its lane (the lane mutex); both copies lie inside
+            // the pool, and the record fits the lane (checked by the writer).
+            unsafe { media.write_durable(off + SEAL_OFFSET as u64, sealed) };
+        }
         // 3c. new objects, straight into their still-free space
         let mut written = 0u64;
         for b in news {
@@ -266,32 +266,30 @@ impl Tx<'_> {
                 type_id: buf.type_id,
                 checksum: object_checksum(buf.off, buf.type_id, buf.payload()),
             };
-            let hdr = buf.off - HEADER_SIZE;
             // SAFETY: the block was reserved for this transaction by the heap (no one else
             // uses it) and lies inside the pool.
             unsafe {
-                media.write(hdr, &h.to_bytes());
-                media.write(buf.off, buf.payload());
+                media.write_durable(buf.off - HEADER_SIZE, &h.to_bytes());
+                media.write_durable(buf.off, buf.payload());
             }
-            media.flush(hdr, HEADER_SIZE + buf.size as u64);
             written += HEADER_SIZE + buf.size as u64;
         }
         // 3d. retire marks that may not be durable yet, and the ordering point
         self.fence_with_retires(Some(self.lane.idx)); // ---- committed ----
-        // 4. apply
-        // SAFETY: lane copy A, owned by this transaction.
-        let lane_a = unsafe { std::slice::from_raw_parts(media.ptr(a_off) as *const u8, lane_size) };
+        // 4. apply, from the DRAM copy of the record
         let rec = record::Record {
             seq,
             count: (items.len() + vals.len()) as u32,
             len: n - (ENTRIES_OFFSET - SEAL_OFFSET),
         };
-        for (dst, data) in record::entries(lane_a, &rec).flatten() {
-            // SAFETY: each target is an object range locked by this transaction or a
-            // metadata word under its metadata lock; all inside the pool.
-            unsafe { media.write(dst, data) };
-            if !crate::fault::drop_apply_flush() {
-                media.flush(dst, data.len() as u64);
+        for (dst, data) in record::entries(bytes, &rec).flatten() {
+            if crate::fault::drop_apply_flush() {
+                // SAFETY: as below (the deliberate defect skips only the flush).
+                unsafe { media.write(dst, data) };
+            } else {
+                // SAFETY: each target is an object range locked by this transaction or a
+                // metadata word under its metadata lock; all inside the pool.
+                unsafe { media.write_durable(dst, data) };
             }
             written += data.len() as u64;
         }

@@ -42,6 +42,8 @@ pub(crate) struct LaneState {
     pub items: Vec<super::commit::Item>,
     pub sums: Vec<[u8; 4]>,
     pub news: Vec<NonNull<Buffer>>,
+    /// The record under construction (DRAM), one lane copy long.
+    pub stage: Vec<u64>,
 
     /// Reusable scratch: metadata (offset, value) pairs of a commit.
     pub meta_vals: Vec<(u64, u64)>,
