@@ -17,7 +17,7 @@ impl Rng {
 }
 
 fn tmp(name: &str) -> std::path::PathBuf {
-    let p = std::env::temp_dir().join(format!("pgl-{name}-{}", std::process::id()));
+    let p = pgl_test_dir().join(format!("pgl-{name}-{}", std::process::id()));
     let _ = std::fs::remove_file(&p);
     p
 }
@@ -163,4 +163,15 @@ fn incremental_checksums_match_a_full_recompute_after_random_partial_edits() {
     }
     drop(pool);
     std::fs::remove_file(&path).unwrap();
+}
+
+/// Pools of these tests live in tmpfs where there is one: on a disk-backed file system pgl
+/// (correctly) msyncs every commit, which would make the tests slow without testing more.
+fn pgl_test_dir() -> std::path::PathBuf {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_owned()
+    } else {
+        std::env::temp_dir()
+    }
 }

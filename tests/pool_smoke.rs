@@ -2,7 +2,7 @@
 use pgl::{Config, CrashSim, Error, Oid, Pool};
 
 fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("pgl-test-{}-{name}", std::process::id()));
+    let d = pgl_test_dir().join(format!("pgl-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_file(&d);
     d
 }
@@ -73,4 +73,41 @@ fn sim_pool_recovers() {
     let p2 = Pool::open_sim(&dev, "sim").unwrap();
     let r2 = p2.root::<u64>().unwrap();
     assert_eq!(*p2.get(r2).unwrap(), 5);
+}
+
+static_assertions::assert_impl_all!(pgl::Pool: Send, Sync, Clone);
+static_assertions::assert_not_impl_any!(pgl::Tx<'static>: Send, Sync);
+static_assertions::assert_not_impl_any!(pgl::Mut<'static, u64>: Send, Sync);
+static_assertions::assert_impl_all!(pgl::Ref<'static, u64>: Send, Sync);
+
+#[test]
+fn create_is_sparse_and_fast_for_1_gib() {
+    let path = tmp("sparse");
+    let t = std::time::Instant::now();
+    let pool = Pool::create(&path, &Config::new("sparse").size(1 << 30)).unwrap();
+    let took = t.elapsed();
+    assert!(pool.size() >= (1 << 30) - Config::new("x").geometry().zone_size());
+    // Sparse: the file occupies far less than its length (only headers and metadata pages).
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(&path).unwrap();
+    assert!(meta.len() >= 1 << 29);
+    assert!(
+        meta.blocks() * 512 < 16 << 20,
+        "{} bytes allocated for a fresh pool",
+        meta.blocks() * 512
+    );
+    println!("created a {} byte pool in {took:?}", pool.size());
+    drop(pool);
+    std::fs::remove_file(&path).unwrap();
+}
+
+/// Pools of these tests live in tmpfs where there is one: on a disk-backed file system pgl
+/// (correctly) msyncs every commit, which would make the tests slow without testing more.
+fn pgl_test_dir() -> std::path::PathBuf {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_owned()
+    } else {
+        std::env::temp_dir()
+    }
 }

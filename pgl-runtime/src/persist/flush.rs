@@ -29,15 +29,21 @@ impl FlushMode {
         cpu::detect()
     }
 
-    /// `detect()`, overridden by the environment variable `PGL_FLUSH`
+    /// The mode named by the environment variable `PGL_FLUSH`
     /// (`clwb|clflushopt|clflush|msync|none`), if it is set and names a mode this CPU has.
-    pub fn from_env_or_detect() -> FlushMode {
-        match std::env::var("PGL_FLUSH") {
-            Ok(v) => match v.parse::<FlushMode>() {
-                Ok(m) if m.supported() => m,
-                _ => Self::detect(),
-            },
-            Err(_) => Self::detect(),
+    pub fn from_env() -> Option<FlushMode> {
+        let m = std::env::var("PGL_FLUSH").ok()?.parse::<FlushMode>().ok()?;
+        m.supported().then_some(m)
+    }
+
+    /// The mode for a pool in `file`: cache-line flushes where stores to a shared mapping
+    /// reach the persistence domain (a DAX file system, where `MAP_SYNC` mappings work; and
+    /// tmpfs, the usual stand-in for persistent memory), `msync` everywhere else.
+    pub fn for_file(file: &std::fs::File) -> FlushMode {
+        if fs::is_tmpfs(file) || fs::supports_map_sync(file) {
+            Self::detect()
+        } else {
+            FlushMode::Msync
         }
     }
 
@@ -84,6 +90,46 @@ impl FromStr for FlushMode {
                 )))
             }
         })
+    }
+}
+
+mod fs {
+    use std::os::fd::AsRawFd;
+
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+
+    pub(super) fn is_tmpfs(file: &std::fs::File) -> bool {
+        // SAFETY: `statfs` is plain old data; zeroed is a valid value, and fstatfs only writes
+        // it given a valid descriptor (which `file` owns).
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: valid descriptor and a valid out-pointer.
+        let rc = unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) };
+        rc == 0 && st.f_type as i64 == TMPFS_MAGIC
+    }
+
+    pub(super) fn supports_map_sync(file: &std::fs::File) -> bool {
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        if len < 4096 {
+            return false;
+        }
+        // SAFETY: maps one page of a file we own, read-only, and unmaps it at once; no Rust
+        // reference to the mapping exists.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ,
+                libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC,
+                file.as_raw_fd(),
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                false
+            } else {
+                libc::munmap(p, 4096);
+                true
+            }
+        }
     }
 }
 

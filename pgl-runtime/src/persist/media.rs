@@ -75,7 +75,12 @@ fn map(file: &File, path: &Path, reserve: u64, min: u64) -> Result<(MmapRaw, u64
 
 impl Media {
     /// Creates a new file of `len` bytes (sparse: no zeroing pass) and maps it.
-    pub(crate) fn create_file(path: &Path, len: u64, reserve: u64, mode: FlushMode) -> Result<Media> {
+    pub(crate) fn create_file(
+        path: &Path,
+        len: u64,
+        reserve: u64,
+        mode: Option<FlushMode>,
+    ) -> Result<Media> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -94,6 +99,7 @@ impl Media {
             file.set_len(len).map_err(|e| Error::io("size", path, e))?;
             map(&file, path, reserve, len)
         })();
+        let mode = mode.unwrap_or_else(|| FlushMode::for_file(&file));
         let (map, reserve) = match made {
             Ok(m) => m,
             Err(e) => {
@@ -115,7 +121,7 @@ impl Media {
     }
 
     /// Opens and maps an existing file; its current length is `len()`.
-    pub(crate) fn open_file(path: &Path, reserve: u64, mode: FlushMode) -> Result<Media> {
+    pub(crate) fn open_file(path: &Path, reserve: u64, mode: Option<FlushMode>) -> Result<Media> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -131,6 +137,7 @@ impl Media {
                 reason: "not a regular file".into(),
             });
         }
+        let mode = mode.unwrap_or_else(|| FlushMode::for_file(&file));
         let min = len.div_ceil(4096) * 4096;
         let (map, reserve) = map(&file, path, reserve, min)?;
         Ok(Media {

@@ -25,7 +25,10 @@ pub struct Config {
     /// Address space reserved for the mapping: the largest size `grow` can reach.
     /// Default 1 TiB (address space only; nothing is allocated).
     pub max_size: u64,
-    /// Durability back-end; `None` picks the best the CPU has, overridable by `PGL_FLUSH`.
+    /// Durability back-end. `None` (the default) picks by the file system: cache-line
+    /// flushes (the best the CPU has) on persistent memory (DAX) and tmpfs, `msync` on
+    /// ordinary files, where cache-line flushes would not reach the disk. `PGL_FLUSH`
+    /// overrides the choice.
     pub flush: Option<FlushMode>,
     /// When objects are verified.
     pub verify: VerifyPolicy,
@@ -120,10 +123,12 @@ impl Config {
         Ok((geo, zones))
     }
 
-    pub(crate) fn flush_mode(&self) -> FlushMode {
+    /// The mode asked for (by the config, else by `PGL_FLUSH`), if any; `None` lets the
+    /// media layer pick by the file system.
+    pub(crate) fn flush_mode(&self) -> Option<FlushMode> {
         match self.flush {
-            Some(m) if m.supported() => m,
-            _ => FlushMode::from_env_or_detect(),
+            Some(m) if m.supported() => Some(m),
+            _ => FlushMode::from_env(),
         }
     }
 }
