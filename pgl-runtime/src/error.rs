@@ -185,6 +185,10 @@ pub enum Error {
         offset: u64,
     },
 
+    /// `pool.open_mut` was called inside a transaction of the same pool on this thread.
+    #[error("pool.open_mut was called inside a transaction of the same pool; use tx.open in the transaction instead")]
+    InTransaction,
+
     /// The object was freed earlier in this transaction.
     #[error("object at {offset:#x} was freed in this transaction")]
     UseAfterFree {

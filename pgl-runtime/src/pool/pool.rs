@@ -318,6 +318,11 @@ impl Pool {
     /// `pgl_open`/`pgl_commit`): change it through the handle, then `.commit()`; dropping the
     /// handle without committing discards the changes.
     pub fn open_mut<T: Persistent>(&self, oid: Oid<T>) -> Result<Detached<'_, T>> {
+        // A second transaction on this thread could wait forever for the lane or the object
+        // its own outer transaction holds.
+        if tx::in_tx(&self.inner.eng) {
+            return Err(Error::InTransaction);
+        }
         let tx = std::ptr::NonNull::from(Box::leak(Box::new(Tx::begin(&self.inner.eng))));
         let detached = |handle| Detached {
             handle: Some(handle),

@@ -19,7 +19,7 @@ pub(crate) use locks::Held;
 pub(crate) use recovery::recover;
 pub(crate) use smallmap::SmallMap;
 pub use tx::Tx;
-pub(crate) use tx::{get, run, verify_in_place};
+pub(crate) use tx::{get, in_tx, run, verify_in_place};
 
 /// The object lock stripe of an offset.
 pub(crate) fn stripe_of(off: u64) -> u32 {

@@ -384,6 +384,11 @@ impl Drop for Active {
     }
 }
 
+/// Whether this thread is inside a transaction of `eng`.
+pub(crate) fn in_tx(eng: &Engine) -> bool {
+    active(eng.id).is_some()
+}
+
 fn active(id: u64) -> Option<usize> {
     ACTIVE.with(|a| a.borrow().iter().rev().find(|(i, _)| *i == id).map(|(_, p)| *p))
 }

@@ -1,0 +1,189 @@
+//! Behaviour of the transaction API: nesting, abort, open_mut/commit, borrow rules, typed
+//! errors for misuse.
+
+use pgl::{Config, Error, Oid, Pool};
+
+fn pool(name: &str) -> (Pool, std::path::PathBuf) {
+    let dir = if std::path::Path::new("/dev/shm").is_dir() {
+        std::path::PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    let path = dir.join(format!("pgl-txapi-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    (Pool::create(&path, &Config::small(name)).unwrap(), path)
+}
+
+#[test]
+fn err_from_the_closure_aborts_everything() {
+    let (pool, path) = pool("abort");
+    let root = pool.root::<[u64; 2]>().unwrap();
+    let free0 = pool.free_bytes();
+    let r: pgl::Result<()> = pool.tx(|tx| {
+        tx.open(root)?[0] = 7;
+        let o = tx.alloc(5u64)?;
+        tx.open(root)?[1] = o.raw();
+        Err(Error::Aborted {
+            reason: "test".into(),
+        })
+    });
+    assert!(matches!(r, Err(Error::Aborted { .. })));
+    assert_eq!(*pool.get(root).unwrap(), [0, 0]);
+    assert_eq!(pool.free_bytes(), free0, "the allocation was rolled back");
+    assert_eq!(pool.objects().unwrap().len(), 1, "only the root exists");
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn nested_transactions_join_and_an_inner_error_aborts_the_outer() {
+    let (pool, path) = pool("nested");
+    let root = pool.root::<[u64; 2]>().unwrap();
+    pool.tx(|tx| {
+        tx.open(root)?[0] = 1;
+        pool.tx(|inner| {
+            inner.open(root)?[1] = 2;
+            Ok(())
+        })
+    })
+    .unwrap();
+    assert_eq!(*pool.get(root).unwrap(), [1, 2]);
+    let r = pool.tx(|tx| {
+        tx.open(root)?[0] = 10;
+        // The inner error is swallowed by the outer closure, yet the whole transaction aborts.
+        let _ = pool.tx(|inner| -> pgl::Result<()> {
+            inner.open(root)?[1] = 20;
+            Err(Error::Aborted {
+                reason: "inner".into(),
+            })
+        });
+        Ok(())
+    });
+    assert!(matches!(r, Err(Error::Aborted { .. })), "{r:?}");
+    assert_eq!(*pool.get(root).unwrap(), [1, 2]);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn open_mut_commits_one_object_atomically_and_drop_discards() {
+    let (pool, path) = pool("openmut");
+    let root = pool.root::<[u8; 100]>().unwrap();
+    {
+        let mut h = pool.open_mut(root).unwrap();
+        h.copy_from_slice(&[9u8; 100]);
+        h.commit().unwrap();
+    }
+    assert_eq!(pool.get(root).unwrap()[99], 9);
+    {
+        let mut h = pool.open_mut(root).unwrap();
+        h[0] = 1;
+        // dropped without commit
+    }
+    assert_eq!(pool.get(root).unwrap()[0], 9);
+    let r = pool.tx(|_| pool.open_mut(root).map(|_| ()));
+    assert!(matches!(r, Err(Error::InTransaction)), "{r:?}");
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn misuse_returns_typed_errors() {
+    let (pool, path) = pool("misuse");
+    let root = pool.root::<[u64; 4]>().unwrap();
+    // Wrong type through a cast oid.
+    let wrong: Oid<u32> = root.cast();
+    assert!(matches!(pool.get(wrong), Err(Error::TypeMismatch { .. })));
+    assert!(matches!(
+        pool.tx(|tx| tx.open(wrong).map(|_| ())),
+        Err(Error::TypeMismatch { .. })
+    ));
+    // Root asked for with another type.
+    assert!(matches!(pool.root::<u64>(), Err(Error::RootType { .. })));
+    // Garbage offsets.
+    for off in [0u64, 1, 4096, 1 << 40, root.raw() + 8] {
+        let o: Oid<[u64; 4]> = Oid::from_raw(off);
+        assert!(
+            matches!(pool.get(o), Err(Error::InvalidOid { .. })),
+            "offset {off:#x}"
+        );
+    }
+    // Two live handles to one object in one transaction.
+    let r = pool.tx(|tx| {
+        let _a = tx.open(root)?;
+        tx.open(root).map(|_| ())
+    });
+    assert!(matches!(r, Err(Error::AlreadyBorrowed { .. })));
+    // Use after free inside a transaction, and a double free.
+    let o = pool.tx(|tx| tx.alloc(1u64)).unwrap();
+    let r = pool.tx(|tx| {
+        tx.free(o)?;
+        tx.open(o).map(|_| ())
+    });
+    assert!(matches!(r, Err(Error::UseAfterFree { .. })));
+    pool.tx(|tx| tx.free(o)).unwrap();
+    assert!(matches!(
+        pool.tx(|tx| tx.free(o)),
+        Err(Error::InvalidOid { .. })
+    ));
+    // pool.get of an object this thread's transaction holds.
+    let r = pool.tx(|tx| {
+        let _h = tx.open(root)?;
+        pool.get(root).map(|_| ())
+    });
+    assert!(matches!(r, Err(Error::LockedByThisThread { .. })));
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn smashed_canary_aborts_and_leaves_nvmm_unchanged() {
+    let (pool, path) = pool("canary");
+    let root = pool.root::<[u8; 64]>().unwrap();
+    let r = pool.tx(|tx| {
+        let mut h = tx.open(root)?;
+        h[0] = 42;
+        h.smash_canary();
+        Ok(())
+    });
+    assert!(matches!(r, Err(Error::CanaryMismatch { .. })), "{r:?}");
+    assert_eq!(pool.get(root).unwrap()[0], 0);
+    assert!(pool.stats().aborts >= 1);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn transaction_larger_than_a_lane_is_refused_cleanly() {
+    let (pool, path) = pool("toolarge");
+    let objs: Vec<Oid<[u8; 60000]>> = (0..3)
+        .map(|_| pool.tx(|tx| tx.alloc_zeroed::<[u8; 60000]>()).unwrap())
+        .collect();
+    let r = pool.tx(|tx| {
+        for o in &objs {
+            tx.open(*o)?.fill(1);
+        }
+        Ok(())
+    });
+    assert!(matches!(r, Err(Error::TxTooLarge { .. })), "{r:?}");
+    for o in &objs {
+        assert!(pool.get(*o).unwrap().iter().all(|&b| b == 0));
+    }
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn stats_count_two_fences_per_logged_commit_and_one_per_free() {
+    let (pool, path) = pool("fences");
+    let root = pool.root::<[u64; 8]>().unwrap();
+    let before = pool.stats();
+    pool.tx(|tx| {
+        tx.open(root)?[3] = 3;
+        Ok(())
+    })
+    .unwrap();
+    let after = pool.stats();
+    assert_eq!(after.fences - before.fences, 2, "overwrite: log + apply");
+    let o = pool.tx(|tx| tx.alloc(1u64)).unwrap();
+    let s1 = pool.stats();
+    pool.tx(|tx| tx.free(o)).unwrap();
+    let s2 = pool.stats();
+    assert_eq!(s2.fences - s1.fences, 1, "a free is one failure-atomic word");
+    assert_eq!(s2.direct_commits - s1.direct_commits, 1);
+    std::fs::remove_file(path).unwrap();
+}
