@@ -147,7 +147,7 @@ impl Tx<'_> {
             self.commit_direct(&vals);
             Ok(())
         } else {
-            self.commit_logged(&mut lane.stage, &items, &news, &vals)
+            self.commit_logged(&mut lane.stage, &mut lane.hdrs, &items, &news, &vals)
         };
         eng.meta.unlock(&held);
         let lane = &mut *st.lane;
@@ -211,6 +211,7 @@ impl Tx<'_> {
     fn commit_logged(
         &self,
         stage: &mut Vec<u64>,
+        hdrs: &mut Vec<[u8; 16]>,
         items: &[Item],
         news: &[std::ptr::NonNull<super::buffer::Buffer>],
         vals: &[(u64, u64)],
@@ -241,6 +242,26 @@ impl Tx<'_> {
             needed += record::entry_size(8);
             fits = fits && w.push(off, &v.to_le_bytes());
         }
+        hdrs.clear();
+        for b in news {
+            // SAFETY: buffers live until release.
+            let buf = unsafe { b.as_ref() };
+            let h = ObjectHeader {
+                size: buf.size as u64,
+                type_id: buf.type_id,
+                checksum: object_checksum(buf.off, buf.type_id, buf.payload()),
+            }
+            .to_bytes();
+            let mut crc = crate::checksum::Strong::new();
+            crc.update(&h);
+            crc.update(buf.payload());
+            let mut v = [0u8; record::VERIFY_LEN];
+            v[..16].copy_from_slice(&h);
+            v[16..20].copy_from_slice(&crc.finish().to_le_bytes());
+            hdrs.push(h);
+            needed += record::entry_size(record::VERIFY_LEN);
+            fits = fits && w.push_kind(buf.off - HEADER_SIZE, record::KIND_VERIFY, &v);
+        }
         if !fits {
             return Err(Error::TxTooLarge {
                 needed: needed as u64,
@@ -258,18 +279,13 @@ impl Tx<'_> {
         }
         // 3c. new objects, straight into their still-free space
         let mut written = 0u64;
-        for b in news {
+        for (b, h) in news.iter().zip(hdrs.iter()) {
             // SAFETY: buffers live until release.
             let buf = unsafe { b.as_ref() };
-            let h = ObjectHeader {
-                size: buf.size as u64,
-                type_id: buf.type_id,
-                checksum: object_checksum(buf.off, buf.type_id, buf.payload()),
-            };
             // SAFETY: the block was reserved for this transaction by the heap (no one else
             // uses it) and lies inside the pool.
             unsafe {
-                media.write_durable(buf.off - HEADER_SIZE, &h.to_bytes());
+                media.write_durable(buf.off - HEADER_SIZE, h);
                 media.write_durable(buf.off, buf.payload());
             }
             written += HEADER_SIZE + buf.size as u64;
@@ -279,10 +295,14 @@ impl Tx<'_> {
         // 4. apply, from the DRAM copy of the record
         let rec = record::Record {
             seq,
-            count: (items.len() + vals.len()) as u32,
+            count: (items.len() + vals.len() + news.len()) as u32,
             len: n - (ENTRIES_OFFSET - SEAL_OFFSET),
         };
-        for (dst, data) in record::entries(bytes, &rec).flatten() {
+        for e in record::entries(bytes, &rec).flatten() {
+            if e.kind != record::KIND_WRITE {
+                continue;
+            }
+            let (dst, data) = (e.off, e.data);
             if crate::fault::drop_apply_flush() {
                 // SAFETY: as below (the deliberate defect skips only the flush).
                 unsafe { media.write(dst, data) };

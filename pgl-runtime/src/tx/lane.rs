@@ -44,6 +44,8 @@ pub(crate) struct LaneState {
     pub news: Vec<NonNull<Buffer>>,
     /// The record under construction (DRAM), one lane copy long.
     pub stage: Vec<u64>,
+    /// Headers of the new objects of a commit.
+    pub hdrs: Vec<[u8; 16]>,
 
     /// Reusable scratch: metadata (offset, value) pairs of a commit.
     pub meta_vals: Vec<(u64, u64)>,

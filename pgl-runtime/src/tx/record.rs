@@ -10,7 +10,13 @@
 //!        80  seq    u64    global commit sequence number
 //!        88  len    u64    bytes of entries
 //!        96  (zero to 128)
-//! 128  entries, each: off u64 | len u32 | 0 u32 | data, padded to 8 bytes
+//! 128  entries, each: off u64 | len u32 | kind u32 | data, padded to 8 bytes
+//!        kind 0 (write):  store `data` at pool offset `off`
+//!        kind 1 (verify): `off` is the header of an object this transaction created, written
+//!                         in place, not logged; `data` = its 16-byte header ++ crc u32 of
+//!                         header and payload ++ 0 u32. The record counts as committed only
+//!                         if every such object verifies (its words, flushed under the same
+//!                         fence as the record, may not all have reached media)
 //! ```
 //!
 //! Invariant: a record is valid only if its seal verifies; the seal covers the sequence
@@ -35,6 +41,24 @@ pub(crate) const ENTRIES_OFFSET: usize = 128;
 pub(crate) const ENTRY_HEADER: usize = 16;
 /// Seal magic ("PGLR").
 pub(crate) const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"PGLR");
+
+/// Entry kind: store the data.
+pub(crate) const KIND_WRITE: u32 = 0;
+/// Entry kind: verify a new object (see the module docs).
+pub(crate) const KIND_VERIFY: u32 = 1;
+/// Bytes of a verify entry's data.
+pub(crate) const VERIFY_LEN: usize = 24;
+
+/// One entry of a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Entry<'a> {
+    /// Pool offset.
+    pub off: u64,
+    /// `KIND_WRITE` or `KIND_VERIFY`.
+    pub kind: u32,
+    /// The bytes.
+    pub data: &'a [u8],
+}
 
 /// Bytes an entry of `len` data bytes takes.
 pub(crate) const fn entry_size(len: usize) -> usize {
@@ -65,11 +89,12 @@ impl<'a> RecordWriter<'a> {
 
     /// Appends an entry writing `data` at pool offset `off`; returns false if it does not fit.
     pub(crate) fn push(&mut self, off: u64, data: &[u8]) -> bool {
-        self.push_with(off, data.len(), |d| d.copy_from_slice(data))
+        self.push_kind(off, KIND_WRITE, data)
     }
 
-    /// Appends an entry of `len` bytes filled in place by `fill`.
-    pub(crate) fn push_with(&mut self, off: u64, len: usize, fill: impl FnOnce(&mut [u8])) -> bool {
+    /// Appends an entry of kind `kind`.
+    pub(crate) fn push_kind(&mut self, off: u64, kind: u32, data: &[u8]) -> bool {
+        let len = data.len();
         let size = entry_size(len);
         if size > self.remaining() || len > u32::MAX as usize {
             return false;
@@ -77,8 +102,8 @@ impl<'a> RecordWriter<'a> {
         let p = self.pos;
         self.lane[p..p + 8].copy_from_slice(&off.to_le_bytes());
         self.lane[p + 8..p + 12].copy_from_slice(&(len as u32).to_le_bytes());
-        self.lane[p + 12..p + 16].fill(0);
-        fill(&mut self.lane[p + 16..p + 16 + len]);
+        self.lane[p + 12..p + 16].copy_from_slice(&kind.to_le_bytes());
+        self.lane[p + 16..p + 16 + len].copy_from_slice(data);
         self.lane[p + 16 + len..p + size].fill(0);
         self.pos += size;
         self.count += 1;
@@ -163,12 +188,8 @@ pub(crate) fn decode(lane: &[u8]) -> Option<Record> {
     (n == rec.count).then_some(rec)
 }
 
-/// The entries `(pool offset, data)` of a verified record; an `Err(())`-like `None` item marks
-/// a malformed entry.
-pub(crate) fn entries<'a>(
-    lane: &'a [u8],
-    rec: &Record,
-) -> impl Iterator<Item = Option<(u64, &'a [u8])>> + 'a {
+/// The entries of a verified record; a `None` item marks a malformed entry.
+pub(crate) fn entries<'a>(lane: &'a [u8], rec: &Record) -> impl Iterator<Item = Option<Entry<'a>>> + 'a {
     let end = ENTRIES_OFFSET + rec.len;
     let mut pos = ENTRIES_OFFSET;
     let mut bad = false;
@@ -182,14 +203,16 @@ pub(crate) fn entries<'a>(
         }
         let off = u64_at(lane, pos);
         let len = u32_at(lane, pos + 8) as usize;
+        let kind = u32_at(lane, pos + 12);
         let size = entry_size(len);
-        if pos + size > end {
+        let known = kind == KIND_WRITE || (kind == KIND_VERIFY && len == VERIFY_LEN);
+        if pos + size > end || !known {
             bad = true;
             return Some(None);
         }
         let data = &lane[pos + ENTRY_HEADER..pos + ENTRY_HEADER + len];
         pos += size;
-        Some(Some((off, data)))
+        Some(Some(Entry { off, kind, data }))
     })
 }
 
@@ -216,8 +239,9 @@ mod tests {
         let got: Vec<_> = entries(&lane, &r).map(|e| e.unwrap()).collect();
         assert_eq!(got.len(), 3);
         for (g, i) in got.iter().zip(items.iter()) {
-            assert_eq!(g.0, i.0);
-            assert_eq!(g.1, i.1);
+            assert_eq!(g.off, i.0);
+            assert_eq!(g.data, i.1);
+            assert_eq!(g.kind, KIND_WRITE);
         }
     }
 
@@ -261,6 +285,23 @@ mod tests {
             };
             assert_eq!(seq, want, "cut at {cut}");
         }
+    }
+
+    #[test]
+    fn verify_entries_round_trip_and_unknown_kinds_are_malformed() {
+        let mut lane = vec![0u8; 512];
+        let mut w = RecordWriter::new(&mut lane);
+        assert!(w.push_kind(4096, KIND_VERIFY, &[7; VERIFY_LEN]));
+        assert!(w.push(8, &[1; 8]));
+        w.seal(3);
+        let r = decode(&lane).unwrap();
+        let kinds: Vec<u32> = entries(&lane, &r).map(|e| e.unwrap().kind).collect();
+        assert_eq!(kinds, vec![KIND_VERIFY, KIND_WRITE]);
+        let mut lane = vec![0u8; 512];
+        let mut w = RecordWriter::new(&mut lane);
+        assert!(w.push_kind(4096, 9, &[7; 8]));
+        w.seal(3);
+        assert_eq!(decode(&lane), None, "an unknown kind is a malformed record");
     }
 
     #[test]

@@ -14,6 +14,9 @@ use crate::{Error, Result};
 pub(crate) struct Recovered {
     /// Records replayed.
     pub replayed: u64,
+    /// Sealed records discarded because a new object they created had not reached media
+    /// (the transaction's commit fence never completed, so it was never acknowledged).
+    pub discarded: u64,
     /// The highest sequence number seen anywhere (the next commit uses a larger one).
     pub max_seq: u64,
 }
@@ -47,6 +50,21 @@ pub(crate) fn recover(media: &Media, geo: &Geometry, pool_len: u64) -> Result<Re
         }
     }
     todo.sort_unstable();
+    // Every candidate is retired at the end, replayed or not: a discarded record must never
+    // verify later, when a new object with the same bytes may stand where its own did not.
+    let candidates = todo.clone();
+    todo.retain(|&(_, lane, copy)| {
+        let off = geo.lane_offset(lane, copy);
+        // SAFETY: as above.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(media.ptr(off) as *const u8, geo.lane_size as usize)
+        };
+        let ok = record::decode(bytes).is_some_and(|rec| new_objects_verify(media, geo, pool_len, bytes, &rec));
+        if !ok {
+            out.discarded += 1;
+        }
+        ok
+    });
     for &(_, lane, copy) in &todo {
         let off = geo.lane_offset(lane, copy);
         // SAFETY: as above.
@@ -59,11 +77,15 @@ pub(crate) fn recover(media: &Media, geo: &Geometry, pool_len: u64) -> Result<Re
             detail: "record changed during recovery".into(),
         })?;
         for e in record::entries(bytes, &rec) {
-            let (dst, data) = e.ok_or(Error::Corrupt {
+            let e = e.ok_or(Error::Corrupt {
                 what: "redo record",
                 offset: off,
                 detail: "malformed entry".into(),
             })?;
+            if e.kind != record::KIND_WRITE {
+                continue;
+            }
+            let (dst, data) = (e.off, e.data);
             let end = dst.checked_add(data.len() as u64);
             if dst < geo.zones_offset() || end.is_none_or(|e| e > pool_len) {
                 return Err(Error::Corrupt {
@@ -83,9 +105,9 @@ pub(crate) fn recover(media: &Media, geo: &Geometry, pool_len: u64) -> Result<Re
         }
         out.replayed += 1;
     }
-    if !todo.is_empty() {
+    if !candidates.is_empty() {
         media.fence();
-        for &(seq, lane, _) in &todo {
+        for &(seq, lane, _) in &candidates {
             for copy in 0..2 {
                 let off = geo.lane_offset(lane, copy) + RETIRED_OFFSET as u64;
                 // SAFETY: the retired word of a lane inside the pool; recovery runs alone.
@@ -96,4 +118,37 @@ pub(crate) fn recover(media: &Media, geo: &Geometry, pool_len: u64) -> Result<Re
         media.fence();
     }
     Ok(out)
+}
+
+/// Whether every object the record created is on media as the record describes it.
+fn new_objects_verify(
+    media: &Media,
+    geo: &Geometry,
+    pool_len: u64,
+    lane: &[u8],
+    rec: &record::Record,
+) -> bool {
+    for e in record::entries(lane, rec) {
+        let Some(e) = e else { return false };
+        if e.kind != record::KIND_VERIFY {
+            continue;
+        }
+        let mut hdr = [0u8; 16];
+        hdr.copy_from_slice(&e.data[..16]);
+        let size = crate::heap::layout::ObjectHeader::from_bytes(&hdr).size;
+        let end = e.off.checked_add(16).and_then(|v| v.checked_add(size));
+        if e.off < geo.zones_offset() || end.is_none_or(|v| v > pool_len) {
+            return false;
+        }
+        // SAFETY: the object's range lies inside the heap (checked above); recovery runs
+        // alone.
+        let found = unsafe {
+            std::slice::from_raw_parts(media.ptr(e.off) as *const u8, 16 + size as usize)
+        };
+        let want = u32::from_le_bytes([e.data[16], e.data[17], e.data[18], e.data[19]]);
+        if found[..16] != hdr || crate::checksum::strong(found) != want {
+            return false;
+        }
+    }
+    true
 }
