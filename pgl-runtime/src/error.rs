@@ -31,7 +31,9 @@ pub enum Error {
     },
 
     /// The file is not a pgl pool (no pool header in either copy).
-    #[error("{path}: not a pgl pool ({reason}); check the path, or create a pool with `pgl create`")]
+    #[error(
+        "{path}: not a pgl pool ({reason}); check the path, or create a pool with `pgl create`"
+    )]
     NotAPool {
         /// The file.
         path: PathBuf,

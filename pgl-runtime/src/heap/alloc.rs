@@ -17,9 +17,9 @@ use crate::geometry::Geometry;
 use crate::persist::Media;
 use crate::{Error, Result};
 use parking_lot::Mutex;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::OnceLock;
 
 /// One run chunk.
 pub(crate) struct Run {
@@ -438,8 +438,13 @@ impl Heap {
         while let Some((z, c)) = free.pop() {
             if let Some(zone) = self.zone(z) {
                 let k = &zone.kinds[c as usize];
-                if k.compare_exchange(KIND_FREE, KIND_RESERVED, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok()
+                if k.compare_exchange(
+                    KIND_FREE,
+                    KIND_RESERVED,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
                 {
                     return Some((z, c));
                 }

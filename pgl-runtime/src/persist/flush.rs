@@ -333,7 +333,11 @@ mod tests {
                 // SAFETY: `dst` holds shift + len <= 300 bytes.
                 let parts = unsafe { stream_copy(dst.as_mut_ptr().add(shift), &src[..len]) };
                 sfence();
-                assert_eq!(&dst[shift..shift + len], &src[..len], "shift {shift} len {len}");
+                assert_eq!(
+                    &dst[shift..shift + len],
+                    &src[..len],
+                    "shift {shift} len {len}"
+                );
                 assert!(dst[..shift].iter().all(|&b| b == 0));
                 assert!(dst[shift + len..].iter().all(|&b| b == 0));
                 assert!(parts[0].1 < 16 && parts[1].1 < 16);

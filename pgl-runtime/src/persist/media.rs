@@ -306,7 +306,10 @@ impl Media {
     #[inline]
     pub(crate) unsafe fn write_durable(&self, off: u64, src: &[u8]) {
         let streams = matches!(self.backing, Backing::File { .. })
-            && matches!(self.mode, FlushMode::Clwb | FlushMode::Clflushopt | FlushMode::Clflush);
+            && matches!(
+                self.mode,
+                FlushMode::Clwb | FlushMode::Clflushopt | FlushMode::Clflush
+            );
         if streams && src.len() >= STREAM_MIN {
             // SAFETY: bounds and ownership are the caller's contract.
             let parts = unsafe { stream_copy(self.ptr(off), src) };

@@ -11,7 +11,7 @@
 //! flushed since the previous fence.
 
 use parking_lot::Mutex;
-use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::alloc::{alloc, alloc_zeroed, dealloc, Layout};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -73,13 +73,30 @@ impl CrashSim {
     /// A device whose volatile and persisted images both equal `image` (a crash image, as
     /// after a reboot), with capacity `capacity` (at least the image's length).
     pub fn from_image(image: &[u64], len: u64, capacity: u64) -> Arc<CrashSim> {
-        let sim = CrashSim::new(capacity.max(image.len() as u64 * 8));
-        let n = image.len().min(sim.cap / 8);
-        // SAFETY: `mem` holds `cap / 8 >= n` words and is not shared yet.
-        unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), sim.mem, n) };
-        sim.persisted.lock()[..n].copy_from_slice(&image[..n]);
-        sim.len.store(len, Ordering::Relaxed);
-        sim
+        let cap = (capacity.max(image.len() as u64 * 8).div_ceil(4096) * 4096) as usize;
+        let words = cap / 8;
+        let n = image.len().min(words);
+        // SAFETY: the layout has a non-zero size; the memory is initialised below before use.
+        let mem = unsafe { alloc(layout(cap)) } as *mut u64;
+        assert!(!mem.is_null(), "CrashSim: out of memory for {cap} bytes");
+        // SAFETY: `mem` holds `words >= n` words; the image fills the first n, zeros the rest.
+        unsafe {
+            std::ptr::copy_nonoverlapping(image.as_ptr(), mem, n);
+            std::ptr::write_bytes(mem.add(n), 0, words - n);
+        }
+        let mut persisted = Vec::with_capacity(words);
+        persisted.extend_from_slice(&image[..n]);
+        persisted.resize(words, 0);
+        Arc::new(CrashSim {
+            mem,
+            cap,
+            len: AtomicU64::new(len),
+            persisted: Mutex::new(persisted),
+            pending: Mutex::new(Vec::new()),
+            hook: Mutex::new(None),
+            in_hook: AtomicBool::new(false),
+            fences: AtomicU64::new(0),
+        })
     }
 
     /// Bytes the device can hold.

@@ -95,7 +95,10 @@ impl Config {
 
     /// Checks every value; returns the geometry and zone count.
     pub(crate) fn validate(&self) -> Result<(Geometry, u64)> {
-        if self.layout.is_empty() || self.layout.len() > super::LAYOUT_MAX || self.layout.contains('\0') {
+        if self.layout.is_empty()
+            || self.layout.len() > super::LAYOUT_MAX
+            || self.layout.contains('\0')
+        {
             return Err(Error::config(format!(
                 "layout name {:?} must be 1 to {} bytes without NUL",
                 self.layout,

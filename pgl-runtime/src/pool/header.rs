@@ -175,7 +175,14 @@ impl Header {
     /// The UUID as text.
     pub fn uuid_string(&self) -> String {
         let h: String = self.uuid.iter().map(|b| format!("{b:02x}")).collect();
-        format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+        format!(
+            "{}-{}-{}-{}-{}",
+            &h[0..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..32]
+        )
     }
 }
 
@@ -189,7 +196,10 @@ pub(crate) fn check_geometry(g: &Geometry, zones: u64) -> Result<(), String> {
         ));
     }
     if !(1..=4096).contains(&g.chunks_per_row) {
-        return Err(format!("chunks_per_row {} must be 1..=4096", g.chunks_per_row));
+        return Err(format!(
+            "chunks_per_row {} must be 1..=4096",
+            g.chunks_per_row
+        ));
     }
     if !(2..=10_000).contains(&g.rows) {
         return Err(format!("rows {} must be 2..=10000", g.rows));
@@ -263,9 +273,15 @@ mod tests {
     fn bad_geometry_is_rejected_even_with_a_valid_checksum() {
         let mut h = sample();
         h.geo.chunk_size = 1000;
-        assert!(matches!(Header::decode(&h.encode()), Err(HeaderFault::Geometry(_))));
+        assert!(matches!(
+            Header::decode(&h.encode()),
+            Err(HeaderFault::Geometry(_))
+        ));
         let mut h = sample();
         h.zones = u64::MAX;
-        assert!(matches!(Header::decode(&h.encode()), Err(HeaderFault::Geometry(_))));
+        assert!(matches!(
+            Header::decode(&h.encode()),
+            Err(HeaderFault::Geometry(_))
+        ));
     }
 }

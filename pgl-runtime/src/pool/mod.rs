@@ -8,4 +8,4 @@ mod pool;
 
 pub use config::Config;
 pub use header::{Header, FORMAT_VERSION, LAYOUT_MAX};
-pub use pool::{Pool, PoolInfo, Detached};
+pub use pool::{Detached, Pool, PoolInfo};

@@ -91,7 +91,12 @@ impl Pool {
     pub fn create(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
         let path = path.as_ref();
         let (geo, zones) = config.validate()?;
-        let media = Media::create_file(path, geo.pool_size(zones), config.max_size, config.flush_mode())?;
+        let media = Media::create_file(
+            path,
+            geo.pool_size(zones),
+            config.max_size,
+            config.flush_mode(),
+        )?;
         Self::format(&media, &geo, zones, &config.layout);
         Self::from_media(media, Some(&config.layout), config)
     }
@@ -450,12 +455,18 @@ impl Pool {
     pub fn objects(&self) -> Result<Vec<(u64, ObjectHeader)>> {
         let eng = &self.inner.eng;
         let mut out = Vec::new();
-        crate::heap::walk(&eng.media, &eng.geo, eng.heap.classes(), eng.heap.zone_count(), |hdr, _| {
-            let mut h = [0u8; 16];
-            // SAFETY: an allocated block's header inside the pool; read-only.
-            unsafe { eng.media.read(hdr, &mut h) };
-            out.push((hdr + HEADER_SIZE, ObjectHeader::from_bytes(&h)));
-        })?;
+        crate::heap::walk(
+            &eng.media,
+            &eng.geo,
+            eng.heap.classes(),
+            eng.heap.zone_count(),
+            |hdr, _| {
+                let mut h = [0u8; 16];
+                // SAFETY: an allocated block's header inside the pool; read-only.
+                unsafe { eng.media.read(hdr, &mut h) };
+                out.push((hdr + HEADER_SIZE, ObjectHeader::from_bytes(&h)));
+            },
+        )?;
         Ok(out)
     }
 

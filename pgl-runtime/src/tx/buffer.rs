@@ -60,7 +60,14 @@ impl Buffer {
 
     /// Reuses this buffer's allocation for another object. The payload's contents are
     /// unspecified (the caller fills all of it); the padding after it is zeroed.
-    pub(crate) fn reset(&mut self, off: u64, size: usize, type_id: u32, canary: u128, kind: BufKind) {
+    pub(crate) fn reset(
+        &mut self,
+        off: u64,
+        size: usize,
+        type_id: u32,
+        canary: u128,
+        kind: BufKind,
+    ) {
         let words = size.div_ceil(16);
         if self.storage.len() < words + 2 {
             self.storage.resize(words + 2, 0);
@@ -98,7 +105,9 @@ impl Buffer {
     /// The payload.
     pub(crate) fn payload(&self) -> &[u8] {
         // SAFETY: `size` bytes from offset 16 lie within `storage` (words*16 >= size).
-        unsafe { std::slice::from_raw_parts((self.storage.as_ptr() as *const u8).add(16), self.size) }
+        unsafe {
+            std::slice::from_raw_parts((self.storage.as_ptr() as *const u8).add(16), self.size)
+        }
     }
 
     /// The payload, mutably (not marked dirty).

@@ -10,8 +10,7 @@ use super::record::{self, RecordWriter, ENTRIES_OFFSET, RETIRED_OFFSET, SEAL_OFF
 use super::tx::{Tx, TxState};
 use crate::checksum::adler32_patch;
 use crate::heap::layout::{
-    object_checksum, ObjectHeader, CHECKSUM_PREFIX, HDR_CHECKSUM_OFFSET,
-    HEADER_SIZE,
+    object_checksum, ObjectHeader, CHECKSUM_PREFIX, HDR_CHECKSUM_OFFSET, HEADER_SIZE,
 };
 use crate::stats::Counter;
 use crate::{Error, Result};
@@ -159,7 +158,9 @@ impl Tx<'_> {
         r?;
         // the volatile heap follows
         st.undo.clear();
-        self.lane.counters.add(Counter::Frees, st.frees.len() as u64);
+        self.lane
+            .counters
+            .add(Counter::Frees, st.frees.len() as u64);
         for f in st.frees.drain(..) {
             eng.heap.finish_free(f);
         }
@@ -292,7 +293,7 @@ impl Tx<'_> {
         }
         // 3d. retire marks that may not be durable yet, and the ordering point
         self.fence_with_retires(Some(self.lane.idx)); // ---- committed ----
-        // 4. apply, from the DRAM copy of the record
+                                                      // 4. apply, from the DRAM copy of the record
         let rec = record::Record {
             seq,
             count: (items.len() + vals.len() + news.len()) as u32,

@@ -10,10 +10,10 @@ use super::buffer::Buffer;
 use super::locks::Held;
 use super::smallmap::SmallMap;
 use crate::heap::{Arena, HeapUndo, MetaOps, PendingFree};
-use std::ptr::NonNull;
 use crate::stats::LaneCounters;
 use parking_lot::{Mutex, MutexGuard};
 use std::cell::Cell;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Containers a transaction uses, kept by the lane between transactions so their

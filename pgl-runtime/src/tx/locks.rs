@@ -159,7 +159,10 @@ mod tests {
     fn meta_locks_dedupe() {
         let m = MetaLocks::new();
         let mut held = Vec::new();
-        m.lock([8u64, 16, 8, 8 + 8 * META_STRIPES as u64].into_iter(), &mut held);
+        m.lock(
+            [8u64, 16, 8, 8 + 8 * META_STRIPES as u64].into_iter(),
+            &mut held,
+        );
         assert_eq!(held.len(), 2);
         m.unlock(&held);
     }

@@ -189,7 +189,10 @@ pub(crate) fn decode(lane: &[u8]) -> Option<Record> {
 }
 
 /// The entries of a verified record; a `None` item marks a malformed entry.
-pub(crate) fn entries<'a>(lane: &'a [u8], rec: &Record) -> impl Iterator<Item = Option<Entry<'a>>> + 'a {
+pub(crate) fn entries<'a>(
+    lane: &'a [u8],
+    rec: &Record,
+) -> impl Iterator<Item = Option<Entry<'a>>> + 'a {
     let end = ENTRIES_OFFSET + rec.len;
     let mut pos = ENTRIES_OFFSET;
     let mut bad = false;
@@ -255,7 +258,6 @@ mod tests {
         let mut lane = vec![0u8; 256];
         let n = write(&mut lane, 7, &[(64, &[0xab; 40])]);
         for byte in SEAL_OFFSET..SEAL_OFFSET + n {
-
             for bit in 0..8 {
                 let mut l = lane.clone();
                 l[byte] ^= 1 << bit;

@@ -36,7 +36,10 @@ pub(crate) fn recover(media: &Media, geo: &Geometry, pool_len: u64) -> Result<Re
                 std::slice::from_raw_parts(media.ptr(off) as *const u8, geo.lane_size as usize)
             };
             retired = retired.max(record::retired(bytes));
-            out.max_seq = out.max_seq.max(record::raw_seq(bytes)).max(record::retired(bytes));
+            out.max_seq = out
+                .max_seq
+                .max(record::raw_seq(bytes))
+                .max(record::retired(bytes));
             if let Some(r) = record::decode(bytes) {
                 if best.is_none_or(|(s, _)| r.seq > s) {
                     best = Some((r.seq, copy));
@@ -59,7 +62,8 @@ pub(crate) fn recover(media: &Media, geo: &Geometry, pool_len: u64) -> Result<Re
         let bytes = unsafe {
             std::slice::from_raw_parts(media.ptr(off) as *const u8, geo.lane_size as usize)
         };
-        let ok = record::decode(bytes).is_some_and(|rec| new_objects_verify(media, geo, pool_len, bytes, &rec));
+        let ok = record::decode(bytes)
+            .is_some_and(|rec| new_objects_verify(media, geo, pool_len, bytes, &rec));
         if !ok {
             out.discarded += 1;
         }

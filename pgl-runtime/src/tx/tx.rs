@@ -8,8 +8,8 @@ use super::buffer::{BufKind, Buffer};
 use super::engine::{Engine, VerifyPolicy};
 use super::handle::{Mut, Read, ReadSource, Ref};
 use super::lane::{Lane, LaneState, Scratch};
-use super::smallmap::SmallMap;
 use super::locks::{Held, ObjectLocks};
+use super::smallmap::SmallMap;
 use crate::heap::layout::{object_checksum, ObjectHeader, HEADER_SIZE};
 use crate::heap::{HeapUndo, MetaOps, PendingFree};
 use crate::persistent::{Oid, Persistent};
@@ -103,12 +103,19 @@ impl<'p> Tx<'p> {
         Ok(())
     }
 
-    fn buffer_of<T: Persistent>(&self, st: &TxState<'p>, off: u64) -> Result<Option<NonNull<Buffer>>> {
+    fn buffer_of<T: Persistent>(
+        &self,
+        st: &TxState<'p>,
+        off: u64,
+    ) -> Result<Option<NonNull<Buffer>>> {
         let Some(&i) = st.index.get(&off) else {
             return Ok(None);
         };
         if i == usize::MAX {
-            return Err(Error::invalid_oid(off, "failed verification earlier in this transaction"));
+            return Err(Error::invalid_oid(
+                off,
+                "failed verification earlier in this transaction",
+            ));
         }
         let b = st.bufs[i];
         // SAFETY: buffers live until the transaction ends; only handles alias them, and
@@ -131,7 +138,14 @@ impl<'p> Tx<'p> {
     }
 
     /// A buffer for `size` payload bytes (reused from the lane when it has one spare).
-    fn new_buffer(&self, st: &mut TxState<'p>, off: u64, size: usize, type_id: u32, kind: BufKind) -> NonNull<Buffer> {
+    fn new_buffer(
+        &self,
+        st: &mut TxState<'p>,
+        off: u64,
+        size: usize,
+        type_id: u32,
+        kind: BufKind,
+    ) -> NonNull<Buffer> {
         let buf = match st.lane.spare.pop() {
             Some(mut b) => {
                 b.reset(off, size, type_id, self.eng.canary, kind);
@@ -157,7 +171,8 @@ impl<'p> Tx<'p> {
                 let place = self.eng.heap.locate(off)?;
                 let h = self.header(off);
                 Self::check_type::<T>(off, &h, place.capacity)?;
-                let mut p = self.new_buffer(&mut st, off, h.size as usize, h.type_id, BufKind::Open);
+                let mut p =
+                    self.new_buffer(&mut st, off, h.size as usize, h.type_id, BufKind::Open);
                 // SAFETY: just created; no handle to it exists yet.
                 let buf = unsafe { p.as_mut() };
                 // SAFETY: the payload lies inside the pool (size <= capacity) and our write
@@ -226,7 +241,8 @@ impl<'p> Tx<'p> {
         let size = core::mem::size_of::<T>();
         // SAFETY: `Persistent` values have no padding: all bytes are initialised.
         let bytes = unsafe { core::slice::from_raw_parts(&value as *const T as *const u8, size) };
-        self.alloc_raw(size, T::TYPE_ID, |p| p.copy_from_slice(bytes)).map(Oid::from_raw)
+        self.alloc_raw(size, T::TYPE_ID, |p| p.copy_from_slice(bytes))
+            .map(Oid::from_raw)
     }
 
     /// Allocates a new zero-filled object (every `Persistent` type is valid when zeroed).
@@ -236,13 +252,21 @@ impl<'p> Tx<'p> {
     }
 
     /// Allocates `size` payload bytes of type `type_id`, filled by `fill`.
-    pub(crate) fn alloc_raw(&self, size: usize, type_id: u32, fill: impl FnOnce(&mut [u8])) -> Result<u64> {
+    pub(crate) fn alloc_raw(
+        &self,
+        size: usize,
+        type_id: u32,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<u64> {
         if size == 0 {
             return Err(Error::config("zero-sized objects cannot be allocated"));
         }
         let mut guard = self.st.borrow_mut();
         let st = &mut *guard;
-        let place = self.eng.heap.alloc(&mut st.lane.arena, size as u64, &mut st.meta, &mut st.undo)?;
+        let place =
+            self.eng
+                .heap
+                .alloc(&mut st.lane.arena, size as u64, &mut st.meta, &mut st.undo)?;
         let off = place.hdr + HEADER_SIZE;
         self.lock(st, off, Held::Write)?;
         let mut p = self.new_buffer(st, off, size, type_id, BufKind::New);
@@ -348,7 +372,8 @@ impl Drop for Tx<'_> {
 /// Verifies an object's checksum in place (Conservative policy).
 pub(crate) fn verify_in_place(eng: &Engine, off: u64, h: &ObjectHeader) -> Result<()> {
     // SAFETY: a located live object, read under a lock that excludes writers.
-    let payload = unsafe { std::slice::from_raw_parts(eng.media.ptr(off) as *const u8, h.size as usize) };
+    let payload =
+        unsafe { std::slice::from_raw_parts(eng.media.ptr(off) as *const u8, h.size as usize) };
     let sum = object_checksum(off, h.type_id, payload);
     if sum != h.checksum {
         return Err(Error::ChecksumMismatch {
@@ -390,7 +415,13 @@ pub(crate) fn in_tx(eng: &Engine) -> bool {
 }
 
 fn active(id: u64) -> Option<usize> {
-    ACTIVE.with(|a| a.borrow().iter().rev().find(|(i, _)| *i == id).map(|(_, p)| *p))
+    ACTIVE.with(|a| {
+        a.borrow()
+            .iter()
+            .rev()
+            .find(|(i, _)| *i == id)
+            .map(|(_, p)| *p)
+    })
 }
 
 /// Whether this thread is inside a transaction of `eng` that holds `stripe`.
@@ -473,7 +504,11 @@ pub(crate) fn get<'p, T: Persistent>(eng: &'p Engine, oid: Oid<T>) -> Result<Ref
         return Err(Error::LockedByThisThread { offset: off });
     }
     eng.objects.read(stripe);
-    let guard = ReleaseOnErr { eng, stripe, armed: true };
+    let guard = ReleaseOnErr {
+        eng,
+        stripe,
+        armed: true,
+    };
     let place = eng.heap.locate(off)?;
     let mut h = [0u8; 16];
     // SAFETY: located live object; the read lock excludes writers.
