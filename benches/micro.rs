@@ -16,12 +16,19 @@ use std::time::Instant;
 fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
     std::env::var(name)
         .ok()
-        .map(|v| v.split_whitespace().filter_map(|s| s.parse().ok()).collect())
+        .map(|v| {
+            v.split_whitespace()
+                .filter_map(|s| s.parse().ok())
+                .collect()
+        })
         .unwrap_or_else(|| default.to_vec())
 }
 
 fn env_num(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 struct Phases {
@@ -65,7 +72,7 @@ where
             })
         })
         .collect();
-    let mut phase = || {
+    let phase = || {
         barrier.wait();
         let t0 = Instant::now();
         barrier.wait();
@@ -136,7 +143,11 @@ fn main() {
                     continue;
                 }
             };
-            for (bench, v) in [("alloc", p.alloc), ("overwrite", p.overwrite), ("free", p.free)] {
+            for (bench, v) in [
+                ("alloc", p.alloc),
+                ("overwrite", p.overwrite),
+                ("free", p.free),
+            ] {
                 println!("fig3,{bench},pgl,default,{s},{t},{n},{v:.0}");
                 rows.push((bench, s, t, v));
             }

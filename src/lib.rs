@@ -13,8 +13,8 @@ pub use pgl_derive::Persistent;
 
 /// The items most programs need: `use pgl::prelude::*;`.
 pub mod prelude {
-    pub use pgl_runtime::prelude::*;
     pub use pgl_derive::Persistent;
+    pub use pgl_runtime::prelude::*;
 }
 
 /// Paths used by code that `pgl-derive` generates. Not a stable API.

@@ -71,7 +71,11 @@ fn random_alloc_and_free_return_the_heap_to_its_initial_free_space() {
     for i in 0..n {
         // Mostly single-object transactions, some with several allocations and frees.
         let allocs = if i % 10 == 0 { 1 + rng.below(4) } else { 1 };
-        let frees = if live.len() > 2000 { allocs + 1 } else { rng.below(2) };
+        let frees = if live.len() > 2000 {
+            allocs + 1
+        } else {
+            rng.below(2)
+        };
         let mut to_free = Vec::new();
         for _ in 0..frees.min(live.len() as u64) {
             let k = rng.below(live.len() as u64) as usize;
@@ -103,7 +107,11 @@ fn random_alloc_and_free_return_the_heap_to_its_initial_free_space() {
         })
         .unwrap();
     }
-    assert_eq!(pool.free_bytes(), initial, "free space after freeing everything");
+    assert_eq!(
+        pool.free_bytes(),
+        initial,
+        "free space after freeing everything"
+    );
     assert!(pool.objects().unwrap().is_empty());
     drop(pool);
     // The persistent metadata agrees after reopening.

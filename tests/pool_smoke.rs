@@ -78,7 +78,8 @@ fn sim_pool_recovers() {
 static_assertions::assert_impl_all!(pgl::Pool: Send, Sync, Clone);
 static_assertions::assert_not_impl_any!(pgl::Tx<'static>: Send, Sync);
 static_assertions::assert_not_impl_any!(pgl::Mut<'static, u64>: Send, Sync);
-static_assertions::assert_impl_all!(pgl::Ref<'static, u64>: Send, Sync);
+static_assertions::assert_impl_all!(pgl::Ref<'static, u64>: Sync);
+static_assertions::assert_not_impl_any!(pgl::Ref<'static, u64>: Send);
 
 #[test]
 fn create_is_sparse_and_fast_for_1_gib() {

@@ -183,7 +183,36 @@ fn stats_count_two_fences_per_logged_commit_and_one_per_free() {
     let s1 = pool.stats();
     pool.tx(|tx| tx.free(o)).unwrap();
     let s2 = pool.stats();
-    assert_eq!(s2.fences - s1.fences, 1, "a free is one failure-atomic word");
+    assert_eq!(
+        s2.fences - s1.fences,
+        1,
+        "a free is one failure-atomic word"
+    );
     assert_eq!(s2.direct_commits - s1.direct_commits, 1);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn a_tx_wanting_an_object_this_thread_holds_a_ref_to_fails_at_once() {
+    let (pool, path) = pool("refheld");
+    let root = pool.root::<u64>().unwrap();
+    let r = pool.get(root).unwrap();
+    let t = std::time::Instant::now();
+    let res = pool.tx(|tx| {
+        *tx.open(root)? = 1;
+        Ok(())
+    });
+    assert!(
+        matches!(res, Err(Error::LockedByThisThread { .. })),
+        "{res:?}"
+    );
+    assert!(t.elapsed() < std::time::Duration::from_secs(5));
+    drop(r);
+    pool.tx(|tx| {
+        *tx.open(root)? = 1;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(*pool.get(root).unwrap(), 1);
     std::fs::remove_file(path).unwrap();
 }

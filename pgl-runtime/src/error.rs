@@ -24,7 +24,7 @@ pub enum Error {
     },
 
     /// `Pool::create` was given a path that already exists.
-    #[error("{path}: a file already exists here; open it with Pool::open, or remove it to create a new pool")]
+    #[error("{path}: a file already exists here; open the pool instead, or remove the file to create a new one")]
     AlreadyExists {
         /// The path.
         path: PathBuf,
@@ -144,7 +144,7 @@ pub enum Error {
     },
 
     /// An object's checksum does not match its contents (a scribble or a media error).
-    #[error("checksum mismatch in object at {offset:#x} (type id {type_id:#010x}, {size} bytes): stored {stored:#010x}, computed {computed:#010x}; the object was changed outside a transaction — run `pgl check` / `pgl scrub --repair`")]
+    #[error("checksum mismatch in object at {offset:#x} (type id {type_id:#010x}, {size} bytes): stored {stored:#010x}, computed {computed:#010x}; the object was changed outside a transaction (a scribble or a media error); `pgl check` lists every damaged object — restore the pool from a backup")]
     ChecksumMismatch {
         /// The object's offset.
         offset: u64,
@@ -180,8 +180,9 @@ pub enum Error {
         offset: u64,
     },
 
-    /// The object is locked by a transaction of this same thread.
-    #[error("object at {offset:#x} is locked by this thread's open transaction; read it with tx.get inside the transaction")]
+    /// The object is locked by this same thread: its transaction holds it, or a `Ref` from
+    /// `pool.get` does while a transaction of the thread wants to change it.
+    #[error("object at {offset:#x} is locked by this thread: by its open transaction (read it with tx.get inside the transaction) or by a pool.get Ref it still holds (drop the Ref before changing the object)")]
     LockedByThisThread {
         /// The object's offset.
         offset: u64,

@@ -1,1 +1,501 @@
-fn main() {}
+//! `pgl`: create, inspect and check pool files.
+//!
+//! Exit status: 0 on success; `pgl check` exits 1 when it finds a problem in the pool; every
+//! command exits 2 on an error (a missing file, a file that is not a pool, a bad argument).
+//! Errors are printed to stderr as `error: <message>`; reports go to stdout.
+
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use pgl::checksum::{adler32, adler32_continue};
+use pgl::{Config, Error, ObjectHeader, Pool, Result};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// Create, inspect and check pgl pool files.
+#[derive(Parser)]
+#[command(name = "pgl", version, about, long_about = None)]
+#[command(after_help = "Exit status: 0 ok, 1 `check` found problems, 2 error.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create a new pool file (sparse: no data is written).
+    Create(CreateArgs),
+    /// Show a pool's header, geometry, space, objects by type and counters.
+    Info {
+        /// The pool file.
+        file: PathBuf,
+    },
+    /// Verify a pool: both header copies, the redo lanes, and every object's checksum.
+    ///
+    /// Opening the pool rewrites a damaged header copy from the good one and replays
+    /// committed transactions a crash interrupted, as every program opening it would.
+    /// Exits 0 if the pool is clean, 1 if a problem was found, 2 on an error.
+    Check {
+        /// The pool file.
+        file: PathBuf,
+    },
+    /// Print one object's header and a hex dump of its payload.
+    Dump {
+        /// The pool file.
+        file: PathBuf,
+        /// The object's oid: its payload offset, as hex (`0x1e00010`) or decimal.
+        #[arg(value_parser = parse_oid)]
+        oid: u64,
+        /// Dump at most this many payload bytes (K/M/G suffixes allowed).
+        #[arg(long, value_parser = parse_size)]
+        max: Option<u64>,
+    },
+}
+
+/// Arguments of `pgl create`. Unset values take `pgl::Config`'s defaults.
+#[derive(clap::Args)]
+struct CreateArgs {
+    /// The file to create; it must not exist.
+    file: PathBuf,
+    /// The layout name programs open the pool with (1 to 63 bytes).
+    #[arg(long, default_value = "pgl")]
+    layout: String,
+    /// Initial size, rounded down to whole zones (K/M/G suffixes: 64M, 1G).
+    #[arg(long, default_value = "64M", value_parser = parse_size)]
+    size: u64,
+    /// Bytes per chunk: a power of two from 16K to 64M [default: 256K].
+    #[arg(long, value_parser = parse_size)]
+    chunk_size: Option<u64>,
+    /// Chunks per row [default: 1].
+    #[arg(long)]
+    chunks_per_row: Option<u64>,
+    /// Data rows per zone; one more row holds parity [default: 100].
+    #[arg(long)]
+    rows: Option<u64>,
+    /// Redo lanes: how many transactions can commit at once [default: 8].
+    #[arg(long)]
+    lanes: Option<u64>,
+    /// Bytes of one lane copy: the largest redo record [default: 256K].
+    #[arg(long, value_parser = parse_size)]
+    lane_size: Option<u64>,
+}
+
+/// Parses a byte count: a decimal number with an optional K, M, G or T suffix (powers of
+/// 1024; `KiB`, `KB` and `k` are accepted too).
+fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let bad = || format!("{s:?} is not a size: use bytes or a number with K, M, G or T (e.g. 64M)");
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+/// Parses an oid: `0x`-prefixed hex or decimal.
+fn parse_oid(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let r = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(&hex.replace('_', ""), 16),
+        None => t.replace('_', "").parse(),
+    };
+    r.map_err(|_| format!("{s:?} is not an oid: use hex (0x1e00010) or decimal"))
+}
+
+/// A byte count with its binary-unit rounding: `52953088 (50.5 MiB)`.
+fn bytes(n: u64) -> String {
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    format!("{n} ({})", human(n))
+}
+
+/// `n` bytes in the largest binary unit that keeps it at least 1, to one decimal.
+fn human(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut unit = 0;
+    let mut v = n as f64;
+    while v >= 1024.0 && unit < UNITS.len() - 1 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        return format!("{n} B");
+    }
+    let s = format!("{v:.1}");
+    format!("{} {}", s.strip_suffix(".0").unwrap_or(&s), UNITS[unit])
+}
+
+/// Seconds since the Unix epoch as `YYYY-MM-DD hh:mm:ss UTC`.
+fn utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Howard Hinnant's days-to-civil.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+fn create(a: &CreateArgs) -> Result<String> {
+    let mut config = Config::new(a.layout.as_str());
+    config.size = a.size;
+    let set = |field: &mut u64, v: Option<u64>| {
+        if let Some(v) = v {
+            *field = v;
+        }
+    };
+    set(&mut config.chunk_size, a.chunk_size);
+    set(&mut config.chunks_per_row, a.chunks_per_row);
+    set(&mut config.rows, a.rows);
+    set(&mut config.lanes, a.lanes);
+    set(&mut config.lane_size, a.lane_size);
+    let pool = Pool::create(&a.file, &config)?;
+    let info = pool.info();
+    let mut out = String::new();
+    let _ = writeln!(out, "created {}", a.file.display());
+    let _ = writeln!(out, "  layout  {:?}", info.header.layout);
+    let _ = writeln!(
+        out,
+        "  size    {}, {} zone(s)",
+        bytes(info.size),
+        info.header.zones
+    );
+    let _ = writeln!(out, "  heap    {} for objects", bytes(info.heap_capacity));
+    Ok(out)
+}
+
+fn info(file: &Path) -> Result<String> {
+    let pool = Pool::open_any(file)?;
+    let info = pool.info();
+    let h = &info.header;
+    let g = &h.geo;
+    let mut out = String::new();
+    let mut line = |k: &str, v: String| {
+        let _ = writeln!(out, "{k:<10}{v}");
+    };
+    line("pool", file.display().to_string());
+    line("uuid", h.uuid_string());
+    line("layout", format!("{:?}", h.layout));
+    line(
+        "format",
+        format!("version {}, generation {}", h.version, h.generation),
+    );
+    line("created", utc(h.created));
+    line("size", bytes(info.size));
+    line("heap", format!("{} capacity", bytes(info.heap_capacity)));
+    line("used", bytes(info.heap_capacity.saturating_sub(info.free)));
+    line("free", bytes(info.free));
+    line("flush", info.flush.to_string());
+
+    let _ = writeln!(out, "\ngeometry");
+    let _ = writeln!(out, "  chunk size      {}", bytes(g.chunk_size));
+    let _ = writeln!(out, "  chunks per row  {}", g.chunks_per_row);
+    let _ = writeln!(out, "  rows            {} data + 1 parity", g.rows);
+    let _ = writeln!(out, "  zone size       {}", bytes(g.zone_size()));
+    let _ = writeln!(out, "  zones           {}", h.zones);
+    let _ = writeln!(
+        out,
+        "  lanes           {} × {} (2 copies)",
+        g.lanes,
+        bytes(g.lane_size)
+    );
+
+    let objects = pool.objects()?;
+    let mut by_type: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    for (_, oh) in &objects {
+        let e = by_type.entry(oh.type_id).or_default();
+        e.0 += 1;
+        e.1 += oh.size;
+    }
+    let total: u64 = by_type.values().map(|v| v.1).sum();
+    let _ = writeln!(
+        out,
+        "\nobjects   {} ({} payload bytes)",
+        objects.len(),
+        total
+    );
+    if !by_type.is_empty() {
+        let _ = writeln!(out, "  {:<12}{:>10}{:>14}", "type id", "count", "bytes");
+        for (t, (n, b)) in &by_type {
+            let _ = writeln!(out, "  {:<12}{n:>10}{b:>14}", format!("{t:#010x}"));
+        }
+    }
+
+    let s = pool.stats();
+    let _ = writeln!(out, "\ncounters (since this open)");
+    for (k, v) in [
+        ("records replayed", s.records_replayed),
+        ("header repairs", s.header_repairs),
+        ("commits", s.commits),
+        ("aborts", s.aborts),
+        ("retries", s.retries),
+        ("fences", s.fences),
+        ("bytes logged", s.bytes_logged),
+        ("bytes written", s.bytes_written),
+        ("allocs", s.allocs),
+        ("frees", s.frees),
+    ] {
+        let _ = writeln!(out, "  {k:<18}{v}");
+    }
+    Ok(out)
+}
+
+/// Errors of `Pool::open` that mean the pool is damaged, not that it cannot be read at all.
+fn is_damage(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::HeaderCorrupt { .. }
+            | Error::Corrupt { .. }
+            | Error::Truncated { .. }
+            | Error::ChecksumMismatch { .. }
+    )
+}
+
+/// `pgl check`: the report, and whether it found problems.
+fn check(file: &Path) -> Result<(String, bool)> {
+    let mut out = String::new();
+    let _ = writeln!(out, "checking {}", file.display());
+    let pool = match Pool::open_any(file) {
+        Ok(p) => p,
+        Err(e) if is_damage(&e) => {
+            let _ = writeln!(out, "  open      FAILED: {e}");
+            let _ = writeln!(out, "result: 1 problem: the pool cannot be opened");
+            return Ok((out, true));
+        }
+        Err(e) => return Err(e),
+    };
+    let mut problems = 0u64;
+    let s = pool.stats();
+    if s.header_repairs == 0 {
+        let _ = writeln!(out, "  header    both copies valid");
+    } else {
+        problems += 1;
+        let _ = writeln!(
+            out,
+            "  header    a damaged copy was rewritten from the valid one"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  lanes     valid; {} committed record(s) replayed",
+        s.records_replayed
+    );
+
+    let total = match pool.objects() {
+        Ok(o) => o.len() as u64,
+        Err(e) if is_damage(&e) => {
+            let _ = writeln!(out, "  heap      FAILED: {e}");
+            let _ = writeln!(out, "result: 1 problem");
+            return Ok((out, true));
+        }
+        Err(e) => return Err(e),
+    };
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
+    bar.set_style(
+        ProgressStyle::with_template("verifying {wide_bar} {pos}/{len} objects, {eta} left")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let start = Instant::now();
+    let mut shown = false;
+    let bad = pool.verify_objects(|done, _| {
+        bar.set_position(done);
+        if !shown && start.elapsed() > Duration::from_secs(1) {
+            shown = true;
+            bar.set_draw_target(ProgressDrawTarget::stderr());
+            bar.enable_steady_tick(Duration::from_millis(200));
+        }
+    });
+    bar.finish_and_clear();
+    let bad = match bad {
+        Ok(b) => b,
+        Err(e) if is_damage(&e) => {
+            let _ = writeln!(out, "  heap      FAILED: {e}");
+            let _ = writeln!(out, "result: 1 problem");
+            return Ok((out, true));
+        }
+        Err(e) => return Err(e),
+    };
+    let _ = writeln!(out, "  objects   {total} checked, {} bad", bad.len());
+    for (off, e) in &bad {
+        let _ = writeln!(out, "    {off:#x}: {e}");
+    }
+    problems += bad.len() as u64;
+    if problems == 0 {
+        let _ = writeln!(out, "result: clean");
+    } else {
+        let _ = writeln!(out, "result: {problems} problem(s)");
+    }
+    Ok((out, problems > 0))
+}
+
+/// The Adler-32 an object with this header and payload should carry (see
+/// `heap/layout.rs`: it covers the payload offset, size and type id, then the payload).
+fn expected_checksum(off: u64, h: &ObjectHeader, payload: &[u8]) -> u32 {
+    let mut prefix = [0u8; 20];
+    prefix[0..8].copy_from_slice(&off.to_le_bytes());
+    prefix[8..16].copy_from_slice(&h.size.to_le_bytes());
+    prefix[16..20].copy_from_slice(&h.type_id.to_le_bytes());
+    adler32_continue(adler32(&prefix), payload)
+}
+
+/// `hexdump -C`-style lines; runs of identical lines are shown once, then `*`.
+fn hex_dump(out: &mut String, data: &[u8]) {
+    let mut prev: Option<&[u8]> = None;
+    let mut starred = false;
+    for (i, row) in data.chunks(16).enumerate() {
+        if prev == Some(row) && row.len() == 16 {
+            if !starred {
+                out.push_str("*\n");
+                starred = true;
+            }
+            continue;
+        }
+        starred = false;
+        prev = Some(row);
+        let _ = write!(out, "{:08x} ", i * 16);
+        for j in 0..16 {
+            if j == 8 {
+                out.push(' ');
+            }
+            match row.get(j) {
+                Some(b) => {
+                    let _ = write!(out, " {b:02x}");
+                }
+                None => out.push_str("   "),
+            }
+        }
+        out.push_str("  |");
+        out.extend(row.iter().map(|&b| {
+            if b.is_ascii_graphic() || b == b' ' {
+                b as char
+            } else {
+                '.'
+            }
+        }));
+        out.push_str("|\n");
+    }
+    let _ = writeln!(out, "{:08x}", data.len());
+}
+
+fn dump(file: &Path, oid: u64, max: Option<u64>) -> Result<String> {
+    let pool = Pool::open_any(file)?;
+    let (h, data) = pool.read_object(oid)?;
+    let mut out = String::new();
+    let _ = writeln!(out, "object {oid:#x}");
+    let _ = writeln!(out, "  size      {} bytes", h.size);
+    let _ = writeln!(out, "  type id   {:#010x}", h.type_id);
+    let computed = expected_checksum(oid, &h, &data);
+    if computed == h.checksum && h.size == data.len() as u64 {
+        let _ = writeln!(out, "  checksum  {:#010x} (valid)", h.checksum);
+    } else {
+        let _ = writeln!(
+            out,
+            "  checksum  {:#010x} (MISMATCH: the payload sums to {computed:#010x})",
+            h.checksum
+        );
+    }
+    let shown = max.map_or(data.len(), |m| data.len().min(m as usize));
+    let _ = writeln!(out, "payload");
+    hex_dump(&mut out, &data[..shown]);
+    if shown < data.len() {
+        let _ = writeln!(out, "({} more bytes not shown)", data.len() - shown);
+    }
+    Ok(out)
+}
+
+/// Writes `s` to stdout; a closed pipe (`pgl info | head`) is not an error.
+fn emit(s: &str) {
+    let mut o = std::io::stdout().lock();
+    let _ = o.write_all(s.as_bytes()).and_then(|()| o.flush());
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Create(a) => create(a).map(|s| (s, false)),
+        Command::Info { file } => info(file).map(|s| (s, false)),
+        Command::Check { file } => check(file),
+        Command::Dump { file, oid, max } => dump(file, *oid, *max).map(|s| (s, false)),
+    };
+    match result {
+        Ok((report, problems)) => {
+            emit(&report);
+            ExitCode::from(u8::from(problems))
+        }
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("256k"), Ok(256 << 10));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("M").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn oids() {
+        assert_eq!(parse_oid("0x1e00010"), Ok(0x1e0_0010));
+        assert_eq!(parse_oid("4096"), Ok(4096));
+        assert!(parse_oid("0xzz").is_err());
+    }
+
+    #[test]
+    fn dates_and_units() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc(1_700_000_000), "2023-11-14 22:13:20 UTC");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00:00 UTC");
+        assert_eq!(human(64 << 20), "64 MiB");
+        assert_eq!(human(1536), "1.5 KiB");
+        assert_eq!(bytes(100), "100 B");
+    }
+
+    #[test]
+    fn hex_dump_squeezes_repeats() {
+        let mut s = String::new();
+        let mut data = vec![0u8; 64];
+        data[0] = b'A';
+        hex_dump(&mut s, &data);
+        assert_eq!(
+            s,
+            "00000000  41 00 00 00 00 00 00 00  00 00 00 00 00 00 00 00  |A...............|\n\
+             00000010  00 00 00 00 00 00 00 00  00 00 00 00 00 00 00 00  |................|\n\
+             *\n\
+             00000040\n"
+        );
+    }
+}

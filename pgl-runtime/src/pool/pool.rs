@@ -283,7 +283,12 @@ impl Pool {
         let geo = header.geo;
         let rec = tx::recover(&media, &geo, size)?;
         let heap = Heap::open(&media, geo, header.zones)?;
-        let eng = Engine::new(media, geo, heap, rec.max_seq + 1, config.verify);
+        let next_seq = rec.max_seq.checked_add(1).ok_or_else(|| Error::Corrupt {
+            what: "redo lane",
+            offset: geo.lane_offset(0, 0),
+            detail: "sequence numbers exhausted".into(),
+        })?;
+        let eng = Engine::new(media, geo, heap, next_seq, config.verify);
         Ok(Pool {
             inner: Arc::new(Inner {
                 eng,

@@ -318,7 +318,7 @@ impl Tx<'_> {
         // 5. retire (no fence: see lane.rs)
         for off in [a_off, b_off] {
             // SAFETY: the retired word of our own lane.
-            unsafe { media.write_u64(off + RETIRED_OFFSET as u64, seq) };
+            unsafe { media.write(off + RETIRED_OFFSET as u64, &record::retire_mark(seq)) };
         }
         eng.lanes.retired(self.lane.idx);
         let c = &self.lane.counters;

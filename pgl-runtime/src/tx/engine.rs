@@ -72,7 +72,7 @@ impl Engine {
     pub(crate) fn flush_retire(&self, i: usize) {
         for c in 0..2 {
             self.media
-                .flush(self.lane_off(i, c) + RETIRED_OFFSET as u64, 8);
+                .flush(self.lane_off(i, c) + RETIRED_OFFSET as u64, 16);
         }
     }
 }

@@ -199,6 +199,7 @@ impl<'p, T: Persistent> Ref<'p, T> {
     /// # Safety
     /// The caller holds the read lock of `stripe`, which covers the valid `T` at `ptr`.
     pub(crate) unsafe fn new(ptr: *const T, eng: &'p Engine, stripe: u32) -> Self {
+        super::tx::note_ref(eng.id, stripe, 1);
         Ref { ptr, eng, stripe }
     }
 }
@@ -213,12 +214,13 @@ impl<T: Persistent> Deref for Ref<'_, T> {
 
 impl<T: Persistent> Drop for Ref<'_, T> {
     fn drop(&mut self) {
+        super::tx::note_ref(self.eng.id, self.stripe, -1);
         self.eng.objects.release(self.stripe, Held::Read);
     }
 }
 
-// SAFETY: a `Ref` only reads a `T: Sync` under a lock; releasing that lock from another
-// thread is fine (the lock is a counter, not owned by a thread).
-unsafe impl<T: Persistent> Send for Ref<'_, T> {}
+// A `Ref` is not `Send`: this thread's transactions must know which read locks the thread
+// holds (to fail at once instead of retrying against themselves), so it is dropped where it
+// was made, like a `MutexGuard`.
 // SAFETY: shared access to `&T` where `T: Sync`.
 unsafe impl<T: Persistent> Sync for Ref<'_, T> {}

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! 0    retired seq  u64    the seq of the last record known applied (its own cache line)
+//! 8    retired chk  u64    seq ^ RETIRE_KEY (a mark whose check fails counts as none)
 //! 64   seal:
 //!        64  crc    u32    strong checksum of bytes 68..128 + len (seal and entries)
 //!        68  magic  u32    RECORD_MAGIC
@@ -139,15 +140,26 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(a)
 }
 
-/// The retired seq of a lane copy.
-pub(crate) fn retired(lane: &[u8]) -> u64 {
-    u64_at(lane, RETIRED_OFFSET)
+/// Mixed into the retire mark's check word.
+const RETIRE_KEY: u64 = 0x5245_5449_5245_4421;
+
+/// The 16 bytes of the retire mark for `seq`.
+pub(crate) fn retire_mark(seq: u64) -> [u8; 16] {
+    let mut m = [0u8; 16];
+    m[..8].copy_from_slice(&seq.to_le_bytes());
+    m[8..].copy_from_slice(&(seq ^ RETIRE_KEY).to_le_bytes());
+    m
 }
 
-/// The seq in a lane copy's seal, whether or not the record verifies (to restart the global
-/// sequence above every seq ever written).
-pub(crate) fn raw_seq(lane: &[u8]) -> u64 {
-    u64_at(lane, SEQ_OFFSET)
+/// The retired seq of a lane copy (0 if the mark does not check: torn, never written, or
+/// scribbled; a record is then replayed, which is safe while no later record is durable).
+pub(crate) fn retired(lane: &[u8]) -> u64 {
+    let seq = u64_at(lane, RETIRED_OFFSET);
+    if u64_at(lane, RETIRED_OFFSET + 8) == seq ^ RETIRE_KEY {
+        seq
+    } else {
+        0
+    }
 }
 
 /// A verified record.
@@ -304,6 +316,18 @@ mod tests {
         assert!(w.push_kind(4096, 9, &[7; 8]));
         w.seal(3);
         assert_eq!(decode(&lane), None, "an unknown kind is a malformed record");
+    }
+
+    #[test]
+    fn retire_marks_check_themselves() {
+        let mut lane = vec![0u8; 256];
+        assert_eq!(retired(&lane), 0);
+        lane[..16].copy_from_slice(&retire_mark(77));
+        assert_eq!(retired(&lane), 77);
+        lane[3] ^= 1;
+        assert_eq!(retired(&lane), 0, "a scribbled mark is no mark");
+        lane[..8].fill(0xff);
+        assert_eq!(retired(&lane), 0);
     }
 
     #[test]

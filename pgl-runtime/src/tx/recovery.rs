@@ -36,11 +36,9 @@ pub(crate) fn recover(media: &Media, geo: &Geometry, pool_len: u64) -> Result<Re
                 std::slice::from_raw_parts(media.ptr(off) as *const u8, geo.lane_size as usize)
             };
             retired = retired.max(record::retired(bytes));
-            out.max_seq = out
-                .max_seq
-                .max(record::raw_seq(bytes))
-                .max(record::retired(bytes));
+            out.max_seq = out.max_seq.max(record::retired(bytes));
             if let Some(r) = record::decode(bytes) {
+                out.max_seq = out.max_seq.max(r.seq);
                 if best.is_none_or(|(s, _)| r.seq > s) {
                     best = Some((r.seq, copy));
                 }
@@ -114,9 +112,9 @@ pub(crate) fn recover(media: &Media, geo: &Geometry, pool_len: u64) -> Result<Re
         for &(seq, lane, _) in &candidates {
             for copy in 0..2 {
                 let off = geo.lane_offset(lane, copy) + RETIRED_OFFSET as u64;
-                // SAFETY: the retired word of a lane inside the pool; recovery runs alone.
-                unsafe { media.write_u64(off, seq) };
-                media.flush(off, 8);
+                // SAFETY: the retire mark of a lane inside the pool; recovery runs alone.
+                unsafe { media.write(off, &record::retire_mark(seq)) };
+                media.flush(off, 16);
             }
         }
         media.fence();

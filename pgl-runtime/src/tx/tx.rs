@@ -74,6 +74,10 @@ impl<'p> Tx<'p> {
             st.held.insert(stripe, want);
             Ok(())
         } else {
+            if want == Held::Write && ref_held(self.eng.id, stripe) {
+                // Our own `Ref` blocks it: no retry can succeed while the closure runs.
+                return Err(Error::LockedByThisThread { offset: off });
+            }
             let e = Error::Conflict { offset: off };
             st.poison.get_or_insert(Error::Conflict { offset: off });
             Err(e)
@@ -389,6 +393,30 @@ pub(crate) fn verify_in_place(eng: &Engine, off: u64, h: &ObjectHeader) -> Resul
 
 thread_local! {
     static ACTIVE: RefCell<Vec<(u64, usize)>> = const { RefCell::new(Vec::new()) };
+    /// Read locks held by this thread's `Ref`s: (engine id, stripe, count).
+    static REFS: RefCell<Vec<(u64, u32, u32)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Records that this thread took (`+1`) or released (`-1`) a `Ref` on `stripe`.
+pub(crate) fn note_ref(id: u64, stripe: u32, delta: i32) {
+    REFS.with(|r| {
+        let mut r = r.borrow_mut();
+        match r.iter().position(|&(i, s, _)| i == id && s == stripe) {
+            Some(k) if delta < 0 => {
+                r[k].2 -= 1;
+                if r[k].2 == 0 {
+                    r.swap_remove(k);
+                }
+            }
+            Some(k) => r[k].2 += 1,
+            None if delta > 0 => r.push((id, stripe, 1)),
+            None => {}
+        }
+    });
+}
+
+fn ref_held(id: u64, stripe: u32) -> bool {
+    REFS.with(|r| r.borrow().iter().any(|&(i, s, _)| i == id && s == stripe))
 }
 
 struct Active(u64);

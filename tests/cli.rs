@@ -1,0 +1,293 @@
+//! The `pgl` command, run as a user runs it: the built binary on temporary pool files.
+//! Output is snapshotted with paths, UUIDs and dates redacted.
+
+use pgl::prelude::*;
+use pgl::FlushMode;
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const LAYOUT: &str = "cli-test";
+
+#[derive(Persistent)]
+#[repr(C)]
+struct Root {
+    count: u64,
+    first: Oid<Item>,
+}
+
+#[derive(Persistent)]
+#[repr(C)]
+struct Item {
+    value: u64,
+    label: [u8; 24],
+    next: Oid<Item>,
+}
+
+/// A directory removed when the test ends.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let d = std::env::temp_dir().join(format!("pgl-cli-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("create temp dir");
+        TempDir(d)
+    }
+    fn join(&self, f: &str) -> PathBuf {
+        self.0.join(f)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Output {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `pgl args...` with a fixed flush mode, so that `info` prints the same everywhere.
+fn pgl(dir: &TempDir, args: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_pgl"))
+        .args(args)
+        .env("PGL_FLUSH", "msync")
+        .output()
+        .expect("run pgl");
+    let redact = |b: &[u8]| redact(&String::from_utf8_lossy(b), &dir.0);
+    Output {
+        code: out.status.code().expect("pgl exited by a signal"),
+        stdout: redact(&out.stdout),
+        stderr: redact(&out.stderr),
+    }
+}
+
+/// Replaces the temp dir, the UUID and the creation date, which differ from run to run.
+fn redact(s: &str, dir: &Path) -> String {
+    let s = s.replace(&*dir.to_string_lossy(), "[DIR]");
+    s.lines()
+        .map(|l| {
+            if l.starts_with("uuid ") {
+                "uuid      [UUID]".to_owned()
+            } else if l.starts_with("created ") && l.ends_with(" UTC") {
+                "created   [DATE]".to_owned()
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Creates a small pool with `pgl create` and fills it with a root and three items; returns
+/// its path and what `pgl create` printed.
+fn sample_pool_with_output(dir: &TempDir) -> (PathBuf, String) {
+    let path = dir.join("sample.pool");
+    let p = path.to_str().expect("utf-8 temp path");
+    let out = pgl(
+        dir,
+        &[
+            "create",
+            p,
+            "--layout",
+            LAYOUT,
+            "--size",
+            "4M",
+            "--chunk-size",
+            "64K",
+            "--rows",
+            "8",
+            "--lanes",
+            "2",
+            "--lane-size",
+            "64K",
+        ],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+
+    let pool = Pool::open_with(&path, &Config::new(LAYOUT).flush(FlushMode::Msync)).unwrap();
+    let root = pool.root::<Root>().unwrap();
+    pool.tx(|tx| {
+        let mut r = tx.open(root)?;
+        for i in 1..=3u64 {
+            let mut label = [0u8; 24];
+            let text = format!("item number {i}");
+            label[..text.len()].copy_from_slice(text.as_bytes());
+            r.first = tx.alloc(Item {
+                value: i * 100,
+                label,
+                next: r.first,
+            })?;
+            r.count += 1;
+        }
+        Ok(())
+    })
+    .unwrap();
+    (path, out.stdout)
+}
+
+fn sample_pool(dir: &TempDir) -> PathBuf {
+    sample_pool_with_output(dir).0
+}
+
+/// The offsets of the pool's objects of type `Item`, in offset order.
+fn items(path: &Path) -> Vec<u64> {
+    let pool = Pool::open(path, LAYOUT).unwrap();
+    let mut v: Vec<u64> = pool
+        .objects()
+        .unwrap()
+        .into_iter()
+        .filter(|(_, h)| h.type_id == Item::TYPE_ID)
+        .map(|(off, _)| off)
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+fn scribble(path: &Path, offset: u64, bytes: &[u8]) {
+    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    f.write_all(bytes).unwrap();
+    f.sync_all().unwrap();
+}
+
+#[test]
+fn info_check_and_dump_of_a_healthy_pool() {
+    let dir = TempDir::new("healthy");
+    let (path, created) = sample_pool_with_output(&dir);
+    insta::assert_snapshot!("create", created);
+    let p = path.to_str().unwrap();
+
+    let info = pgl(&dir, &["info", p]);
+    assert_eq!(info.code, 0, "{}", info.stderr);
+    assert!(info.stdout.contains(&format!("{:#010x}", Item::TYPE_ID)));
+    insta::assert_snapshot!("info", info.stdout);
+
+    let check = pgl(&dir, &["check", p]);
+    assert_eq!(check.code, 0, "{}", check.stderr);
+    assert_eq!(check.stderr, "");
+    insta::assert_snapshot!("check_clean", check.stdout);
+
+    let first = items(&path)[0];
+    let dump = pgl(&dir, &["dump", p, &format!("{first:#x}")]);
+    assert_eq!(dump.code, 0, "{}", dump.stderr);
+    assert!(dump.stdout.contains("(valid)"));
+    assert!(dump.stdout.contains("item num"));
+    insta::assert_snapshot!("dump", dump.stdout);
+
+    let decimal = pgl(&dir, &["dump", p, &first.to_string(), "--max", "16"]);
+    assert_eq!(decimal.code, 0, "{}", decimal.stderr);
+    assert!(decimal.stdout.contains("more bytes not shown"));
+}
+
+#[test]
+fn check_reports_a_scribbled_object_and_exits_1() {
+    let dir = TempDir::new("scribble");
+    let path = sample_pool(&dir);
+    let p = path.to_str().unwrap();
+    let victim = items(&path)[1];
+    // A pool offset is a file offset: overwrite part of the label, as a stray write would.
+    scribble(&path, victim + 10, b"SCRIBBLE");
+
+    let check = pgl(&dir, &["check", p]);
+    assert_eq!(check.code, 1, "{}\n{}", check.stdout, check.stderr);
+    assert!(
+        check
+            .stdout
+            .contains(&format!("{victim:#x}: checksum mismatch")),
+        "{}",
+        check.stdout
+    );
+    insta::assert_snapshot!("check_scribbled", check.stdout);
+
+    let dump = pgl(&dir, &["dump", p, &format!("{victim:#x}")]);
+    assert_eq!(dump.code, 0, "{}", dump.stderr);
+    assert!(dump.stdout.contains("MISMATCH"), "{}", dump.stdout);
+}
+
+#[test]
+fn check_repairs_a_damaged_header_copy_and_reports_it() {
+    let dir = TempDir::new("header");
+    let path = sample_pool(&dir);
+    let p = path.to_str().unwrap();
+    scribble(&path, 40, b"garbage!"); // inside copy A's layout name
+
+    let first = pgl(&dir, &["check", p]);
+    assert_eq!(first.code, 1, "{}\n{}", first.stdout, first.stderr);
+    assert!(first.stdout.contains("rewritten"), "{}", first.stdout);
+
+    let second = pgl(&dir, &["check", p]);
+    assert_eq!(second.code, 0, "{}\n{}", second.stdout, second.stderr);
+    assert!(
+        second.stdout.ends_with("result: clean"),
+        "{}",
+        second.stdout
+    );
+}
+
+#[test]
+fn errors_exit_2_with_the_message_on_stderr() {
+    let dir = TempDir::new("errors");
+    let missing = dir.join("missing.pool");
+    let m = missing.to_str().unwrap();
+    for cmd in ["check", "info"] {
+        let out = pgl(&dir, &[cmd, m]);
+        assert_eq!(out.code, 2, "{cmd}");
+        assert_eq!(out.stdout, "", "{cmd}");
+        assert_eq!(
+            out.stderr, "error: open [DIR]/missing.pool: No such file or directory (os error 2)",
+            "{cmd}"
+        );
+    }
+
+    let junk = dir.join("junk.pool");
+    std::fs::write(&junk, vec![0x5a; 64 << 10]).unwrap();
+    let out = pgl(&dir, &["check", junk.to_str().unwrap()]);
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr
+            .starts_with("error: [DIR]/junk.pool: not a pgl pool"),
+        "{}",
+        out.stderr
+    );
+
+    let path = sample_pool(&dir);
+    let p = path.to_str().unwrap();
+    let out = pgl(&dir, &["create", p]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("already exists"), "{}", out.stderr);
+
+    let out = pgl(&dir, &["dump", p, "0x10"]);
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr.starts_with("error: invalid oid 0x10"),
+        "{}",
+        out.stderr
+    );
+
+    let out = pgl(&dir, &["dump", p, "ten"]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("is not an oid"), "{}", out.stderr);
+
+    let out = pgl(
+        &dir,
+        &[
+            "create",
+            dir.join("x").to_str().unwrap(),
+            "--chunk-size",
+            "1000",
+        ],
+    );
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr
+            .starts_with("error: invalid configuration: chunk_size 1000"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("panicked"));
+}
