@@ -80,7 +80,7 @@ fn open_mut_commits_one_object_atomically_and_drop_discards() {
     }
     assert_eq!(pool.get(root).unwrap()[0], 9);
     let r = pool.tx(|_| pool.open_mut(root).map(|_| ()));
-    assert!(matches!(r, Err(Error::InTransaction)), "{r:?}");
+    assert!(matches!(r, Err(Error::InTransaction { .. })), "{r:?}");
     std::fs::remove_file(path).unwrap();
 }
 
@@ -214,5 +214,51 @@ fn a_tx_wanting_an_object_this_thread_holds_a_ref_to_fails_at_once() {
     })
     .unwrap();
     assert_eq!(*pool.get(root).unwrap(), 1);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn creating_the_root_inside_a_transaction_is_refused_and_reading_it_is_fine() {
+    let (pool, path) = pool("rootintx");
+    let r = pool.tx(|_| pool.root::<u64>());
+    assert!(matches!(r, Err(Error::InTransaction { .. })), "{r:?}");
+    let root = pool.root::<u64>().unwrap();
+    let again = pool.tx(|_| pool.root::<u64>()).unwrap();
+    assert_eq!(root, again);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn pool_get_inside_transactions_cannot_deadlock_two_threads() {
+    // Each thread opens one object for writing, then reads the other with pool.get: a wait
+    // would be a deadlock; a conflict re-runs one closure and both finish.
+    let (pool, path) = pool("getdeadlock");
+    let (a, b) = pool
+        .tx(|tx| Ok((tx.alloc(0u64)?, tx.alloc(0u64)?)))
+        .unwrap();
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+    let run = |mine: Oid<u64>, other: Oid<u64>| {
+        let pool = pool.clone();
+        let barrier = barrier.clone();
+        std::thread::spawn(move || {
+            let mut first = true;
+            pool.tx(|tx| {
+                *tx.open(mine)? += 1;
+                if first {
+                    first = false;
+                    barrier.wait();
+                }
+                let seen = *pool.get(other)?;
+                Ok(seen)
+            })
+            .unwrap()
+        })
+    };
+    let t1 = run(a, b);
+    let t2 = run(b, a);
+    t1.join().unwrap();
+    t2.join().unwrap();
+    assert_eq!(*pool.get(a).unwrap(), 1);
+    assert_eq!(*pool.get(b).unwrap(), 1);
     std::fs::remove_file(path).unwrap();
 }

@@ -188,9 +188,15 @@ pub enum Error {
         offset: u64,
     },
 
-    /// `pool.open_mut` was called inside a transaction of the same pool on this thread.
-    #[error("pool.open_mut was called inside a transaction of the same pool; use tx.open in the transaction instead")]
-    InTransaction,
+    /// An operation that must run outside any transaction was called inside one of the same
+    /// pool on this thread.
+    #[error("{what} was called inside a transaction of the same pool; {instead}")]
+    InTransaction {
+        /// The operation.
+        what: &'static str,
+        /// What to do instead.
+        instead: &'static str,
+    },
 
     /// The object was freed earlier in this transaction.
     #[error("object at {offset:#x} was freed in this transaction")]

@@ -605,6 +605,14 @@ impl Heap {
         }
     }
 
+    /// First step of rolling back: marks a run the transaction created dead, so that no
+    /// block released by the rest of the rollback puts it in a pool.
+    pub(crate) fn kill_new_run(&self, u: &HeapUndo) {
+        if let HeapUndo::NewRun(run) = u {
+            run.st.lock().dead = true;
+        }
+    }
+
     /// Rolls back an aborted transaction's reservations.
     pub(crate) fn undo(&self, u: HeapUndo) {
         match u {
@@ -615,9 +623,12 @@ impl Heap {
                     let mut st = run.st.lock();
                     st.dead = true;
                     drop(st);
-                    *zone.runs[run.chunk as usize].lock() = None;
-                    zone.kinds[run.chunk as usize].store(KIND_FREE, Ordering::Release);
-                    free.push((run.zone, run.chunk));
+                    let mut slot = zone.runs[run.chunk as usize].lock();
+                    if slot.as_ref().is_some_and(|r| Arc::ptr_eq(r, &run)) {
+                        *slot = None;
+                        zone.kinds[run.chunk as usize].store(KIND_FREE, Ordering::Release);
+                        free.push((run.zone, run.chunk));
+                    }
                 }
             }
             HeapUndo::Chunks { zone, first, n } => self.release_chunks(zone, first, n),

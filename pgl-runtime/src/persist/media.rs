@@ -203,7 +203,8 @@ impl Media {
             Backing::File { file, path, .. } => {
                 file.set_len(new_len)
                     .map_err(|e| Error::io("grow", path, e))?;
-                if self.mode == FlushMode::Msync {
+                // The new size must be durable before a header can say the zones exist.
+                if self.mode != FlushMode::None {
                     file.sync_all().map_err(|e| Error::io("fsync", path, e))?;
                 }
             }

@@ -331,7 +331,10 @@ impl Pool {
         // A second transaction on this thread could wait forever for the lane or the object
         // its own outer transaction holds.
         if tx::in_tx(&self.inner.eng) {
-            return Err(Error::InTransaction);
+            return Err(Error::InTransaction {
+                what: "pool.open_mut",
+                instead: "use tx.open in the transaction",
+            });
         }
         let tx = std::ptr::NonNull::from(Box::leak(Box::new(Tx::begin(&self.inner.eng))));
         let detached = |handle| Detached {
@@ -359,32 +362,47 @@ impl Pool {
         }
     }
 
-    /// The root object of type `T`, created zero-filled on the first call.
+    /// The root object of type `T`, created zero-filled on the first call (which must not
+    /// be inside a transaction: call `root` once before starting them).
     pub fn root<T: Persistent>(&self) -> Result<Oid<T>> {
         let eng = &self.inner.eng;
-        let _g = self.inner.root_lock.lock();
         let word = eng.geo.chunk_offset(0, 0) + ROOT_OFFSET;
-        // SAFETY: the root word lies in zone 0's metadata; it changes only under root_lock.
-        let cur = unsafe { eng.media.read_u64(word) };
-        if cur != 0 {
-            let oid = Oid::<T>::from_raw(cur);
-            return match self.get(oid) {
-                Ok(_) => Ok(oid),
-                Err(Error::TypeMismatch {
-                    found, found_size, ..
-                }) => Err(Error::RootType {
-                    type_name: T::TYPE_NAME,
-                    found,
-                    found_size,
-                }),
-                Err(e) => Err(e),
-            };
+        // The word changes only while `root_lock` is held (creation), so it is read under it;
+        // the type check below runs without it, so a root held by a transaction elsewhere
+        // never makes a second caller wait while holding the lock.
+        let cur = {
+            let g = self.inner.root_lock.lock();
+            // SAFETY: the root word lies in zone 0's metadata; it changes only under root_lock.
+            let cur = unsafe { eng.media.read_u64(word) };
+            if cur == 0 {
+                if tx::in_tx(eng) {
+                    return Err(Error::InTransaction {
+                        what: "pool.root (creating the root)",
+                        instead: "call pool.root once before starting transactions",
+                    });
+                }
+                let oid = self.tx(|tx| {
+                    let oid = tx.alloc_zeroed::<T>()?;
+                    tx.set_meta_word(word, oid.raw());
+                    Ok(oid)
+                })?;
+                drop(g);
+                return Ok(oid);
+            }
+            cur
+        };
+        let oid = Oid::<T>::from_raw(cur);
+        match self.get(oid) {
+            Ok(_) => Ok(oid),
+            Err(Error::TypeMismatch {
+                found, found_size, ..
+            }) => Err(Error::RootType {
+                type_name: T::TYPE_NAME,
+                found,
+                found_size,
+            }),
+            Err(e) => Err(e),
         }
-        self.tx(|tx| {
-            let oid = tx.alloc_zeroed::<T>()?;
-            tx.set_meta_word(word, oid.raw());
-            Ok(oid)
-        })
     }
 
     /// Grows the pool to at least `new_size` bytes (whole zones are added).
@@ -528,7 +546,8 @@ impl Pool {
 }
 
 /// A single object opened for an atomic update outside a closure (`pool.open_mut`).
-/// Derefs to the object's [`Mut`] handle; `.commit()` makes the changes durable.
+/// Derefs to the object (`DerefMut` marks it all modified; `write_at`/`write_bytes` mark
+/// only what they change); `.commit()` makes the changes durable.
 pub struct Detached<'p, T: Persistent> {
     handle: Option<Mut<'p, T>>,
     tx: std::ptr::NonNull<Tx<'p>>,
@@ -543,16 +562,47 @@ impl<'p, T: Persistent> Detached<'p, T> {
     }
 }
 
-impl<'p, T: Persistent> std::ops::Deref for Detached<'p, T> {
-    type Target = Mut<'p, T>;
-    fn deref(&self) -> &Mut<'p, T> {
+impl<'p, T: Persistent> Detached<'p, T> {
+    // The handle is never lent out as `&mut Mut`: swapping two detached handles' `Mut`s
+    // would let one outlive the transaction that owns its buffer.
+    fn handle(&self) -> &Mut<'p, T> {
         self.handle.as_ref().expect("handle present until commit")
+    }
+    fn handle_mut(&mut self) -> &mut Mut<'p, T> {
+        self.handle.as_mut().expect("handle present until commit")
+    }
+
+    /// The object's oid.
+    pub fn oid(&self) -> Oid<T> {
+        self.handle().oid()
+    }
+
+    /// Writes `value` at byte `offset` of the object (see [`Mut::write_at`]).
+    pub fn write_at<F: Persistent>(&mut self, offset: usize, value: &F) {
+        self.handle_mut().write_at(offset, value)
+    }
+
+    /// Writes `bytes` at byte `offset` of the object (see [`Mut::write_bytes`]).
+    pub fn write_bytes(&mut self, offset: usize, bytes: &[u8]) {
+        self.handle_mut().write_bytes(offset, bytes)
+    }
+
+    /// The object's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.handle().as_bytes()
+    }
+}
+
+impl<T: Persistent> std::ops::Deref for Detached<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        self.handle()
     }
 }
 
 impl<T: Persistent> std::ops::DerefMut for Detached<'_, T> {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        self.handle.as_mut().expect("handle present until commit")
+    fn deref_mut(&mut self) -> &mut T {
+        self.handle_mut()
     }
 }
 

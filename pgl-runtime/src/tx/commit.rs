@@ -55,7 +55,7 @@ impl Tx<'_> {
         for b in &st.bufs {
             // SAFETY: buffers live until release; no handle is alive during commit.
             let buf = unsafe { b.as_ref() };
-            if !buf.canaries_ok() {
+            if buf.kind != BufKind::Freed && !buf.canaries_ok() {
                 return Err(Error::CanaryMismatch { offset: buf.off });
             }
         }

@@ -54,19 +54,6 @@ pub(crate) fn recover(media: &Media, geo: &Geometry, pool_len: u64) -> Result<Re
     // Every candidate is retired at the end, replayed or not: a discarded record must never
     // verify later, when a new object with the same bytes may stand where its own did not.
     let candidates = todo.clone();
-    todo.retain(|&(_, lane, copy)| {
-        let off = geo.lane_offset(lane, copy);
-        // SAFETY: as above.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(media.ptr(off) as *const u8, geo.lane_size as usize)
-        };
-        let ok = record::decode(bytes)
-            .is_some_and(|rec| new_objects_verify(media, geo, pool_len, bytes, &rec));
-        if !ok {
-            out.discarded += 1;
-        }
-        ok
-    });
     for &(_, lane, copy) in &todo {
         let off = geo.lane_offset(lane, copy);
         // SAFETY: as above.
@@ -78,6 +65,13 @@ pub(crate) fn recover(media: &Media, geo: &Geometry, pool_len: u64) -> Result<Re
             offset: off,
             detail: "record changed during recovery".into(),
         })?;
+        // Checked only now, after every older record was replayed: an older record whose
+        // retire mark did not reach media may have overwritten this record's new object (its
+        // chunk was reused), which means this record's own fence never completed.
+        if !new_objects_verify(media, geo, pool_len, bytes, &rec) {
+            out.discarded += 1;
+            continue;
+        }
         for e in record::entries(bytes, &rec) {
             let e = e.ok_or(Error::Corrupt {
                 what: "redo record",

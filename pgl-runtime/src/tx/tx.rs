@@ -293,16 +293,18 @@ impl<'p> Tx<'p> {
             if buf.borrow != 0 {
                 return Err(Error::AlreadyBorrowed { offset: off });
             }
+            let f = self.eng.heap.free(off, &mut st.meta)?;
+            st.frees.push(f);
             buf.kind = BufKind::Freed;
         } else {
             self.lock(st, off, Held::Write)?;
             let place = self.eng.heap.locate(off)?;
             let h = self.header(off);
             Self::check_type::<T>(off, &h, place.capacity)?;
+            let f = self.eng.heap.free(off, &mut st.meta)?;
+            st.frees.push(f);
             self.new_buffer(st, off, 0, T::TYPE_ID, BufKind::Freed);
         }
-        let f = self.eng.heap.free(off, &mut st.meta)?;
-        st.frees.push(f);
         Ok(())
     }
 
@@ -330,6 +332,11 @@ impl<'p> Tx<'p> {
             return;
         }
         let mut st = self.st.borrow_mut();
+        // Runs this transaction created die first, so releasing their blocks below cannot
+        // publish them to other transactions.
+        for u in &st.undo {
+            self.eng.heap.kill_new_run(u);
+        }
         while let Some(u) = st.undo.pop() {
             self.eng.heap.undo(u);
         }
@@ -531,7 +538,19 @@ pub(crate) fn get<'p, T: Persistent>(eng: &'p Engine, oid: Oid<T>) -> Result<Ref
     if held_by_this_thread(eng, stripe) {
         return Err(Error::LockedByThisThread { offset: off });
     }
-    eng.objects.read(stripe);
+    if let Some(p) = active(eng.id) {
+        // Inside a transaction a wait could close a cycle with another transaction: fail
+        // with a conflict instead, which re-runs the closure.
+        if !eng.objects.try_read(stripe) {
+            // SAFETY: registered by `run` on this thread; that Tx is alive on its frame.
+            let tx = unsafe { &*(p as *const Tx<'_>) };
+            let e = Error::Conflict { offset: off };
+            tx.poison(&e);
+            return Err(e);
+        }
+    } else {
+        eng.objects.read(stripe);
+    }
     let guard = ReleaseOnErr {
         eng,
         stripe,
