@@ -193,19 +193,24 @@ impl Tx<'_> {
     /// transaction is not committed). A direct commit writes no record, so it skips nothing.
     fn fence_with_retires(&self, skip: Option<usize>) {
         let eng = self.eng;
-        let mut pend = [(0usize, 0u64); 64];
-        let mut n = 0;
+        // Lanes are at most 64: a bit mask says which were flushed; their generations are
+        // re-read from `gens` (not zero-initialised: only entries named by `mask` are read).
+        let mut mask = 0u64;
+        let mut gens = [std::mem::MaybeUninit::<u64>::uninit(); 64];
         eng.lanes.for_pending_retires(|i, g| {
             if Some(i) == skip {
                 return;
             }
             eng.flush_retire(i);
-            pend[n] = (i, g);
-            n += 1;
+            gens[i].write(g);
+            mask |= 1 << i;
         });
         eng.media.fence();
-        for &(i, g) in &pend[..n] {
-            eng.lanes.mark_flushed(i, g);
+        while mask != 0 {
+            let i = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            // SAFETY: bit i of `mask` is set only right after `gens[i]` was written.
+            eng.lanes.mark_flushed(i, unsafe { gens[i].assume_init() });
         }
     }
 
