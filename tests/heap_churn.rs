@@ -1,6 +1,8 @@
 //! The heap returns to its initial free space after random allocation and free, and object
 //! checksums stay exact under random partial edits.
 
+mod support;
+
 use pgl::{Config, Oid, Pool};
 
 struct Rng(u64);
@@ -17,7 +19,7 @@ impl Rng {
 }
 
 fn tmp(name: &str) -> std::path::PathBuf {
-    let p = pgl_test_dir().join(format!("pgl-{name}-{}", std::process::id()));
+    let p = support::test_dir().join(format!("pgl-{name}-{}", std::process::id()));
     let _ = std::fs::remove_file(&p);
     p
 }
@@ -171,15 +173,4 @@ fn incremental_checksums_match_a_full_recompute_after_random_partial_edits() {
     }
     drop(pool);
     std::fs::remove_file(&path).unwrap();
-}
-
-/// Pools of these tests live in tmpfs where there is one: on a disk-backed file system pgl
-/// (correctly) msyncs every commit, which would make the tests slow without testing more.
-fn pgl_test_dir() -> std::path::PathBuf {
-    let shm = std::path::Path::new("/dev/shm");
-    if shm.is_dir() {
-        shm.to_owned()
-    } else {
-        std::env::temp_dir()
-    }
 }

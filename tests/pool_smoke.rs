@@ -1,8 +1,10 @@
 //! Smoke tests of the pool API on real files and on CrashSim.
+
+mod support;
 use pgl::{Config, CrashSim, Error, Oid, Pool};
 
 fn tmp(name: &str) -> std::path::PathBuf {
-    let d = pgl_test_dir().join(format!("pgl-test-{}-{name}", std::process::id()));
+    let d = support::test_dir().join(format!("pgl-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_file(&d);
     d
 }
@@ -100,15 +102,4 @@ fn create_is_sparse_and_fast_for_1_gib() {
     println!("created a {} byte pool in {took:?}", pool.size());
     drop(pool);
     std::fs::remove_file(&path).unwrap();
-}
-
-/// Pools of these tests live in tmpfs where there is one: on a disk-backed file system pgl
-/// (correctly) msyncs every commit, which would make the tests slow without testing more.
-fn pgl_test_dir() -> std::path::PathBuf {
-    let shm = std::path::Path::new("/dev/shm");
-    if shm.is_dir() {
-        shm.to_owned()
-    } else {
-        std::env::temp_dir()
-    }
 }

@@ -1,15 +1,12 @@
 //! Behaviour of the transaction API: nesting, abort, open_mut/commit, borrow rules, typed
 //! errors for misuse.
 
+mod support;
+
 use pgl::{Config, Error, Oid, Pool};
 
 fn pool(name: &str) -> (Pool, std::path::PathBuf) {
-    let dir = if std::path::Path::new("/dev/shm").is_dir() {
-        std::path::PathBuf::from("/dev/shm")
-    } else {
-        std::env::temp_dir()
-    };
-    let path = dir.join(format!("pgl-txapi-{name}-{}", std::process::id()));
+    let path = support::test_dir().join(format!("pgl-txapi-{name}-{}", std::process::id()));
     let _ = std::fs::remove_file(&path);
     (Pool::create(&path, &Config::small(name)).unwrap(), path)
 }
