@@ -2,21 +2,9 @@
 //! checksums stay exact under random partial edits.
 
 mod support;
+use support::Rng;
 
 use pgl::{Config, Oid, Pool};
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn tmp(name: &str) -> std::path::PathBuf {
     let p = support::test_dir().join(format!("pgl-{name}-{}", std::process::id()));

@@ -1,6 +1,8 @@
 //! Bad input must give a typed `pgl::Error`, never a panic: missing, empty, truncated and
 //! random files, damaged header copies, a wrong layout, a full pool, invalid configurations,
 //! and a bounded loop of random mutations of real pool images (`PGL_MUTATIONS`, default 300).
+
+mod support;
 use pgl::{Config, Error, Header, Oid, Pool};
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -8,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use support::Rng;
 
 const PAGE: u64 = 4096;
 
@@ -43,29 +46,6 @@ impl std::ops::Deref for TmpPath {
     type Target = Path;
     fn deref(&self) -> &Path {
         &self.0
-    }
-}
-
-/// SplitMix64: small, seeded, reproducible.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo)
     }
 }
 

@@ -9,11 +9,14 @@
 //!   while readers sum all balances inside one transaction (`tx.get`) and read single
 //!   accounts with `pool.get`; no reader may ever see a total other than the initial one or
 //!   a half-written account.
+
+mod support;
 use pgl::{Config, FlushMode, Oid, Pool};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
+use support::Rng;
 
 type Root = [u64; 64];
 /// `[0]` balance, `[1]` version, `[2]` note oid, `[3]` ticket of the last change,
@@ -50,21 +53,6 @@ fn config(layout: &str) -> Config {
     cfg.size = cfg.geometry().pool_size(1);
     cfg.max_size = cfg.geometry().pool_size(2);
     cfg
-}
-
-/// SplitMix64.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -1,4 +1,5 @@
-//! Helpers shared by integration tests that create file pools.
+//! Helpers shared by integration tests. Each test binary uses a subset of them.
+#![allow(dead_code)]
 
 use std::path::PathBuf;
 
@@ -10,5 +11,33 @@ pub fn test_dir() -> PathBuf {
         shm.to_owned()
     } else {
         std::env::temp_dir()
+    }
+}
+
+/// SplitMix64: a small, seeded, reproducible generator for test workloads.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next() % n
+        }
+    }
+
+    /// A number in `lo..hi` (`lo` when the range is empty).
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.below(hi.saturating_sub(lo))
     }
 }

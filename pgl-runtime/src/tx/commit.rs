@@ -52,7 +52,7 @@ impl Tx<'_> {
             return Err(e);
         }
         // 1. canaries
-        for b in &st.bufs {
+        for b in &st.sc.bufs {
             // SAFETY: buffers live until release; no handle is alive during commit.
             let buf = unsafe { b.as_ref() };
             if buf.kind != BufKind::Freed && !buf.canaries_ok() {
@@ -67,8 +67,8 @@ impl Tx<'_> {
         items.clear();
         sums.clear();
         news.clear();
-        sums.reserve(st.bufs.len());
-        for b in &st.bufs {
+        sums.reserve(st.sc.bufs.len());
+        for b in &st.sc.bufs {
             // SAFETY: as above.
             let buf = unsafe { &mut *b.as_ptr() };
             match buf.kind {
@@ -132,9 +132,9 @@ impl Tx<'_> {
         let mut held = std::mem::take(&mut lane.meta_held);
         let mut vals = std::mem::take(&mut lane.meta_vals);
         vals.clear();
-        st.meta.sort();
-        eng.meta.lock(st.meta.iter().map(|(o, _)| o), &mut held);
-        for (off, ch) in st.meta.iter() {
+        st.sc.meta.sort();
+        eng.meta.lock(st.sc.meta.iter().map(|(o, _)| o), &mut held);
+        for (off, ch) in st.sc.meta.iter() {
             // SAFETY: heap metadata word inside the pool, protected by its metadata lock.
             let cur = unsafe { eng.media.read_u64(off) };
             let new = ch.apply(cur);
@@ -157,11 +157,11 @@ impl Tx<'_> {
         lane.news = news;
         r?;
         // the volatile heap follows
-        st.undo.clear();
+        st.sc.undo.clear();
         self.lane
             .counters
-            .add(Counter::Frees, st.frees.len() as u64);
-        for f in st.frees.drain(..) {
+            .add(Counter::Frees, st.sc.frees.len() as u64);
+        for f in st.sc.frees.drain(..) {
             eng.heap.finish_free(f);
         }
         let c = &self.lane.counters;

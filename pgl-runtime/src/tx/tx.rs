@@ -9,9 +9,7 @@ use super::engine::{Engine, VerifyPolicy};
 use super::handle::{Mut, Read, ReadSource, Ref};
 use super::lane::{Lane, LaneState, Scratch};
 use super::locks::{Held, ObjectLocks};
-use super::smallmap::SmallMap;
 use crate::heap::layout::{object_checksum, ObjectHeader, HEADER_SIZE};
-use crate::heap::{HeapUndo, MetaOps, PendingFree};
 use crate::persistent::{Oid, Persistent};
 use crate::stats::Counter;
 use crate::{Error, Result};
@@ -21,12 +19,8 @@ use std::ptr::NonNull;
 
 pub(crate) struct TxState<'p> {
     pub lane: MutexGuard<'p, LaneState>,
-    pub bufs: Vec<NonNull<Buffer>>,
-    pub index: SmallMap<u64, usize>,
-    pub held: SmallMap<u32, Held>,
-    pub meta: MetaOps,
-    pub undo: Vec<HeapUndo>,
-    pub frees: Vec<PendingFree>,
+    /// The transaction's containers, borrowed from the lane for its duration.
+    pub sc: Scratch,
     pub poison: Option<Error>,
     pub allocs: u64,
 }
@@ -49,12 +43,7 @@ impl<'p> Tx<'p> {
             lane,
             st: RefCell::new(TxState {
                 lane: guard,
-                bufs: sc.bufs,
-                index: sc.index,
-                held: sc.held,
-                meta: sc.meta,
-                undo: sc.undo,
-                frees: sc.frees,
+                sc,
                 poison: None,
                 allocs: 0,
             }),
@@ -64,14 +53,14 @@ impl<'p> Tx<'p> {
 
     fn lock(&self, st: &mut TxState<'p>, off: u64, want: Held) -> Result<()> {
         let stripe = ObjectLocks::stripe(off);
-        let held = st.held.get(&stripe).copied();
+        let held = st.sc.held.get(&stripe).copied();
         let ok = match (want, held) {
             (_, Some(Held::Write)) | (Held::Read, Some(Held::Read)) => return Ok(()),
             (Held::Write, h) => self.eng.objects.try_write(stripe, h),
             (Held::Read, None) => self.eng.objects.try_read(stripe),
         };
         if ok {
-            st.held.insert(stripe, want);
+            st.sc.held.insert(stripe, want);
             Ok(())
         } else {
             if want == Held::Write && ref_held(self.eng.id, stripe) {
@@ -112,7 +101,7 @@ impl<'p> Tx<'p> {
         st: &TxState<'p>,
         off: u64,
     ) -> Result<Option<NonNull<Buffer>>> {
-        let Some(&i) = st.index.get(&off) else {
+        let Some(&i) = st.sc.index.get(&off) else {
             return Ok(None);
         };
         if i == usize::MAX {
@@ -121,7 +110,7 @@ impl<'p> Tx<'p> {
                 "failed verification earlier in this transaction",
             ));
         }
-        let b = st.bufs[i];
+        let b = st.sc.bufs[i];
         // SAFETY: buffers live until the transaction ends; only handles alias them, and
         // those are checked through `borrow` before any access.
         let buf = unsafe { b.as_ref() };
@@ -158,8 +147,8 @@ impl<'p> Tx<'p> {
             None => Box::new(Buffer::new(off, size, type_id, self.eng.canary, kind)),
         };
         let p = NonNull::from(Box::leak(buf));
-        st.index.insert(off, st.bufs.len());
-        st.bufs.push(p);
+        st.sc.index.insert(off, st.sc.bufs.len());
+        st.sc.bufs.push(p);
         p
     }
 
@@ -187,7 +176,7 @@ impl<'p> Tx<'p> {
                     // Not ours to keep: forget the buffer so a retry re-reads NVMM.
                     buf.kind = BufKind::Freed;
                     buf.size = 0;
-                    st.index.insert(off, usize::MAX);
+                    st.sc.index.insert(off, usize::MAX);
                     return Err(Error::ChecksumMismatch {
                         offset: off,
                         type_id: h.type_id,
@@ -267,10 +256,12 @@ impl<'p> Tx<'p> {
         }
         let mut guard = self.st.borrow_mut();
         let st = &mut *guard;
-        let place =
-            self.eng
-                .heap
-                .alloc(&mut st.lane.arena, size as u64, &mut st.meta, &mut st.undo)?;
+        let place = self.eng.heap.alloc(
+            &mut st.lane.arena,
+            size as u64,
+            &mut st.sc.meta,
+            &mut st.sc.undo,
+        )?;
         let off = place.hdr + HEADER_SIZE;
         self.lock(st, off, Held::Write)?;
         let mut p = self.new_buffer(st, off, size, type_id, BufKind::New);
@@ -293,16 +284,16 @@ impl<'p> Tx<'p> {
             if buf.borrow != 0 {
                 return Err(Error::AlreadyBorrowed { offset: off });
             }
-            let f = self.eng.heap.free(off, &mut st.meta)?;
-            st.frees.push(f);
+            let f = self.eng.heap.free(off, &mut st.sc.meta)?;
+            st.sc.frees.push(f);
             buf.kind = BufKind::Freed;
         } else {
             self.lock(st, off, Held::Write)?;
             let place = self.eng.heap.locate(off)?;
             let h = self.header(off);
             Self::check_type::<T>(off, &h, place.capacity)?;
-            let f = self.eng.heap.free(off, &mut st.meta)?;
-            st.frees.push(f);
+            let f = self.eng.heap.free(off, &mut st.sc.meta)?;
+            st.sc.frees.push(f);
             self.new_buffer(st, off, 0, T::TYPE_ID, BufKind::Freed);
         }
         Ok(())
@@ -310,7 +301,7 @@ impl<'p> Tx<'p> {
 
     /// Sets a heap metadata word (the root oid) at commit.
     pub(crate) fn set_meta_word(&self, off: u64, value: u64) {
-        self.st.borrow_mut().meta.set(off, value);
+        self.st.borrow_mut().sc.meta.set(off, value);
     }
 
     /// Marks this transaction failed (by a nested transaction).
@@ -334,23 +325,23 @@ impl<'p> Tx<'p> {
         let mut st = self.st.borrow_mut();
         // Runs this transaction created die first, so releasing their blocks below cannot
         // publish them to other transactions.
-        for u in &st.undo {
+        for u in &st.sc.undo {
             self.eng.heap.kill_new_run(u);
         }
-        while let Some(u) = st.undo.pop() {
+        while let Some(u) = st.sc.undo.pop() {
             self.eng.heap.undo(u);
         }
-        st.frees.clear();
-        st.meta.clear();
+        st.sc.frees.clear();
+        st.sc.meta.clear();
         self.lane.counters.add(Counter::Aborts, 1);
         self.release(&mut st);
     }
 
     pub(crate) fn release(&self, st: &mut TxState<'p>) {
-        for (stripe, h) in st.held.drain() {
+        for (stripe, h) in st.sc.held.drain() {
             self.eng.objects.release(stripe, h);
         }
-        for b in st.bufs.drain(..) {
+        for b in st.sc.bufs.drain(..) {
             // SAFETY: created by Box::leak in new_buffer, reclaimed once here; no handle is
             // alive (handles borrow the transaction, which is ending).
             let b = unsafe { Box::from_raw(b.as_ptr()) };
@@ -358,19 +349,11 @@ impl<'p> Tx<'p> {
                 st.lane.spare.push(b);
             }
         }
-        st.index.clear();
-        st.meta.clear();
-        st.undo.clear();
-        st.frees.clear();
-        let sc = Scratch {
-            bufs: std::mem::take(&mut st.bufs),
-            index: std::mem::take(&mut st.index),
-            held: std::mem::take(&mut st.held),
-            meta: std::mem::take(&mut st.meta),
-            undo: std::mem::take(&mut st.undo),
-            frees: std::mem::take(&mut st.frees),
-        };
-        st.lane.scratch = sc;
+        st.sc.index.clear();
+        st.sc.meta.clear();
+        st.sc.undo.clear();
+        st.sc.frees.clear();
+        st.lane.scratch = std::mem::take(&mut st.sc);
     }
 }
 
@@ -466,7 +449,7 @@ fn held_by_this_thread(eng: &Engine, stripe: u32) -> bool {
         Some(p) => unsafe { &*(p as *const Tx<'_>) }
             .st
             .try_borrow()
-            .map(|st| st.held.contains_key(&stripe))
+            .map(|st| st.sc.held.contains_key(&stripe))
             .unwrap_or(true),
         None => false,
     }
