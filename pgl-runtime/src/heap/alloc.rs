@@ -560,10 +560,10 @@ impl Heap {
         })
     }
 
-    /// Prepares the free of the object whose payload is at `payload` (already located and
-    /// locked by the caller): records the metadata change and what to finish after commit.
+    /// Prepares the free of the object whose payload is at `payload` (already located, by
+    /// `locate` or when its buffer was made, and locked by the caller): records the metadata
+    /// change and what to finish after commit.
     pub(crate) fn free(&self, payload: u64, meta: &mut MetaOps) -> Result<PendingFree> {
-        self.locate(payload)?;
         let pos = self
             .geo
             .locate(payload, self.zone_count())
