@@ -1,10 +1,15 @@
 //! Redo lanes: one per concurrent transaction, each kept as two copies. A transaction owns
 //! its lane from begin to retire.
 //!
-//! Invariant (retire ordering): the retire mark of a lane's record is durable before any
-//! later record that could overwrite the same bytes is durable. Every commit flushes, under
-//! its own log fence, the retire lines of all lanes whose latest retire mark may not be
-//! durable yet (`retire_gen > flushed_gen`); a record's successor in the same lane replaces it.
+//! Invariant (retire ordering): once a commit's log fence completes, the retire mark of every
+//! record applied before that commit began is durable (or, for its own lane, the record is
+//! replaced by the new seal). Every commit flushes, under its own log fence, the retire lines
+//! of all other lanes whose latest mark may not be durable (`retire_gen > flushed_gen`); a
+//! direct commit also flushes its own lane's. Before that fence completes an older record
+//! may still replay: recovery replays in sequence order, so the newer record's logged bytes
+//! win, and it checks a record's unlogged new objects only after the older records ran, so a
+//! newer record whose object an older replay overwrote is discarded (its fence never
+//! completed, or the older mark would have been durable).
 
 use super::buffer::Buffer;
 use super::locks::Held;
