@@ -1,7 +1,7 @@
 //! The runtime of pgl: media layer, pool, heap, transactions. Use it through the `pgl` crate.
 //!
-//! Layers, bottom to top (no module imports one above it): `checksum`, `geometry` →
-//! `persist` → `heap` → `tx` → `pool`.
+//! Layers, bottom to top (no module imports one above it): `checksum`, `geometry`,
+//! `smallmap` → `persist` → `heap` → `tx` → `pool`.
 #![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -13,6 +13,7 @@ mod heap;
 pub mod persist;
 pub mod persistent;
 mod pool;
+mod smallmap;
 mod stats;
 mod tx;
 

@@ -4,7 +4,7 @@
 //! Invariant: a change is a function of the word's committed value: `new = (base.unwrap_or(cur)
 //! & and) | or`; the result is logged and applied like any other range.
 
-use crate::tx::SmallMap;
+use crate::smallmap::SmallMap;
 
 /// One word's pending change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,8 +13,8 @@
 
 use super::buffer::Buffer;
 use super::locks::Held;
-use super::smallmap::SmallMap;
 use crate::heap::{Arena, HeapUndo, MetaOps, PendingFree};
+use crate::smallmap::SmallMap;
 use crate::stats::LaneCounters;
 use parking_lot::{Mutex, MutexGuard};
 use std::cell::Cell;

@@ -8,7 +8,6 @@ mod lane;
 mod locks;
 mod record;
 mod recovery;
-mod smallmap;
 #[allow(clippy::module_inception)]
 mod tx;
 
@@ -17,7 +16,6 @@ pub use engine::VerifyPolicy;
 pub use handle::{Mut, Read, Ref};
 pub(crate) use locks::Held;
 pub(crate) use recovery::recover;
-pub(crate) use smallmap::SmallMap;
 pub use tx::Tx;
 pub(crate) use tx::{get, in_tx, run, verify_in_place};
 
