@@ -17,9 +17,4 @@ pub use handle::{Mut, Read, Ref};
 pub(crate) use locks::Held;
 pub(crate) use recovery::recover;
 pub use tx::Tx;
-pub(crate) use tx::{get, in_tx, run, verify_in_place};
-
-/// The object lock stripe of an offset.
-pub(crate) fn stripe_of(off: u64) -> u32 {
-    locks::ObjectLocks::stripe(off)
-}
+pub(crate) use tx::{get, in_tx, run, stripe_of, verify_in_place};

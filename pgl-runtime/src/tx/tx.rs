@@ -566,3 +566,8 @@ impl Drop for ReleaseOnErr<'_> {
         }
     }
 }
+
+/// The object lock stripe of an offset (for readers outside a transaction).
+pub(crate) fn stripe_of(off: u64) -> u32 {
+    ObjectLocks::stripe(off)
+}
