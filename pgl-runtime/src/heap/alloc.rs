@@ -718,22 +718,21 @@ fn take_bit(st: &mut RunState, nblocks: u32) -> Option<u32> {
 }
 
 /// Walks the persistent heap metadata (not the volatile state): calls `f(header_offset,
-/// capacity)` for every allocated object. For `pgl check`/`info` and tests.
+/// capacity)` for every allocated object; `read_word(off)` reads a metadata word (the caller
+/// decides how it synchronises with commits). For `pgl check`/`info` and tests.
 pub(crate) fn walk_objects(
-    media: &Media,
     geo: &Geometry,
     classes: &SizeClasses,
     zones: u64,
+    read_word: impl Fn(u64) -> u64,
     mut f: impl FnMut(u64, u64),
-) -> Result<()> {
+) {
     let n = geo.chunks_per_zone();
     for z in 0..zones {
         let table = geo.chunk_offset(z, 0) + CHUNK_TABLE_OFFSET;
         let mut c = 1;
         while c < n {
-            // SAFETY: inside the pool; callers walk a quiescent pool or accept torn reads of
-            // metadata they then validate.
-            let e = unsafe { media.read_u64(table + c * 8) };
+            let e = read_word(table + c * 8);
             match entry_kind(e) {
                 KIND_RUN => {
                     let class = entry_class(e);
@@ -741,8 +740,7 @@ pub(crate) fn walk_objects(
                         let off = geo.chunk_offset(z, c);
                         let nb = classes.nblocks(class);
                         for i in 0..nb {
-                            // SAFETY: the bitmap lies at the start of the run chunk.
-                            let w = unsafe { media.read_u64(off + (i as u64 / 64) * 8) };
+                            let w = read_word(off + (i as u64 / 64) * 8);
                             if w & (1 << (i % 64)) != 0 {
                                 f(
                                     off + classes.header(class) + i as u64 * classes.block(class),
@@ -763,5 +761,4 @@ pub(crate) fn walk_objects(
             c += 1;
         }
     }
-    Ok(())
 }

@@ -474,22 +474,43 @@ impl Pool {
     }
 
     /// Every allocated object, as read from the persistent heap metadata:
-    /// `(payload offset, header)`. Takes no locks: call it on a quiescent pool.
+    /// `(payload offset, header)`. Reads each metadata word and header under its lock, so it
+    /// may run beside transactions (it then sees some state between them); it must not run
+    /// inside one.
     pub fn objects(&self) -> Result<Vec<(u64, ObjectHeader)>> {
         let eng = &self.inner.eng;
-        let mut out = Vec::new();
+        if tx::in_tx(eng) {
+            return Err(Error::InTransaction {
+                what: "pool.objects",
+                instead: "call it outside transactions",
+            });
+        }
+        let mut hdrs = Vec::new();
         crate::heap::walk(
-            &eng.media,
             &eng.geo,
             eng.heap.classes(),
             eng.heap.zone_count(),
-            |hdr, _| {
-                let mut h = [0u8; 16];
-                // SAFETY: an allocated block's header inside the pool; read-only.
-                unsafe { eng.media.read(hdr, &mut h) };
-                out.push((hdr + HEADER_SIZE, ObjectHeader::from_bytes(&h)));
+            |off| {
+                eng.meta.with_word(off, || {
+                    // SAFETY: a heap metadata word inside the pool, read under its metadata
+                    // lock, which every commit that changes it holds.
+                    unsafe { eng.media.read_u64(off) }
+                })
             },
-        )?;
+            |hdr, _| hdrs.push(hdr),
+        );
+        let mut out = Vec::with_capacity(hdrs.len());
+        for hdr in hdrs {
+            let payload = hdr + HEADER_SIZE;
+            let stripe = crate::tx::stripe_of(payload);
+            eng.objects.read(stripe);
+            let mut h = [0u8; 16];
+            // SAFETY: an allocated block's header inside the pool, under the object's read
+            // lock (commits that change it hold the write lock).
+            unsafe { eng.media.read(hdr, &mut h) };
+            eng.objects.release(stripe, crate::tx::Held::Read);
+            out.push((payload, ObjectHeader::from_bytes(&h)));
+        }
         Ok(out)
     }
 
@@ -512,7 +533,8 @@ impl Pool {
     }
 
     /// Verifies the checksum of every allocated object; returns the problems found, each as
-    /// `(offset, error)`. Takes no locks: call it on a quiescent pool.
+    /// `(offset, error)`. Each object is verified under its read lock; not inside a
+    /// transaction.
     pub fn verify_objects(&self, mut progress: impl FnMut(u64, u64)) -> Result<Vec<(u64, Error)>> {
         let objs = self.objects()?;
         let total = objs.len() as u64;
@@ -536,7 +558,21 @@ impl Pool {
                 ));
                 continue;
             }
-            if let Err(e) = tx::verify_in_place(&self.inner.eng, off, &h) {
+            let eng = &self.inner.eng;
+            let stripe = crate::tx::stripe_of(off);
+            eng.objects.read(stripe);
+            let mut now = [0u8; 16];
+            // SAFETY: the object's header, under its read lock.
+            unsafe { eng.media.read(off - HEADER_SIZE, &mut now) };
+            let now = ObjectHeader::from_bytes(&now);
+            // Freed or reallocated since the walk: nothing to report about it.
+            let r = if now == h {
+                tx::verify_in_place(eng, off, &h)
+            } else {
+                Ok(())
+            };
+            eng.objects.release(stripe, crate::tx::Held::Read);
+            if let Err(e) = r {
                 bad.push((off, e));
             }
             progress(i as u64 + 1, total);

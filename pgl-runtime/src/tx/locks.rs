@@ -127,6 +127,16 @@ impl MetaLocks {
         }
     }
 
+    /// Runs `f` holding the stripe of the word at `off` (for readers outside commits).
+    pub(crate) fn with_word<R>(&self, off: u64, f: impl FnOnce() -> R) -> R {
+        let s = Self::stripe(off) as usize;
+        self.stripes[s].lock();
+        let r = f();
+        // SAFETY: locked just above by this thread.
+        unsafe { self.stripes[s].unlock() };
+        r
+    }
+
     /// Unlocks stripes taken by `lock`.
     pub(crate) fn unlock(&self, stripes: &[u32]) {
         for &s in stripes {
