@@ -42,6 +42,14 @@ struct RunState {
     hint: usize,
 }
 
+impl RunState {
+    /// Whether the run's chunk may be taken for another use: no block in use or reserved,
+    /// no lane allocating from it, not already retired.
+    fn reclaimable(&self) -> bool {
+        self.used == 0 && !self.owned && !self.dead
+    }
+}
+
 impl Run {
     fn block_offset(&self, idx: u32) -> u64 {
         self.off + self.header + idx as u64 * self.block
@@ -493,10 +501,7 @@ impl Heap {
         match entry_kind(e) {
             KIND_FREE => true,
             KIND_RUN => match &*zone.runs[c as usize].lock() {
-                Some(r) => {
-                    let st = r.st.lock();
-                    st.used == 0 && !st.owned && !st.dead
-                }
+                Some(r) => r.st.lock().reclaimable(),
                 None => false,
             },
             _ => false,
@@ -516,7 +521,7 @@ impl Heap {
                     return false;
                 };
                 let mut st = r.st.lock();
-                if st.used == 0 && !st.owned && !st.dead {
+                if st.reclaimable() {
                     // Retire the empty run: its chunk is reused; the run leaves its pool lazily.
                     st.dead = true;
                     drop(st);

@@ -11,7 +11,7 @@
 //! flushed since the previous fence.
 
 use parking_lot::Mutex;
-use std::alloc::{alloc, alloc_zeroed, dealloc, Layout};
+use std::alloc::{alloc, dealloc, Layout};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -54,20 +54,7 @@ impl CrashSim {
     /// A zeroed device that can hold up to `capacity` bytes (rounded up to a page); its
     /// current length starts at 0 and is set by the pool that is created on it.
     pub fn new(capacity: u64) -> Arc<CrashSim> {
-        let cap = (capacity.div_ceil(4096) * 4096) as usize;
-        // SAFETY: the layout has a non-zero size (at least one page).
-        let mem = unsafe { alloc_zeroed(layout(cap)) } as *mut u64;
-        assert!(!mem.is_null(), "CrashSim: out of memory for {cap} bytes");
-        Arc::new(CrashSim {
-            mem,
-            cap,
-            len: AtomicU64::new(0),
-            persisted: Mutex::new(vec![0; cap / 8]),
-            pending: Mutex::new(Vec::new()),
-            hook: Mutex::new(None),
-            in_hook: AtomicBool::new(false),
-            fences: AtomicU64::new(0),
-        })
+        CrashSim::from_image(&[], 0, capacity)
     }
 
     /// A device whose volatile and persisted images both equal `image` (a crash image, as

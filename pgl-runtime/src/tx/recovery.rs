@@ -26,45 +26,31 @@ pub(crate) fn recover(media: &Media, geo: &Geometry, pool_len: u64) -> Result<Re
     let mut out = Recovered::default();
     let mut todo = Vec::new();
     for lane in 0..geo.lanes {
-        let mut best: Option<(u64, u64)> = None; // (seq, copy)
+        let mut best: Option<(record::Record, u64)> = None; // (record, copy)
         let mut retired = 0;
         for copy in 0..2 {
-            let off = geo.lane_offset(lane, copy);
-            // SAFETY: the lane lies inside the pool (checked against the file size when the
-            // header was validated) and nothing else runs during recovery.
-            let bytes = unsafe {
-                std::slice::from_raw_parts(media.ptr(off) as *const u8, geo.lane_size as usize)
-            };
+            let bytes = lane_bytes(media, geo, lane, copy);
             retired = retired.max(record::retired(bytes));
-            out.max_seq = out.max_seq.max(record::retired(bytes));
             if let Some(r) = record::decode(bytes) {
                 out.max_seq = out.max_seq.max(r.seq);
-                if best.is_none_or(|(s, _)| r.seq > s) {
-                    best = Some((r.seq, copy));
+                if best.is_none_or(|(b, _)| r.seq > b.seq) {
+                    best = Some((r, copy));
                 }
             }
         }
-        if let Some((seq, copy)) = best {
-            if seq > retired {
-                todo.push((seq, lane, copy));
+        out.max_seq = out.max_seq.max(retired);
+        if let Some((rec, copy)) = best {
+            if rec.seq > retired {
+                todo.push((rec.seq, lane, copy, rec));
             }
         }
     }
-    todo.sort_unstable();
+    todo.sort_unstable_by_key(|t| t.0);
     // Every candidate is retired at the end, replayed or not: a discarded record must never
     // verify later, when a new object with the same bytes may stand where its own did not.
-    let candidates = todo.clone();
-    for &(_, lane, copy) in &todo {
+    for &(_, lane, copy, rec) in &todo {
         let off = geo.lane_offset(lane, copy);
-        // SAFETY: as above.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(media.ptr(off) as *const u8, geo.lane_size as usize)
-        };
-        let rec = record::decode(bytes).ok_or(Error::Corrupt {
-            what: "redo lane",
-            offset: off,
-            detail: "record changed during recovery".into(),
-        })?;
+        let bytes = lane_bytes(media, geo, lane, copy);
         // Checked only now, after every older record was replayed: an older record whose
         // retire mark did not reach media may have overwritten this record's new object (its
         // chunk was reused), which means this record's own fence never completed.
@@ -101,9 +87,9 @@ pub(crate) fn recover(media: &Media, geo: &Geometry, pool_len: u64) -> Result<Re
         }
         out.replayed += 1;
     }
-    if !candidates.is_empty() {
+    if !todo.is_empty() {
         media.fence();
-        for &(seq, lane, _) in &candidates {
+        for &(seq, lane, _, _) in &todo {
             for copy in 0..2 {
                 let off = geo.lane_offset(lane, copy) + RETIRED_OFFSET as u64;
                 // SAFETY: the retire mark of a lane inside the pool; recovery runs alone.
@@ -147,4 +133,13 @@ fn new_objects_verify(
         }
     }
     true
+}
+
+/// The bytes of one lane copy.
+fn lane_bytes<'a>(media: &'a Media, geo: &Geometry, lane: u64, copy: u64) -> &'a [u8] {
+    let off = geo.lane_offset(lane, copy);
+    // SAFETY: the lane lies inside the pool (checked against the file size when the header
+    // was validated), and nothing writes lanes while recovery runs: replay targets only the
+    // heap, whose offsets start past every lane.
+    unsafe { std::slice::from_raw_parts(media.ptr(off) as *const u8, geo.lane_size as usize) }
 }
