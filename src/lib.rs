@@ -21,5 +21,5 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private {
     pub use pgl_runtime::persistent::{fnv1a64, fold_type_id, mix64, Persistent, MAX_ALIGN};
-    pub use pgl_runtime::Oid;
+    pub use pgl_runtime::{AsPlace, Oid, Place};
 }

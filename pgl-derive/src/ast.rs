@@ -18,6 +18,8 @@ pub(crate) struct Container<'a> {
     pub(crate) ident: &'a Ident,
     /// The type's name without a `r#` prefix, for messages.
     pub(crate) name: String,
+    /// The type's visibility.
+    pub(crate) vis: &'a syn::Visibility,
     /// The type's generics, as written.
     pub(crate) generics: &'a syn::Generics,
     /// Its `#[repr]` and `#[pgl]` attributes.
@@ -44,6 +46,8 @@ pub(crate) struct Field<'a> {
     pub(crate) member: Member,
     /// The field's name without a `r#` prefix (or its index), for messages.
     pub(crate) name: String,
+    /// The field's identifier, for a named field.
+    pub(crate) ident: Option<&'a Ident>,
     /// The field's type, as written.
     pub(crate) ty: &'a Type,
     /// The whole field, for spans.
@@ -86,6 +90,7 @@ impl<'a> Container<'a> {
                             index,
                             member,
                             name,
+                            ident: field.ident.as_ref(),
                             ty: &field.ty,
                             original: field,
                         }
@@ -98,6 +103,7 @@ impl<'a> Container<'a> {
         Container {
             ident: &input.ident,
             name: unraw(&input.ident),
+            vis: &input.vis,
             generics: &input.generics,
             attrs,
             data,

@@ -24,9 +24,9 @@ pub use persist::{CrashPoint, CrashSim, FlushMode};
 pub use persistent::{Oid, Persistent};
 pub use pool::{Config, Detached, Header, Pool, PoolInfo, FORMAT_VERSION};
 pub use stats::Stats;
-pub use tx::{Mut, Read, Ref, Tx, VerifyPolicy};
+pub use tx::{AsPlace, Mut, Place, Read, Ref, Tx, VerifyPolicy};
 
 /// The items most programs need.
 pub mod prelude {
-    pub use crate::{Config, Error, Oid, Persistent, Pool, Result, Tx};
+    pub use crate::{AsPlace, Config, Error, Oid, Persistent, Pool, Result, Tx};
 }

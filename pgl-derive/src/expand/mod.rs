@@ -1,3 +1,4 @@
 //! Code generation, one file per derive.
 
+pub(crate) mod handle;
 pub(crate) mod persistent;

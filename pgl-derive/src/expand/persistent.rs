@@ -13,6 +13,7 @@ use syn::{DeriveInput, GenericParam, LitInt};
 use crate::ast::{Container, Data, Field};
 use crate::check::{self, Verdict};
 use crate::ctxt::Ctxt;
+use crate::expand::handle;
 use crate::fallback;
 use crate::layout::Layout;
 
@@ -22,6 +23,9 @@ pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
     let cx = Ctxt::new();
     let cont = Container::from_ast(&cx, input);
     let verdict = check::check(&cx, &cont);
+    if let Data::Struct(fields) = &cont.data {
+        handle::check(&cx, &cont, fields);
+    }
     let guard = type_id_guard(&cont);
     let error = cx.into_error();
     let body = match &cont.data {
@@ -54,6 +58,10 @@ fn expand(
     let fingerprint = layout.fingerprint();
     let field_traits = layout.field_traits();
     let static_checks = layout.static_checks();
+    let accessors = match error {
+        None => handle::expand(cont, fields, &layout.field_tys),
+        Some(_) => TokenStream::new(),
+    };
     let error = error.map(syn::Error::into_compile_error);
     quote! {
         #error
@@ -70,6 +78,7 @@ fn expand(
                 const TYPE_NAME: &'static str = #name;
             }
         };
+        #accessors
     }
 }
 

@@ -613,6 +613,11 @@ impl<'p, T: Persistent> Detached<'p, T> {
         self.handle().oid()
     }
 
+    /// The place of the whole object (see [`Mut::place`]).
+    pub fn place(&mut self) -> crate::Place<'_, T> {
+        self.handle_mut().place()
+    }
+
     /// Writes `value` at byte `offset` of the object (see [`Mut::write_at`]).
     pub fn write_at<F: Persistent>(&mut self, offset: usize, value: &F) {
         self.handle_mut().write_at(offset, value)
@@ -626,6 +631,12 @@ impl<'p, T: Persistent> Detached<'p, T> {
     /// The object's bytes.
     pub fn as_bytes(&self) -> &[u8] {
         self.handle().as_bytes()
+    }
+}
+
+impl<T: Persistent> crate::AsPlace<T> for Detached<'_, T> {
+    fn place(&mut self) -> crate::Place<'_, T> {
+        Detached::place(self)
     }
 }
 

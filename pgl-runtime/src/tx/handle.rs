@@ -9,6 +9,7 @@
 use super::buffer::Buffer;
 use super::engine::Engine;
 use super::locks::Held;
+use super::place::Place;
 use crate::persistent::{Oid, Persistent};
 use core::marker::PhantomData;
 use core::ops::{Deref, DerefMut};
@@ -52,6 +53,14 @@ impl<'tx, T: Persistent> Mut<'tx, T> {
         Oid::from_raw(self.buf().off)
     }
 
+    /// The place of the whole object: [`Place::set`], [`Place::project`] and the field
+    /// setters `#[derive(Persistent)]` generates change it marking only what they write.
+    pub fn place(&mut self) -> Place<'_, T> {
+        // SAFETY: the buffer is live and exclusively borrowed by this handle for 'tx (see
+        // `new`); the place borrows the handle; offset 0 holds the `T`, 16-byte aligned.
+        unsafe { Place::new(self.buf, 0) }
+    }
+
     /// Writes `value` at byte `offset` of the object and marks those bytes modified.
     ///
     /// # Panics
@@ -84,25 +93,6 @@ impl<'tx, T: Persistent> Mut<'tx, T> {
         buf.mark(offset, end);
     }
 
-    /// Marks `[start, end)` modified after changing it through raw access. Used by generated
-    /// field accessors.
-    #[doc(hidden)]
-    pub fn __mark(&mut self, start: usize, end: usize) {
-        let buf = self.buf_mut();
-        let end = end.min(buf.size);
-        buf.mark(start.min(end), end);
-    }
-
-    /// Mutable access to the object without marking anything modified; the caller must call
-    /// `__mark` for what it changes. Used by generated field accessors.
-    #[doc(hidden)]
-    pub fn __untracked(&mut self) -> &mut T {
-        let p = self.buf_mut().payload_ptr() as *mut T;
-        // SAFETY: the payload is 16-byte aligned, holds `size_of::<T>()` initialised bytes,
-        // any bytes are a valid `T`, and the exclusive borrow makes this the only reference.
-        unsafe { &mut *p }
-    }
-
     /// The object's bytes.
     pub fn as_bytes(&self) -> &[u8] {
         self.buf().payload()
@@ -127,7 +117,10 @@ impl<T: Persistent> Deref for Mut<'_, T> {
 impl<T: Persistent> DerefMut for Mut<'_, T> {
     fn deref_mut(&mut self) -> &mut T {
         self.buf_mut().mark_all();
-        self.__untracked()
+        let p = self.buf_mut().payload_ptr() as *mut T;
+        // SAFETY: the payload is 16-byte aligned, holds `size_of::<T>()` initialised bytes,
+        // any bytes are a valid `T`, and the exclusive borrow makes this the only reference.
+        unsafe { &mut *p }
     }
 }
 

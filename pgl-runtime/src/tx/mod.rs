@@ -6,6 +6,7 @@ mod engine;
 mod handle;
 mod lane;
 mod locks;
+mod place;
 mod record;
 mod recovery;
 #[allow(clippy::module_inception)]
@@ -15,6 +16,7 @@ pub(crate) use engine::Engine;
 pub use engine::VerifyPolicy;
 pub use handle::{Mut, Read, Ref};
 pub(crate) use locks::Held;
+pub use place::{AsPlace, Place};
 pub(crate) use recovery::recover;
 pub use tx::Tx;
 pub(crate) use tx::{get, in_tx, run, stripe_of, verify_in_place};
