@@ -35,6 +35,10 @@ impl Repr {
 }
 
 /// `#[pgl(id = N)]`: an explicit type id.
+/// The first type id pgl keeps for its own objects (`pgl_runtime::persistent::RESERVED_TYPE_IDS`).
+const RESERVED_TYPE_IDS: u32 = 0xffff_ff00;
+
+/// An explicit type id.
 pub(crate) struct TypeId {
     /// The id.
     pub(crate) value: u32,
@@ -180,6 +184,16 @@ fn parse_type_id(cx: &Ctxt, value: &Expr) -> Option<TypeId> {
             cx.error_spanned_by(
                 lit,
                 "type id 0 is reserved for \"no type\": choose a non-zero id",
+            );
+            None
+        }
+        Ok(value) if value >= RESERVED_TYPE_IDS => {
+            cx.error_spanned_by(
+                lit,
+                format!(
+                    "type ids {RESERVED_TYPE_IDS:#x} and above are reserved for pgl's own \
+                     objects: choose a smaller id"
+                ),
             );
             None
         }

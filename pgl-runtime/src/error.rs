@@ -143,6 +143,22 @@ pub enum Error {
         found_size: u64,
     },
 
+    /// The pool stores a type with another layout than this build compiles: the struct
+    /// changed (a field added, removed, retyped or reordered) since the pool was written.
+    #[error("type `{type_name}` (type id {type_id:#010x}) has layout {compiled:#018x} in this build, but the pool stored it as `{stored_name}` with layout {stored:#018x}: the struct changed since the pool was written. Either reset the pool (create a new one), migrate its objects (read them with the old definition, write them with the new one), or make the type `#[extendible]` so that it can grow in place")]
+    LayoutMismatch {
+        /// The type as this build names it.
+        type_name: String,
+        /// The type as the pool registered it.
+        stored_name: String,
+        /// Its type id.
+        type_id: u32,
+        /// The layout fingerprint in the pool's type registry.
+        stored: u64,
+        /// The layout fingerprint of this build.
+        compiled: u64,
+    },
+
     /// An object's checksum does not match its contents (a scribble or a media error).
     #[error("checksum mismatch in object at {offset:#x} (type id {type_id:#010x}, {size} bytes): stored {stored:#010x}, computed {computed:#010x}; the object was changed outside a transaction (a scribble or a media error); `pgl check` lists every damaged object — restore the pool from a backup")]
     ChecksumMismatch {

@@ -24,7 +24,7 @@ pub use persist::{CrashPoint, CrashSim, FlushMode};
 pub use persistent::{Oid, Persistent};
 pub use pool::{Config, Detached, Header, Pool, PoolInfo, FORMAT_VERSION};
 pub use stats::Stats;
-pub use tx::{AsPlace, Mut, Place, Read, Ref, Tx, VerifyPolicy};
+pub use tx::{AsPlace, Mut, Place, Read, Ref, Tx, TypeInfo, VerifyPolicy};
 
 /// The items most programs need.
 pub mod prelude {

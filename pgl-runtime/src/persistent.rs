@@ -60,12 +60,19 @@ pub const fn mix64(a: u64, b: u64) -> u64 {
     x ^ (x >> 33)
 }
 
-/// Folds a 64-bit hash into a 32-bit type id (never 0, which marks "no type").
+/// The first type id kept for pgl's own objects (the type registry); user types never
+/// have one (`#[pgl(id)]` rejects them, hashed ids are folded below it).
+pub const RESERVED_TYPE_IDS: u32 = 0xffff_ff00;
+
+/// Folds a 64-bit hash into a 32-bit type id (never 0, which marks "no type", and never a
+/// reserved id).
 #[doc(hidden)]
 pub const fn fold_type_id(h: u64) -> u32 {
     let v = (h ^ (h >> 32)) as u32;
     if v == 0 {
         1
+    } else if v >= RESERVED_TYPE_IDS {
+        v & 0x7fff_ffff
     } else {
         v
     }

@@ -9,7 +9,7 @@
 //!
 //! zone metadata (chunk 0 of every zone):
 //!   0     root oid   u64   (zone 0 only; 0 = no root yet)
-//!   8     (reserved: zone 0's type registry)
+//!   8     registry oid u64 (zone 0 only: the type registry's first page; 0 = none yet)
 //!   1024  chunk table: one u64 entry per chunk of the zone (entry 0 unused)
 //!
 //! chunk-table entry:
@@ -38,6 +38,8 @@ pub const CHECKSUM_PREFIX: usize = 20;
 
 /// Offset of the root oid in zone 0's metadata chunk.
 pub const ROOT_OFFSET: u64 = 0;
+/// Offset of the type registry's oid in zone 0's metadata chunk.
+pub const REGISTRY_OFFSET: u64 = ROOT_OFFSET + 8;
 /// Offset of the chunk table in a zone's metadata chunk.
 pub const CHUNK_TABLE_OFFSET: u64 = 1024;
 

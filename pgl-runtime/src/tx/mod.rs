@@ -9,6 +9,7 @@ mod locks;
 mod place;
 mod record;
 mod recovery;
+mod registry;
 #[allow(clippy::module_inception)]
 mod tx;
 
@@ -18,5 +19,8 @@ pub use handle::{Mut, Read, Ref};
 pub(crate) use locks::Held;
 pub use place::{AsPlace, Place};
 pub(crate) use recovery::recover;
+pub use registry::TypeInfo;
+pub(crate) use registry::{create as create_registry, list as list_types};
+pub(crate) use registry::{TypeCache, REGISTRY_TYPE_ID};
 pub use tx::Tx;
 pub(crate) use tx::{get, in_tx, run, stripe_of, verify_in_place};

@@ -73,6 +73,21 @@ impl<'p> Tx<'p> {
         }
     }
 
+    /// Checks `T`'s layout against the pool's type registry, registering `T` in this
+    /// transaction when the pool has never stored it (see `registry`).
+    #[inline]
+    fn check_layout<T: Persistent>(&self) -> Result<()> {
+        if T::TYPE_ID == super::REGISTRY_TYPE_ID || self.eng.types.contains(T::TYPE_ID, T::LAYOUT) {
+            return Ok(());
+        }
+        super::registry::check_in_tx::<T>(self)
+    }
+
+    /// Whether this transaction holds a buffer of the object at `off`.
+    pub(crate) fn has_buffer(&self, off: u64) -> bool {
+        self.st.borrow().sc.index.contains_key(&off)
+    }
+
     fn header(&self, off: u64) -> ObjectHeader {
         let mut h = [0u8; 16];
         // SAFETY: `off` was located as a live object (its header lies inside the pool) and we
@@ -155,6 +170,7 @@ impl<'p> Tx<'p> {
     /// Opens the object for update: copies it into a micro-buffer (verifying its checksum)
     /// and returns a handle to the copy. Changes reach NVMM atomically at commit.
     pub fn open<T: Persistent>(&self, oid: Oid<T>) -> Result<Mut<'_, T>> {
+        self.check_layout::<T>()?;
         let mut st = self.st.borrow_mut();
         let off = oid.raw();
         let mut b = match self.buffer_of::<T>(&st, off)? {
@@ -202,6 +218,7 @@ impl<'p> Tx<'p> {
     /// Reads the object inside the transaction: from this transaction's buffer if it has
     /// one, else from NVMM under a read lock held until the transaction ends.
     pub fn get<T: Persistent>(&self, oid: Oid<T>) -> Result<Read<'_, T>> {
+        self.check_layout::<T>()?;
         let mut st = self.st.borrow_mut();
         let off = oid.raw();
         if let Some(mut b) = self.buffer_of::<T>(&st, off)? {
@@ -231,6 +248,7 @@ impl<'p> Tx<'p> {
     /// Allocates a new object holding `value`; it becomes durable (and its oid valid after a
     /// crash) only if the transaction commits. Store the oid somewhere reachable.
     pub fn alloc<T: Persistent>(&self, value: T) -> Result<Oid<T>> {
+        self.check_layout::<T>()?;
         let size = core::mem::size_of::<T>();
         // SAFETY: `Persistent` values have no padding: all bytes are initialised.
         let bytes = unsafe { core::slice::from_raw_parts(&value as *const T as *const u8, size) };
@@ -240,6 +258,7 @@ impl<'p> Tx<'p> {
 
     /// Allocates a new zero-filled object (every `Persistent` type is valid when zeroed).
     pub fn alloc_zeroed<T: Persistent>(&self) -> Result<Oid<T>> {
+        self.check_layout::<T>()?;
         self.alloc_raw(core::mem::size_of::<T>(), T::TYPE_ID, |p| p.fill(0))
             .map(Oid::from_raw)
     }
@@ -516,6 +535,9 @@ fn backoff(attempt: u32) {
 
 /// `pool.get`: a read view outside any transaction.
 pub(crate) fn get<'p, T: Persistent>(eng: &'p Engine, oid: Oid<T>) -> Result<Ref<'p, T>> {
+    if T::TYPE_ID != super::REGISTRY_TYPE_ID && !eng.types.contains(T::TYPE_ID, T::LAYOUT) {
+        super::registry::check_outside::<T>(eng)?;
+    }
     let off = oid.raw();
     let stripe = ObjectLocks::stripe(off);
     if held_by_this_thread(eng, stripe) {

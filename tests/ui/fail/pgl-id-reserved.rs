@@ -1,0 +1,11 @@
+// An explicit type id in the range pgl keeps for its own objects.
+use pgl::Persistent;
+
+#[derive(Persistent)]
+#[repr(C)]
+#[pgl(id = 0xffff_ff01)]
+pub struct Reserved {
+    value: u64,
+}
+
+fn main() {}
