@@ -239,6 +239,18 @@ pub enum Error {
         detail: String,
     },
 
+    /// A value is longer than the fixed capacity of the [`PStr`](crate::PStr) or
+    /// [`PBytes`](crate::PBytes) it was to be stored in; the destination is unchanged.
+    #[error("{len} bytes do not fit in a {what}<{capacity}>: shorten the value or raise the capacity (`PStr::truncating` cuts a string at a character boundary)")]
+    TooLong {
+        /// The wrapper: `"PStr"` or `"PBytes"`.
+        what: &'static str,
+        /// Bytes in the value given.
+        len: usize,
+        /// Bytes the wrapper holds (its `N`).
+        capacity: usize,
+    },
+
     /// The root object exists with another type.
     #[error("the pool's root is a {found_size}-byte object of type id {found:#010x}, not `{type_name}`; open the pool with the program that created it")]
     RootType {

@@ -16,6 +16,7 @@ mod pool;
 mod smallmap;
 mod stats;
 mod tx;
+mod values;
 
 pub use error::{Error, Result};
 pub use heap::layout::ObjectHeader;
@@ -25,8 +26,11 @@ pub use persistent::{Oid, Persistent};
 pub use pool::{Config, Detached, Header, Pool, PoolInfo, FORMAT_VERSION};
 pub use stats::Stats;
 pub use tx::{AsPlace, Mut, Place, Read, Ref, Tx, TypeInfo, VerifyPolicy};
+pub use values::{PBool, PBytes, PStr};
 
 /// The items most programs need.
 pub mod prelude {
-    pub use crate::{AsPlace, Config, Error, Oid, Persistent, Pool, Result, Tx};
+    pub use crate::{
+        AsPlace, Config, Error, Oid, PBool, PBytes, PStr, Persistent, Pool, Result, Tx,
+    };
 }
