@@ -62,19 +62,20 @@ fn run(path: &std::path::Path) -> pgl::Result<()> {
     // One transaction: all of it becomes durable, or (crash, error) none of it.
     let runs = pool.tx(|tx| {
         let mut r = tx.open(root)?;
-        r.runs += 1;
+        let runs = r.runs + 1;
+        r.set_runs(runs); // the generated setters log only the field they change
         let node = tx.alloc(Node {
-            run: r.runs,
+            run: runs,
             unix_secs: now,
             next: Oid::NULL,
         })?;
         if r.tail.is_null() {
-            r.head = node;
+            r.set_head(node);
         } else {
-            tx.open(r.tail)?.next = node;
+            tx.open(r.tail)?.set_next(node);
         }
-        r.tail = node;
-        Ok(r.runs)
+        r.set_tail(node);
+        Ok(runs)
     })?;
 
     println!("runs: {runs}");

@@ -11,6 +11,9 @@ pub mod introduction {}
 #[doc = include_str!("getting-started.md")]
 pub mod getting_started {}
 
+#[doc = include_str!("persistent-types.md")]
+pub mod persistent_types {}
+
 #[doc = include_str!("transactions.md")]
 pub mod transactions {}
 

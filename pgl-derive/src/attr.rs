@@ -192,7 +192,7 @@ fn parse_type_id(cx: &Ctxt, value: &Expr) -> Option<TypeId> {
                 lit,
                 format!(
                     "type ids {RESERVED_TYPE_IDS:#x} and above are reserved for pgl's own \
-                     objects: choose a smaller id"
+                     use: choose a smaller id"
                 ),
             );
             None

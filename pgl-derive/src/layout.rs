@@ -27,7 +27,8 @@ use crate::check::Verdict;
 /// The notes of a "field is not persistent" error.
 const NOT_PERSISTENT_NOTES: [&str; 2] = [
     "persistent types are fixed-width integers, floats, arrays of persistent types, \
-     `Oid<T>`, and `#[repr(C)]` structs that derive `Persistent`",
+     `Oid<T>`, `pgl::PBool`, `pgl::PStr<N>`, `pgl::PBytes<N>`, and `#[repr(C)]` structs \
+     that derive `Persistent`",
     "if `{Self}` is a struct of yours, add `#[derive(Persistent)]` and `#[repr(C)]` to it; \
      an enum is never persistent: store its discriminant in an integer field",
 ];

@@ -159,6 +159,15 @@ pub enum Error {
         compiled: u64,
     },
 
+    /// The pool's type registry is full: no further type can be stored in it.
+    #[error("cannot store `{type_name}`: the pool's type registry is full ({capacity} types); store the values in fewer distinct types, or move the data to a pool created with bigger chunks (its registry holds more)")]
+    TooManyTypes {
+        /// The type that could not be registered.
+        type_name: String,
+        /// Types the registry holds.
+        capacity: u64,
+    },
+
     /// An object's checksum does not match its contents (a scribble or a media error).
     #[error("checksum mismatch in object at {offset:#x} (type id {type_id:#010x}, {size} bytes): stored {stored:#010x}, computed {computed:#010x}; the object was changed outside a transaction (a scribble or a media error); `pgl check` lists every damaged object — restore the pool from a backup")]
     ChecksumMismatch {

@@ -237,10 +237,32 @@ fn info(file: &Path) -> Result<String> {
         objects.len(),
         total
     );
-    if !by_type.is_empty() {
-        let _ = writeln!(out, "  {:<12}{:>10}{:>14}", "type id", "count", "bytes");
-        for (t, (n, b)) in &by_type {
-            let _ = writeln!(out, "  {:<12}{n:>10}{b:>14}", format!("{t:#010x}"));
+    // The registry names each type; a type with objects but no entry (impossible unless
+    // the registry was damaged) is still listed.
+    let types = pool.types()?;
+    let mut rows: Vec<(u32, Option<u64>, String)> = types
+        .iter()
+        .map(|t| (t.type_id, Some(t.layout), t.name.clone()))
+        .collect();
+    for t in by_type.keys() {
+        if !rows.iter().any(|r| r.0 == *t) {
+            rows.push((*t, None, "(not in the type registry)".into()));
+        }
+    }
+    if !rows.is_empty() {
+        let _ = writeln!(
+            out,
+            "  {:<12}{:>8}{:>12}  {:<20}type (registry)",
+            "type id", "count", "bytes", "layout"
+        );
+        for (t, layout, name) in &rows {
+            let (n, b) = by_type.get(t).copied().unwrap_or_default();
+            let layout = layout.map_or_else(|| "-".into(), |l| format!("{l:#018x}"));
+            let _ = writeln!(
+                out,
+                "  {:<12}{n:>8}{b:>12}  {layout:<20}{name}",
+                format!("{t:#010x}")
+            );
         }
     }
 

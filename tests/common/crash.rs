@@ -343,6 +343,28 @@ pub fn snapshot(pool: &Pool) -> State {
         }
         Err(e) => st.problems.push(format!("verify_objects failed: {e}")),
     }
+    // The transaction that stores a type's first object registers the type: a crash may
+    // not leave one without the other, nor a torn or doubled registry entry.
+    match pool.types() {
+        Ok(types) => {
+            for (off, (h, _)) in &st.objects {
+                if !types.iter().any(|t| t.type_id == h.type_id) {
+                    st.problems.push(format!(
+                        "object {off:#x} has type id {:#x}, which the type registry lacks",
+                        h.type_id
+                    ));
+                }
+            }
+            let mut ids: Vec<u32> = types.iter().map(|t| t.type_id).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            if ids.len() != types.len() {
+                st.problems
+                    .push(format!("the type registry holds a type twice: {types:?}"));
+            }
+        }
+        Err(e) => st.problems.push(format!("pool.types() failed: {e}")),
+    }
     match pool.root::<Root>() {
         Ok(r) => st.root = r.raw(),
         Err(e) => st.problems.push(format!("pool.root() failed: {e}")),

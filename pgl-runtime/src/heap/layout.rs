@@ -9,8 +9,11 @@
 //!
 //! zone metadata (chunk 0 of every zone):
 //!   0     root oid   u64   (zone 0 only; 0 = no root yet)
-//!   8     registry oid u64 (zone 0 only: the type registry's first page; 0 = none yet)
+//!   8     (reserved)
 //!   1024  chunk table: one u64 entry per chunk of the zone (entry 0 unused)
+//!   R     type registry (zone 0 only): R = the end of the chunk table, rounded up to a
+//!         line; its first line holds the entry count (u64), entries follow, 64 bytes each,
+//!         up to the end of the chunk or REGISTRY_MAX_TYPES (see `tx::registry`)
 //!
 //! chunk-table entry:
 //!   bits 0..8   kind: 0 free, 1 run, 2 large head, 3 large continuation
@@ -38,8 +41,34 @@ pub const CHECKSUM_PREFIX: usize = 20;
 
 /// Offset of the root oid in zone 0's metadata chunk.
 pub const ROOT_OFFSET: u64 = 0;
-/// Offset of the type registry's oid in zone 0's metadata chunk.
-pub const REGISTRY_OFFSET: u64 = ROOT_OFFSET + 8;
+/// Bytes of one type-registry entry (and of the registry's count line).
+pub const REGISTRY_ENTRY: u64 = 64;
+/// The most types one pool registers.
+pub const REGISTRY_MAX_TYPES: u64 = 1024;
+/// The fewest types a geometry must leave room for.
+pub const REGISTRY_MIN_TYPES: u64 = 32;
+
+/// Offset of the type registry within zone 0's metadata chunk: after the chunk table,
+/// line aligned.
+pub const fn registry_offset(geo: &crate::geometry::Geometry) -> u64 {
+    let table_end = CHUNK_TABLE_OFFSET + geo.rows * geo.chunks_per_row * 8;
+    table_end.div_ceil(REGISTRY_ENTRY) * REGISTRY_ENTRY
+}
+
+/// Entries the type registry of a pool of this geometry holds.
+pub const fn registry_capacity(geo: &crate::geometry::Geometry) -> u64 {
+    let start = registry_offset(geo);
+    let room = if geo.chunk_size > start + REGISTRY_ENTRY {
+        (geo.chunk_size - start - REGISTRY_ENTRY) / REGISTRY_ENTRY
+    } else {
+        0
+    };
+    if room < REGISTRY_MAX_TYPES {
+        room
+    } else {
+        REGISTRY_MAX_TYPES
+    }
+}
 /// Offset of the chunk table in a zone's metadata chunk.
 pub const CHUNK_TABLE_OFFSET: u64 = 1024;
 

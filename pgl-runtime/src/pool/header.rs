@@ -205,12 +205,15 @@ pub(crate) fn check_geometry(g: &Geometry, zones: u64) -> Result<(), String> {
         return Err(format!("rows {} must be 2..=10000", g.rows));
     }
     let table = crate::heap::layout::CHUNK_TABLE_OFFSET + g.rows * g.chunks_per_row * 8;
-    if table > g.chunk_size {
+    let types = crate::heap::layout::registry_capacity(g);
+    if table > g.chunk_size || types < crate::heap::layout::REGISTRY_MIN_TYPES {
         return Err(format!(
-            "a zone of {} chunks needs a {table}-byte chunk table, more than one {}-byte chunk; \
-             use fewer rows or chunks per row, or bigger chunks",
+            "a zone of {} chunks needs a {table}-byte chunk table, which leaves too little of \
+             one {}-byte metadata chunk for the type registry ({types} types, at least {} \
+             needed); use fewer rows or chunks per row, or bigger chunks",
             g.rows * g.chunks_per_row,
-            g.chunk_size
+            g.chunk_size,
+            crate::heap::layout::REGISTRY_MIN_TYPES
         ));
     }
     if !(1..=64).contains(&g.lanes) {

@@ -6,7 +6,7 @@
 use super::config::Config;
 use super::header::{Header, HeaderFault, FORMAT_VERSION};
 use crate::geometry::{Geometry, PAGE};
-use crate::heap::layout::{ObjectHeader, HEADER_SIZE, REGISTRY_OFFSET, ROOT_OFFSET};
+use crate::heap::layout::{ObjectHeader, HEADER_SIZE, ROOT_OFFSET};
 use crate::heap::Heap;
 use crate::persist::{CrashSim, FlushMode, Media};
 use crate::persistent::{Oid, Persistent};
@@ -288,11 +288,8 @@ impl Pool {
             offset: geo.lane_offset(0, 0),
             detail: "sequence numbers exhausted".into(),
         })?;
-        let registry_word = geo.chunk_offset(0, 0) + REGISTRY_OFFSET;
-        // SAFETY: a metadata word of zone 0; nothing else runs while the pool opens.
-        let registry = unsafe { media.read_u64(registry_word) };
-        let eng = Engine::new(media, geo, heap, next_seq, config.verify, registry);
-        let pool = Pool {
+        let eng = Engine::new(media, geo, heap, next_seq, config.verify);
+        Ok(Pool {
             inner: Arc::new(Inner {
                 eng,
                 header: Mutex::new(header),
@@ -301,14 +298,7 @@ impl Pool {
                 replayed: rec.replayed,
                 header_repairs: repairs,
             }),
-        };
-        if registry == 0 {
-            // A new pool (or one written before the registry existed): give it one now,
-            // while no other thread can use the pool, so its head never changes later.
-            let head = pool.tx(|tx| tx::create_registry(tx, registry_word))?;
-            pool.inner.eng.types.set_head(head);
-        }
-        Ok(pool)
+        })
     }
 
     fn write_header_copy(media: &Media, off: u64, h: &Header) {
@@ -495,18 +485,11 @@ impl Pool {
         tx::list_types(&self.inner.eng)
     }
 
-    /// Every allocated object of the program, as read from the persistent heap metadata:
-    /// `(payload offset, header)`; pgl's own objects (the type registry's pages) are left
-    /// out. Reads each metadata word and header under its lock, so it may run beside
-    /// transactions (it then sees some state between them); it must not run inside one.
+    /// Every allocated object, as read from the persistent heap metadata:
+    /// `(payload offset, header)`. Reads each metadata word and header under its lock, so it
+    /// may run beside transactions (it then sees some state between them); it must not run
+    /// inside one.
     pub fn objects(&self) -> Result<Vec<(u64, ObjectHeader)>> {
-        let mut all = self.all_objects()?;
-        all.retain(|(_, h)| h.type_id < crate::persistent::RESERVED_TYPE_IDS);
-        Ok(all)
-    }
-
-    /// Every allocated object, pgl's own included (see `objects`).
-    fn all_objects(&self) -> Result<Vec<(u64, ObjectHeader)>> {
         let eng = &self.inner.eng;
         if tx::in_tx(eng) {
             return Err(Error::InTransaction {
@@ -565,7 +548,7 @@ impl Pool {
     /// `(offset, error)`. Each object is verified under its read lock; not inside a
     /// transaction.
     pub fn verify_objects(&self, mut progress: impl FnMut(u64, u64)) -> Result<Vec<(u64, Error)>> {
-        let objs = self.all_objects()?;
+        let objs = self.objects()?;
         let total = objs.len() as u64;
         let mut bad = Vec::new();
         for (i, (off, h)) in objs.into_iter().enumerate() {

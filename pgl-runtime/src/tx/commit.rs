@@ -36,6 +36,10 @@ impl Tx<'_> {
             Ok(()) => {
                 self.done.set(true);
                 let mut st = self.st.borrow_mut();
+                // Its registry entries are committed: their types need no lookup again.
+                for &(type_id, layout, _) in &st.registered {
+                    self.eng.types.insert(type_id, layout);
+                }
                 self.release(&mut st);
                 Ok(())
             }

@@ -34,7 +34,7 @@ pub(crate) struct Engine {
     pub id: u64,
     pub canary: u128,
     pub verify: VerifyPolicy,
-    /// The type registry's head and the verified types.
+    /// Verified types, and the right to register new ones.
     pub types: super::TypeCache,
 }
 
@@ -45,7 +45,6 @@ impl Engine {
         heap: Heap,
         next_seq: u64,
         verify: VerifyPolicy,
-        registry: u64,
     ) -> Engine {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let t = std::time::SystemTime::now()
@@ -63,7 +62,7 @@ impl Engine {
             id,
             canary: 0x5a5a_c3c3_0f0f_9696_a5a5_3c3c_f0f0_6969 ^ t ^ ((id as u128) << 64),
             verify,
-            types: super::TypeCache::new(registry),
+            types: super::TypeCache::new(),
         }
     }
 

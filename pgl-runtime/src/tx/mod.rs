@@ -20,7 +20,6 @@ pub(crate) use locks::Held;
 pub use place::{AsPlace, Place};
 pub(crate) use recovery::recover;
 pub use registry::TypeInfo;
-pub(crate) use registry::{create as create_registry, list as list_types};
-pub(crate) use registry::{TypeCache, REGISTRY_TYPE_ID};
+pub(crate) use registry::{list as list_types, TypeCache};
 pub use tx::Tx;
 pub(crate) use tx::{get, in_tx, run, stripe_of, verify_in_place};

@@ -2,77 +2,48 @@
 //! name it was stored with, so that a build whose struct changed cannot read old objects
 //! as the new layout (`Error::LayoutMismatch`).
 //!
+//! The registry is heap metadata in zone 0's metadata chunk (`heap::layout::
+//! registry_offset`), changed like every metadata word: through the redo log, at commit.
+//!
 //! ```text
-//! registry page (an object of type REGISTRY_TYPE_ID, 4096 bytes; the metadata word at
-//! REGISTRY_OFFSET of zone 0 holds the first page's oid, written once, when the pool is
-//! created or first opened by a pgl that has the registry):
-//!   0    next     u64   oid of the next page (0 = the last page)
-//!   8    count    u64   entries in use
-//!   16   (zero)   48 bytes
-//!   64   entries  ENTRIES_PER_PAGE × 64 bytes
-//! entry:
-//!   0    type_id  u32
-//!   4    name_len u32   bytes of `name` in use
-//!   8    layout   u64   the type's `Persistent::LAYOUT`
-//!   16   name     48 bytes of UTF-8: the end of `core::any::type_name`
+//! registry (at R within zone 0's metadata chunk):
+//!   R + 0        count  u64   entries in use
+//!   R + 64·(i+1) entry i:
+//!     0   type_id   u32
+//!     4   name_len  u32   bytes of `name` in use
+//!     8   layout    u64   the type's `Persistent::LAYOUT`
+//!     16  name      44 bytes of UTF-8: the end of `core::any::type_name`
+//!     60  check     u32   CRC-32C of bytes 0..60
 //! ```
 //!
-//! Invariant: an entry is added by the transaction that first stores or opens its type,
-//! and is never changed or removed; the volatile cache of verified `(type id, layout)`
-//! pairs therefore only grows, and holds a pair only once its entry is committed.
+//! Invariant: entries below `count` are never changed; an entry and the count that covers
+//! it are written by one commit, under the metadata lock of the count word, which every
+//! reader takes to read the count. One transaction at a time may add entries (it holds the
+//! registry's owner token from its first registration to its end), so two cannot write the
+//! same slot. The volatile cache of verified `(type id, layout)` pairs only grows and holds
+//! a pair only once its entry is committed.
 
 use super::tx::Tx;
 use super::Engine;
+use crate::checksum::strong;
 use crate::error::{Error, Result};
-use crate::persistent::{fnv1a64, mix64, Oid, Persistent, RESERVED_TYPE_IDS};
+use crate::heap::layout::{registry_capacity, registry_offset, REGISTRY_ENTRY};
+use crate::persistent::{mix64, Persistent};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Type id of registry pages.
-pub(crate) const REGISTRY_TYPE_ID: u32 = RESERVED_TYPE_IDS + 1;
-/// Type id of a registry entry (never an object of its own; named for `Place`s).
-const ENTRY_TYPE_ID: u32 = RESERVED_TYPE_IDS + 2;
-/// Entries in one page.
-pub(crate) const ENTRIES_PER_PAGE: usize = 63;
+/// Offset of `type_id` in an entry.
+const TYPE_ID_OFFSET: usize = 0;
+/// Offset of `name_len` in an entry.
+const NAME_LEN_OFFSET: usize = TYPE_ID_OFFSET + 4;
+/// Offset of `layout` in an entry.
+const LAYOUT_OFFSET: usize = NAME_LEN_OFFSET + 4;
+/// Offset of `name` in an entry.
+const NAME_OFFSET: usize = LAYOUT_OFFSET + 8;
 /// Bytes of an entry's name.
-const NAME_BYTES: usize = 48;
-
-/// One registered type.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(crate) struct Entry {
-    type_id: u32,
-    name_len: u32,
-    layout: u64,
-    name: [u8; NAME_BYTES],
-}
-
-/// One page of the registry.
-#[repr(C)]
-pub(crate) struct Page {
-    next: Oid<Page>,
-    count: u64,
-    zero: [u8; 48],
-    entries: [Entry; ENTRIES_PER_PAGE],
-}
-
-const _: () = assert!(core::mem::size_of::<Entry>() == 64);
-const _: () = assert!(core::mem::size_of::<Page>() == 4096);
-
-// SAFETY: `Entry` is `repr(C)` of integers and a byte array with no padding (4+4+8+48 = 64,
-// align 8), valid for every bit pattern, without pointers; its ids are fixed constants.
-unsafe impl Persistent for Entry {
-    const TYPE_ID: u32 = ENTRY_TYPE_ID;
-    const LAYOUT: u64 = fnv1a64(b"pgl::registry::Entry v1", 64);
-    const TYPE_NAME: &'static str = "pgl registry entry";
-}
-
-// SAFETY: `Page` is `repr(C)` of an `Oid`, integers, bytes and entries with no padding
-// (8+8+48+63*64 = 4096, align 8), valid for every bit pattern, without pointers.
-unsafe impl Persistent for Page {
-    const TYPE_ID: u32 = REGISTRY_TYPE_ID;
-    const LAYOUT: u64 = fnv1a64(b"pgl::registry::Page v1", 4096);
-    const TYPE_NAME: &'static str = "pgl type registry";
-}
+const NAME_BYTES: usize = 44;
+/// Offset of `check` in an entry.
+const CHECK_OFFSET: usize = NAME_OFFSET + NAME_BYTES;
+const _: () = assert!(CHECK_OFFSET + 4 == REGISTRY_ENTRY as usize);
 
 /// A registered type, as `pool.types()` reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,63 +56,69 @@ pub struct TypeInfo {
     pub name: String,
 }
 
-impl Entry {
-    fn of<T: Persistent>() -> Entry {
-        let full = core::any::type_name::<T>();
-        let mut start = full.len().saturating_sub(NAME_BYTES);
-        while !full.is_char_boundary(start) {
-            start += 1;
-        }
-        let tail = &full.as_bytes()[start..];
-        let mut name = [0u8; NAME_BYTES];
-        name[..tail.len()].copy_from_slice(tail);
-        Entry {
-            type_id: T::TYPE_ID,
-            name_len: tail.len() as u32,
-            layout: T::LAYOUT,
-            name,
-        }
-    }
+/// One entry's bytes.
+type EntryBytes = [u8; REGISTRY_ENTRY as usize];
 
-    fn name(&self) -> String {
-        let n = (self.name_len as usize).min(NAME_BYTES);
-        String::from_utf8_lossy(&self.name[..n]).into_owned()
+/// The end of `name` that fits in an entry, cut at a character boundary.
+fn name_tail(name: &str) -> &str {
+    let mut start = name.len().saturating_sub(NAME_BYTES);
+    while !name.is_char_boundary(start) {
+        start += 1;
     }
-
-    fn info(&self) -> TypeInfo {
-        TypeInfo {
-            type_id: self.type_id,
-            layout: self.layout,
-            name: self.name(),
-        }
-    }
+    &name[start..]
 }
 
-/// Verified `(type id, layout)` pairs: an insert-only open-addressing set of atomics, so
-/// the check on every `open`/`alloc`/`get` is a few loads and no lock.
+fn encode(type_id: u32, layout: u64, name: &str) -> EntryBytes {
+    let name = name_tail(name).as_bytes();
+    let mut e = [0u8; REGISTRY_ENTRY as usize];
+    e[TYPE_ID_OFFSET..NAME_LEN_OFFSET].copy_from_slice(&type_id.to_le_bytes());
+    e[NAME_LEN_OFFSET..LAYOUT_OFFSET].copy_from_slice(&(name.len() as u32).to_le_bytes());
+    e[LAYOUT_OFFSET..NAME_OFFSET].copy_from_slice(&layout.to_le_bytes());
+    e[NAME_OFFSET..NAME_OFFSET + name.len()].copy_from_slice(name);
+    let check = strong(&e[..CHECK_OFFSET]);
+    e[CHECK_OFFSET..].copy_from_slice(&check.to_le_bytes());
+    e
+}
+
+/// Decodes an entry, or says what is wrong with it.
+fn decode(e: &EntryBytes) -> core::result::Result<TypeInfo, String> {
+    let word = |r: core::ops::Range<usize>| {
+        let mut b = [0u8; 8];
+        b[..r.len()].copy_from_slice(&e[r]);
+        u64::from_le_bytes(b)
+    };
+    let check = word(CHECK_OFFSET..CHECK_OFFSET + 4) as u32;
+    let computed = strong(&e[..CHECK_OFFSET]);
+    if check != computed {
+        return Err(format!(
+            "entry check {check:#010x}, computed {computed:#010x}"
+        ));
+    }
+    let n = (word(NAME_LEN_OFFSET..LAYOUT_OFFSET) as usize).min(NAME_BYTES);
+    Ok(TypeInfo {
+        type_id: word(TYPE_ID_OFFSET..NAME_LEN_OFFSET) as u32,
+        layout: word(LAYOUT_OFFSET..NAME_OFFSET),
+        name: String::from_utf8_lossy(&e[NAME_OFFSET..NAME_OFFSET + n]).into_owned(),
+    })
+}
+
+/// Verified `(type id, layout)` pairs, an insert-only open-addressing set of atomics so
+/// that the check on every `open`/`alloc`/`get` is a few loads and no lock; and the token
+/// of the transaction that may add entries.
 pub(crate) struct TypeCache {
     slots: Box<[AtomicU64]>,
-    /// Oid of the first registry page (0 until the pool has one).
-    head: AtomicU64,
+    owner: AtomicU64,
 }
 
 /// Slots probed per lookup; a full neighbourhood only means the slow path runs again.
 const PROBES: usize = 16;
 
 impl TypeCache {
-    pub(crate) fn new(head: u64) -> Self {
+    pub(crate) fn new() -> Self {
         TypeCache {
             slots: (0..1024).map(|_| AtomicU64::new(0)).collect(),
-            head: AtomicU64::new(head),
+            owner: AtomicU64::new(0),
         }
-    }
-
-    pub(crate) fn head(&self) -> u64 {
-        self.head.load(Ordering::Acquire)
-    }
-
-    pub(crate) fn set_head(&self, head: u64) {
-        self.head.store(head, Ordering::Release);
     }
 
     fn key(type_id: u32, layout: u64) -> u64 {
@@ -162,7 +139,7 @@ impl TypeCache {
         false
     }
 
-    fn insert(&self, type_id: u32, layout: u64) {
+    pub(crate) fn insert(&self, type_id: u32, layout: u64) {
         let k = Self::key(type_id, layout);
         let n = self.slots.len();
         for i in 0..PROBES {
@@ -174,139 +151,158 @@ impl TypeCache {
             }
         }
     }
-}
 
-/// Bounds a walk of the page chain, so that a damaged `next` that closes a loop is an
-/// error, not a hang.
-struct Chain {
-    left: u64,
-}
-
-impl Chain {
-    fn new(eng: &Engine) -> Self {
-        Chain {
-            left: eng.geo.pool_size(eng.heap.zone_count()) / 4096,
+    /// Takes the right to add entries for the transaction `token` (non-zero); false if
+    /// another transaction has it.
+    fn try_own(&self, token: u64) -> bool {
+        match self
+            .owner
+            .compare_exchange(0, token, Ordering::Acquire, Ordering::Relaxed)
+        {
+            Ok(_) => true,
+            Err(t) => t == token,
         }
     }
 
-    fn step(&mut self, next: u64) -> Result<()> {
-        if self.left == 0 {
-            return Err(Error::Corrupt {
-                what: "type registry",
-                offset: next,
-                detail: "its chain of pages is longer than the pool could hold: a `next` \
-                         link was damaged and closes a loop"
-                    .into(),
-            });
-        }
-        self.left -= 1;
-        Ok(())
+    /// Gives the right back (at the end of the transaction that took it).
+    pub(crate) fn disown(&self) {
+        self.owner.store(0, Ordering::Release);
     }
 }
 
-fn mismatch<T: Persistent>(e: &Entry) -> Error {
-    Error::LayoutMismatch {
+/// Where the registry of `eng`'s pool lies: the count word, and entry 0.
+fn region(eng: &Engine) -> (u64, u64) {
+    let count = eng.geo.chunk_offset(0, 0) + registry_offset(&eng.geo);
+    (count, count + REGISTRY_ENTRY)
+}
+
+/// The committed entry count, read under the count word's metadata lock.
+fn committed_count(eng: &Engine) -> Result<u64> {
+    let (count_word, _) = region(eng);
+    let n = eng.meta.with_word(count_word, || {
+        // SAFETY: a metadata word of zone 0, read under its metadata lock, which every
+        // commit that changes it holds.
+        unsafe { eng.media.read_u64(count_word) }
+    });
+    let cap = registry_capacity(&eng.geo);
+    if n > cap {
+        return Err(Error::Corrupt {
+            what: "type registry",
+            offset: count_word,
+            detail: format!("{n} entries, but it holds at most {cap}"),
+        });
+    }
+    Ok(n)
+}
+
+/// Committed entry `i` (below the committed count, so no commit changes it).
+fn entry(eng: &Engine, i: u64) -> Result<TypeInfo> {
+    let off = region(eng).1 + i * REGISTRY_ENTRY;
+    let mut e = [0u8; REGISTRY_ENTRY as usize];
+    // SAFETY: inside zone 0's metadata chunk (i < capacity); entries below the committed
+    // count are never written again.
+    unsafe { eng.media.read(off, &mut e) };
+    decode(&e).map_err(|detail| Error::Corrupt {
+        what: "type registry entry",
+        offset: off,
+        detail: format!("{detail}; `pgl check` reports it"),
+    })
+}
+
+/// Looks `T` up among the committed entries from `from` on: `Some(stored layout, name)`.
+fn find_committed<T: Persistent>(eng: &Engine, from: u64, to: u64) -> Result<Option<TypeInfo>> {
+    for i in from..to {
+        let e = entry(eng, i)?;
+        if e.type_id == T::TYPE_ID {
+            return Ok(Some(e));
+        }
+    }
+    Ok(None)
+}
+
+fn verdict<T: Persistent>(found: &TypeInfo) -> Result<()> {
+    if found.layout == T::LAYOUT {
+        return Ok(());
+    }
+    Err(Error::LayoutMismatch {
         type_name: core::any::type_name::<T>().to_owned(),
-        stored_name: e.name(),
+        stored_name: found.name.clone(),
         type_id: T::TYPE_ID,
-        stored: e.layout,
+        stored: found.layout,
         compiled: T::LAYOUT,
-    }
+    })
 }
 
 /// Checks `T` against the registry inside a transaction, registering it in that
 /// transaction if the pool has not stored it yet.
 pub(crate) fn check_in_tx<T: Persistent>(tx: &Tx<'_>) -> Result<()> {
     let eng = tx.eng;
-    let head = eng.types.head();
-    if head == 0 {
+    let mut st = tx.st.borrow_mut();
+    if let Some(&(_, layout, name)) = st.registered.iter().find(|r| r.0 == T::TYPE_ID) {
+        return verdict::<T>(&TypeInfo {
+            type_id: T::TYPE_ID,
+            layout,
+            name: name_tail(name).to_owned(),
+        });
+    }
+    let seen = committed_count(eng)?;
+    if let Some(found) = find_committed::<T>(eng, 0, seen)? {
+        verdict::<T>(&found)?;
+        eng.types.insert(T::TYPE_ID, T::LAYOUT);
         return Ok(());
     }
-    let mut page = Oid::<Page>::from_raw(head);
-    let mut pages = Chain::new(eng);
-    // Whether every page read is committed state (none changed by this transaction), so
-    // that a match may be cached.
-    let mut committed = true;
-    loop {
-        committed &= !tx.has_buffer(page.raw());
-        let p = tx.get(page)?;
-        let n = (p.count as usize).min(ENTRIES_PER_PAGE);
-        if let Some(e) = p.entries[..n].iter().find(|e| e.type_id == T::TYPE_ID) {
-            if e.layout != T::LAYOUT {
-                return Err(mismatch::<T>(e));
-            }
-            if committed {
-                eng.types.insert(T::TYPE_ID, T::LAYOUT);
-            }
-            return Ok(());
-        }
-        if p.next.is_null() {
-            break;
-        }
-        page = p.next;
-        pages.step(page.raw())?;
+    // Not registered: take the right to add entries, then look again at what was
+    // committed meanwhile.
+    let token = tx.lane as *const _ as u64;
+    let (count_word, first) = region(eng);
+    if !eng.types.try_own(token) {
+        let e = Error::Conflict { offset: count_word };
+        st.poison
+            .get_or_insert(Error::Conflict { offset: count_word });
+        return Err(e);
     }
-    // Not registered: add it to the last page, or to a new one linked after it.
-    let entry = Entry::of::<T>();
-    let mut last = tx.open(page)?;
-    let n = last.count as usize;
-    if n < ENTRIES_PER_PAGE {
-        last.place().project(|p| &p.entries).set_at(n, entry);
-        last.place().project(|p| &p.count).set(n as u64 + 1);
-    } else {
-        drop(last);
-        let new = tx.alloc_zeroed::<Page>()?;
-        let mut p = tx.open(new)?;
-        p.place().project(|p| &p.entries).set_at(0, entry);
-        p.place().project(|p| &p.count).set(1);
-        drop(p);
-        tx.open(page)?.place().project(|p| &p.next).set(new);
+    st.owns_registry = true;
+    let count = committed_count(eng)?;
+    if let Some(found) = find_committed::<T>(eng, seen, count)? {
+        verdict::<T>(&found)?;
+        eng.types.insert(T::TYPE_ID, T::LAYOUT);
+        return Ok(());
     }
+    let slot = count + st.registered.len() as u64;
+    let cap = registry_capacity(&eng.geo);
+    if slot >= cap {
+        return Err(Error::TooManyTypes {
+            type_name: core::any::type_name::<T>().to_owned(),
+            capacity: cap,
+        });
+    }
+    let name = core::any::type_name::<T>();
+    let bytes = encode(T::TYPE_ID, T::LAYOUT, name);
+    let at = first + slot * REGISTRY_ENTRY;
+    for (i, w) in bytes.chunks_exact(8).enumerate() {
+        let w = u64::from_le_bytes(w.try_into().expect("8-byte chunk"));
+        st.sc.meta.set(at + 8 * i as u64, w);
+    }
+    st.sc.meta.set(count_word, slot + 1);
+    st.registered.push((T::TYPE_ID, T::LAYOUT, name));
     Ok(())
 }
 
 /// Checks `T` against the registry outside a transaction (`pool.get`): only what is
 /// committed is visible, and nothing is registered.
 pub(crate) fn check_outside<T: Persistent>(eng: &Engine) -> Result<()> {
-    let mut page = Oid::<Page>::from_raw(eng.types.head());
-    let mut pages = Chain::new(eng);
-    while !page.is_null() {
-        let p = super::tx::get(eng, page)?;
-        let n = (p.count as usize).min(ENTRIES_PER_PAGE);
-        if let Some(e) = p.entries[..n].iter().find(|e| e.type_id == T::TYPE_ID) {
-            if e.layout != T::LAYOUT {
-                return Err(mismatch::<T>(e));
-            }
-            eng.types.insert(T::TYPE_ID, T::LAYOUT);
-            return Ok(());
-        }
-        page = p.next;
-        pages.step(page.raw())?;
+    let count = committed_count(eng)?;
+    if let Some(found) = find_committed::<T>(eng, 0, count)? {
+        verdict::<T>(&found)?;
+        eng.types.insert(T::TYPE_ID, T::LAYOUT);
     }
     Ok(())
 }
 
-/// Every registered type, in registration order (outside transactions).
+/// Every registered type, in registration order.
 pub(crate) fn list(eng: &Engine) -> Result<Vec<TypeInfo>> {
-    let mut out = Vec::new();
-    let mut page = Oid::<Page>::from_raw(eng.types.head());
-    let mut pages = Chain::new(eng);
-    while !page.is_null() {
-        let p = super::tx::get(eng, page)?;
-        let n = (p.count as usize).min(ENTRIES_PER_PAGE);
-        out.extend(p.entries[..n].iter().map(Entry::info));
-        page = p.next;
-        pages.step(page.raw())?;
-    }
-    Ok(out)
-}
-
-/// Creates the registry's first page in a transaction of its own and returns its oid
-/// (the caller writes it into the metadata word `word` in the same transaction).
-pub(crate) fn create(tx: &Tx<'_>, word: u64) -> Result<u64> {
-    let first = tx.alloc_zeroed::<Page>()?;
-    tx.set_meta_word(word, first.raw());
-    Ok(first.raw())
+    let count = committed_count(eng)?;
+    (0..count).map(|i| entry(eng, i)).collect()
 }
 
 #[cfg(test)]
@@ -314,25 +310,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_keep_the_end_of_long_type_names_at_a_char_boundary() {
-        #[allow(dead_code)]
-        struct AVeryLongTypeNameThatDoesNotFitInFortyEightBytesÄÖÜ;
-        // SAFETY: test only: the type is never stored, only named.
-        unsafe impl Persistent for AVeryLongTypeNameThatDoesNotFitInFortyEightBytesÄÖÜ {
-            const TYPE_ID: u32 = 7;
-            const LAYOUT: u64 = 8;
-            const TYPE_NAME: &'static str = "x";
+    fn entries_round_trip_and_any_flipped_bit_is_caught() {
+        let e = encode(0x1234_5678, 0xdead_beef_0bad_f00d, "my_app::model::Account");
+        let info = decode(&e).unwrap();
+        assert_eq!(info.type_id, 0x1234_5678);
+        assert_eq!(info.layout, 0xdead_beef_0bad_f00d);
+        assert_eq!(info.name, "my_app::model::Account");
+        for bit in 0..REGISTRY_ENTRY as usize * 8 {
+            let mut bad = e;
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert!(decode(&bad).is_err(), "bit {bit}");
         }
-        let e = Entry::of::<AVeryLongTypeNameThatDoesNotFitInFortyEightBytesÄÖÜ>();
-        let name = e.name();
-        assert!(name.len() <= NAME_BYTES && !name.is_empty());
-        assert!(name.ends_with("BytesÄÖÜ"), "{name}");
-        assert_eq!(Entry::of::<u64>().name(), "u64");
+    }
+
+    #[test]
+    fn long_names_keep_their_end_at_a_char_boundary() {
+        let long = "a_crate::a_module::AVeryLongTypeNameThatDoesNotFitÄÖÜ";
+        let e = decode(&encode(1, 2, long)).unwrap();
+        assert!(
+            e.name.len() <= NAME_BYTES && long.ends_with(&e.name),
+            "{}",
+            e.name
+        );
+        assert!(e.name.ends_with("FitÄÖÜ"));
+        let odd = "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxÄ"; // 43 + 2 bytes
+        let e = decode(&encode(1, 2, odd)).unwrap();
+        assert!(odd.ends_with(&e.name) && e.name.len() <= NAME_BYTES);
     }
 
     #[test]
     fn the_cache_holds_exactly_what_was_inserted() {
-        let c = TypeCache::new(0);
+        let c = TypeCache::new();
         assert!(!c.contains(5, 6));
         c.insert(5, 6);
         assert!(c.contains(5, 6));
@@ -344,5 +352,15 @@ mod tests {
             c.insert(id, 1);
         }
         assert!(c.contains(5, 6));
+    }
+
+    #[test]
+    fn one_owner_at_a_time() {
+        let c = TypeCache::new();
+        assert!(c.try_own(10));
+        assert!(c.try_own(10), "the owner may take it again");
+        assert!(!c.try_own(11));
+        c.disown();
+        assert!(c.try_own(11));
     }
 }

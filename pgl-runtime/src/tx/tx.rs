@@ -23,6 +23,10 @@ pub(crate) struct TxState<'p> {
     pub sc: Scratch,
     pub poison: Option<Error>,
     pub allocs: u64,
+    /// Types this transaction added to the type registry: (id, layout, name).
+    pub registered: Vec<(u32, u64, &'static str)>,
+    /// Whether it holds the right to add registry entries.
+    pub owns_registry: bool,
 }
 
 /// A transaction. Obtained from `pool.tx(|tx| ...)`; every change made through it becomes
@@ -46,6 +50,8 @@ impl<'p> Tx<'p> {
                 sc,
                 poison: None,
                 allocs: 0,
+                registered: Vec::new(),
+                owns_registry: false,
             }),
             done: Cell::new(false),
         }
@@ -77,15 +83,10 @@ impl<'p> Tx<'p> {
     /// transaction when the pool has never stored it (see `registry`).
     #[inline]
     fn check_layout<T: Persistent>(&self) -> Result<()> {
-        if T::TYPE_ID == super::REGISTRY_TYPE_ID || self.eng.types.contains(T::TYPE_ID, T::LAYOUT) {
+        if self.eng.types.contains(T::TYPE_ID, T::LAYOUT) {
             return Ok(());
         }
         super::registry::check_in_tx::<T>(self)
-    }
-
-    /// Whether this transaction holds a buffer of the object at `off`.
-    pub(crate) fn has_buffer(&self, off: u64) -> bool {
-        self.st.borrow().sc.index.contains_key(&off)
     }
 
     fn header(&self, off: u64) -> ObjectHeader {
@@ -357,6 +358,11 @@ impl<'p> Tx<'p> {
     }
 
     pub(crate) fn release(&self, st: &mut TxState<'p>) {
+        if st.owns_registry {
+            self.eng.types.disown();
+            st.owns_registry = false;
+        }
+        st.registered.clear();
         for (stripe, h) in st.sc.held.drain() {
             self.eng.objects.release(stripe, h);
         }
@@ -535,7 +541,7 @@ fn backoff(attempt: u32) {
 
 /// `pool.get`: a read view outside any transaction.
 pub(crate) fn get<'p, T: Persistent>(eng: &'p Engine, oid: Oid<T>) -> Result<Ref<'p, T>> {
-    if T::TYPE_ID != super::REGISTRY_TYPE_ID && !eng.types.contains(T::TYPE_ID, T::LAYOUT) {
+    if !eng.types.contains(T::TYPE_ID, T::LAYOUT) {
         super::registry::check_outside::<T>(eng)?;
     }
     let off = oid.raw();
