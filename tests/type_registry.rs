@@ -175,3 +175,36 @@ fn many_types_from_several_threads_are_each_registered_once() {
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
+
+#[test]
+fn a_damaged_registry_entry_is_reported_not_trusted() {
+    let path = path("damaged");
+    let pool = Pool::create(&path, &Config::small("reg")).unwrap();
+    let oid = pool.tx(|tx| tx.alloc(7u64)).unwrap();
+    let geo = pool.info().header.geo;
+    drop(pool);
+
+    // Flip one bit of the first entry's layout (see the book's byte table).
+    let chunks = geo.rows * geo.chunks_per_row;
+    let registry = geo.chunk_offset(0, 0) + (1024 + 8 * chunks).div_ceil(64) * 64;
+    let at = (registry + 64 + 8) as usize;
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[at] ^= 0x10;
+    std::fs::write(&path, &bytes).unwrap();
+
+    let pool = Pool::open(&path, "reg").unwrap();
+    let corrupt = |r: pgl::Result<()>| match r {
+        Err(Error::Corrupt { what, offset, .. }) => {
+            assert_eq!(what, "type registry entry");
+            assert_eq!(offset, registry + 64);
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    };
+    corrupt(pool.types().map(|_| ()));
+    // Neither the damaged type nor a new one is checked against an entry that fails its
+    // own checksum.
+    corrupt(pool.get(oid).map(|_| ()));
+    corrupt(pool.tx(|tx| tx.alloc(1u16).map(|_| ())));
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}

@@ -496,6 +496,18 @@ impl<'a> Layout<'a> {
 
 /// The field's type with every bare `Self` replaced by the struct's own type, spanned at
 /// the `Self` it replaces.
+/// The struct's where clause with `Self` replaced by the struct's own type, for items
+/// outside the impl (where `Self` would mean something else).
+pub(crate) fn where_clause_without_self(cont: &Container<'_>) -> Option<syn::WhereClause> {
+    let mut wc = cont.generics.where_clause.clone()?;
+    for pred in wc.predicates.iter_mut() {
+        if let syn::WherePredicate::Type(p) = pred {
+            p.bounded_ty = replace_self(&p.bounded_ty, cont);
+        }
+    }
+    Some(wc)
+}
+
 fn replace_self(ty: &Type, cont: &Container<'_>) -> Type {
     struct ReplaceSelf<'c> {
         ident: &'c syn::Ident,

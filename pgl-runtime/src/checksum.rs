@@ -100,7 +100,10 @@ impl Strong {
     /// A checksum of no bytes yet.
     #[must_use]
     pub fn new() -> Self {
-        Self(crc32fast::Hasher::new())
+        // `Hasher::new` detects the CPU's features on every call; a clone of one made once
+        // does not (a seal or a header check makes one per call).
+        static PROTO: std::sync::OnceLock<crc32fast::Hasher> = std::sync::OnceLock::new();
+        Self(PROTO.get_or_init(crc32fast::Hasher::new).clone())
     }
 
     /// Feeds `data` after the bytes fed so far.
@@ -118,7 +121,9 @@ impl Strong {
 /// The strong checksum (CRC-32) of `data`: the one-shot form of [`Strong`].
 #[must_use]
 pub fn strong(data: &[u8]) -> u32 {
-    crc32fast::hash(data)
+    let mut s = Strong::new();
+    s.update(data);
+    s.finish()
 }
 
 #[cfg(test)]

@@ -160,7 +160,7 @@ pub enum Error {
     },
 
     /// The pool's type registry is full: no further type can be stored in it.
-    #[error("cannot store `{type_name}`: the pool's type registry is full ({capacity} types); store the values in fewer distinct types, or move the data to a pool created with bigger chunks (its registry holds more)")]
+    #[error("cannot store `{type_name}`: the pool's type registry is full ({capacity} types); store the values in fewer distinct types (wrap several in one struct, or use one array type for several sizes)")]
     TooManyTypes {
         /// The type that could not be registered.
         type_name: String,

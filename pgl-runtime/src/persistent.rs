@@ -60,7 +60,7 @@ pub const fn mix64(a: u64, b: u64) -> u64 {
     x ^ (x >> 33)
 }
 
-/// The first type id kept for pgl's own use (its internal objects); user types never
+/// The first type id kept for pgl's own use (objects of its own, in later formats); user types never
 /// have one (`#[pgl(id)]` rejects them, hashed ids are folded below it).
 pub const RESERVED_TYPE_IDS: u32 = 0xffff_ff00;
 

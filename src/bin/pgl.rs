@@ -237,9 +237,15 @@ fn info(file: &Path) -> Result<String> {
         objects.len(),
         total
     );
-    // The registry names each type; a type with objects but no entry (impossible unless
-    // the registry was damaged) is still listed.
-    let types = pool.types()?;
+    // The registry names each type; a type with objects but no entry (stored by a pgl
+    // older than the registry) is still listed, and a damaged registry is reported.
+    let types = match pool.types() {
+        Ok(t) => t,
+        Err(e) => {
+            let _ = writeln!(out, "  type registry unreadable: {e}");
+            Vec::new()
+        }
+    };
     let mut rows: Vec<(u32, Option<u64>, String)> = types
         .iter()
         .map(|t| (t.type_id, Some(t.layout), t.name.clone()))
@@ -325,6 +331,16 @@ fn check(file: &Path) -> Result<(String, bool)> {
         "  lanes     valid; {} committed record(s) replayed",
         s.records_replayed
     );
+    match pool.types() {
+        Ok(t) => {
+            let _ = writeln!(out, "  types     {} registered, all entries valid", t.len());
+        }
+        Err(e) if is_damage(&e) => {
+            problems += 1;
+            let _ = writeln!(out, "  types     FAILED: {e}");
+        }
+        Err(e) => return Err(e),
+    }
 
     let total = match pool.objects() {
         Ok(o) => o.len() as u64,

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use proc_macro2::{Ident, TokenStream};
+use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::ext::IdentExt;
 use syn::{Type, Visibility};
@@ -77,6 +77,11 @@ fn method_names(field: &Field<'_>) -> Vec<Ident> {
 /// `set_a`), at the second field.
 pub(crate) fn check(cx: &Ctxt, cont: &Container<'_>, fields: &[Field<'_>]) {
     let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    // The trait's own hidden method.
+    seen.insert(
+        "__pgl_view".to_owned(),
+        "(pgl's own `__pgl_view`)".to_owned(),
+    );
     for field in accessible(cont, fields) {
         for name in method_names(field) {
             let key = name.unraw().to_string();
@@ -107,7 +112,14 @@ pub(crate) fn expand(
     let vis = cont.vis;
     let name = &cont.name;
     let trait_name = format_ident!("{}Fields", name, span = ident.span());
-    let (impl_generics, ty_generics, where_clause) = cont.generics.split_for_impl();
+    let (impl_generics, ty_generics, _) = cont.generics.split_for_impl();
+    let where_clause = crate::layout::where_clause_without_self(cont);
+    // Names the bodies bind. A binding pattern resolves to an item of the same name in the
+    // user's scope (a `const value`, a unit struct `s`) whatever its span, so the names are
+    // ones a user does not write.
+    let value = Ident::new("__pgl_value", Span::mixed_site());
+    let index = Ident::new("__pgl_index", Span::mixed_site());
+    let whole = Ident::new("__pgl_whole", Span::mixed_site());
     let this = quote!(#ident #ty_generics);
     let as_place = quote!(::pgl::__private::AsPlace<#this>);
     let place = quote!(::pgl::__private::Place);
@@ -147,13 +159,13 @@ pub(crate) fn expand(
             }
             #[doc = #set_doc]
             #[inline]
-            fn #setter(&mut self, value: #ty) where #writable {
-                ::pgl::__private::AsPlace::place(self).project(|s| &s.#member).set(value)
+            fn #setter(&mut self, #value: #ty) where #writable {
+                ::pgl::__private::AsPlace::place(self).project(|#whole| &#whole.#member).set(#value)
             }
             #[doc = #place_doc]
             #[inline]
             fn #place_fn(&mut self) -> #place<'_, #ty> where #writable {
-                ::pgl::__private::AsPlace::place(self).project(|s| &s.#member)
+                ::pgl::__private::AsPlace::place(self).project(|#whole| &#whole.#member)
             }
         });
         if let Some(elem) = array_element(ty) {
@@ -169,16 +181,16 @@ pub(crate) fn expand(
             methods.push(quote_spanned! {span=>
                 #[doc = #at_doc]
                 #[inline]
-                fn #at(&self, i: usize) -> &#elem {
-                    &self.__pgl_view().#member[i]
+                fn #at(&self, #index: usize) -> &#elem {
+                    &self.__pgl_view().#member[#index]
                 }
                 #[doc = #set_at_doc]
                 #[inline]
-                fn #set_at(&mut self, i: usize, value: #elem) where #writable {
+                fn #set_at(&mut self, #index: usize, #value: #elem) where #writable {
                     ::pgl::__private::AsPlace::place(self)
-                        .project(|s| &s.#member)
-                        .at(i)
-                        .set(value)
+                        .project(|#whole| &#whole.#member)
+                        .at(#index)
+                        .set(#value)
                 }
             });
         }
@@ -201,7 +213,13 @@ pub(crate) fn expand(
     );
     quote! {
         #[doc = #doc]
-        #[allow(dead_code, clippy::wrong_self_convention, clippy::should_implement_trait)]
+        #[allow(
+            dead_code,
+            non_camel_case_types,
+            clippy::wrong_self_convention,
+            clippy::should_implement_trait,
+            clippy::must_use_candidate
+        )]
         #vis trait #trait_name #impl_generics #where_clause {
             /// The struct this view shows (every accessor reads through it).
             #[doc(hidden)]

@@ -255,8 +255,10 @@ impl Heap {
     }
 
     /// The largest payload one object can have.
+    /// The largest payload: what one zone's data chunks hold, and at most `u32::MAX` bytes
+    /// (micro-buffers track modified ranges with 32-bit offsets).
     pub(crate) fn max_object(&self) -> u64 {
-        (self.geo.chunks_per_zone() - 1) * self.geo.chunk_size - HEADER_SIZE
+        ((self.geo.chunks_per_zone() - 1) * self.geo.chunk_size - HEADER_SIZE).min(u32::MAX as u64)
     }
 
     /// Finds the live object whose payload starts at `payload`.

@@ -7,6 +7,10 @@
 //!
 //! Invariant: NVMM is changed only from a buffer whose canaries and padding are intact.
 
+// Payloads start one `u128` into the storage, so their alignment is `u128`'s, which must
+// cover every persistent type.
+const _: () = assert!(core::mem::align_of::<u128>() >= crate::persistent::MAX_ALIGN);
+
 /// What a buffer is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum BufKind {

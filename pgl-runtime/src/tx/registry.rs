@@ -13,8 +13,11 @@
 //!     4   name_len  u32   bytes of `name` in use
 //!     8   layout    u64   the type's `Persistent::LAYOUT`
 //!     16  name      44 bytes of UTF-8: the end of `core::any::type_name`
-//!     60  check     u32   CRC-32C of bytes 0..60
+//!     60  check     u32   CRC-32 of bytes 0..60
 //! ```
+//!
+//! Types are registered by the transaction that allocates one (`tx.alloc`); reads and
+//! opens only compare.
 //!
 //! Invariant: entries below `count` are never changed; an entry and the count that covers
 //! it are written by one commit, under the metadata lock of the count word, which every
@@ -121,13 +124,23 @@ impl TypeCache {
         }
     }
 
-    fn key(type_id: u32, layout: u64) -> u64 {
+    const fn key(type_id: u32, layout: u64) -> u64 {
         mix64(type_id as u64, layout) | 1
     }
 
+    /// Whether `T`'s layout was verified (the key is computed at compile time).
     #[inline]
-    pub(crate) fn contains(&self, type_id: u32, layout: u64) -> bool {
-        let k = Self::key(type_id, layout);
+    pub(crate) fn knows<T: Persistent>(&self) -> bool {
+        self.contains_key(const { Self::key(T::TYPE_ID, T::LAYOUT) })
+    }
+
+    #[cfg(test)]
+    fn contains(&self, type_id: u32, layout: u64) -> bool {
+        self.contains_key(Self::key(type_id, layout))
+    }
+
+    #[inline]
+    fn contains_key(&self, k: u64) -> bool {
         let n = self.slots.len();
         for i in 0..PROBES {
             match self.slots[(k as usize + i) % n].load(Ordering::Relaxed) {
@@ -233,8 +246,8 @@ fn verdict<T: Persistent>(found: &TypeInfo) -> Result<()> {
     })
 }
 
-/// Checks `T` against the registry inside a transaction, registering it in that
-/// transaction if the pool has not stored it yet.
+/// Checks `T` against the registry inside a transaction that stores a `T`, registering it
+/// in that transaction if the pool has not stored one yet.
 pub(crate) fn check_in_tx<T: Persistent>(tx: &Tx<'_>) -> Result<()> {
     let eng = tx.eng;
     let mut st = tx.st.borrow_mut();
@@ -261,9 +274,15 @@ pub(crate) fn check_in_tx<T: Persistent>(tx: &Tx<'_>) -> Result<()> {
             .get_or_insert(Error::Conflict { offset: count_word });
         return Err(e);
     }
+    let first_claim = !st.owns_registry;
     st.owns_registry = true;
     let count = committed_count(eng)?;
     if let Some(found) = find_committed::<T>(eng, seen, count)? {
+        if first_claim {
+            // Another transaction registered it meanwhile: nothing for this one to add.
+            eng.types.disown();
+            st.owns_registry = false;
+        }
         verdict::<T>(&found)?;
         eng.types.insert(T::TYPE_ID, T::LAYOUT);
         return Ok(());
@@ -288,8 +307,8 @@ pub(crate) fn check_in_tx<T: Persistent>(tx: &Tx<'_>) -> Result<()> {
     Ok(())
 }
 
-/// Checks `T` against the registry outside a transaction (`pool.get`): only what is
-/// committed is visible, and nothing is registered.
+/// Checks `T` against the committed registry without registering it (reads and opens; a
+/// type with no entry, from a pool written before the registry, is accepted).
 pub(crate) fn check_outside<T: Persistent>(eng: &Engine) -> Result<()> {
     let count = committed_count(eng)?;
     if let Some(found) = find_committed::<T>(eng, 0, count)? {

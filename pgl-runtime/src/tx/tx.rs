@@ -79,14 +79,20 @@ impl<'p> Tx<'p> {
         }
     }
 
-    /// Checks `T`'s layout against the pool's type registry, registering `T` in this
-    /// transaction when the pool has never stored it (see `registry`).
+    /// Checks `T`'s layout against the pool's type registry; when `storing` (an
+    /// allocation) and the pool has never stored `T`, registers it in this transaction
+    /// (see `registry`). Reads and opens never register: the type of an existing object
+    /// was registered when it was stored.
     #[inline]
-    fn check_layout<T: Persistent>(&self) -> Result<()> {
-        if self.eng.types.contains(T::TYPE_ID, T::LAYOUT) {
+    fn check_layout<T: Persistent>(&self, storing: bool) -> Result<()> {
+        if self.eng.types.knows::<T>() {
             return Ok(());
         }
-        super::registry::check_in_tx::<T>(self)
+        if storing {
+            super::registry::check_in_tx::<T>(self)
+        } else {
+            super::registry::check_outside::<T>(self.eng)
+        }
     }
 
     fn header(&self, off: u64) -> ObjectHeader {
@@ -171,7 +177,7 @@ impl<'p> Tx<'p> {
     /// Opens the object for update: copies it into a micro-buffer (verifying its checksum)
     /// and returns a handle to the copy. Changes reach NVMM atomically at commit.
     pub fn open<T: Persistent>(&self, oid: Oid<T>) -> Result<Mut<'_, T>> {
-        self.check_layout::<T>()?;
+        self.check_layout::<T>(false)?;
         let mut st = self.st.borrow_mut();
         let off = oid.raw();
         let mut b = match self.buffer_of::<T>(&st, off)? {
@@ -219,7 +225,7 @@ impl<'p> Tx<'p> {
     /// Reads the object inside the transaction: from this transaction's buffer if it has
     /// one, else from NVMM under a read lock held until the transaction ends.
     pub fn get<T: Persistent>(&self, oid: Oid<T>) -> Result<Read<'_, T>> {
-        self.check_layout::<T>()?;
+        self.check_layout::<T>(false)?;
         let mut st = self.st.borrow_mut();
         let off = oid.raw();
         if let Some(mut b) = self.buffer_of::<T>(&st, off)? {
@@ -249,7 +255,7 @@ impl<'p> Tx<'p> {
     /// Allocates a new object holding `value`; it becomes durable (and its oid valid after a
     /// crash) only if the transaction commits. Store the oid somewhere reachable.
     pub fn alloc<T: Persistent>(&self, value: T) -> Result<Oid<T>> {
-        self.check_layout::<T>()?;
+        self.check_layout::<T>(true)?;
         let size = core::mem::size_of::<T>();
         // SAFETY: `Persistent` values have no padding: all bytes are initialised.
         let bytes = unsafe { core::slice::from_raw_parts(&value as *const T as *const u8, size) };
@@ -259,7 +265,7 @@ impl<'p> Tx<'p> {
 
     /// Allocates a new zero-filled object (every `Persistent` type is valid when zeroed).
     pub fn alloc_zeroed<T: Persistent>(&self) -> Result<Oid<T>> {
-        self.check_layout::<T>()?;
+        self.check_layout::<T>(true)?;
         self.alloc_raw(core::mem::size_of::<T>(), T::TYPE_ID, |p| p.fill(0))
             .map(Oid::from_raw)
     }
@@ -541,7 +547,7 @@ fn backoff(attempt: u32) {
 
 /// `pool.get`: a read view outside any transaction.
 pub(crate) fn get<'p, T: Persistent>(eng: &'p Engine, oid: Oid<T>) -> Result<Ref<'p, T>> {
-    if !eng.types.contains(T::TYPE_ID, T::LAYOUT) {
+    if !eng.types.knows::<T>() {
         super::registry::check_outside::<T>(eng)?;
     }
     let off = oid.raw();
