@@ -77,6 +77,44 @@ fn alloc_op(run: &mut Run<'_>, kind: &str, n: usize, why: &str) -> u64 {
     oid
 }
 
+/// Two checked ops: a transaction that only allocates (into an existing run: the direct
+/// commit, no record), then one that links the new object into a slot.
+fn orphan_then_link_ops(run: &mut Run<'_>, n: usize) {
+    let data = run.rng.bytes(n);
+    let mut oid = 0;
+    let d = data.clone();
+    run.op(
+        "alloc",
+        format!("alloc {n} B and store the oid nowhere (direct commit)"),
+        |pool, _, m, _| {
+            let direct = pool.stats().direct_commits;
+            oid = pool.tx(|tx| tx_alloc(tx, &d)).expect("alloc-only tx");
+            assert_eq!(
+                pool.stats().direct_commits,
+                direct + 1,
+                "an allocation from an existing run commits without a record"
+            );
+            m.orphans.push(d);
+        },
+    );
+    let slot = run.model.free_slot();
+    run.op(
+        "alloc",
+        format!("link the {n} B orphan into slot {slot}"),
+        move |pool, root, m, _| {
+            pool.tx(|tx| tx_set_slot(tx, root, slot, oid, false))
+                .expect("link tx");
+            let i = m
+                .orphans
+                .iter()
+                .position(|o| *o == data)
+                .expect("model orphan");
+            let data = m.orphans.swap_remove(i);
+            m.put(slot, data);
+        },
+    );
+}
+
 #[test]
 fn crash_alloc() {
     let mut suite = Suite::new("alloc");
@@ -104,6 +142,8 @@ fn crash_alloc() {
             if i == existing_at && !small.is_empty() {
                 let n = run.rng.pick(&small);
                 alloc_op(&mut run, "alloc", n, "into an existing run");
+                let n = run.rng.pick(&small);
+                orphan_then_link_ops(&mut run, n);
             }
             if i == reuse_at {
                 let n = run.rng.pick(&sizes[..=i]);

@@ -231,6 +231,9 @@ pub struct Model {
     pub slots: Vec<Option<Vec<u8>>>,
     /// The value of root word `PROBE_SLOT`.
     pub probe: u64,
+    /// Payloads of objects that are allocated but in no slot (allocated by a transaction
+    /// that stored the oid nowhere).
+    pub orphans: Vec<Vec<u8>>,
 }
 
 impl Default for Model {
@@ -238,6 +241,7 @@ impl Default for Model {
         Model {
             slots: vec![None; SLOTS],
             probe: 0,
+            orphans: Vec::new(),
         }
     }
 }
@@ -419,7 +423,24 @@ pub fn check_model(st: &State, m: &Model) -> Result<(), String> {
             words[PROBE_SLOT], m.probe
         ));
     }
-    let got: BTreeSet<u64> = st.objects.keys().copied().collect();
+    let mut got: BTreeSet<u64> = st.objects.keys().copied().collect();
+    // Objects in no slot must be exactly the model's orphans (matched by their bytes).
+    let mut orphans = m.orphans.clone();
+    let extra: Vec<u64> = got.difference(&expect).copied().collect();
+    for o in extra {
+        let bytes = &st.objects[&o].1;
+        if let Some(i) = orphans.iter().position(|d| d == bytes) {
+            orphans.swap_remove(i);
+            got.remove(&o);
+        }
+    }
+    if !orphans.is_empty() {
+        return Err(format!(
+            "{} orphan object(s) of the model are not allocated (sizes {:?})",
+            orphans.len(),
+            orphans.iter().map(Vec::len).collect::<Vec<_>>()
+        ));
+    }
     if got != expect {
         return Err(format!(
             "allocated objects {:x?}, expected {:x?} (leaked: {:x?}, missing: {:x?})",

@@ -149,6 +149,9 @@ impl Tx<'_> {
         let r = if items.is_empty() && news.is_empty() && vals.len() <= 1 {
             self.commit_direct(&vals);
             Ok(())
+        } else if items.is_empty() && vals.len() == 1 {
+            self.commit_new_direct(&news, vals[0]);
+            Ok(())
         } else {
             self.commit_logged(&mut lane.stage, &mut lane.hdrs, &items, &news, &vals)
         };
@@ -189,6 +192,53 @@ impl Tx<'_> {
         c.add(Counter::Fences, 1);
         c.add(Counter::DirectCommits, 1);
         c.add(Counter::BytesWritten, 8);
+    }
+
+    /// A commit that only creates objects and changes one metadata word (an allocation
+    /// from an existing run: one bitmap word): the objects are written into their
+    /// still-free blocks and made durable under the first fence, then the word is stored in
+    /// place under the second. A crash before the second fence leaves the blocks free (their
+    /// bytes are nobody's), after it the objects allocated; no record is needed for that,
+    /// and none is written.
+    fn commit_new_direct(
+        &self,
+        news: &[std::ptr::NonNull<super::buffer::Buffer>],
+        val: (u64, u64),
+    ) {
+        let eng = self.eng;
+        let media = &eng.media;
+        let mut written = 8u64;
+        for b in news {
+            // SAFETY: buffers live until release.
+            let buf = unsafe { b.as_ref() };
+            let h = ObjectHeader {
+                size: buf.size as u64,
+                type_id: buf.type_id,
+                checksum: object_checksum(buf.off, buf.type_id, buf.payload()),
+            }
+            .to_bytes();
+            // SAFETY: the block was reserved for this transaction by the heap (no one else
+            // uses it) and lies inside the pool.
+            unsafe {
+                media.write_durable(buf.off - HEADER_SIZE, &h);
+                media.write_durable(buf.off, buf.payload());
+            }
+            written += HEADER_SIZE + buf.size as u64;
+        }
+        // The word may be covered by another lane's record that is not yet retired: that
+        // retire mark must be durable before the word is (see `fence_with_retires`).
+        self.fence_with_retires(None);
+        let (off, v) = val;
+        // SAFETY: heap metadata word, protected by its metadata lock (held by the caller).
+        unsafe { media.write_u64(off, v) };
+        if !crate::fault::drop_apply_flush() {
+            media.flush(off, 8);
+        }
+        media.fence(); // ---- committed ----
+        let c = &self.lane.counters;
+        c.add(Counter::Fences, 2);
+        c.add(Counter::DirectCommits, 1);
+        c.add(Counter::BytesWritten, written);
     }
 
     /// Flushes the retire marks that may not be durable yet, then fences. A logged commit
