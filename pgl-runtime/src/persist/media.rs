@@ -14,7 +14,7 @@ use crate::{Error, Result};
 use memmap2::{MmapOptions, MmapRaw};
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Copies at least this long use streaming stores. Measured here (fig3, 1 thread): for
@@ -38,6 +38,9 @@ pub struct Media {
     reserve: u64,
     mode: FlushMode,
     backing: Backing,
+    /// The OS error of the first failed write-back (0: none). Once set, nothing written
+    /// since the last good fence is known durable, and commits are refused (see `check`).
+    failed: AtomicI32,
 }
 
 // SAFETY: `base` points into a mapping (or CrashSim allocation) owned by `backing`, which
@@ -118,6 +121,7 @@ impl Media {
                 path: path.to_owned(),
                 _map: map,
             },
+            failed: AtomicI32::new(0),
         })
     }
 
@@ -151,6 +155,7 @@ impl Media {
                 path: path.to_owned(),
                 _map: map,
             },
+            failed: AtomicI32::new(0),
         })
     }
 
@@ -162,6 +167,7 @@ impl Media {
             reserve: sim.capacity(),
             mode: FlushMode::None,
             backing: Backing::Sim(sim),
+            failed: AtomicI32::new(0),
         }
     }
 
@@ -229,7 +235,7 @@ impl Media {
     pub(crate) fn flush(&self, off: u64, len: u64) {
         match &self.backing {
             Backing::Sim(sim) => sim.flush(off, len),
-            Backing::File { path, .. } => match self.mode {
+            Backing::File { .. } => match self.mode {
                 FlushMode::Clwb | FlushMode::Clflushopt | FlushMode::Clflush => {
                     // SAFETY: `[off, off + len)` lies in the mapping (see `ptr`).
                     unsafe { flush_lines(self.mode, self.ptr(off), len as usize) }
@@ -249,18 +255,39 @@ impl Media {
                             libc::MS_SYNC,
                         )
                     };
+                    let rc = if crate::fault::fail_msync() { -1 } else { rc };
                     if rc != 0 {
-                        // A failed msync means the data may not be durable; there is no way
-                        // to continue with the promise intact.
-                        panic!(
-                            "msync of {} failed: {}",
-                            path.display(),
-                            std::io::Error::last_os_error()
+                        // The data may not be durable. Remember it: the commit that issued
+                        // this flush, and every later one, fails (`check`).
+                        let code = std::io::Error::last_os_error()
+                            .raw_os_error()
+                            .filter(|&c| c != 0)
+                            .unwrap_or(libc::EIO);
+                        let _ = self.failed.compare_exchange(
+                            0,
+                            code,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
                         );
                     }
                 }
                 FlushMode::None => {}
             },
+        }
+    }
+
+    /// `Err` once a write-back has failed: what was written since may not be durable, so
+    /// the pool takes no more commits; reopening it runs recovery, which replays every
+    /// record that reached media.
+    pub(crate) fn check(&self) -> Result<()> {
+        match self.failed.load(Ordering::Acquire) {
+            0 => Ok(()),
+            code => Err(Error::io(
+                "write-back failed earlier, so the pool refuses further commits (reopen it: \
+                 recovery replays what reached media); the failed write-back",
+                self.path(),
+                std::io::Error::from_raw_os_error(code),
+            )),
         }
     }
 

@@ -420,11 +420,14 @@ impl Pool {
             )));
         }
         super::header::check_geometry(&eng.geo, zones).map_err(Error::config)?;
+        eng.media.check()?;
         eng.media.grow(eng.geo.pool_size(zones))?;
         header.zones = zones;
         header.generation += 1;
         Self::write_header_copy(&eng.media, 0, &header);
         Self::write_header_copy(&eng.media, eng.geo.header_offset(1), &header);
+        // The new zones are usable only if the headers that name them are durable.
+        eng.media.check()?;
         eng.heap.add_zones(&eng.media, zones)?;
         *self.inner.header.lock() = header;
         Ok(())

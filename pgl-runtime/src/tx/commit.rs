@@ -55,6 +55,8 @@ impl Tx<'_> {
         if let Some(e) = st.poison.take() {
             return Err(e);
         }
+        // A failed write-back earlier: nothing can be promised durable any more.
+        eng.media.check()?;
         // 1. canaries
         for b in &st.sc.bufs {
             // SAFETY: buffers live until release; no handle is alive during commit.
@@ -147,11 +149,9 @@ impl Tx<'_> {
             }
         }
         let r = if items.is_empty() && news.is_empty() && vals.len() <= 1 {
-            self.commit_direct(&vals);
-            Ok(())
+            self.commit_direct(&vals)
         } else if items.is_empty() && vals.len() == 1 {
-            self.commit_new_direct(&news, vals[0]);
-            Ok(())
+            self.commit_new_direct(&news, vals[0])
         } else {
             self.commit_logged(&mut lane.stage, &mut lane.hdrs, &items, &news, &vals)
         };
@@ -179,10 +179,10 @@ impl Tx<'_> {
 
     /// A commit with at most one 8-byte metadata word and no object changes: the word is
     /// failure-atomic on its own, so it is stored in place under one fence, no record.
-    fn commit_direct(&self, vals: &[(u64, u64)]) {
+    fn commit_direct(&self, vals: &[(u64, u64)]) -> Result<()> {
         let eng = self.eng;
         let Some(&(off, v)) = vals.first() else {
-            return; // read-only
+            return Ok(()); // read-only
         };
         // SAFETY: heap metadata word, protected by its metadata lock (held by the caller).
         unsafe { eng.media.write_u64(off, v) };
@@ -192,6 +192,9 @@ impl Tx<'_> {
         c.add(Counter::Fences, 1);
         c.add(Counter::DirectCommits, 1);
         c.add(Counter::BytesWritten, 8);
+        // Whether the word is durable is unknown after a failed write-back: report it (the
+        // pool takes no more commits; reopening tells which way it went).
+        eng.media.check()
     }
 
     /// A commit that only creates objects and changes one metadata word (an allocation
@@ -204,7 +207,7 @@ impl Tx<'_> {
         &self,
         news: &[std::ptr::NonNull<super::buffer::Buffer>],
         val: (u64, u64),
-    ) {
+    ) -> Result<()> {
         let eng = self.eng;
         let media = &eng.media;
         let mut written = 8u64;
@@ -239,6 +242,7 @@ impl Tx<'_> {
         c.add(Counter::Fences, 2);
         c.add(Counter::DirectCommits, 1);
         c.add(Counter::BytesWritten, written);
+        eng.media.check()
     }
 
     /// Flushes the retire marks that may not be durable yet, then fences. A logged commit
@@ -351,8 +355,11 @@ impl Tx<'_> {
             written += HEADER_SIZE + buf.size as u64;
         }
         // 3d. retire marks that may not be durable yet, and the ordering point
-        self.fence_with_retires(Some(self.lane.idx)); // ---- committed ----
-                                                      // 4. apply, from the DRAM copy of the record
+        self.fence_with_retires(Some(self.lane.idx));
+        // ---- committed ---- unless the record's write-back failed: then it may not be
+        // durable, and applying it in place would leave changes no record protects.
+        eng.media.check()?;
+        // 4. apply, from the DRAM copy of the record
         let rec = record::Record {
             seq,
             count: (items.len() + vals.len() + news.len()) as u32,
