@@ -29,7 +29,10 @@ fn a_failed_msync_fails_the_commit_and_every_later_one_until_reopen() {
     });
     fault::set_fail_msync(false);
     let is_io = |r: &pgl::Result<()>| matches!(r, Err(Error::Io { .. }));
-    assert!(is_io(&logged), "the commit that saw the failure: {logged:?}");
+    assert!(
+        is_io(&logged),
+        "the commit that saw the failure: {logged:?}"
+    );
     let msg = logged.unwrap_err().to_string();
     assert!(msg.contains("reopen"), "{msg}");
 
@@ -51,7 +54,11 @@ fn a_failed_msync_fails_the_commit_and_every_later_one_until_reopen() {
     let pool = Pool::open_with(&path, &cfg).unwrap();
     let r = *pool.get(root).unwrap();
     assert!(r == [1, 0, 0, 0] || r == [2, 0, 0, 0], "{r:?}");
-    assert_eq!(*pool.get(block).unwrap(), 1, "the refused free changed nothing");
+    assert_eq!(
+        *pool.get(block).unwrap(),
+        1,
+        "the refused free changed nothing"
+    );
     pool.tx(|tx| {
         tx.open(root)?[3] = 9;
         Ok(())

@@ -7,8 +7,8 @@
 //! between the two images — flushed or not, since a cache may evict a dirty line at any time.
 //! [`CrashPoint`] captures exactly that set, and can build every such image.
 //!
-//! Invariant: the persisted image only ever changes at a fence, and only by lines that were
-//! flushed since the previous fence.
+//! Invariant: the persisted image only ever changes at a fence, and only by lines that the
+//! fencing thread flushed since its previous fence.
 
 use parking_lot::Mutex;
 use std::alloc::{alloc, dealloc, Layout};
@@ -23,7 +23,8 @@ pub struct CrashSim {
     cap: usize,
     len: AtomicU64,
     persisted: Mutex<Vec<u64>>,
-    pending: Mutex<Vec<u32>>,
+    /// Lines flushed and not yet fenced, with the thread that flushed each.
+    pending: Mutex<Vec<(std::thread::ThreadId, u32)>>,
     hook: Mutex<Option<Hook>>,
     in_hook: AtomicBool,
     fences: AtomicU64,
@@ -131,9 +132,10 @@ impl CrashSim {
         }
         let first = off / 64;
         let last = (off + len - 1) / 64;
+        let me = std::thread::current().id();
         let mut p = self.pending.lock();
         for line in first..=last {
-            p.push(line as u32);
+            p.push((me, line as u32));
         }
     }
 
@@ -146,7 +148,18 @@ impl CrashSim {
             drop(hook);
             self.in_hook.store(false, Ordering::Release);
         }
-        let lines = std::mem::take(&mut *self.pending.lock());
+        let me = std::thread::current().id();
+        let lines: Vec<u32> = {
+            let mut p = self.pending.lock();
+            let mut mine = Vec::new();
+            p.retain(|&(t, l)| {
+                if t == me {
+                    mine.push(l);
+                }
+                t != me
+            });
+            mine
+        };
         let mut persisted = self.persisted.lock();
         for line in lines {
             let w = line as usize * 8;
@@ -267,6 +280,25 @@ mod tests {
         assert_eq!(cp.pending(), 1);
         assert_eq!(cp.image(|_| true)[8], 2);
         assert_eq!(cp.image(|_| false)[8], 0);
+    }
+
+    #[test]
+    fn a_fence_persists_only_its_own_threads_flushes() {
+        let sim = CrashSim::new(8192);
+        sim.set_len(8192);
+        store(&sim, 0, 7);
+        std::thread::scope(|s| {
+            s.spawn(|| sim.flush(0, 8)); // another thread's write-back, never fenced
+        });
+        sim.fence();
+        assert_eq!(
+            sim.persisted_image()[0],
+            0,
+            "not ordered by this thread's fence"
+        );
+        sim.flush(0, 8);
+        sim.fence();
+        assert_eq!(sim.persisted_image()[0], 7);
     }
 
     #[test]
