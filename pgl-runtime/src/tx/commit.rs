@@ -6,6 +6,7 @@
 //! replays after a crash); before it, NVMM holds nothing a recovery would act on.
 
 use super::buffer::BufKind;
+use super::lane::Touched;
 use super::record::{self, RecordWriter, ENTRIES_OFFSET, RETIRED_OFFSET, SEAL_OFFSET};
 use super::tx::{Tx, TxState};
 use crate::checksum::adler32_patch;
@@ -148,12 +149,33 @@ impl Tx<'_> {
                 vals.push((off, new));
             }
         }
+        // The chunks this commit writes: whose older, unretired records it must order.
+        let chunk = eng.geo.chunk_size;
+        let mut touched = Touched::default();
+        for it in &items {
+            touched.add(it.off, it.len as u64, chunk);
+        }
+        for &(off, _) in &vals {
+            touched.add(off, 8, chunk);
+        }
+        for b in &news {
+            // SAFETY: buffers live until release.
+            let buf = unsafe { b.as_ref() };
+            touched.add(buf.off - HEADER_SIZE, HEADER_SIZE + buf.size as u64, chunk);
+        }
         let r = if items.is_empty() && news.is_empty() && vals.len() <= 1 {
-            self.commit_direct(&vals)
+            self.commit_direct(&vals, &touched)
         } else if items.is_empty() && vals.len() == 1 {
-            self.commit_new_direct(&news, vals[0])
+            self.commit_new_direct(&news, vals[0], &touched)
         } else {
-            self.commit_logged(&mut lane.stage, &mut lane.hdrs, &items, &news, &vals)
+            self.commit_logged(
+                &mut lane.stage,
+                &mut lane.hdrs,
+                &items,
+                &news,
+                &vals,
+                &touched,
+            )
         };
         eng.meta.unlock(&held);
         let lane = &mut *st.lane;
@@ -179,7 +201,7 @@ impl Tx<'_> {
 
     /// A commit with at most one 8-byte metadata word and no object changes: the word is
     /// failure-atomic on its own, so it is stored in place under one fence, no record.
-    fn commit_direct(&self, vals: &[(u64, u64)]) -> Result<()> {
+    fn commit_direct(&self, vals: &[(u64, u64)], touched: &Touched) -> Result<()> {
         let eng = self.eng;
         let Some(&(off, v)) = vals.first() else {
             return Ok(()); // read-only
@@ -187,7 +209,7 @@ impl Tx<'_> {
         // SAFETY: heap metadata word, protected by its metadata lock (held by the caller).
         unsafe { eng.media.write_u64(off, v) };
         eng.media.flush(off, 8);
-        self.fence_with_retires(None);
+        self.fence_with_retires(None, touched);
         let c = &self.lane.counters;
         c.add(Counter::Fences, 1);
         c.add(Counter::DirectCommits, 1);
@@ -207,6 +229,7 @@ impl Tx<'_> {
         &self,
         news: &[std::ptr::NonNull<super::buffer::Buffer>],
         val: (u64, u64),
+        touched: &Touched,
     ) -> Result<()> {
         let eng = self.eng;
         let media = &eng.media;
@@ -230,7 +253,7 @@ impl Tx<'_> {
         }
         // The word may be covered by another lane's record that is not yet retired: that
         // retire mark must be durable before the word is (see `fence_with_retires`).
-        self.fence_with_retires(None);
+        self.fence_with_retires(None, touched);
         let (off, v) = val;
         // SAFETY: heap metadata word, protected by its metadata lock (held by the caller).
         unsafe { media.write_u64(off, v) };
@@ -245,17 +268,18 @@ impl Tx<'_> {
         eng.media.check()
     }
 
-    /// Flushes the retire marks that may not be durable yet, then fences. A logged commit
+    /// Flushes the retire marks that may not be durable yet of the records that touched a
+    /// chunk in `mine` (the retire ordering of `lane.rs`), then fences. A logged commit
     /// passes its own lane as `skip`: its new seal replaces that lane's previous record, so
     /// the old retire mark no longer matters once this fence completes (and before it, this
     /// transaction is not committed). A direct commit writes no record, so it skips nothing.
-    fn fence_with_retires(&self, skip: Option<usize>) {
+    fn fence_with_retires(&self, skip: Option<usize>, mine: &Touched) {
         let eng = self.eng;
         // Lanes are at most 64: a bit mask says which were flushed; their generations are
         // re-read from `gens` (not zero-initialised: only entries named by `mask` are read).
         let mut mask = 0u64;
         let mut gens = [std::mem::MaybeUninit::<u64>::uninit(); 64];
-        eng.lanes.for_pending_retires(|i, g| {
+        eng.lanes.for_pending_retires(mine, |i, g| {
             if Some(i) == skip {
                 return;
             }
@@ -279,6 +303,7 @@ impl Tx<'_> {
         items: &[Item],
         news: &[std::ptr::NonNull<super::buffer::Buffer>],
         vals: &[(u64, u64)],
+        touched: &Touched,
     ) -> Result<()> {
         let eng = self.eng;
         let media = &eng.media;
@@ -355,7 +380,7 @@ impl Tx<'_> {
             written += HEADER_SIZE + buf.size as u64;
         }
         // 3d. retire marks that may not be durable yet, and the ordering point
-        self.fence_with_retires(Some(self.lane.idx));
+        self.fence_with_retires(Some(self.lane.idx), touched);
         // ---- committed ---- unless the record's write-back failed: then it may not be
         // durable, and applying it in place would leave changes no record protects.
         eng.media.check()?;
@@ -389,7 +414,7 @@ impl Tx<'_> {
             // SAFETY: the retired word of our own lane.
             unsafe { media.write(off + RETIRED_OFFSET as u64, &record::retire_mark(seq)) };
         }
-        eng.lanes.retired(self.lane.idx);
+        eng.lanes.retired(self.lane.idx, touched);
         let c = &self.lane.counters;
         c.add(Counter::Fences, 2);
         c.add(Counter::BytesLogged, 2 * n as u64);

@@ -2,10 +2,15 @@
 //! its lane from begin to retire.
 //!
 //! Invariant (retire ordering): once a commit's log fence completes, the retire mark of every
-//! record applied before that commit began is durable (or, for its own lane, the record is
-//! replaced by the new seal). Every commit flushes, under its own log fence, the retire lines
-//! of all other lanes whose latest mark may not be durable (`retire_gen > flushed_gen`); a
-//! direct commit also flushes its own lane's. Before that fence completes an older record
+//! record applied before that commit began *that touched a chunk this commit touches* is
+//! durable (or, for its own lane, the record is replaced by the new seal). A replay can only
+//! clobber bytes a later commit wrote if the two wrote the same bytes, hence the same chunk
+//! (a block reused for another object, even of another size class, is still in its chunk).
+//! Each lane publishes the set of chunks its latest applied record touched (`Touched`, a
+//! 256-bit superset) before its retire generation moves; every commit flushes, under its own
+//! log fence, the retire lines of the other lanes whose latest mark may not be durable
+//! (`retire_gen > flushed_gen`) and whose set meets its own; a direct commit also checks its
+//! own lane's. Before that fence completes an older record
 //! may still replay: recovery replays in sequence order, so the newer record's logged bytes
 //! win, and it checks a record's unlogged new objects only after the older records ran, so a
 //! newer record whose object an older replay overwrote is discarded (its fence never
@@ -64,10 +69,40 @@ pub(crate) struct LaneState {
 // (one thread) that holds the lane's mutex.
 unsafe impl Send for LaneState {}
 
+/// A superset of the chunks a commit touches: one bit per chunk id, hashed into 256 bits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Touched(pub [u64; 4]);
+
+impl Touched {
+    /// Every chunk: for a range too long to list.
+    pub(crate) const ALL: Touched = Touched([u64::MAX; 4]);
+
+    /// Adds the chunks of `[off, off + len)`, with chunks of `chunk_size` bytes.
+    pub(crate) fn add(&mut self, off: u64, len: u64, chunk_size: u64) {
+        let first = off / chunk_size;
+        let last = (off + len.max(1) - 1) / chunk_size;
+        if last - first >= 256 {
+            *self = Touched::ALL;
+            return;
+        }
+        for c in first..=last {
+            let bit = (c.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize;
+            self.0[bit / 64] |= 1 << (bit % 64);
+        }
+    }
+
+    /// Whether the two sets may share a chunk.
+    pub(crate) fn meets(&self, other: &Touched) -> bool {
+        (0..4).any(|i| self.0[i] & other.0[i] != 0)
+    }
+}
+
 #[repr(align(128))]
 struct Gen {
     retire: AtomicU64,
     flushed: AtomicU64,
+    /// The chunks the record behind `retire` touched (written before `retire` moves).
+    touched: [AtomicU64; 4],
 }
 
 /// One lane.
@@ -98,6 +133,7 @@ impl Lanes {
                     gen: Gen {
                         retire: AtomicU64::new(0),
                         flushed: AtomicU64::new(0),
+                        touched: Default::default(),
                     },
                     counters: LaneCounters::default(),
                 })
@@ -127,12 +163,20 @@ impl Lanes {
         (l, l.state.lock())
     }
 
-    /// Calls `f(lane, generation)` for each lane whose retire mark may not be durable.
-    pub(crate) fn for_pending_retires(&self, mut f: impl FnMut(usize, u64)) {
+    /// Calls `f(lane, generation)` for each lane whose retire mark may not be durable and
+    /// whose latest record touched a chunk in `mine`.
+    pub(crate) fn for_pending_retires(&self, mine: &Touched, mut f: impl FnMut(usize, u64)) {
         for l in &self.lanes {
+            // Generation first: the set read after it belongs to that record or to a later
+            // one of the same lane, whose seal has then replaced it (see the module docs).
             let r = l.gen.retire.load(Ordering::Acquire);
             if r > l.gen.flushed.load(Ordering::Relaxed) {
-                f(l.idx, r);
+                let theirs = Touched(std::array::from_fn(|i| {
+                    l.gen.touched[i].load(Ordering::Relaxed)
+                }));
+                if theirs.meets(mine) {
+                    f(l.idx, r);
+                }
             }
         }
     }
@@ -142,8 +186,46 @@ impl Lanes {
         self.lanes[i].gen.flushed.fetch_max(g, Ordering::AcqRel);
     }
 
-    /// Records that lane `i` wrote a new retire mark (not yet flushed).
-    pub(crate) fn retired(&self, i: usize) {
-        self.lanes[i].gen.retire.fetch_add(1, Ordering::AcqRel);
+    /// Records that lane `i` wrote a new retire mark (not yet flushed) for a record that
+    /// touched `touched`.
+    pub(crate) fn retired(&self, i: usize, touched: &Touched) {
+        let g = &self.lanes[i].gen;
+        for (slot, &bits) in g.touched.iter().zip(&touched.0) {
+            slot.store(bits, Ordering::Relaxed);
+        }
+        // Release: a reader that sees the new generation sees the set above.
+        g.retire.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Touched;
+
+    #[test]
+    fn ranges_meet_when_they_share_a_chunk() {
+        let chunk = 256 << 10;
+        let mut a = Touched::default();
+        a.add(3 * chunk + 100, 8, chunk);
+        let mut b = Touched::default();
+        b.add(3 * chunk + 5000, 4096, chunk);
+        assert!(a.meets(&b), "same chunk");
+        let mut d = Touched::default();
+        d.add(3 * chunk - 1, 2, chunk); // crosses from chunk 2 into chunk 3
+        assert!(d.meets(&a));
+        assert!(Touched::ALL.meets(&a));
+        let mut big = Touched::default();
+        big.add(0, 1000 * chunk, chunk);
+        assert_eq!(big, Touched::ALL);
+        assert!(!Touched::default().meets(&a));
+        // Disjoint chunks meet only through a hash collision: most of 64 do not.
+        let apart = (10..74u64)
+            .filter(|c| {
+                let mut x = Touched::default();
+                x.add(c * chunk, 1, chunk);
+                !x.meets(&a)
+            })
+            .count();
+        assert!(apart >= 56, "{apart} of 64 distinct chunks kept apart");
     }
 }
