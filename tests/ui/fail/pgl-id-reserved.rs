@@ -1,4 +1,4 @@
-// An explicit type id in the range pgl keeps for its own objects.
+// An explicit type id in the range pgl keeps for its own use.
 use pgl::Persistent;
 
 #[derive(Persistent)]
