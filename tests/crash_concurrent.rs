@@ -131,10 +131,13 @@ fn explore(
             }
         }
     }
-    println!(
-        "crash states explored: {states} (op: {what}; {} crash points)",
+    // Straight to the process's stderr, which the harness does not capture, so that CI
+    // logs show the counts of passing runs too (as the crash suite does).
+    let line = format!(
+        "crash states explored: {states} (op: {what}; {} crash points)\n",
         points.len()
     );
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
     assert!(
         violations.is_empty(),
         "{} violation(s), first: {:#?}",
