@@ -400,6 +400,22 @@ fn invalid_configs_are_invalid_config() {
                 ..base.clone()
             },
         ),
+        (
+            "table leaves no room for the type registry",
+            Config {
+                chunk_size: 16 << 10,
+                rows: 1800,
+                ..base.clone()
+            },
+        ),
+        (
+            "lanes past 4 GiB",
+            Config {
+                lanes: 64,
+                lane_size: 64 << 20,
+                ..base.clone()
+            },
+        ),
     ];
     for (what, cfg) in cases {
         let p = TmpPath::new("cfg");

@@ -186,6 +186,10 @@ impl Header {
     }
 }
 
+/// Header copy B must start below this offset, so that opening a pool whose copy A is
+/// damaged can find it by looking at a bounded number of pages.
+pub(crate) const HEADER_B_LIMIT: u64 = 4 << 30;
+
 /// Limits that keep every offset computation far from overflow.
 pub(crate) fn check_geometry(g: &Geometry, zones: u64) -> Result<(), String> {
     let pow2 = |v: u64| v.is_power_of_two();
@@ -223,6 +227,13 @@ pub(crate) fn check_geometry(g: &Geometry, zones: u64) -> Result<(), String> {
         return Err(format!(
             "lane_size {} must be a multiple of 4096 from 8 KiB to 1 GiB",
             g.lane_size
+        ));
+    }
+    if g.header_offset(1) + PAGE > HEADER_B_LIMIT {
+        return Err(format!(
+            "{} lanes of {} bytes (2 copies each) exceed 4 GiB; the header's second copy \
+             must lie within the first 4 GiB: use fewer or smaller lanes",
+            g.lanes, g.lane_size
         ));
     }
     if zones > 1 << 20 {

@@ -191,8 +191,11 @@ impl Pool {
             Ok(_) => Err(HeaderFault::NoMagic),
             Err(_) => {
                 let mut found = Err(HeaderFault::NoMagic);
-                let last = (len / PAGE).min(1 << 20);
-                for p in 1..last {
+                // Copy B sits at PAGE + 2 * lanes * lane_size, an odd page below
+                // HEADER_B_LIMIT (`check_geometry` refuses any geometry that puts it
+                // further), so those are the only pages to look at.
+                let last = (len / PAGE).min(super::header::HEADER_B_LIMIT / PAGE);
+                for p in (1..last).step_by(2) {
                     let off = p * PAGE;
                     if page(off)[..8] != super::header::MAGIC {
                         continue;
