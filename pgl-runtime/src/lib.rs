@@ -1,7 +1,7 @@
 //! The runtime of pgl: media layer, pool, heap, transactions. Use it through the `pgl` crate.
 //!
 //! Layers, bottom to top (no module imports one above it): `checksum`, `geometry`,
-//! `smallmap` → `persist` → `heap` → `tx` → `pool`.
+//! `smallmap` → `persist` → `heap` → `integrity` → `tx` → `pool`.
 #![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -10,6 +10,7 @@ mod error;
 pub mod fault;
 pub mod geometry;
 mod heap;
+pub mod integrity;
 pub mod persist;
 pub mod persistent;
 mod pool;

@@ -1,0 +1,269 @@
+//! XOR kernels for zone parity: `dst ^= src` and `dst ^= a ^ b` (the parity update of a
+//! changed range: `parity ^= old ^ new`), over byte slices of any length and alignment.
+//!
+//! The kernel is chosen once per process: AVX2 where the CPU has it (PERF-NOTES: 173 GB/s
+//! at 4 KiB against 47 GB/s for the SSE2 baseline the compiler vectorises the portable loop
+//! to), else the portable loop of 8-byte words.
+//!
+//! Invariant: every kernel computes exactly what the byte-by-byte definition does, for every
+//! length and alignment; the unit tests hold each one to that.
+
+use std::sync::OnceLock;
+
+type Xor2 = unsafe fn(&mut [u8], &[u8]);
+type Xor3 = unsafe fn(&mut [u8], &[u8], &[u8]);
+
+struct Kernels {
+    xor2: Xor2,
+    xor3: Xor3,
+    name: &'static str,
+}
+
+fn kernels() -> &'static Kernels {
+    static K: OnceLock<Kernels> = OnceLock::new();
+    K.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") {
+            return Kernels {
+                xor2: avx2::xor2,
+                xor3: avx2::xor3,
+                name: "avx2",
+            };
+        }
+        Kernels {
+            xor2: portable_xor2,
+            xor3: portable_xor3,
+            name: "portable",
+        }
+    })
+}
+
+/// The kernel in use: `"avx2"` or `"portable"`.
+pub fn kernel_name() -> &'static str {
+    kernels().name
+}
+
+/// `dst[i] ^= src[i]` for every `i`.
+///
+/// # Panics
+/// If the lengths differ (a bug in the caller).
+pub fn xor_into(dst: &mut [u8], src: &[u8]) {
+    assert_eq!(dst.len(), src.len(), "xor_into: lengths differ");
+    // SAFETY: the lengths are equal (checked above), the only requirement of the kernels;
+    // an AVX2 kernel is chosen only when the CPU reported AVX2.
+    unsafe { (kernels().xor2)(dst, src) }
+}
+
+/// `dst[i] ^= a[i] ^ b[i]` for every `i`: the parity update `parity ^= old ^ new`.
+///
+/// # Panics
+/// If the lengths differ (a bug in the caller).
+pub fn xor_delta_into(dst: &mut [u8], a: &[u8], b: &[u8]) {
+    assert!(
+        dst.len() == a.len() && a.len() == b.len(),
+        "xor_delta_into: lengths differ"
+    );
+    // SAFETY: as in `xor_into`.
+    unsafe { (kernels().xor3)(dst, a, b) }
+}
+
+fn word(b: &[u8]) -> u64 {
+    u64::from_ne_bytes(b.try_into().expect("8-byte chunk"))
+}
+
+/// Portable `dst ^= src`; `unsafe` only to share the kernels' signature.
+///
+/// # Safety
+/// None beyond equal lengths, which it does not rely on for soundness.
+unsafe fn portable_xor2(dst: &mut [u8], src: &[u8]) {
+    let mut d = dst.chunks_exact_mut(8);
+    let mut s = src.chunks_exact(8);
+    for (d, s) in (&mut d).zip(&mut s) {
+        d.copy_from_slice(&(word(d) ^ word(s)).to_ne_bytes());
+    }
+    for (d, s) in d.into_remainder().iter_mut().zip(s.remainder()) {
+        *d ^= s;
+    }
+}
+
+/// Portable `dst ^= a ^ b`.
+///
+/// # Safety
+/// As `portable_xor2`.
+unsafe fn portable_xor3(dst: &mut [u8], a: &[u8], b: &[u8]) {
+    let mut d = dst.chunks_exact_mut(8);
+    let mut x = a.chunks_exact(8);
+    let mut y = b.chunks_exact(8);
+    for ((d, x), y) in (&mut d).zip(&mut x).zip(&mut y) {
+        d.copy_from_slice(&(word(d) ^ word(x) ^ word(y)).to_ne_bytes());
+    }
+    for ((d, x), y) in d
+        .into_remainder()
+        .iter_mut()
+        .zip(x.remainder())
+        .zip(y.remainder())
+    {
+        *d ^= x ^ y;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use core::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm256_storeu_si256, _mm256_xor_si256};
+
+    /// `dst ^= src` with 32-byte AVX2 vectors, four at a time.
+    ///
+    /// # Safety
+    /// The CPU supports AVX2, and `dst.len() == src.len()`.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn xor2(dst: &mut [u8], src: &[u8]) {
+        let n = dst.len();
+        let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
+        let mut i = 0;
+        while i + 128 <= n {
+            for k in (0..128).step_by(32) {
+                // SAFETY: `i + k + 32 <= n` bytes lie in both slices (equal lengths);
+                // unaligned loads and stores accept any address.
+                unsafe {
+                    let x = _mm256_loadu_si256(d.add(i + k) as *const __m256i);
+                    let y = _mm256_loadu_si256(s.add(i + k) as *const __m256i);
+                    _mm256_storeu_si256(d.add(i + k) as *mut __m256i, _mm256_xor_si256(x, y));
+                }
+            }
+            i += 128;
+        }
+        while i + 32 <= n {
+            // SAFETY: as above, for `i + 32 <= n`.
+            unsafe {
+                let x = _mm256_loadu_si256(d.add(i) as *const __m256i);
+                let y = _mm256_loadu_si256(s.add(i) as *const __m256i);
+                _mm256_storeu_si256(d.add(i) as *mut __m256i, _mm256_xor_si256(x, y));
+            }
+            i += 32;
+        }
+        // SAFETY: the tails are in bounds and of equal length.
+        unsafe { super::portable_xor2(&mut dst[i..], &src[i..]) }
+    }
+
+    /// `dst ^= a ^ b` with 32-byte AVX2 vectors, two at a time.
+    ///
+    /// # Safety
+    /// The CPU supports AVX2, and the three lengths are equal.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn xor3(dst: &mut [u8], a: &[u8], b: &[u8]) {
+        let n = dst.len();
+        let (d, x, y) = (dst.as_mut_ptr(), a.as_ptr(), b.as_ptr());
+        let mut i = 0;
+        while i + 32 <= n {
+            // SAFETY: `i + 32 <= n` bytes lie in all three slices (equal lengths); unaligned
+            // loads and stores accept any address.
+            unsafe {
+                let p = _mm256_loadu_si256(d.add(i) as *const __m256i);
+                let o = _mm256_loadu_si256(x.add(i) as *const __m256i);
+                let w = _mm256_loadu_si256(y.add(i) as *const __m256i);
+                let v = _mm256_xor_si256(p, _mm256_xor_si256(o, w));
+                _mm256_storeu_si256(d.add(i) as *mut __m256i, v);
+            }
+            i += 32;
+        }
+        // SAFETY: the tails are in bounds and of equal length.
+        unsafe { super::portable_xor3(&mut dst[i..], &a[i..], &b[i..]) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    fn bytewise2(dst: &mut [u8], src: &[u8]) {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d ^= s;
+        }
+    }
+
+    /// Every kernel this CPU can run, by name.
+    fn all_kernels() -> Vec<(&'static str, Xor2, Xor3)> {
+        let mut k: Vec<(&'static str, Xor2, Xor3)> =
+            vec![("portable", portable_xor2, portable_xor3)];
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") {
+            k.push(("avx2", avx2::xor2, avx2::xor3));
+        }
+        k
+    }
+
+    #[test]
+    fn every_kernel_matches_the_definition_at_every_length_and_offset() {
+        let data: Vec<u8> = (0..700u32).map(|i| (i * 131 % 251) as u8).collect();
+        let other: Vec<u8> = (0..700u32).map(|i| (i * 17 % 253) as u8).collect();
+        for (name, x2, x3) in all_kernels() {
+            for len in (0..300).chain([511, 512, 513, 640]) {
+                for off in [0, 1, 3, 8, 31] {
+                    let mut want = data[off..off + len].to_vec();
+                    bytewise2(&mut want, &other[off..off + len]);
+                    let mut got = data[off..off + len].to_vec();
+                    // SAFETY: equal lengths; the kernel runs only if this CPU has it.
+                    unsafe { x2(&mut got, &other[off..off + len]) };
+                    assert_eq!(got, want, "{name} xor2 len {len} offset {off}");
+
+                    let mut want3 = data[off..off + len].to_vec();
+                    bytewise2(&mut want3, &other[..len]);
+                    bytewise2(&mut want3, &data[off + 1..off + 1 + len]);
+                    let mut got3 = data[off..off + len].to_vec();
+                    // SAFETY: as above.
+                    unsafe { x3(&mut got3, &other[..len], &data[off + 1..off + 1 + len]) };
+                    assert_eq!(got3, want3, "{name} xor3 len {len} offset {off}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_delta_applied_twice_cancels() {
+        let old = vec![0x5au8; 4096];
+        let new: Vec<u8> = (0..4096).map(|i| i as u8).collect();
+        let mut parity = vec![0xc3u8; 4096];
+        xor_delta_into(&mut parity, &old, &new);
+        assert_ne!(parity, vec![0xc3u8; 4096]);
+        xor_delta_into(&mut parity, &new, &old);
+        assert_eq!(parity, vec![0xc3u8; 4096]);
+        assert!(["avx2", "portable"].contains(&kernel_name()));
+    }
+
+    #[test]
+    #[should_panic(expected = "lengths differ")]
+    fn unequal_lengths_are_a_caller_bug() {
+        xor_into(&mut [0u8; 4], &[0u8; 5]);
+    }
+
+    proptest! {
+        /// Parity of rows, updated by deltas, equals the parity recomputed from scratch:
+        /// the identity the commit path relies on.
+        #[test]
+        fn parity_updated_by_deltas_equals_parity_recomputed(
+            rows in vec(vec(any::<u8>(), 96), 2..6),
+            edits in vec((0usize..6, 0usize..96, vec(any::<u8>(), 1..40)), 0..12),
+        ) {
+            let mut rows = rows;
+            let mut parity = vec![0u8; 96];
+            for r in &rows {
+                xor_into(&mut parity, r);
+            }
+            for (r, at, bytes) in edits {
+                let r = r % rows.len();
+                let end = (at + bytes.len()).min(96);
+                let new = &bytes[..end - at];
+                let old = rows[r][at..end].to_vec();
+                xor_delta_into(&mut parity[at..end], &old, new);
+                rows[r][at..end].copy_from_slice(new);
+            }
+            let mut fresh = vec![0u8; 96];
+            for r in &rows {
+                xor_into(&mut fresh, r);
+            }
+            prop_assert_eq!(parity, fresh);
+        }
+    }
+}
