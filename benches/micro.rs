@@ -7,7 +7,8 @@
 //!
 //! Environment: `PGL_BENCH_DIR` (default /dev/shm), `PGL_BENCH_N` (default 100000),
 //! `PGL_BENCH_RUNS` (timed runs after one warm-up, median; default 5), `PGL_BENCH_SIZES`,
-//! `PGL_BENCH_THREADS`.
+//! `PGL_BENCH_THREADS`, `PGL_BENCH_PARITY` (0: pools without zone parity upkeep, printed as
+//! config=noparity; the default keeps it, as `Config::new` does).
 
 use pgl::{Config, Oid, Persistent, Pool};
 use std::sync::{Arc, Barrier};
@@ -103,7 +104,9 @@ where
     let path = format!("{dir}/pgl_bench_{}_{S}_{threads}", std::process::id());
     let _ = std::fs::remove_file(&path);
     let need = (n * threads * (S + 64)) as u64 * 2 + (256 << 20);
-    let pool = Pool::create(&path, &Config::new("fig3").size(need)).expect("create bench pool");
+    let parity = std::env::var("PGL_BENCH_PARITY").map_or(true, |v| v != "0");
+    let cfg = Config::new("fig3").size(need).parity(parity);
+    let pool = Pool::create(&path, &cfg).expect("create bench pool");
     run_once::<S>(&pool, n.min(10_000), threads); // warm-up
     let mut a = Vec::new();
     let mut o = Vec::new();
@@ -129,6 +132,13 @@ fn main() {
     let runs = env_num("PGL_BENCH_RUNS", 5).max(1);
     let sizes = env_list("PGL_BENCH_SIZES", &[64, 256, 1024, 4096]);
     let threads = env_list("PGL_BENCH_THREADS", &[1, 2]);
+    // config=default is `Config::new` (zone parity on); PGL_BENCH_PARITY=0 measures the
+    // same without parity upkeep (config=noparity).
+    let config = if std::env::var("PGL_BENCH_PARITY").is_ok_and(|v| v == "0") {
+        "noparity"
+    } else {
+        "default"
+    };
     println!("suite,bench,system,config,size,threads,n,ns_per_op");
     let mut rows = Vec::new();
     for &s in &sizes {
@@ -148,7 +158,7 @@ fn main() {
                 ("overwrite", p.overwrite),
                 ("free", p.free),
             ] {
-                println!("fig3,{bench},pgl,default,{s},{t},{n},{v:.0}");
+                println!("fig3,{bench},pgl,{config},{s},{t},{n},{v:.0}");
                 rows.push((bench, s, t, v));
             }
         }

@@ -342,6 +342,27 @@ fn check(file: &Path) -> Result<(String, bool)> {
         Err(e) => return Err(e),
     }
 
+    match pool.verify_parity() {
+        Ok(bad) if bad.is_empty() => {
+            let _ = writeln!(out, "  parity    consistent in every zone");
+        }
+        Ok(bad) => {
+            problems += bad.len() as u64;
+            let _ = writeln!(
+                out,
+                "  parity    {} page(s) disagree with their rows: {}",
+                bad.len(),
+                bad.iter()
+                    .map(|o| format!("{o:#x}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        Err(Error::InvalidConfig { .. }) => {
+            let _ = writeln!(out, "  parity    not kept by this pool");
+        }
+        Err(e) => return Err(e),
+    }
     let total = match pool.objects() {
         Ok(o) => o.len() as u64,
         Err(e) if is_damage(&e) => {

@@ -347,6 +347,14 @@ pub fn snapshot(pool: &Pool) -> State {
         }
         Err(e) => st.problems.push(format!("verify_objects failed: {e}")),
     }
+    // Zone parity: kept by every commit on the live pool, recomputed by recovery.
+    match pool.verify_parity() {
+        Ok(bad) if bad.is_empty() => {}
+        Ok(bad) => st
+            .problems
+            .push(format!("parity disagrees with the rows at pages {bad:x?}")),
+        Err(e) => st.problems.push(format!("verify_parity failed: {e}")),
+    }
     // The transaction that stores a type's first object registers the type: a crash may
     // not leave one without the other, nor a torn or doubled registry entry.
     match pool.types() {

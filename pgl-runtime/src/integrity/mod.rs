@@ -1,7 +1,10 @@
-//! Integrity: zone parity (XOR kernels so far); verification, repair and the fault handler
-//! build on it.
+//! Integrity: zone parity and its XOR kernels; verification, repair and the fault handler
+//! build on them.
 
+pub(crate) mod parity;
 pub mod xor;
+
+pub(crate) use parity::{recompute_zone, verify_zone, Parity};
 
 /// Parity updates of changed ranges up to this many bytes use one atomic 8-byte XOR per
 /// word; longer ones take the column's lock and the vectorised kernel. Measured by

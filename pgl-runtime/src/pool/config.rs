@@ -32,6 +32,10 @@ pub struct Config {
     pub flush: Option<FlushMode>,
     /// When objects are verified.
     pub verify: VerifyPolicy,
+    /// Whether every commit keeps zone parity (the XOR of a zone's rows, which rebuilds a
+    /// lost page). Default `true`. A pool opened with `false` stops keeping it; opening it
+    /// with `true` again recomputes it.
+    pub parity: bool,
 }
 
 impl Config {
@@ -48,6 +52,7 @@ impl Config {
             max_size: 1 << 40,
             flush: None,
             verify: VerifyPolicy::Default,
+            parity: true,
         }
     }
 
@@ -73,6 +78,12 @@ impl Config {
     /// Sets the flush mode.
     pub fn flush(mut self, mode: FlushMode) -> Self {
         self.flush = Some(mode);
+        self
+    }
+
+    /// Turns zone parity upkeep on or off (see [`Config::parity`](Config#structfield.parity)).
+    pub fn parity(mut self, on: bool) -> Self {
+        self.parity = on;
         self
     }
 

@@ -5,7 +5,8 @@
 //! ```text
 //!    0  magic           [u8; 8]  "PGLPOOL\0"
 //!    8  version         u32
-//!   12  flags           u32      (0)
+//!   12  flags           u32      bit 0 OPEN: a process has it open (set at open, cleared
+//!                                at a clean close); bit 1 PARITY: zone parity is maintained
 //!   16  generation      u64      bumped by every header update
 //!   24  uuid            [u8; 16]
 //!   40  layout          [u8; 64] NUL-padded UTF-8
@@ -30,6 +31,10 @@ use crate::geometry::{Geometry, PAGE};
 pub const MAGIC: [u8; 8] = *b"PGLPOOL\0";
 /// The on-media format version this build reads and writes.
 pub const FORMAT_VERSION: u32 = 1;
+/// Header flag: a process has the pool open; still set after a crash.
+pub const FLAG_OPEN: u32 = 1;
+/// Header flag: zone parity has been maintained since it was last recomputed.
+pub const FLAG_PARITY: u32 = 2;
 /// Longest layout name, in bytes.
 pub const LAYOUT_MAX: usize = 63;
 
@@ -65,6 +70,8 @@ pub struct Header {
     pub zones: u64,
     /// Creation time, seconds since the Unix epoch.
     pub created: u64,
+    /// `FLAG_OPEN` and `FLAG_PARITY` (other bits are zero).
+    pub flags: u32,
 }
 
 /// Why a header copy was rejected.
@@ -108,6 +115,7 @@ impl Header {
         let mut b = vec![0u8; PAGE as usize];
         b[MAGIC_OFFSET..MAGIC_OFFSET + 8].copy_from_slice(&MAGIC);
         b[VERSION_OFFSET..VERSION_OFFSET + 4].copy_from_slice(&self.version.to_le_bytes());
+        b[FLAGS_OFFSET..FLAGS_OFFSET + 4].copy_from_slice(&self.flags.to_le_bytes());
         b[GENERATION_OFFSET..GENERATION_OFFSET + 8].copy_from_slice(&self.generation.to_le_bytes());
         b[UUID_OFFSET..UUID_OFFSET + 16].copy_from_slice(&self.uuid);
         let l = self.layout.as_bytes();
@@ -164,6 +172,7 @@ impl Header {
             geo,
             zones,
             created: u64_at(b, CREATED_OFFSET),
+            flags: u32_at(b, FLAGS_OFFSET) & (FLAG_OPEN | FLAG_PARITY),
         })
     }
 
@@ -264,6 +273,7 @@ mod tests {
             },
             zones: 4,
             created: 1_700_000_000,
+            flags: FLAG_PARITY,
         }
     }
 

@@ -4,7 +4,7 @@
 //! redo records were replayed, and whose heap metadata loaded without inconsistency.
 
 use super::config::Config;
-use super::header::{Header, HeaderFault, FORMAT_VERSION};
+use super::header::{Header, HeaderFault, FLAG_OPEN, FLAG_PARITY, FORMAT_VERSION};
 use crate::geometry::{Geometry, PAGE};
 use crate::heap::layout::{ObjectHeader, HEADER_SIZE, ROOT_OFFSET};
 use crate::heap::Heap;
@@ -34,6 +34,23 @@ struct Inner {
     grow_lock: Mutex<()>,
     replayed: u64,
     header_repairs: u64,
+}
+
+impl Drop for Inner {
+    /// A clean close: the OPEN flag is cleared, so the next open skips the parity
+    /// recomputation a crash needs. Not after a failed write-back, whose consequences the
+    /// next open must repair.
+    fn drop(&mut self) {
+        let media = &self.eng.media;
+        if media.check().is_err() {
+            return;
+        }
+        let mut h = self.header.lock().clone();
+        h.flags &= !FLAG_OPEN;
+        h.generation += 1;
+        Pool::write_header_copy(media, 0, &h);
+        Pool::write_header_copy(media, self.eng.geo.header_offset(1), &h);
+    }
 }
 
 /// A summary of a pool for `pgl info`.
@@ -97,8 +114,8 @@ impl Pool {
             config.max_size,
             config.flush_mode(),
         )?;
-        Self::format(&media, &geo, zones, &config.layout);
-        Self::from_media(media, Some(&config.layout), config)
+        Self::format(&media, &geo, zones, &config.layout, config.parity);
+        Self::from_media(media, Some(&config.layout), config, Some(config.parity))
     }
 
     /// Opens the pool at `path`, checking that it holds layout `layout`. Repairs a damaged
@@ -111,14 +128,15 @@ impl Pool {
     /// `config` (its geometry is read from the pool).
     pub fn open_with(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
         let media = Media::open_file(path.as_ref(), config.max_size, config.flush_mode())?;
-        Self::from_media(media, Some(&config.layout), config)
+        Self::from_media(media, Some(&config.layout), config, Some(config.parity))
     }
 
-    /// Opens the pool at `path` whatever its layout (for tools such as `pgl info`).
+    /// Opens the pool at `path` whatever its layout (for tools such as `pgl info`), keeping
+    /// parity as the pool has it.
     pub fn open_any(path: impl AsRef<Path>) -> Result<Pool> {
         let config = Config::new("any");
         let media = Media::open_file(path.as_ref(), config.max_size, config.flush_mode())?;
-        Self::from_media(media, None, &config)
+        Self::from_media(media, None, &config, None)
     }
 
     /// Creates a pool on a crash-simulation device (tests).
@@ -138,17 +156,22 @@ impl Pool {
         }
         sim.set_len(size);
         let media = Media::sim(sim.clone());
-        Self::format(&media, &geo, zones, &config.layout);
-        Self::from_media(media, Some(&config.layout), config)
+        Self::format(&media, &geo, zones, &config.layout, config.parity);
+        Self::from_media(media, Some(&config.layout), config, Some(config.parity))
     }
 
     /// Opens the pool on a crash-simulation device (after a simulated crash), running
     /// recovery exactly as for a file.
     pub fn open_sim(sim: &Arc<CrashSim>, layout: &str) -> Result<Pool> {
-        Self::from_media(Media::sim(sim.clone()), Some(layout), &Config::new(layout))
+        Self::from_media(
+            Media::sim(sim.clone()),
+            Some(layout),
+            &Config::new(layout),
+            None,
+        )
     }
 
-    fn format(media: &Media, geo: &Geometry, zones: u64, layout: &str) {
+    fn format(media: &Media, geo: &Geometry, zones: u64, layout: &str, parity: bool) {
         let h = Header {
             version: FORMAT_VERSION,
             generation: 1,
@@ -157,6 +180,8 @@ impl Pool {
             geo: *geo,
             zones,
             created: now_secs(),
+            // A new pool is zeros, whose parity (zeros) is consistent.
+            flags: if parity { FLAG_PARITY } else { 0 },
         };
         let bytes = h.encode();
         for copy in 0..2 {
@@ -168,7 +193,14 @@ impl Pool {
         media.fence();
     }
 
-    fn from_media(media: Media, layout: Option<&str>, config: &Config) -> Result<Pool> {
+    /// Opens the pool on `media`; `parity` says whether to keep zone parity (`None`: as the
+    /// pool has it).
+    fn from_media(
+        media: Media,
+        layout: Option<&str>,
+        config: &Config,
+        parity: Option<bool>,
+    ) -> Result<Pool> {
         let path = media.path();
         let len = media.len();
         if len < 2 * PAGE {
@@ -285,13 +317,31 @@ impl Pool {
         }
         let geo = header.geo;
         let rec = tx::recover(&media, &geo, size)?;
+        // After a crash (the OPEN flag is still set) any subset of the last commits' data
+        // and parity lines may have reached media, and a pool of an older pgl kept none:
+        // recompute every zone's parity from its rows (replay is done, so they are final).
+        let mut header = header;
+        let parity = parity.unwrap_or(header.flags & FLAG_PARITY != 0);
+        if parity && (header.flags & FLAG_OPEN != 0 || header.flags & FLAG_PARITY == 0) {
+            for z in 0..header.zones {
+                // SAFETY: zone `z` lies in the pool (its size was checked above); nothing
+                // else runs while the pool opens.
+                unsafe { crate::integrity::recompute_zone(&media, &geo, z) };
+            }
+            media.fence();
+        }
+        header.flags = FLAG_OPEN | if parity { FLAG_PARITY } else { 0 };
+        header.generation += 1;
+        Self::write_header_copy(&media, 0, &header);
+        Self::write_header_copy(&media, geo.header_offset(1), &header);
+        media.check()?;
         let heap = Heap::open(&media, geo, header.zones)?;
         let next_seq = rec.max_seq.checked_add(1).ok_or_else(|| Error::Corrupt {
             what: "redo lane",
             offset: geo.lane_offset(0, 0),
             detail: "sequence numbers exhausted".into(),
         })?;
-        let eng = Engine::new(media, geo, heap, next_seq, config.verify);
+        let eng = Engine::new(media, geo, heap, next_seq, config.verify, parity);
         Ok(Pool {
             inner: Arc::new(Inner {
                 eng,
@@ -489,6 +539,33 @@ impl Pool {
             });
         }
         tx::list_types(&self.inner.eng)
+    }
+
+    /// The parity pages that disagree with their zone's rows (pool offsets): empty when
+    /// every zone's parity is consistent. `Error::InvalidConfig` if the pool does not keep
+    /// parity. Run it while no transaction commits (a commit
+    /// between updating parity and data shows as a disagreement); not inside one.
+    pub fn verify_parity(&self) -> Result<Vec<u64>> {
+        let eng = &self.inner.eng;
+        if tx::in_tx(eng) {
+            return Err(Error::InTransaction {
+                what: "pool.verify_parity",
+                instead: "call it outside transactions",
+            });
+        }
+        if !eng.parity.enabled() {
+            return Err(Error::config(
+                "this pool does not keep parity (it was opened with Config::parity(false)); \
+                 open it with parity on, which recomputes it",
+            ));
+        }
+        let zones = self.inner.header.lock().zones;
+        let mut bad = Vec::new();
+        for z in 0..zones {
+            // SAFETY: zone `z` lies in the pool; reads only.
+            bad.extend(unsafe { crate::integrity::verify_zone(&eng.media, &eng.geo, z) });
+        }
+        Ok(bad)
     }
 
     /// Every allocated object, as read from the persistent heap metadata:

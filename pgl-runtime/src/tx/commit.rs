@@ -166,7 +166,7 @@ impl Tx<'_> {
         let r = if items.is_empty() && news.is_empty() && vals.len() <= 1 {
             self.commit_direct(&vals, &touched)
         } else if items.is_empty() && vals.len() == 1 {
-            self.commit_new_direct(&news, vals[0], &touched)
+            self.commit_new_direct(&mut lane.hdrs, &news, vals[0], &touched)
         } else {
             self.commit_logged(
                 &mut lane.stage,
@@ -207,8 +207,13 @@ impl Tx<'_> {
             return Ok(()); // read-only
         };
         // SAFETY: heap metadata word, protected by its metadata lock (held by the caller).
-        unsafe { eng.media.write_u64(off, v) };
+        unsafe {
+            eng.parity
+                .update(&eng.media, &eng.geo, off, &v.to_le_bytes());
+            eng.media.write_u64(off, v);
+        }
         eng.media.flush(off, 8);
+        eng.parity.flush(&eng.media, &eng.geo, off, 8);
         self.fence_with_retires(None, touched);
         let c = &self.lane.counters;
         c.add(Counter::Fences, 1);
@@ -227,6 +232,7 @@ impl Tx<'_> {
     /// and none is written.
     fn commit_new_direct(
         &self,
+        hdrs: &mut Vec<[u8; 16]>,
         news: &[std::ptr::NonNull<super::buffer::Buffer>],
         val: (u64, u64),
         touched: &Touched,
@@ -234,6 +240,9 @@ impl Tx<'_> {
         let eng = self.eng;
         let media = &eng.media;
         let mut written = 8u64;
+        hdrs.clear();
+        // Parity first: its locks are locked instructions, which must not follow pending
+        // flushes (each would wait for them like a fence).
         for b in news {
             // SAFETY: buffers live until release.
             let buf = unsafe { b.as_ref() };
@@ -246,20 +255,39 @@ impl Tx<'_> {
             // SAFETY: the block was reserved for this transaction by the heap (no one else
             // uses it) and lies inside the pool.
             unsafe {
-                media.write_durable(buf.off - HEADER_SIZE, &h);
+                eng.parity
+                    .update(media, &eng.geo, buf.off - HEADER_SIZE, &h);
+                eng.parity.update(media, &eng.geo, buf.off, buf.payload());
+            }
+            hdrs.push(h);
+        }
+        for (b, h) in news.iter().zip(hdrs.iter()) {
+            // SAFETY: buffers live until release.
+            let buf = unsafe { b.as_ref() };
+            let len = HEADER_SIZE + buf.size as u64;
+            // SAFETY: as above.
+            unsafe {
+                media.write_durable(buf.off - HEADER_SIZE, h);
                 media.write_durable(buf.off, buf.payload());
             }
-            written += HEADER_SIZE + buf.size as u64;
+            eng.parity
+                .flush(media, &eng.geo, buf.off - HEADER_SIZE, len);
+            written += len;
         }
         // The word may be covered by another lane's record that is not yet retired: that
         // retire mark must be durable before the word is (see `fence_with_retires`).
         self.fence_with_retires(None, touched);
         let (off, v) = val;
         // SAFETY: heap metadata word, protected by its metadata lock (held by the caller).
-        unsafe { media.write_u64(off, v) };
+        // After the fence no flush is pending, so the parity lock waits for nothing.
+        unsafe {
+            eng.parity.update(media, &eng.geo, off, &v.to_le_bytes());
+            media.write_u64(off, v);
+        }
         if !crate::fault::drop_apply_flush() {
             media.flush(off, 8);
         }
+        eng.parity.flush(media, &eng.geo, off, 8);
         media.fence(); // ---- committed ----
         let c = &self.lane.counters;
         c.add(Counter::Fences, 2);
@@ -359,6 +387,18 @@ impl Tx<'_> {
         }
         let seq = eng.seq.fetch_add(1, Ordering::Relaxed);
         let n = w.seal(seq);
+        // Parity of the new objects before any write-back is issued: its locks are locked
+        // instructions, which would each wait for pending flushes like a fence.
+        for (b, h) in news.iter().zip(hdrs.iter()) {
+            // SAFETY: buffers live until release.
+            let buf = unsafe { b.as_ref() };
+            // SAFETY: the block was reserved for this transaction by the heap (no one else
+            // uses it) and lies inside the pool.
+            unsafe {
+                eng.parity.update(media, &eng.geo, buf.off - HEADER_SIZE, h);
+                eng.parity.update(media, &eng.geo, buf.off, buf.payload());
+            }
+        }
         // 3b. both lane copies (whole 16-byte granules: bytes past the record are ignored)
         let sealed = &bytes[SEAL_OFFSET..SEAL_OFFSET + n.div_ceil(16) * 16];
         for off in [a_off, b_off] {
@@ -377,6 +417,12 @@ impl Tx<'_> {
                 media.write_durable(buf.off - HEADER_SIZE, h);
                 media.write_durable(buf.off, buf.payload());
             }
+            eng.parity.flush(
+                media,
+                &eng.geo,
+                buf.off - HEADER_SIZE,
+                HEADER_SIZE + buf.size as u64,
+            );
             written += HEADER_SIZE + buf.size as u64;
         }
         // 3d. retire marks that may not be durable yet, and the ordering point
@@ -390,23 +436,32 @@ impl Tx<'_> {
             count: (items.len() + vals.len() + news.len()) as u32,
             len: n - (ENTRIES_OFFSET - SEAL_OFFSET),
         };
+        // Parity and stores first, all flushes after: the parity locks are locked
+        // instructions, which would each wait for pending flushes like a fence.
         for e in record::entries(bytes, &rec).flatten() {
             if e.kind != record::KIND_WRITE {
                 continue;
             }
             let (dst, data) = (e.off, e.data);
-            if crate::fault::drop_apply_flush() {
-                // SAFETY: as below (the deliberate defect skips only the flush).
-                unsafe { media.write(dst, data) };
-            } else {
-                // SAFETY: each target is an object range locked by this transaction or a
-                // metadata word under its metadata lock; all inside the pool. Cached stores:
-                // the object's lines are in the cache (it was just read), where streaming
-                // stores measured 1.5x slower.
-                unsafe { media.write(dst, data) };
-                media.flush(dst, data.len() as u64);
+            // SAFETY: each target is an object range locked by this transaction or a metadata
+            // word under its metadata lock; all inside the pool. Cached stores: the object's
+            // lines are in the cache (it was just read), where streaming stores measured 1.5x
+            // slower.
+            unsafe {
+                eng.parity.update(media, &eng.geo, dst, data);
+                media.write(dst, data);
             }
             written += data.len() as u64;
+        }
+        for e in record::entries(bytes, &rec).flatten() {
+            if e.kind != record::KIND_WRITE {
+                continue;
+            }
+            let (dst, len) = (e.off, e.data.len() as u64);
+            if !crate::fault::drop_apply_flush() {
+                media.flush(dst, len);
+            }
+            eng.parity.flush(media, &eng.geo, dst, len);
         }
         media.fence();
         // 5. retire (no fence: see lane.rs)

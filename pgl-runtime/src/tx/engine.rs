@@ -36,6 +36,8 @@ pub(crate) struct Engine {
     pub verify: VerifyPolicy,
     /// Verified types, and the right to register new ones.
     pub types: super::TypeCache,
+    /// Zone parity upkeep.
+    pub parity: crate::integrity::Parity,
 }
 
 impl Engine {
@@ -45,6 +47,7 @@ impl Engine {
         heap: Heap,
         next_seq: u64,
         verify: VerifyPolicy,
+        parity: bool,
     ) -> Engine {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let t = std::time::SystemTime::now()
@@ -63,6 +66,7 @@ impl Engine {
             canary: 0x5a5a_c3c3_0f0f_9696_a5a5_3c3c_f0f0_6969 ^ t ^ ((id as u128) << 64),
             verify,
             types: super::TypeCache::new(),
+            parity: crate::integrity::Parity::new(parity),
         }
     }
 
