@@ -96,10 +96,10 @@ fn types_are_registered_once_by_the_transaction_that_first_stores_them() {
     let path = path("once");
     let pool = Pool::create(&path, &Config::small("reg")).unwrap();
     assert!(pool.types().unwrap().is_empty(), "a new pool has no types");
-    let objects0 = pool.objects().unwrap().len();
     assert_eq!(
-        objects0, 0,
-        "the registry's own pages are not the program's objects"
+        pool.objects().unwrap().len(),
+        0,
+        "the registry is metadata, not objects"
     );
 
     // An aborted transaction registers nothing.

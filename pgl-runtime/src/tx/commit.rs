@@ -5,7 +5,7 @@
 //! Invariant: when the log fence completes the transaction is committed (its sealed record
 //! replays after a crash); before it, NVMM holds nothing a recovery would act on.
 
-use super::buffer::BufKind;
+use super::buffer::{BufKind, Buffer};
 use super::lane::Touched;
 use super::record::{self, RecordWriter, ENTRIES_OFFSET, RETIRED_OFFSET, SEAL_OFFSET};
 use super::tx::{Tx, TxState};
@@ -15,6 +15,7 @@ use crate::heap::layout::{
 };
 use crate::stats::Counter;
 use crate::{Error, Result};
+use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 
 /// Ranges of a buffer closer than this many bytes are logged as one.
@@ -24,6 +25,21 @@ pub(crate) struct Item {
     off: u64,
     src: *const u8,
     len: usize,
+}
+
+/// The headers of the new objects `news`, in order, into `hdrs`.
+fn new_headers(news: &[NonNull<Buffer>], hdrs: &mut Vec<[u8; 16]>) {
+    hdrs.clear();
+    hdrs.extend(news.iter().map(|b| {
+        // SAFETY: buffers live until release.
+        let buf = unsafe { b.as_ref() };
+        ObjectHeader {
+            size: buf.size as u64,
+            type_id: buf.type_id,
+            checksum: object_checksum(buf.off, buf.type_id, buf.payload()),
+        }
+        .to_bytes()
+    }));
 }
 
 impl Tx<'_> {
@@ -233,47 +249,15 @@ impl Tx<'_> {
     fn commit_new_direct(
         &self,
         hdrs: &mut Vec<[u8; 16]>,
-        news: &[std::ptr::NonNull<super::buffer::Buffer>],
+        news: &[NonNull<Buffer>],
         val: (u64, u64),
         touched: &Touched,
     ) -> Result<()> {
         let eng = self.eng;
         let media = &eng.media;
-        let mut written = 8u64;
-        hdrs.clear();
-        // Parity first: its locks are locked instructions, which must not follow pending
-        // flushes (each would wait for them like a fence).
-        for b in news {
-            // SAFETY: buffers live until release.
-            let buf = unsafe { b.as_ref() };
-            let h = ObjectHeader {
-                size: buf.size as u64,
-                type_id: buf.type_id,
-                checksum: object_checksum(buf.off, buf.type_id, buf.payload()),
-            }
-            .to_bytes();
-            // SAFETY: the block was reserved for this transaction by the heap (no one else
-            // uses it) and lies inside the pool.
-            unsafe {
-                eng.parity
-                    .update(media, &eng.geo, buf.off - HEADER_SIZE, &h);
-                eng.parity.update(media, &eng.geo, buf.off, buf.payload());
-            }
-            hdrs.push(h);
-        }
-        for (b, h) in news.iter().zip(hdrs.iter()) {
-            // SAFETY: buffers live until release.
-            let buf = unsafe { b.as_ref() };
-            let len = HEADER_SIZE + buf.size as u64;
-            // SAFETY: as above.
-            unsafe {
-                media.write_durable(buf.off - HEADER_SIZE, h);
-                media.write_durable(buf.off, buf.payload());
-            }
-            eng.parity
-                .flush(media, &eng.geo, buf.off - HEADER_SIZE, len);
-            written += len;
-        }
+        new_headers(news, hdrs);
+        self.new_objects_parity(news, hdrs);
+        let written = 8 + self.write_new_objects(news, hdrs);
         // The word may be covered by another lane's record that is not yet retired: that
         // retire mark must be durable before the word is (see `fence_with_retires`).
         self.fence_with_retires(None, touched);
@@ -294,6 +278,46 @@ impl Tx<'_> {
         c.add(Counter::DirectCommits, 1);
         c.add(Counter::BytesWritten, written);
         eng.media.check()
+    }
+
+    /// XORs the new objects' bytes (headers `hdrs`, payloads) into parity. Call it before
+    /// the commit issues any flush: the parity locks are locked instructions, which would
+    /// each wait for pending write-backs like a fence.
+    fn new_objects_parity(&self, news: &[NonNull<Buffer>], hdrs: &[[u8; 16]]) {
+        let eng = self.eng;
+        for (b, h) in news.iter().zip(hdrs) {
+            // SAFETY: buffers live until release.
+            let buf = unsafe { b.as_ref() };
+            // SAFETY: the block was reserved for this transaction by the heap (no one else
+            // uses it) and lies inside the pool.
+            unsafe {
+                eng.parity
+                    .update(&eng.media, &eng.geo, buf.off - HEADER_SIZE, h);
+                eng.parity
+                    .update(&eng.media, &eng.geo, buf.off, buf.payload());
+            }
+        }
+    }
+
+    /// Writes the new objects into their still-free blocks and flushes them and their
+    /// parity; returns the bytes written.
+    fn write_new_objects(&self, news: &[NonNull<Buffer>], hdrs: &[[u8; 16]]) -> u64 {
+        let eng = self.eng;
+        let mut written = 0;
+        for (b, h) in news.iter().zip(hdrs) {
+            // SAFETY: buffers live until release.
+            let buf = unsafe { b.as_ref() };
+            let len = HEADER_SIZE + buf.size as u64;
+            // SAFETY: as in `new_objects_parity`.
+            unsafe {
+                eng.media.write_durable(buf.off - HEADER_SIZE, h);
+                eng.media.write_durable(buf.off, buf.payload());
+            }
+            eng.parity
+                .flush(&eng.media, &eng.geo, buf.off - HEADER_SIZE, len);
+            written += len;
+        }
+        written
     }
 
     /// Flushes the retire marks that may not be durable yet of the records that touched a
@@ -329,7 +353,7 @@ impl Tx<'_> {
         stage: &mut Vec<u64>,
         hdrs: &mut Vec<[u8; 16]>,
         items: &[Item],
-        news: &[std::ptr::NonNull<super::buffer::Buffer>],
+        news: &[NonNull<Buffer>],
         vals: &[(u64, u64)],
         touched: &Touched,
     ) -> Result<()> {
@@ -359,23 +383,16 @@ impl Tx<'_> {
             needed += record::entry_size(8);
             fits = fits && w.push(off, &v.to_le_bytes());
         }
-        hdrs.clear();
-        for b in news {
+        new_headers(news, hdrs);
+        for (b, h) in news.iter().zip(hdrs.iter()) {
             // SAFETY: buffers live until release.
             let buf = unsafe { b.as_ref() };
-            let h = ObjectHeader {
-                size: buf.size as u64,
-                type_id: buf.type_id,
-                checksum: object_checksum(buf.off, buf.type_id, buf.payload()),
-            }
-            .to_bytes();
             let mut crc = crate::checksum::Strong::new();
-            crc.update(&h);
+            crc.update(h);
             crc.update(buf.payload());
             let mut v = [0u8; record::VERIFY_LEN];
-            v[..16].copy_from_slice(&h);
+            v[..16].copy_from_slice(h);
             v[16..20].copy_from_slice(&crc.finish().to_le_bytes());
-            hdrs.push(h);
             needed += record::entry_size(record::VERIFY_LEN);
             fits = fits && w.push_kind(buf.off - HEADER_SIZE, record::KIND_VERIFY, &v);
         }
@@ -389,16 +406,7 @@ impl Tx<'_> {
         let n = w.seal(seq);
         // Parity of the new objects before any write-back is issued: its locks are locked
         // instructions, which would each wait for pending flushes like a fence.
-        for (b, h) in news.iter().zip(hdrs.iter()) {
-            // SAFETY: buffers live until release.
-            let buf = unsafe { b.as_ref() };
-            // SAFETY: the block was reserved for this transaction by the heap (no one else
-            // uses it) and lies inside the pool.
-            unsafe {
-                eng.parity.update(media, &eng.geo, buf.off - HEADER_SIZE, h);
-                eng.parity.update(media, &eng.geo, buf.off, buf.payload());
-            }
-        }
+        self.new_objects_parity(news, hdrs);
         // 3b. both lane copies (whole 16-byte granules: bytes past the record are ignored)
         let sealed = &bytes[SEAL_OFFSET..SEAL_OFFSET + n.div_ceil(16) * 16];
         for off in [a_off, b_off] {
@@ -407,24 +415,7 @@ impl Tx<'_> {
             unsafe { media.write_durable(off + SEAL_OFFSET as u64, sealed) };
         }
         // 3c. new objects, straight into their still-free space
-        let mut written = 0u64;
-        for (b, h) in news.iter().zip(hdrs.iter()) {
-            // SAFETY: buffers live until release.
-            let buf = unsafe { b.as_ref() };
-            // SAFETY: the block was reserved for this transaction by the heap (no one else
-            // uses it) and lies inside the pool.
-            unsafe {
-                media.write_durable(buf.off - HEADER_SIZE, h);
-                media.write_durable(buf.off, buf.payload());
-            }
-            eng.parity.flush(
-                media,
-                &eng.geo,
-                buf.off - HEADER_SIZE,
-                HEADER_SIZE + buf.size as u64,
-            );
-            written += HEADER_SIZE + buf.size as u64;
-        }
+        let mut written = self.write_new_objects(news, hdrs);
         // 3d. retire marks that may not be durable yet, and the ordering point
         self.fence_with_retires(Some(self.lane.idx), touched);
         // ---- committed ---- unless the record's write-back failed: then it may not be
