@@ -1361,6 +1361,9 @@ fn recover_and_compare(
     after: &State,
     probe: bool,
 ) -> Result<(), Failure> {
+    if probe {
+        crash_during_recovery(dev, before, after).map_err(Failure::Probe)?;
+    }
     let pool = Pool::open_sim(dev, LAYOUT).map_err(Failure::Open)?;
     let got = snapshot(&pool);
     if got != *before && got != *after {
@@ -1368,6 +1371,41 @@ fn recover_and_compare(
     }
     if probe {
         probe_usable(dev, pool, &got).map_err(Failure::Probe)?;
+    }
+    Ok(())
+}
+
+/// Recovers a copy of the image on `dev` capturing a crash point at every fence of the
+/// recovery itself (replay, retire marks, parity recomputation, header update), then
+/// recovers from some of those crashes (none and all of their pending words applied): each
+/// must again give the state before or after the op.
+fn crash_during_recovery(dev: &Arc<CrashSim>, before: &State, after: &State) -> Result<(), String> {
+    let copy = dev.crash_point().device(0, |_| false);
+    let points: Arc<Mutex<Vec<CrashPoint>>> = Arc::default();
+    let sink = points.clone();
+    copy.set_fence_hook(move |s: &CrashSim| sink.lock().expect("sink").push(s.crash_point()));
+    let first = Pool::open_sim(&copy, LAYOUT);
+    copy.clear_fence_hook();
+    drop(first);
+    let points = std::mem::take(&mut *points.lock().expect("sink"));
+    let step = points.len().div_ceil(4).max(1);
+    for (k, cp) in points.iter().enumerate().step_by(step) {
+        for all in [false, true] {
+            let d = cp.device(0, |_| all);
+            let p = Pool::open_sim(&d, LAYOUT).map_err(|e| {
+                format!("  a crash at fence {k} of recovery left a pool that does not open: {e}")
+            })?;
+            let got = snapshot(&p);
+            if got != *before && got != *after {
+                return Err(format!(
+                    "  a crash at fence {k} of {} during recovery ({} pending words applied) \
+                     recovered to neither state:\n{}",
+                    points.len(),
+                    if all { "all" } else { "none of the" },
+                    diff(before, &got)
+                ));
+            }
+        }
     }
     Ok(())
 }
