@@ -110,6 +110,7 @@ fn a_change_outside_a_transaction_is_seen_and_reopening_after_a_crash_recomputes
     let path = path("scribble");
     let pool = Pool::create(&path, &Config::small("parity")).unwrap();
     let o = pool.tx(|tx| tx.alloc([5u64; 64])).unwrap();
+    let other = pool.tx(|tx| tx.alloc([6u64; 64])).unwrap();
     drop(pool);
 
     // A scribble: one byte of the object changed behind the pool's back.
@@ -119,24 +120,47 @@ fn a_change_outside_a_transaction_is_seen_and_reopening_after_a_crash_recomputes
     let pool = Pool::open(&path, "parity").unwrap();
     let bad = pool.verify_parity().unwrap();
     assert_eq!(bad.len(), 1, "{bad:x?}");
-    drop(pool);
 
-    // The same pool as a crash leaves it (OPEN still set): opening recomputes parity from
-    // the rows as they are.
-    let mut file = std::fs::read(&path).unwrap();
-    let mut h = Header::decode(&file[..4096]).unwrap();
-    h.flags |= 1; // OPEN
-    file[..4096].copy_from_slice(&h.encode());
-    let b = h.geo.header_offset(1) as usize;
-    file[b..b + 4096].copy_from_slice(&h.encode());
-    std::fs::write(&path, &file).unwrap();
+    // Reopening does not "fix" a scribble by recomputing parity around it: only a crash
+    // does, and only for the zones a lane marked dirty.
+    drop(pool);
     let pool = Pool::open(&path, "parity").unwrap();
-    assert!(pool.verify_parity().unwrap().is_empty());
+    assert_eq!(
+        pool.verify_parity().unwrap().len(),
+        1,
+        "the scribble is still seen"
+    );
+
+    // A crash image: the file of a pool still open after a commit (OPEN set, the lane's
+    // dirty-zone bit set), with that zone's parity damaged as a torn update would leave it.
+    pool.tx(|tx| {
+        tx.open(other)?[7] = 8;
+        Ok(())
+    })
+    .unwrap();
+    let image = std::fs::read(&path).unwrap();
+    drop(pool);
+    let mut image = image;
+    let h = Header::decode(&image[..4096]).unwrap();
+    assert_eq!(
+        h.flags & 1,
+        1,
+        "the image was taken while the pool was open"
+    );
+    let p0 = h.geo.parity_offset(0) as usize;
+    image[p0..p0 + 64].iter_mut().for_each(|b| *b ^= 0x11);
+    std::fs::write(&path, &image).unwrap();
+    let pool = Pool::open(&path, "parity").unwrap();
+    assert!(
+        pool.verify_parity().unwrap().is_empty(),
+        "the dirty zone was recomputed (which also absorbed the earlier scribble)"
+    );
     drop(pool);
 
     // A pool whose parity was never kept (flags 0, garbage parity): recomputed on open.
     let mut file = std::fs::read(&path).unwrap();
     let mut h = Header::decode(&file[..4096]).unwrap();
+    let b = h.geo.header_offset(1) as usize;
     h.flags = 0;
     file[..4096].copy_from_slice(&h.encode());
     file[b..b + 4096].copy_from_slice(&h.encode());

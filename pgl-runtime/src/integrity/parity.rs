@@ -5,9 +5,11 @@
 //! Kept at run time by `update`, called before every in-place write to the rows (applied
 //! redo entries, new objects, direct metadata stores): it XORs `old ^ new` into the parity
 //! bytes under the parity page's lock and flushes them, so they become durable under the
-//! same ordering point as the data. After a crash the pool recomputes the parity of every
-//! zone (`recompute_zone`): XOR is not idempotent, recomputation is, and a crash may have
-//! left any subset of a commit's data and parity lines on media.
+//! same ordering point as the data. Before a lane first writes a zone in place after the
+//! pool was opened, it makes a dirty mark for the zone durable in its lane (one fence, once
+//! per lane and zone); after a crash the pool recomputes the parity of the marked zones
+//! (`recompute_zone`): XOR is not idempotent, recomputation is, and a crash may have left
+//! any subset of a commit's data and parity lines on media.
 //!
 //! Invariant: outside a commit's apply step, and when no crash intervened since the last
 //! recomputation, every zone's parity row equals the XOR of its data rows.

@@ -322,14 +322,23 @@ impl Pool {
         // recompute every zone's parity from its rows (replay is done, so they are final).
         let mut header = header;
         let parity = parity.unwrap_or(header.flags & FLAG_PARITY != 0);
+        // Only the zones some lane marked dirty can disagree after a crash; a pool whose
+        // parity was not kept needs all of them.
         if parity && (header.flags & FLAG_OPEN != 0 || header.flags & FLAG_PARITY == 0) {
+            let all = header.flags & FLAG_PARITY == 0;
+            let dirty = tx::dirty_zones(&media, &geo);
             for z in 0..header.zones {
-                // SAFETY: zone `z` lies in the pool (its size was checked above); nothing
-                // else runs while the pool opens.
-                unsafe { crate::integrity::recompute_zone(&media, &geo, z) };
+                if all || tx::zone_is_dirty(&dirty, z) {
+                    // SAFETY: zone `z` lies in the pool (its size was checked above);
+                    // nothing else runs while the pool opens.
+                    unsafe { crate::integrity::recompute_zone(&media, &geo, z) };
+                }
             }
             media.fence();
         }
+        // Parity is now consistent everywhere: no zone is dirty for this session yet.
+        tx::clear_dirty_zones(&media, &geo);
+        media.fence();
         header.flags = FLAG_OPEN | if parity { FLAG_PARITY } else { 0 };
         header.generation += 1;
         Self::write_header_copy(&media, 0, &header);

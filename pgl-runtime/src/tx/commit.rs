@@ -179,6 +179,9 @@ impl Tx<'_> {
             let buf = unsafe { b.as_ref() };
             touched.add(buf.off - HEADER_SIZE, HEADER_SIZE + buf.size as u64, chunk);
         }
+        if eng.parity.enabled() {
+            self.mark_dirty_zones(&mut lane.dirty, &items, &vals, &news)?;
+        }
         let r = if items.is_empty() && news.is_empty() && vals.len() <= 1 {
             self.commit_direct(&vals, &touched)
         } else if items.is_empty() && vals.len() == 1 {
@@ -277,6 +280,59 @@ impl Tx<'_> {
         c.add(Counter::Fences, 2);
         c.add(Counter::DirectCommits, 1);
         c.add(Counter::BytesWritten, written);
+        eng.media.check()
+    }
+
+    /// Makes durable, before this commit writes anything in place, that this lane writes
+    /// the zones it is about to write (the lane's dirty-zone bits, in both copies): after a
+    /// crash, recovery recomputes the parity of exactly those zones. Costs a fence only the
+    /// first time a lane writes a zone after the pool was opened.
+    fn mark_dirty_zones(
+        &self,
+        dirty: &mut [u64; record::DIRTY_BYTES / 8],
+        items: &[Item],
+        vals: &[(u64, u64)],
+        news: &[NonNull<Buffer>],
+    ) -> Result<()> {
+        let eng = self.eng;
+        let geo = &eng.geo;
+        let mut want = *dirty;
+        let mut mark = |off: u64| {
+            if off >= geo.zones_offset() {
+                let bit = ((off - geo.zones_offset()) / geo.zone_size()) % record::DIRTY_BITS;
+                want[(bit / 64) as usize] |= 1 << (bit % 64);
+            }
+        };
+        for it in items {
+            mark(it.off);
+            mark(it.off + it.len.max(1) as u64 - 1);
+        }
+        for &(off, _) in vals {
+            mark(off);
+        }
+        for b in news {
+            // SAFETY: buffers live until release.
+            let buf = unsafe { b.as_ref() };
+            mark(buf.off - HEADER_SIZE);
+            mark(buf.off + buf.size.max(1) as u64 - 1);
+        }
+        if want == *dirty {
+            return Ok(());
+        }
+        *dirty = want;
+        let mut bytes = [0u8; record::DIRTY_BYTES];
+        for (chunk, w) in bytes.chunks_exact_mut(8).zip(want) {
+            chunk.copy_from_slice(&w.to_le_bytes());
+        }
+        for copy in 0..2 {
+            let off = eng.lane_off(self.lane.idx, copy) + record::DIRTY_OFFSET as u64;
+            // SAFETY: this transaction owns its lane; the bits lie in its first line, which
+            // no record or retire mark overlaps.
+            unsafe { eng.media.write(off, &bytes) };
+            eng.media.flush(off, record::DIRTY_BYTES as u64);
+        }
+        eng.media.fence();
+        self.lane.counters.add(Counter::Fences, 1);
         eng.media.check()
     }
 

@@ -52,6 +52,8 @@ pub(crate) struct LaneState {
     pub items: Vec<super::commit::Item>,
     pub sums: Vec<[u8; 4]>,
     pub news: Vec<NonNull<Buffer>>,
+    /// The dirty-zone bits this lane has made durable since the pool was opened.
+    pub dirty: [u64; super::record::DIRTY_BYTES / 8],
     /// The record under construction (DRAM), one lane copy long.
     pub stage: Vec<u64>,
     /// Headers of the new objects of a commit.

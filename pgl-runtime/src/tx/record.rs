@@ -3,6 +3,8 @@
 //! ```text
 //! 0    retired seq  u64    the seq of the last record known applied (its own cache line)
 //! 8    retired chk  u64    seq ^ RETIRE_KEY (a mark whose check fails counts as none)
+//! 16   dirty zones  48 B   bit z % 384 set: this lane wrote zone z in place since the pool
+//!                          was opened (its parity may need recomputing after a crash)
 //! 64   seal:
 //!        64  crc    u32    strong checksum of bytes 68..128 + len (seal and entries)
 //!        68  magic  u32    RECORD_MAGIC
@@ -28,8 +30,15 @@ use crate::checksum::strong;
 
 /// Offset of the retired-seq word.
 pub(crate) const RETIRED_OFFSET: usize = 0;
+/// Offset of the lane's dirty-zone bits (see `integrity::parity`).
+pub(crate) const DIRTY_OFFSET: usize = RETIRED_OFFSET + 16;
+/// Bytes of dirty-zone bits.
+pub(crate) const DIRTY_BYTES: usize = 48;
+/// Number of dirty-zone bits: zone `z` is bit `z % DIRTY_BITS`.
+pub(crate) const DIRTY_BITS: u64 = DIRTY_BYTES as u64 * 8;
 /// Offset of the seal.
 pub(crate) const SEAL_OFFSET: usize = 64;
+const _: () = assert!(DIRTY_OFFSET + DIRTY_BYTES <= SEAL_OFFSET);
 const CRC_OFFSET: usize = SEAL_OFFSET;
 const MAGIC_OFFSET: usize = CRC_OFFSET + 4;
 const COUNT_OFFSET: usize = MAGIC_OFFSET + 4;

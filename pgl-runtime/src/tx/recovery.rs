@@ -143,3 +143,40 @@ fn lane_bytes<'a>(media: &'a Media, geo: &Geometry, lane: u64, copy: u64) -> &'a
     // heap, whose offsets start past every lane.
     unsafe { std::slice::from_raw_parts(media.ptr(off) as *const u8, geo.lane_size as usize) }
 }
+
+/// The zones some lane marked dirty (wrote in place) since the pool was last opened, as
+/// `zone % DIRTY_BITS` bits: the union over every lane and both copies, so a torn copy
+/// only adds zones.
+pub(crate) fn dirty_zones(media: &Media, geo: &Geometry) -> [u64; record::DIRTY_BYTES / 8] {
+    let mut bits = [0u64; record::DIRTY_BYTES / 8];
+    for lane in 0..geo.lanes {
+        for copy in 0..2 {
+            let b = &lane_bytes(media, geo, lane, copy)[record::DIRTY_OFFSET..];
+            for (i, w) in bits.iter_mut().enumerate() {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(&b[i * 8..i * 8 + 8]);
+                *w |= u64::from_le_bytes(a);
+            }
+        }
+    }
+    bits
+}
+
+/// Whether zone `z` is among `bits` (see `dirty_zones`).
+pub(crate) fn zone_is_dirty(bits: &[u64; record::DIRTY_BYTES / 8], z: u64) -> bool {
+    let bit = z % record::DIRTY_BITS;
+    bits[(bit / 64) as usize] & (1 << (bit % 64)) != 0
+}
+
+/// Clears every lane's dirty-zone bits (flushed; durable at the caller's next fence).
+pub(crate) fn clear_dirty_zones(media: &Media, geo: &Geometry) {
+    for lane in 0..geo.lanes {
+        for copy in 0..2 {
+            let off = geo.lane_offset(lane, copy) + record::DIRTY_OFFSET as u64;
+            // SAFETY: the lane's first line lies inside the pool; nothing else writes lanes
+            // while the pool opens or closes.
+            unsafe { media.write(off, &[0u8; record::DIRTY_BYTES]) };
+            media.flush(off, record::DIRTY_BYTES as u64);
+        }
+    }
+}
