@@ -93,7 +93,17 @@ fn check(pool: &Pool, root: Oid<Root>, acked: [u64; THREADS]) -> Result<(), Stri
     if !bad.is_empty() {
         return Err(format!("damaged objects after recovery: {bad:?}"));
     }
-    Ok(())
+    parity_consistent(pool)
+}
+
+/// Zone parity after recovery: the commits of both lanes kept it, recovery recomputed the
+/// zones they marked.
+fn parity_consistent(pool: &Pool) -> Result<(), String> {
+    match pool.verify_parity() {
+        Ok(bad) if bad.is_empty() => Ok(()),
+        Ok(bad) => Err(format!("parity disagrees with the rows at pages {bad:x?}")),
+        Err(e) => Err(format!("verify_parity: {e}")),
+    }
 }
 
 /// Explores `points`, checking each recovered image with `check`; returns the number of
@@ -268,7 +278,7 @@ fn crash_handoff_allocs_and_frees_across_lanes() {
                     return Err(format!("object {o:#x} holds {v:?}"));
                 }
             }
-            Ok(())
+            parity_consistent(pool)
         },
     );
 }

@@ -21,7 +21,7 @@ fn a_failed_msync_fails_the_commit_and_every_later_one_until_reopen() {
     })
     .unwrap();
 
-    // Faults injected: every msync fails while the fault is on (3 commits below hit it).
+    // Faults injected: every msync fails while the fault is on (the one commit below).
     fault::set_fail_msync(true);
     let logged = pool.tx(|tx| {
         tx.open(root)?[0] = 2;

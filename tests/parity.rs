@@ -157,10 +157,12 @@ fn a_change_outside_a_transaction_is_seen_and_reopening_after_a_crash_recomputes
     );
     drop(pool);
 
-    // A pool whose parity was never kept (flags 0, garbage parity): recomputed on open.
+    // A pool of format version 1, which kept no parity (garbage parity here): recomputed on
+    // open, then kept, and written back as version 2.
     let mut file = std::fs::read(&path).unwrap();
     let mut h = Header::decode(&file[..4096]).unwrap();
     let b = h.geo.header_offset(1) as usize;
+    h.version = 1;
     h.flags = 0;
     file[..4096].copy_from_slice(&h.encode());
     file[b..b + 4096].copy_from_slice(&h.encode());
@@ -170,6 +172,7 @@ fn a_change_outside_a_transaction_is_seen_and_reopening_after_a_crash_recomputes
     let pool = Pool::open(&path, "parity").unwrap();
     assert!(pool.verify_parity().unwrap().is_empty());
     assert_eq!(pool.info().header.flags & 2, 2, "parity kept from now on");
+    assert_eq!(pool.info().header.version, pgl::FORMAT_VERSION);
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }

@@ -4,8 +4,10 @@
 //!
 //! Kept at run time by `update`, called before every in-place write to the rows (applied
 //! redo entries, new objects, direct metadata stores): it XORs `old ^ new` into the parity
-//! bytes under the parity page's lock and flushes them, so they become durable under the
-//! same ordering point as the data. Before a lane first writes a zone in place after the
+//! bytes under the parity page's lock; the commit then `flush`es them with its data, so
+//! they become durable under the same ordering point. Every update takes the lock, even
+//! for one word: `ATOMIC_XOR_MAX_BYTES` records where atomics would pay (16 bytes), a
+//! path not built yet. Before a lane first writes a zone in place after the
 //! pool was opened, it makes a dirty mark for the zone durable in its lane (one fence, once
 //! per lane and zone); after a crash the pool recomputes the parity of the marked zones
 //! (`recompute_zone`): XOR is not idempotent, recomputation is, and a crash may have left
@@ -142,10 +144,13 @@ fn room_to_next_row(geo: &Geometry, off: u64) -> u64 {
 /// # Safety
 /// Zone `z` lies in the pool, and nothing writes it meanwhile.
 pub(crate) unsafe fn recompute_zone(media: &Media, geo: &Geometry, z: u64) {
-    let parity = xor_of_rows(media, geo, z);
     let at = geo.parity_offset(z);
-    // SAFETY: the parity row lies in zone `z` (caller); no one else writes it meanwhile.
-    unsafe { media.write_durable(at, &parity) };
+    for col in (0..geo.row_size()).step_by(PAGE as usize) {
+        let page = xor_of_column(media, geo, z, col);
+        // SAFETY: the parity page lies in zone `z` (caller); no one else writes it.
+        unsafe { media.write(at + col, &page) };
+        media.flush(at + col, PAGE);
+    }
 }
 
 /// The parity pages of zone `z` that disagree with its data rows (pool offsets).
@@ -153,29 +158,34 @@ pub(crate) unsafe fn recompute_zone(media: &Media, geo: &Geometry, z: u64) {
 /// # Safety
 /// As `recompute_zone` (a concurrent commit could make a page disagree for a moment).
 pub(crate) unsafe fn verify_zone(media: &Media, geo: &Geometry, z: u64) -> Vec<u64> {
-    let want = xor_of_rows(media, geo, z);
     let at = geo.parity_offset(z);
-    let row = geo.row_size() as usize;
-    // SAFETY: the parity row lies in zone `z` (caller).
-    let have = unsafe { std::slice::from_raw_parts(media.ptr(at) as *const u8, row) };
-    want.chunks(PAGE as usize)
-        .zip(have.chunks(PAGE as usize))
-        .enumerate()
-        .filter(|(_, (w, h))| w != h)
-        .map(|(i, _)| at + i as u64 * PAGE)
+    (0..geo.row_size())
+        .step_by(PAGE as usize)
+        .filter(|&col| {
+            let want = xor_of_column(media, geo, z, col);
+            // SAFETY: the parity page lies in zone `z` (caller).
+            let have = unsafe {
+                std::slice::from_raw_parts(media.ptr(at + col) as *const u8, PAGE as usize)
+            };
+            want[..] != *have
+        })
+        .map(|col| at + col)
         .collect()
 }
 
-fn xor_of_rows(media: &Media, geo: &Geometry, z: u64) -> Vec<u8> {
-    let row = geo.row_size() as usize;
-    let mut parity = vec![0u8; row];
+/// The XOR of page column `col` (a byte offset within a row) over zone `z`'s data rows:
+/// one page at a time, so that memory stays bounded whatever the geometry.
+fn xor_of_column(media: &Media, geo: &Geometry, z: u64, col: u64) -> [u8; PAGE as usize] {
+    let mut page = [0u8; PAGE as usize];
     for r in 0..geo.rows {
-        let off = geo.zone_offset(z) + r * geo.row_size();
-        // SAFETY: row `r` of zone `z` lies in the pool (the caller's zone does).
-        let bytes = unsafe { std::slice::from_raw_parts(media.ptr(off) as *const u8, row) };
-        xor_into(&mut parity, bytes);
+        let off = geo.zone_offset(z) + r * geo.row_size() + col;
+        // SAFETY: this page of row `r` of zone `z` lies in the pool (the caller's zone
+        // does).
+        let bytes =
+            unsafe { std::slice::from_raw_parts(media.ptr(off) as *const u8, PAGE as usize) };
+        xor_into(&mut page, bytes);
     }
-    parity
+    page
 }
 
 #[cfg(test)]

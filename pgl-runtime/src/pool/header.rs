@@ -29,8 +29,13 @@ use crate::geometry::{Geometry, PAGE};
 
 /// Header magic.
 pub const MAGIC: [u8; 8] = *b"PGLPOOL\0";
-/// The on-media format version this build reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+/// The on-media format version this build writes. Version 2 added the header flags and
+/// zone parity; a version-1 pool is read as one whose parity was never kept (recomputed,
+/// then kept, on open) and is written back as version 2, which older builds refuse, so
+/// that none can change it without keeping parity.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format version this build reads.
+pub const OLDEST_FORMAT_VERSION: u32 = 1;
 /// Header flag: a process has the pool open; still set after a crash.
 pub const FLAG_OPEN: u32 = 1;
 /// Header flag: zone parity has been maintained since it was last recomputed.
@@ -147,7 +152,7 @@ impl Header {
             return Err(HeaderFault::Checksum);
         }
         let version = u32_at(b, VERSION_OFFSET);
-        if version != FORMAT_VERSION {
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(HeaderFault::Version(version));
         }
         let raw = &b[LAYOUT_OFFSET..LAYOUT_OFFSET + 64];
@@ -172,7 +177,12 @@ impl Header {
             geo,
             zones,
             created: u64_at(b, CREATED_OFFSET),
-            flags: u32_at(b, FLAGS_OFFSET) & (FLAG_OPEN | FLAG_PARITY),
+            // Version 1 had no flags: its parity was never kept.
+            flags: if version < 2 {
+                0
+            } else {
+                u32_at(b, FLAGS_OFFSET) & (FLAG_OPEN | FLAG_PARITY)
+            },
         })
     }
 

@@ -20,8 +20,9 @@ use std::sync::Arc;
 /// A persistent memory pool: one file of typed, checksummed objects.
 ///
 /// `Pool` is `Send + Sync` and cheap to clone (clones share the open pool); the file is
-/// unmapped when the last clone is dropped. Everything committed is already durable, so
-/// dropping needs no flush.
+/// unmapped when the last clone is dropped. Everything committed is already durable;
+/// dropping the last clone also records a clean close in the header, so that the next open
+/// need not recompute parity.
 #[derive(Clone)]
 pub struct Pool {
     inner: Arc<Inner>,
@@ -42,6 +43,16 @@ impl Drop for Inner {
     /// next open must repair.
     fn drop(&mut self) {
         let media = &self.eng.media;
+        if media.check().is_err() {
+            return;
+        }
+        // The last retire mark of each lane was written without a flush: make them durable
+        // before the header says the pool was closed cleanly (an open that finds OPEN clear
+        // skips the parity recomputation a replay would need).
+        for i in 0..self.eng.geo.lanes as usize {
+            self.eng.flush_retire(i);
+        }
+        media.fence();
         if media.check().is_err() {
             return;
         }
@@ -318,8 +329,9 @@ impl Pool {
         let geo = header.geo;
         let rec = tx::recover(&media, &geo, size)?;
         // After a crash (the OPEN flag is still set) any subset of the last commits' data
-        // and parity lines may have reached media, and a pool of an older pgl kept none:
-        // recompute every zone's parity from its rows (replay is done, so they are final).
+        // and parity lines may have reached media: recompute the parity of the zones the
+        // lanes marked dirty from their rows (replay is done, so they are final); a pool
+        // whose parity was not kept gets every zone recomputed.
         let mut header = header;
         let parity = parity.unwrap_or(header.flags & FLAG_PARITY != 0);
         // Only the zones some lane marked dirty can disagree after a crash; a pool whose
@@ -335,11 +347,15 @@ impl Pool {
                 }
             }
             media.fence();
+            // The marks may be cleared only once the recomputed parity is durable.
+            media.check()?;
         }
         // Parity is now consistent everywhere: no zone is dirty for this session yet.
         tx::clear_dirty_zones(&media, &geo);
         media.fence();
+        media.check()?;
         header.flags = FLAG_OPEN | if parity { FLAG_PARITY } else { 0 };
+        header.version = FORMAT_VERSION;
         header.generation += 1;
         Self::write_header_copy(&media, 0, &header);
         Self::write_header_copy(&media, geo.header_offset(1), &header);

@@ -1,6 +1,9 @@
 //! The commit protocol (DESIGN.md, "Transactions"): canaries, checksums, ONE fence for the
 //! redo record (both lane copies, new objects, pending retire marks), ONE fence for applying
-//! it in place, then a retire mark with no fence of its own.
+//! it in place (with its parity), then a retire mark with no fence of its own. A commit that
+//! only frees (one metadata word) takes one fence and writes no record; one that only
+//! allocates from a run it uses takes two and writes none. The first commit of a lane to
+//! write a zone after the pool was opened takes one more fence, for the zone's dirty mark.
 //!
 //! Invariant: when the log fence completes the transaction is committed (its sealed record
 //! replays after a crash); before it, NVMM holds nothing a recovery would act on.
@@ -264,6 +267,9 @@ impl Tx<'_> {
         // The word may be covered by another lane's record that is not yet retired: that
         // retire mark must be durable before the word is (see `fence_with_retires`).
         self.fence_with_retires(None, touched);
+        // The objects (and the retire marks the word must follow) may not be durable after
+        // a failed write-back: the word must not be stored then.
+        eng.media.check()?;
         let (off, v) = val;
         // SAFETY: heap metadata word, protected by its metadata lock (held by the caller).
         // After the fence no flush is pending, so the parity lock waits for nothing.
@@ -511,6 +517,9 @@ impl Tx<'_> {
             eng.parity.flush(media, &eng.geo, dst, len);
         }
         media.fence();
+        // A failed write-back of the applied bytes: the record must stay unretired, so that
+        // reopening the pool replays it.
+        eng.media.check()?;
         // 5. retire (no fence: see lane.rs)
         for off in [a_off, b_off] {
             // SAFETY: the retired word of our own lane.

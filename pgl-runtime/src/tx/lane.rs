@@ -52,7 +52,9 @@ pub(crate) struct LaneState {
     pub items: Vec<super::commit::Item>,
     pub sums: Vec<[u8; 4]>,
     pub news: Vec<NonNull<Buffer>>,
-    /// The dirty-zone bits this lane has made durable since the pool was opened.
+    /// The dirty-zone bits this lane has written to its lane copies since the pool was
+    /// opened (durable once the fence that follows them completed; see
+    /// `Tx::mark_dirty_zones`).
     pub dirty: [u64; super::record::DIRTY_BYTES / 8],
     /// The record under construction (DRAM), one lane copy long.
     pub stage: Vec<u64>,

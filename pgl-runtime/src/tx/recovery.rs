@@ -89,6 +89,8 @@ pub(crate) fn recover(media: &Media, geo: &Geometry, pool_len: u64) -> Result<Re
     }
     if !todo.is_empty() {
         media.fence();
+        // Retiring a record whose replay did not reach media would lose it for good.
+        media.check()?;
         for &(seq, lane, _, _) in &todo {
             for copy in 0..2 {
                 let off = geo.lane_offset(lane, copy) + RETIRED_OFFSET as u64;
