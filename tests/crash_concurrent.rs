@@ -16,7 +16,7 @@
 
 mod common;
 
-use common::crash::{config, Rng, LAYOUT};
+use common::crash::{config, target_states, Rng, DEFAULT_STATES, LAYOUT};
 use pgl::{CrashPoint, CrashSim, Oid, Pool};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,13 +28,6 @@ type Root = [u64; 4];
 
 /// Crash points, each with the progress acknowledged when it was captured.
 type Points = Arc<Mutex<Vec<(CrashPoint, [u64; THREADS])>>>;
-
-fn target_states() -> u64 {
-    std::env::var("PGL_CRASH_STATES")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(10_000)
-}
 
 /// One transaction of thread `t`, its `i`-th.
 fn step(pool: &Pool, s: Oid<[u64; 4]>, p: Oid<[u64; 4]>, t: u64, i: u64) -> pgl::Result<()> {
@@ -155,7 +148,7 @@ fn explore(
         &violations[..violations.len().min(5)]
     );
     assert!(
-        states >= target.min(10_000),
+        states >= target.min(DEFAULT_STATES),
         "explored only {states} states"
     );
     states

@@ -2,44 +2,42 @@
 //! `test-faults`, never in a release build): with a defect on, the crash suite must fail;
 //! with a device fault on, the pool must report it.
 
-#[cfg(feature = "test-faults")]
-static DROP_APPLY_FLUSH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// A switch: a process-wide flag tests turn on, read where the fault applies (always off
+/// without the `test-faults` feature, and compiled away).
+macro_rules! switch {
+    ($flag:ident, $set:ident, $get:ident, $what:literal) => {
+        #[cfg(feature = "test-faults")]
+        static $flag: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Turns on or off the "drop the flush of applied redo entries" defect.
-#[cfg(feature = "test-faults")]
-pub fn set_drop_apply_flush(on: bool) {
-    DROP_APPLY_FLUSH.store(on, std::sync::atomic::Ordering::SeqCst);
+        #[doc = concat!("Turns on or off ", $what, ".")]
+        #[cfg(feature = "test-faults")]
+        pub fn $set(on: bool) {
+            $flag.store(on, std::sync::atomic::Ordering::SeqCst);
+        }
+
+        #[inline(always)]
+        pub(crate) fn $get() -> bool {
+            #[cfg(feature = "test-faults")]
+            {
+                $flag.load(std::sync::atomic::Ordering::Relaxed)
+            }
+            #[cfg(not(feature = "test-faults"))]
+            {
+                false
+            }
+        }
+    };
 }
 
-#[inline(always)]
-pub(crate) fn drop_apply_flush() -> bool {
-    #[cfg(feature = "test-faults")]
-    {
-        DROP_APPLY_FLUSH.load(std::sync::atomic::Ordering::Relaxed)
-    }
-    #[cfg(not(feature = "test-faults"))]
-    {
-        false
-    }
-}
-
-#[cfg(feature = "test-faults")]
-static FAIL_MSYNC: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Turns on or off the "every msync fails" fault (an I/O error of the backing device).
-#[cfg(feature = "test-faults")]
-pub fn set_fail_msync(on: bool) {
-    FAIL_MSYNC.store(on, std::sync::atomic::Ordering::SeqCst);
-}
-
-#[inline(always)]
-pub(crate) fn fail_msync() -> bool {
-    #[cfg(feature = "test-faults")]
-    {
-        FAIL_MSYNC.load(std::sync::atomic::Ordering::Relaxed)
-    }
-    #[cfg(not(feature = "test-faults"))]
-    {
-        false
-    }
-}
+switch!(
+    DROP_APPLY_FLUSH,
+    set_drop_apply_flush,
+    drop_apply_flush,
+    "the \"drop the flush of applied redo entries\" defect"
+);
+switch!(
+    FAIL_MSYNC,
+    set_fail_msync,
+    fail_msync,
+    "the \"every msync fails\" fault (an I/O error of the backing device)"
+);

@@ -30,6 +30,27 @@ pub(crate) struct Item {
     len: usize,
 }
 
+/// Calls `f(offset, len)` for every range a commit writes in place: logged items, metadata
+/// words, and new objects (header and payload).
+fn for_each_write(
+    items: &[Item],
+    vals: &[(u64, u64)],
+    news: &[NonNull<Buffer>],
+    mut f: impl FnMut(u64, u64),
+) {
+    for it in items {
+        f(it.off, it.len as u64);
+    }
+    for &(off, _) in vals {
+        f(off, 8);
+    }
+    for b in news {
+        // SAFETY: buffers live until release.
+        let buf = unsafe { b.as_ref() };
+        f(buf.off - HEADER_SIZE, HEADER_SIZE + buf.size as u64);
+    }
+}
+
 /// The headers of the new objects `news`, in order, into `hdrs`.
 fn new_headers(news: &[NonNull<Buffer>], hdrs: &mut Vec<[u8; 16]>) {
     hdrs.clear();
@@ -169,21 +190,24 @@ impl Tx<'_> {
             }
         }
         // The chunks this commit writes: whose older, unretired records it must order.
-        let chunk = eng.geo.chunk_size;
+        // One walk over what this commit writes in place: the chunks (whose older,
+        // unretired records it must order) and the zones (whose parity a crash may leave
+        // stale, so that lanes mark them dirty first).
+        let geo = &eng.geo;
         let mut touched = Touched::default();
-        for it in &items {
-            touched.add(it.off, it.len as u64, chunk);
-        }
-        for &(off, _) in &vals {
-            touched.add(off, 8, chunk);
-        }
-        for b in &news {
-            // SAFETY: buffers live until release.
-            let buf = unsafe { b.as_ref() };
-            touched.add(buf.off - HEADER_SIZE, HEADER_SIZE + buf.size as u64, chunk);
-        }
-        if eng.parity.enabled() {
-            self.mark_dirty_zones(&mut lane.dirty, &items, &vals, &news)?;
+        let mut zones = lane.dirty;
+        for_each_write(&items, &vals, &news, |off, len| {
+            touched.add(off, len, geo.chunk_size);
+            for at in [off, off + len.max(1) - 1] {
+                if at >= geo.zones_offset() {
+                    let (word, mask) =
+                        record::dirty_bit((at - geo.zones_offset()) / geo.zone_size());
+                    zones[word] |= mask;
+                }
+            }
+        });
+        if eng.parity.enabled() && zones != lane.dirty {
+            self.mark_dirty_zones(&mut lane.dirty, zones)?;
         }
         let r = if items.is_empty() && news.is_empty() && vals.len() <= 1 {
             self.commit_direct(&vals, &touched)
@@ -228,14 +252,7 @@ impl Tx<'_> {
         let Some(&(off, v)) = vals.first() else {
             return Ok(()); // read-only
         };
-        // SAFETY: heap metadata word, protected by its metadata lock (held by the caller).
-        unsafe {
-            eng.parity
-                .update(&eng.media, &eng.geo, off, &v.to_le_bytes());
-            eng.media.write_u64(off, v);
-        }
-        eng.media.flush(off, 8);
-        eng.parity.flush(&eng.media, &eng.geo, off, 8);
+        self.store_word(off, v);
         self.fence_with_retires(None, touched);
         let c = &self.lane.counters;
         c.add(Counter::Fences, 1);
@@ -270,17 +287,8 @@ impl Tx<'_> {
         // The objects (and the retire marks the word must follow) may not be durable after
         // a failed write-back: the word must not be stored then.
         eng.media.check()?;
-        let (off, v) = val;
-        // SAFETY: heap metadata word, protected by its metadata lock (held by the caller).
         // After the fence no flush is pending, so the parity lock waits for nothing.
-        unsafe {
-            eng.parity.update(media, &eng.geo, off, &v.to_le_bytes());
-            media.write_u64(off, v);
-        }
-        if !crate::fault::drop_apply_flush() {
-            media.flush(off, 8);
-        }
-        eng.parity.flush(media, &eng.geo, off, 8);
+        self.store_word(val.0, val.1);
         media.fence(); // ---- committed ----
         let c = &self.lane.counters;
         c.add(Counter::Fences, 2);
@@ -289,42 +297,33 @@ impl Tx<'_> {
         eng.media.check()
     }
 
+    /// Stores metadata word `off` in place with its parity update, both flushed (durable
+    /// at the caller's next fence). Issued with no flush pending: the parity lock is a
+    /// locked instruction.
+    fn store_word(&self, off: u64, v: u64) {
+        let eng = self.eng;
+        // SAFETY: a heap metadata word, protected by its metadata lock (held by the caller).
+        unsafe {
+            eng.parity
+                .update(&eng.media, &eng.geo, off, &v.to_le_bytes());
+            eng.media.write_u64(off, v);
+        }
+        if !crate::fault::drop_apply_flush() {
+            eng.media.flush(off, 8);
+        }
+        eng.parity.flush(&eng.media, &eng.geo, off, 8);
+    }
+
     /// Makes durable, before this commit writes anything in place, that this lane writes
     /// the zones it is about to write (the lane's dirty-zone bits, in both copies): after a
     /// crash, recovery recomputes the parity of exactly those zones. Costs a fence only the
     /// first time a lane writes a zone after the pool was opened.
     fn mark_dirty_zones(
         &self,
-        dirty: &mut [u64; record::DIRTY_BYTES / 8],
-        items: &[Item],
-        vals: &[(u64, u64)],
-        news: &[NonNull<Buffer>],
+        dirty: &mut record::DirtyZones,
+        want: record::DirtyZones,
     ) -> Result<()> {
         let eng = self.eng;
-        let geo = &eng.geo;
-        let mut want = *dirty;
-        let mut mark = |off: u64| {
-            if off >= geo.zones_offset() {
-                let bit = ((off - geo.zones_offset()) / geo.zone_size()) % record::DIRTY_BITS;
-                want[(bit / 64) as usize] |= 1 << (bit % 64);
-            }
-        };
-        for it in items {
-            mark(it.off);
-            mark(it.off + it.len.max(1) as u64 - 1);
-        }
-        for &(off, _) in vals {
-            mark(off);
-        }
-        for b in news {
-            // SAFETY: buffers live until release.
-            let buf = unsafe { b.as_ref() };
-            mark(buf.off - HEADER_SIZE);
-            mark(buf.off + buf.size.max(1) as u64 - 1);
-        }
-        if want == *dirty {
-            return Ok(());
-        }
         *dirty = want;
         let mut bytes = [0u8; record::DIRTY_BYTES];
         for (chunk, w) in bytes.chunks_exact_mut(8).zip(want) {

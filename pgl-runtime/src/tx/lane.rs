@@ -55,7 +55,7 @@ pub(crate) struct LaneState {
     /// The dirty-zone bits this lane has written to its lane copies since the pool was
     /// opened (durable once the fence that follows them completed; see
     /// `Tx::mark_dirty_zones`).
-    pub dirty: [u64; super::record::DIRTY_BYTES / 8],
+    pub dirty: super::record::DirtyZones,
     /// The record under construction (DRAM), one lane copy long.
     pub stage: Vec<u64>,
     /// Headers of the new objects of a commit.

@@ -39,6 +39,15 @@ pub(crate) const DIRTY_BITS: u64 = DIRTY_BYTES as u64 * 8;
 /// Offset of the seal.
 pub(crate) const SEAL_OFFSET: usize = 64;
 const _: () = assert!(DIRTY_OFFSET + DIRTY_BYTES <= SEAL_OFFSET);
+
+/// A lane's dirty-zone bits, as words.
+pub(crate) type DirtyZones = [u64; DIRTY_BYTES / 8];
+
+/// The word and mask of zone `zone`'s dirty bit.
+pub(crate) const fn dirty_bit(zone: u64) -> (usize, u64) {
+    let bit = zone % DIRTY_BITS;
+    ((bit / 64) as usize, 1 << (bit % 64))
+}
 const CRC_OFFSET: usize = SEAL_OFFSET;
 const MAGIC_OFFSET: usize = CRC_OFFSET + 4;
 const COUNT_OFFSET: usize = MAGIC_OFFSET + 4;

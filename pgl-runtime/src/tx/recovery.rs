@@ -149,8 +149,8 @@ fn lane_bytes<'a>(media: &'a Media, geo: &Geometry, lane: u64, copy: u64) -> &'a
 /// The zones some lane marked dirty (wrote in place) since the pool was last opened, as
 /// `zone % DIRTY_BITS` bits: the union over every lane and both copies, so a torn copy
 /// only adds zones.
-pub(crate) fn dirty_zones(media: &Media, geo: &Geometry) -> [u64; record::DIRTY_BYTES / 8] {
-    let mut bits = [0u64; record::DIRTY_BYTES / 8];
+pub(crate) fn dirty_zones(media: &Media, geo: &Geometry) -> record::DirtyZones {
+    let mut bits = record::DirtyZones::default();
     for lane in 0..geo.lanes {
         for copy in 0..2 {
             let b = &lane_bytes(media, geo, lane, copy)[record::DIRTY_OFFSET..];
@@ -165,9 +165,9 @@ pub(crate) fn dirty_zones(media: &Media, geo: &Geometry) -> [u64; record::DIRTY_
 }
 
 /// Whether zone `z` is among `bits` (see `dirty_zones`).
-pub(crate) fn zone_is_dirty(bits: &[u64; record::DIRTY_BYTES / 8], z: u64) -> bool {
-    let bit = z % record::DIRTY_BITS;
-    bits[(bit / 64) as usize] & (1 << (bit % 64)) != 0
+pub(crate) fn zone_is_dirty(bits: &record::DirtyZones, z: u64) -> bool {
+    let (word, mask) = record::dirty_bit(z);
+    bits[word] & mask != 0
 }
 
 /// Clears every lane's dirty-zone bits (flushed; durable at the caller's next fence).
