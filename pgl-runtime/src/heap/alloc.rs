@@ -13,7 +13,7 @@
 use super::class::SizeClasses;
 use super::layout::*;
 use super::meta::MetaOps;
-use crate::geometry::Geometry;
+use crate::geometry::{Geometry, ZoneMap, ZonePos};
 use crate::persist::Media;
 use crate::{Error, Result};
 use parking_lot::Mutex;
@@ -95,6 +95,7 @@ pub(crate) enum PendingFree {
 /// The allocator of one pool.
 pub(crate) struct Heap {
     geo: Geometry,
+    map: ZoneMap,
     classes: SizeClasses,
     zones: Box<[OnceLock<Zone>]>,
     grow_lock: Mutex<()>,
@@ -110,6 +111,7 @@ impl Heap {
         let classes = SizeClasses::new(geo.chunk_size);
         let heap = Heap {
             geo,
+            map: ZoneMap::new(&geo),
             pools: (0..classes.len()).map(|_| Mutex::new(Vec::new())).collect(),
             classes,
             zones: (0..geo.zones_for(media.reserve()).max(zones))
@@ -261,13 +263,20 @@ impl Heap {
         ((self.geo.chunks_per_zone() - 1) * self.geo.chunk_size - HEADER_SIZE).min(u32::MAX as u64)
     }
 
+    /// The zone position of `off` if it lies in the data rows of a zone in use.
+    fn place_of(&self, off: u64) -> Option<ZonePos> {
+        self.map
+            .split(off)
+            .filter(|p| p.zone < self.zone_count() && p.chunk < self.geo.chunks_per_zone())
+    }
+
     /// Finds the live object whose payload starts at `payload`.
     pub(crate) fn locate(&self, payload: u64) -> Result<ObjPlace> {
         let bad = |why: &str| Err(Error::invalid_oid(payload, why));
         if payload == 0 {
             return bad("null oid");
         }
-        let Some(pos) = self.geo.locate(payload, self.zone_count()) else {
+        let Some(pos) = self.place_of(payload) else {
             return bad("outside the pool's zones");
         };
         if pos.chunk == 0 {
@@ -572,8 +581,7 @@ impl Heap {
     /// change and what to finish after commit.
     pub(crate) fn free(&self, payload: u64, meta: &mut MetaOps) -> Result<PendingFree> {
         let pos = self
-            .geo
-            .locate(payload, self.zone_count())
+            .place_of(payload)
             .ok_or_else(|| Error::invalid_oid(payload, "outside the pool's zones"))?;
         let zone = self
             .zone(pos.zone)

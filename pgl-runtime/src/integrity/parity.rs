@@ -17,7 +17,7 @@
 //! recomputation, every zone's parity row equals the XOR of its data rows.
 
 use super::xor::{xor_delta_into, xor_into};
-use crate::geometry::{Geometry, PAGE};
+use crate::geometry::{Geometry, ZoneMap, PAGE};
 use crate::persist::Media;
 use parking_lot::lock_api::RawMutex as _;
 use parking_lot::RawMutex;
@@ -31,13 +31,16 @@ pub(crate) struct Parity {
     stripes: Box<[RawMutex]>,
     /// Whether this pool keeps parity (`Config::parity`); when not, updates do nothing.
     enabled: bool,
+    /// Where each data byte's parity lies.
+    map: ZoneMap,
 }
 
 impl Parity {
-    pub(crate) fn new(enabled: bool) -> Self {
+    pub(crate) fn new(enabled: bool, geo: &Geometry) -> Self {
         Parity {
             stripes: (0..STRIPES).map(|_| RawMutex::INIT).collect(),
             enabled,
+            map: ZoneMap::new(geo),
         }
     }
 
@@ -57,16 +60,16 @@ impl Parity {
     /// The range lies inside the pool, and the caller holds what excludes other writers of
     /// it (the object's or metadata word's lock, or the block's reservation) until it has
     /// written `new`.
-    pub(crate) unsafe fn update(&self, media: &Media, geo: &Geometry, off: u64, new: &[u8]) {
+    pub(crate) unsafe fn update(&self, media: &Media, off: u64, new: &[u8]) {
         if !self.enabled {
             return;
         }
         let mut done = 0usize;
         while done < new.len() {
             let at = off + done as u64;
-            let Some((parity, room)) = parity_of(geo, at) else {
+            let Some((parity, room)) = self.map.parity_of(at) else {
                 // Not in a data row: as far as the next row (or the end), nothing to do.
-                done += (room_to_next_row(geo, at) as usize)
+                done += (self.map.room_to_next_row(at) as usize)
                     .min(new.len() - done)
                     .max(1);
                 continue;
@@ -92,50 +95,23 @@ impl Parity {
     }
 
     /// Flushes the parity bytes of `[off, off + len)` (updated by `update`).
-    pub(crate) fn flush(&self, media: &Media, geo: &Geometry, off: u64, len: u64) {
+    pub(crate) fn flush(&self, media: &Media, off: u64, len: u64) {
         if !self.enabled {
             return;
         }
         let mut done = 0u64;
         while done < len {
             let at = off + done;
-            match parity_of(geo, at) {
+            match self.map.parity_of(at) {
                 Some((parity, room)) => {
                     let n = (len - done).min(room);
                     media.flush(parity, n);
                     done += n;
                 }
-                None => done += room_to_next_row(geo, at).min(len - done).max(1),
+                None => done += self.map.room_to_next_row(at).min(len - done).max(1),
             }
         }
     }
-}
-
-/// The parity offset of data byte `off`, and how many bytes from `off` stay in its row;
-/// `None` outside the zones' data rows.
-fn parity_of(geo: &Geometry, off: u64) -> Option<(u64, u64)> {
-    let base = geo.zones_offset();
-    if off < base {
-        return None;
-    }
-    let rel = off - base;
-    let zone = rel / geo.zone_size();
-    let in_zone = rel % geo.zone_size();
-    if in_zone >= geo.rows * geo.row_size() {
-        return None; // the parity row itself
-    }
-    let col = in_zone % geo.row_size();
-    Some((geo.parity_offset(zone) + col, geo.row_size() - col))
-}
-
-/// Bytes from `off` to the start of the next row (or zone region).
-fn room_to_next_row(geo: &Geometry, off: u64) -> u64 {
-    let base = geo.zones_offset();
-    if off < base {
-        return base - off;
-    }
-    let rel = off - base;
-    geo.row_size() - rel % geo.row_size()
 }
 
 /// Recomputes zone `z`'s parity row from its data rows and flushes it (durable at the
@@ -205,6 +181,8 @@ mod tests {
     #[test]
     fn parity_of_maps_every_row_to_the_same_column() {
         let g = geo();
+        let m = ZoneMap::new(&g);
+        let parity_of = |_: &Geometry, off| m.parity_of(off);
         let z1 = g.zone_offset(1);
         let (p0, room0) = parity_of(&g, z1 + 100).unwrap();
         let (p2, room2) = parity_of(&g, z1 + 2 * g.row_size() + 100).unwrap();

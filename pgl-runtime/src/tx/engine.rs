@@ -4,7 +4,7 @@
 use super::lane::Lanes;
 use super::locks::{MetaLocks, ObjectLocks};
 use super::record::RETIRED_OFFSET;
-use crate::geometry::Geometry;
+use crate::geometry::{Geometry, ZoneMap};
 use crate::heap::Heap;
 use crate::persist::Media;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +26,8 @@ pub enum VerifyPolicy {
 pub(crate) struct Engine {
     pub media: Media,
     pub geo: Geometry,
+    /// The commit path's offset arithmetic over `geo`.
+    pub map: ZoneMap,
     pub heap: Heap,
     pub objects: ObjectLocks,
     pub meta: MetaLocks,
@@ -66,7 +68,8 @@ impl Engine {
             canary: 0x5a5a_c3c3_0f0f_9696_a5a5_3c3c_f0f0_6969 ^ t ^ ((id as u128) << 64),
             verify,
             types: super::TypeCache::new(),
-            parity: crate::integrity::Parity::new(parity),
+            parity: crate::integrity::Parity::new(parity, &geo),
+            map: ZoneMap::new(&geo),
         }
     }
 

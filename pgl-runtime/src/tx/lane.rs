@@ -81,10 +81,10 @@ impl Touched {
     /// Every chunk: for a range too long to list.
     pub(crate) const ALL: Touched = Touched([u64::MAX; 4]);
 
-    /// Adds the chunks of `[off, off + len)`, with chunks of `chunk_size` bytes.
-    pub(crate) fn add(&mut self, off: u64, len: u64, chunk_size: u64) {
-        let first = off / chunk_size;
-        let last = (off + len.max(1) - 1) / chunk_size;
+    /// Adds the chunks of `[off, off + len)`, with chunks of `1 << chunk_shift` bytes.
+    pub(crate) fn add(&mut self, off: u64, len: u64, chunk_shift: u32) {
+        let first = off >> chunk_shift;
+        let last = (off + len.max(1) - 1) >> chunk_shift;
         if last - first >= 256 {
             *self = Touched::ALL;
             return;
@@ -208,25 +208,26 @@ mod tests {
 
     #[test]
     fn ranges_meet_when_they_share_a_chunk() {
-        let chunk = 256 << 10;
+        let shift = 18;
+        let chunk = 1 << shift;
         let mut a = Touched::default();
-        a.add(3 * chunk + 100, 8, chunk);
+        a.add(3 * chunk + 100, 8, shift);
         let mut b = Touched::default();
-        b.add(3 * chunk + 5000, 4096, chunk);
+        b.add(3 * chunk + 5000, 4096, shift);
         assert!(a.meets(&b), "same chunk");
         let mut d = Touched::default();
-        d.add(3 * chunk - 1, 2, chunk); // crosses from chunk 2 into chunk 3
+        d.add(3 * chunk - 1, 2, shift); // crosses from chunk 2 into chunk 3
         assert!(d.meets(&a));
         assert!(Touched::ALL.meets(&a));
         let mut big = Touched::default();
-        big.add(0, 1000 * chunk, chunk);
+        big.add(0, 1000 * chunk, shift);
         assert_eq!(big, Touched::ALL);
         assert!(!Touched::default().meets(&a));
         // Disjoint chunks meet only through a hash collision: most of 64 do not.
         let apart = (10..74u64)
             .filter(|c| {
                 let mut x = Touched::default();
-                x.add(c * chunk, 1, chunk);
+                x.add(c * chunk, 1, shift);
                 !x.meets(&a)
             })
             .count();
