@@ -1,7 +1,7 @@
 //! The runtime of pgl: media layer, pool, heap, transactions. Use it through the `pgl` crate.
 //!
 //! Layers, bottom to top (no module imports one above it): `checksum`, `geometry`,
-//! `smallmap` → `persist` → `heap` → `integrity` → `tx` → `pool`.
+//! `smallmap` → `persist` → `heap` → `integrity` → `tx` → `inject` → `pool`.
 #![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -10,6 +10,7 @@ mod error;
 pub mod fault;
 pub mod geometry;
 mod heap;
+mod inject;
 pub mod integrity;
 pub mod persist;
 pub mod persistent;
@@ -22,6 +23,7 @@ mod values;
 pub use error::{Error, Result};
 pub use heap::layout::ObjectHeader;
 pub use heap::SizeClasses;
+pub use inject::Fault;
 pub use persist::{CrashPoint, CrashSim, FlushMode};
 pub use persistent::{Oid, Persistent};
 pub use pool::{Config, Detached, Header, Pool, PoolInfo, FORMAT_VERSION};

@@ -31,6 +31,15 @@ pub struct Stats {
     pub records_replayed: u64,
     /// Header copies repaired when the pool was opened.
     pub header_repairs: u64,
+    /// Damaged objects rebuilt from zone parity and written back (online repair).
+    pub objects_repaired: u64,
+    /// Pages whose bytes online repair changed.
+    pub pages_rebuilt: u64,
+    /// Damaged objects parity could not rebuild (reported to the caller as errors).
+    pub objects_unrecoverable: u64,
+    /// Page columns whose parity was recomputed when the pool was opened (after a crash,
+    /// the columns the last commits left disagreeing with their parity).
+    pub parity_columns_recomputed: u64,
 }
 
 /// Counter slots, in `Stats` field order.

@@ -2,9 +2,13 @@
 //! build on them.
 
 pub(crate) mod parity;
+pub(crate) mod rebuild;
+pub(crate) mod reconcile;
 pub mod xor;
 
 pub(crate) use parity::{recompute_zone, verify_zone, Parity};
+pub(crate) use rebuild::rebuild_range;
+pub(crate) use reconcile::{reconcile_zone, Reconciled};
 
 /// Parity updates of changed ranges up to this many bytes use one atomic 8-byte XOR per
 /// word; longer ones take the column's lock and the vectorised kernel. Measured by

@@ -151,7 +151,12 @@ pub(crate) unsafe fn verify_zone(media: &Media, geo: &Geometry, z: u64) -> Vec<u
 
 /// The XOR of page column `col` (a byte offset within a row) over zone `z`'s data rows:
 /// one page at a time, so that memory stays bounded whatever the geometry.
-fn xor_of_column(media: &Media, geo: &Geometry, z: u64, col: u64) -> [u8; PAGE as usize] {
+pub(super) fn xor_of_column(
+    media: &Media,
+    geo: &Geometry,
+    z: u64,
+    col: u64,
+) -> [u8; PAGE as usize] {
     let mut page = [0u8; PAGE as usize];
     for r in 0..geo.rows {
         let off = geo.zone_offset(z) + r * geo.row_size() + col;

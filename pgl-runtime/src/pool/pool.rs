@@ -15,6 +15,7 @@ use crate::tx::{self, Engine, Mut, Ref, Tx, TypeInfo};
 use crate::{Error, Result};
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// A persistent memory pool: one file of typed, checksummed objects.
@@ -35,6 +36,8 @@ struct Inner {
     grow_lock: Mutex<()>,
     replayed: u64,
     header_repairs: u64,
+    /// What reconciling parity found when the pool was opened.
+    reconciled: crate::integrity::Reconciled,
 }
 
 impl Drop for Inner {
@@ -329,21 +332,48 @@ impl Pool {
         let geo = header.geo;
         let rec = tx::recover(&media, &geo, size)?;
         // After a crash (the OPEN flag is still set) any subset of the last commits' data
-        // and parity lines may have reached media: recompute the parity of the zones the
-        // lanes marked dirty from their rows (replay is done, so they are final); a pool
+        // and parity lines may have reached media: the zones the lanes marked dirty are
+        // reconciled with their parity (replay is done, so the rows are final; damage
+        // parity can still rebuild is repaired first, see `integrity::reconcile`); a pool
         // whose parity was not kept gets every zone recomputed.
         let mut header = header;
         let parity = parity.unwrap_or(header.flags & FLAG_PARITY != 0);
-        // Only the zones some lane marked dirty can disagree after a crash; a pool whose
-        // parity was not kept needs all of them.
+        let mut reconciled = crate::integrity::Reconciled::default();
         if parity && (header.flags & FLAG_OPEN != 0 || header.flags & FLAG_PARITY == 0) {
             let all = header.flags & FLAG_PARITY == 0;
             let dirty = tx::dirty_zones(&media, &geo);
-            for z in 0..header.zones {
-                if all || tx::zone_is_dirty(&dirty, z) {
+            let dirty: Vec<u64> = (0..header.zones)
+                .filter(|&z| all || tx::zone_is_dirty(&dirty, z))
+                .collect();
+            if all {
+                for &z in &dirty {
                     // SAFETY: zone `z` lies in the pool (its size was checked above);
                     // nothing else runs while the pool opens.
                     unsafe { crate::integrity::recompute_zone(&media, &geo, z) };
+                }
+            } else if !dirty.is_empty() {
+                let mut objects = vec![Vec::new(); header.zones as usize];
+                crate::heap::walk(
+                    &geo,
+                    &crate::heap::SizeClasses::new(geo.chunk_size),
+                    header.zones,
+                    // SAFETY: heap metadata words inside the pool (the walk stays within
+                    // the zones); nothing else runs while the pool opens.
+                    |off| unsafe { media.read_u64(off) },
+                    |hdr, cap| {
+                        if let Some(z) = geo.locate(hdr, header.zones).map(|p| p.zone) {
+                            objects[z as usize].push((hdr, cap));
+                        }
+                    },
+                );
+                for &z in &dirty {
+                    // SAFETY: as above.
+                    let r = unsafe {
+                        crate::integrity::reconcile_zone(&media, &geo, z, &objects[z as usize])
+                    };
+                    reconciled.columns += r.columns;
+                    reconciled.repaired += r.repaired;
+                    reconciled.unrecoverable += r.unrecoverable;
                 }
             }
             media.fence();
@@ -375,6 +405,7 @@ impl Pool {
                 grow_lock: Mutex::new(()),
                 replayed: rec.replayed,
                 header_repairs: repairs,
+                reconciled,
             }),
         })
     }
@@ -414,29 +445,36 @@ impl Pool {
                 instead: "use tx.open in the transaction",
             });
         }
-        let tx = std::ptr::NonNull::from(Box::leak(Box::new(Tx::begin(&self.inner.eng))));
-        let detached = |handle| Detached {
-            handle: Some(handle),
-            tx,
-        };
-        // SAFETY: the Tx was just leaked into a stable heap allocation; the returned
-        // `Detached` owns it and frees it only after dropping the handle.
-        let txr: &Tx<'_> = unsafe { tx.as_ref() };
-        let mut attempt = 0;
+        let mut repairs = 0;
         loop {
-            match txr.open(oid) {
-                Ok(h) => return Ok(detached(h)),
-                Err(Error::Conflict { .. }) if attempt < 10_000 => {
-                    txr.st.borrow_mut().poison = None;
-                    attempt += 1;
-                    std::thread::sleep(std::time::Duration::from_micros(10));
+            let tx = std::ptr::NonNull::from(Box::leak(Box::new(Tx::begin(&self.inner.eng))));
+            let detached = |handle| Detached {
+                handle: Some(handle),
+                tx,
+            };
+            // SAFETY: the Tx was just leaked into a stable heap allocation; the returned
+            // `Detached` owns it and frees it only after dropping the handle.
+            let txr: &Tx<'_> = unsafe { tx.as_ref() };
+            let mut attempt = 0;
+            let e = loop {
+                match txr.open(oid) {
+                    Ok(h) => return Ok(detached(h)),
+                    Err(Error::Conflict { .. }) if attempt < 10_000 => {
+                        txr.st.borrow_mut().poison = None;
+                        attempt += 1;
+                        std::thread::sleep(std::time::Duration::from_micros(10));
+                    }
+                    Err(e) => break e,
                 }
-                Err(e) => {
-                    // SAFETY: no handle exists; reclaim the leaked box.
-                    drop(unsafe { Box::from_raw(tx.as_ptr()) });
-                    return Err(e);
-                }
+            };
+            // SAFETY: no handle exists; reclaim the leaked box (which releases the lane,
+            // so that a repair can freeze the pool).
+            drop(unsafe { Box::from_raw(tx.as_ptr()) });
+            if repairs < 3 && tx::try_repair(&self.inner.eng, &e) {
+                repairs += 1;
+                continue;
             }
+            return Err(e);
         }
     }
 
@@ -529,6 +567,12 @@ impl Pool {
         }
         s.records_replayed = self.inner.replayed;
         s.header_repairs = self.inner.header_repairs;
+        let r = &self.inner.eng.repairs;
+        let opened = &self.inner.reconciled;
+        s.objects_repaired = r.repaired.load(Ordering::Relaxed) + opened.repaired;
+        s.pages_rebuilt = r.pages.load(Ordering::Relaxed);
+        s.objects_unrecoverable = r.unrecoverable.load(Ordering::Relaxed) + opened.unrecoverable;
+        s.parity_columns_recomputed = opened.columns;
         s
     }
 
@@ -564,6 +608,55 @@ impl Pool {
             });
         }
         tx::list_types(&self.inner.eng)
+    }
+
+    /// Damages the pool on purpose (see [`Fault`](crate::Fault)), to test that a program
+    /// survives what pgl is built to survive: the bytes are changed behind pgl's back and
+    /// made durable, and nothing is told. Waits (up to 2 s) until no transaction is in
+    /// flight and no `Ref` is held; fails with `Error::Conflict` if one stays open that
+    /// long, and with `Error::InTransaction` inside a transaction.
+    ///
+    /// ```
+    /// # use pgl_runtime::{Config, Fault, Pool};
+    /// # let dir = std::env::temp_dir().join(format!("pgl-doc-inject-{}", std::process::id()));
+    /// # let _ = std::fs::remove_file(&dir);
+    /// let pool = Pool::create(&dir, &Config::new("doc"))?;
+    /// let oid = pool.tx(|tx| tx.alloc(42u64))?;
+    /// // Three random bytes over the object's payload (its header is the first 16 bytes).
+    /// pool.inject(&Fault::ObjectScribble { oid: oid.raw(), at: 16, len: 3, seed: 7 })?;
+    /// // The transaction finds the damage, parity rebuilds the object, the closure re-runs.
+    /// assert_eq!(pool.tx(|tx| Ok(*tx.open(oid)?))?, 42);
+    /// assert_eq!(pool.stats().objects_repaired, 1);
+    /// # drop(pool); std::fs::remove_file(&dir).unwrap();
+    /// # Ok::<(), pgl_runtime::Error>(())
+    /// ```
+    pub fn inject(&self, fault: &crate::Fault) -> Result<()> {
+        let eng = &self.inner.eng;
+        if tx::in_tx(eng) {
+            return Err(Error::InTransaction {
+                what: "pool.inject",
+                instead: "inject faults between transactions",
+            });
+        }
+        let target = fault.target(&eng.geo, eng.media.len(), |oid| {
+            let p = eng.heap.locate(oid)?;
+            Ok((p.hdr, HEADER_SIZE + p.capacity))
+        })?;
+        eng.exclusive(|| {
+            let mut old = vec![0u8; target.len as usize];
+            // SAFETY: the range lies in the pool (checked by `target`); we hold every lock
+            // and lane, so nothing else reads or writes it.
+            unsafe { eng.media.read(target.offset, &mut old) };
+            let new = target.damage(&old);
+            // SAFETY: as above.
+            unsafe { eng.media.write(target.offset, &new) };
+            eng.media.flush(target.offset, target.len);
+            eng.media.fence();
+            eng.media.check()
+        })
+        .unwrap_or(Err(Error::Conflict {
+            offset: target.offset,
+        }))
     }
 
     /// The parity pages that disagree with their zone's rows (pool offsets): empty when

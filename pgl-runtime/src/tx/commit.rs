@@ -252,7 +252,7 @@ impl Tx<'_> {
             return Ok(()); // read-only
         };
         self.store_word(off, v);
-        self.fence_with_retires(None, touched);
+        self.eng.fence_with_retires(None, touched);
         let c = &self.lane.counters;
         c.add(Counter::Fences, 1);
         c.add(Counter::DirectCommits, 1);
@@ -282,7 +282,7 @@ impl Tx<'_> {
         let written = 8 + self.write_new_objects(news, hdrs);
         // The word may be covered by another lane's record that is not yet retired: that
         // retire mark must be durable before the word is (see `fence_with_retires`).
-        self.fence_with_retires(None, touched);
+        self.eng.fence_with_retires(None, touched);
         // The objects (and the retire marks the word must follow) may not be durable after
         // a failed write-back: the word must not be stored then.
         eng.media.check()?;
@@ -376,34 +376,6 @@ impl Tx<'_> {
         written
     }
 
-    /// Flushes the retire marks that may not be durable yet of the records that touched a
-    /// chunk in `mine` (the retire ordering of `lane.rs`), then fences. A logged commit
-    /// passes its own lane as `skip`: its new seal replaces that lane's previous record, so
-    /// the old retire mark no longer matters once this fence completes (and before it, this
-    /// transaction is not committed). A direct commit writes no record, so it skips nothing.
-    fn fence_with_retires(&self, skip: Option<usize>, mine: &Touched) {
-        let eng = self.eng;
-        // Lanes are at most 64: a bit mask says which were flushed; their generations are
-        // re-read from `gens` (not zero-initialised: only entries named by `mask` are read).
-        let mut mask = 0u64;
-        let mut gens = [std::mem::MaybeUninit::<u64>::uninit(); 64];
-        eng.lanes.for_pending_retires(mine, |i, g| {
-            if Some(i) == skip {
-                return;
-            }
-            eng.flush_retire(i);
-            gens[i].write(g);
-            mask |= 1 << i;
-        });
-        eng.media.fence();
-        while mask != 0 {
-            let i = mask.trailing_zeros() as usize;
-            mask &= mask - 1;
-            // SAFETY: bit i of `mask` is set only right after `gens[i]` was written.
-            eng.lanes.mark_flushed(i, unsafe { gens[i].assume_init() });
-        }
-    }
-
     fn commit_logged(
         &self,
         stage: &mut Vec<u64>,
@@ -473,7 +445,7 @@ impl Tx<'_> {
         // 3c. new objects, straight into their still-free space
         let mut written = self.write_new_objects(news, hdrs);
         // 3d. retire marks that may not be durable yet, and the ordering point
-        self.fence_with_retires(Some(self.lane.idx), touched);
+        self.eng.fence_with_retires(Some(self.lane.idx), touched);
         // ---- committed ---- unless the record's write-back failed: then it may not be
         // durable, and applying it in place would leave changes no record protects.
         eng.media.check()?;

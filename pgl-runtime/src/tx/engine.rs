@@ -1,7 +1,7 @@
 //! The state every transaction of one pool shares: media, heap, lock tables, lanes and the
 //! global commit sequence.
 
-use super::lane::Lanes;
+use super::lane::{Lanes, Touched};
 use super::locks::{MetaLocks, ObjectLocks};
 use super::record::RETIRED_OFFSET;
 use crate::geometry::{Geometry, ZoneMap};
@@ -40,6 +40,8 @@ pub(crate) struct Engine {
     pub types: super::TypeCache,
     /// Zone parity upkeep.
     pub parity: crate::integrity::Parity,
+    /// What online repair did.
+    pub repairs: super::RepairCounters,
 }
 
 impl Engine {
@@ -70,6 +72,7 @@ impl Engine {
             types: super::TypeCache::new(),
             parity: crate::integrity::Parity::new(parity, &geo),
             map: ZoneMap::new(&geo),
+            repairs: Default::default(),
         }
     }
 
@@ -83,6 +86,34 @@ impl Engine {
         for c in 0..2 {
             self.media
                 .flush(self.lane_off(i, c) + RETIRED_OFFSET as u64, 16);
+        }
+    }
+
+    /// Flushes the retire marks that may not be durable yet of the records that touched a
+    /// chunk in `mine` (the retire ordering of `lane.rs`), then fences. A logged commit
+    /// passes its own lane as `skip`: its new seal replaces that lane's previous record, so
+    /// the old retire mark no longer matters once this fence completes (and before it, this
+    /// transaction is not committed). A direct commit writes no record, so it skips nothing.
+    pub(crate) fn fence_with_retires(&self, skip: Option<usize>, mine: &Touched) {
+        let eng = self;
+        // Lanes are at most 64: a bit mask says which were flushed; their generations are
+        // re-read from `gens` (not zero-initialised: only entries named by `mask` are read).
+        let mut mask = 0u64;
+        let mut gens = [std::mem::MaybeUninit::<u64>::uninit(); 64];
+        eng.lanes.for_pending_retires(mine, |i, g| {
+            if Some(i) == skip {
+                return;
+            }
+            eng.flush_retire(i);
+            gens[i].write(g);
+            mask |= 1 << i;
+        });
+        eng.media.fence();
+        while mask != 0 {
+            let i = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            // SAFETY: bit i of `mask` is set only right after `gens[i]` was written.
+            eng.lanes.mark_flushed(i, unsafe { gens[i].assume_init() });
         }
     }
 }

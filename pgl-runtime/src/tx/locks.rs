@@ -88,6 +88,33 @@ impl ObjectLocks {
         }
     }
 
+    /// Takes every stripe for writing, waiting until `deadline`; false, holding none, if a
+    /// reader or writer kept one that long.
+    pub(crate) fn write_all(&self, deadline: std::time::Instant) -> bool {
+        for (i, s) in self.stripes.iter().enumerate() {
+            while s
+                .compare_exchange(0, WRITER, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                if std::time::Instant::now() >= deadline {
+                    for s in &self.stripes[..i] {
+                        s.store(0, Ordering::Release);
+                    }
+                    return false;
+                }
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        }
+        true
+    }
+
+    /// Releases every stripe taken by `write_all`.
+    pub(crate) fn release_all(&self) {
+        for s in self.stripes.iter() {
+            s.store(0, Ordering::Release);
+        }
+    }
+
     /// Releases a stripe held as `held`.
     pub(crate) fn release(&self, stripe: u32, held: Held) {
         let s = &self.stripes[stripe as usize];

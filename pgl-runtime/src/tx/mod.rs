@@ -10,6 +10,7 @@ mod place;
 mod record;
 mod recovery;
 mod registry;
+mod repair;
 #[allow(clippy::module_inception)]
 mod tx;
 
@@ -21,5 +22,6 @@ pub use place::{AsPlace, Place};
 pub(crate) use recovery::{clear_dirty_zones, dirty_zones, recover, zone_is_dirty};
 pub use registry::TypeInfo;
 pub(crate) use registry::{list as list_types, TypeCache};
+pub(crate) use repair::{repairable, Outcome, RepairCounters};
 pub use tx::Tx;
-pub(crate) use tx::{get, in_tx, run, stripe_of, verify_in_place};
+pub(crate) use tx::{get, in_tx, run, stripe_of, try_repair, verify_in_place};

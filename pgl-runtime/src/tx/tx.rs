@@ -436,7 +436,12 @@ pub(crate) fn note_ref(id: u64, stripe: u32, delta: i32) {
     });
 }
 
-fn ref_held(id: u64, stripe: u32) -> bool {
+/// Whether this thread holds any `Ref` of engine `id`.
+pub(crate) fn any_ref_held(id: u64) -> bool {
+    REFS.with(|r| r.borrow().iter().any(|&(i, _, _)| i == id))
+}
+
+pub(crate) fn ref_held(id: u64, stripe: u32) -> bool {
     REFS.with(|r| r.borrow().iter().any(|&(i, s, _)| i == id && s == stripe))
 }
 
@@ -499,6 +504,7 @@ pub(crate) fn run<'p, R>(eng: &'p Engine, mut f: impl FnMut(&Tx<'p>) -> Result<R
         return f(outer).inspect_err(|e| outer.poison(e));
     }
     let mut attempt = 0u32;
+    let mut repairs = 0u32;
     loop {
         let tx = Tx::begin(eng);
         let r = {
@@ -520,16 +526,30 @@ pub(crate) fn run<'p, R>(eng: &'p Engine, mut f: impl FnMut(&Tx<'p>) -> Result<R
                 }
                 backoff(attempt);
             }
-            other => {
-                if other.is_ok() {
-                    // counted in commit
-                } else {
-                    tx.abort();
+            Err(e) => {
+                tx.abort();
+                drop(tx);
+                // Damage found on the way: rebuild the object from parity (outside the
+                // transaction: the repair freezes every lane) and run the closure again.
+                if repairs < MAX_REPAIRS && try_repair(eng, &e) {
+                    repairs += 1;
+                    continue;
                 }
-                return other;
+                return Err(e);
             }
+            ok => return ok,
         }
     }
+}
+
+/// Repairs per `run` or `get` before the damage is reported as it is.
+const MAX_REPAIRS: u32 = 3;
+
+/// If `e` reports damage to an object, tries to repair it; whether it was repaired (so the
+/// operation that failed is worth retrying). Call it outside transactions.
+pub(crate) fn try_repair(eng: &Engine, e: &Error) -> bool {
+    super::repairable(e)
+        .is_some_and(|off| matches!(eng.repair_object(off), Ok(super::Outcome::Repaired { .. })))
 }
 
 fn backoff(attempt: u32) {
@@ -545,8 +565,21 @@ fn backoff(attempt: u32) {
     }
 }
 
-/// `pool.get`: a read view outside any transaction.
+/// `pool.get`: a read view outside any transaction. Damage it finds is repaired when no
+/// transaction of this thread is open (inside one, the transaction's retry repairs it).
 pub(crate) fn get<'p, T: Persistent>(eng: &'p Engine, oid: Oid<T>) -> Result<Ref<'p, T>> {
+    let mut repairs = 0;
+    loop {
+        match get_once(eng, oid) {
+            Err(e) if repairs < MAX_REPAIRS && !in_tx(eng) && try_repair(eng, &e) => {
+                repairs += 1;
+            }
+            r => return r,
+        }
+    }
+}
+
+fn get_once<'p, T: Persistent>(eng: &'p Engine, oid: Oid<T>) -> Result<Ref<'p, T>> {
     if !eng.types.knows::<T>() {
         super::registry::check_outside::<T>(eng)?;
     }

@@ -1,0 +1,267 @@
+//! Fault injection: public API, so that users can test that their own programs survive the
+//! damage pgl is built to survive (`Pool::inject`).
+//!
+//! Every fault resolves to a byte range of the pool file and new bytes for it (random, or
+//! the old ones with bits flipped). They are written behind pgl's back, as a stray store or
+//! a media error would: parity, checksums and replicas are not told. The write is made
+//! durable, so the damage survives reopening the pool.
+//!
+//! Invariant: an injection never races a transaction or a reader of the bytes it damages:
+//! it holds every object lock and every lane while it writes.
+
+use crate::geometry::{Geometry, PAGE};
+use crate::{Error, Result};
+
+/// A fault to inject with [`Pool::inject`](crate::Pool::inject).
+///
+/// Random bytes come from `seed` (the same seed damages the same way), and are never equal
+/// to the bytes they replace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fault {
+    /// Random bytes over `[offset, offset + len)` of the pool file: a stray write.
+    Scribble {
+        /// First pool byte.
+        offset: u64,
+        /// Bytes.
+        len: u64,
+        /// Seed of the random bytes.
+        seed: u64,
+    },
+    /// Flips `bits` distinct random bits of the 8-byte word at `offset` (rounded down to a
+    /// multiple of 8): an uncorrected media error.
+    BitFlips {
+        /// A pool byte; the word holding it is damaged.
+        offset: u64,
+        /// Bits to flip, 1 to 64.
+        bits: u32,
+        /// Seed of the choice of bits.
+        seed: u64,
+    },
+    /// Random bytes over bytes `[at, at + len)` of an object, counted from the start of its
+    /// 16-byte header (so `at = 0` hits the header, `at = 16` the first payload byte).
+    ObjectScribble {
+        /// The object (`Oid::raw()`).
+        oid: u64,
+        /// First damaged byte, from the header's start.
+        at: u64,
+        /// Bytes.
+        len: u64,
+        /// Seed of the random bytes.
+        seed: u64,
+    },
+    /// Random bytes over `[at, at + len)` of zone `zone`'s metadata chunk (root word, chunk
+    /// table, type registry).
+    MetadataScribble {
+        /// The zone.
+        zone: u64,
+        /// First damaged byte within the chunk.
+        at: u64,
+        /// Bytes.
+        len: u64,
+        /// Seed of the random bytes.
+        seed: u64,
+    },
+    /// Random bytes over `[at, at + len)` of copy `copy` (0 or 1) of redo lane `lane`.
+    LaneScribble {
+        /// The lane.
+        lane: u64,
+        /// Which copy.
+        copy: u64,
+        /// First damaged byte within the lane copy.
+        at: u64,
+        /// Bytes.
+        len: u64,
+        /// Seed of the random bytes.
+        seed: u64,
+    },
+    /// Random bytes over `[at, at + len)` of copy `copy` (0 or 1) of the pool header page.
+    HeaderScribble {
+        /// Which copy.
+        copy: u64,
+        /// First damaged byte within the header page.
+        at: u64,
+        /// Bytes.
+        len: u64,
+        /// Seed of the random bytes.
+        seed: u64,
+    },
+}
+
+/// A splitmix64 step: the random bytes of faults.
+fn next(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Bytes of the same length as `old` that differ from it in every position.
+pub(crate) fn scramble(old: &[u8], seed: u64) -> Vec<u8> {
+    let mut s = seed;
+    old.iter()
+        .map(|&b| b ^ ((next(&mut s) % 255) as u8 + 1))
+        .collect()
+}
+
+/// `old` (8 bytes) with `bits` distinct bits flipped.
+pub(crate) fn flip(old: &[u8], bits: u32, seed: u64) -> Vec<u8> {
+    let mut w = u64::from_le_bytes(old.try_into().expect("one word"));
+    let mut s = seed;
+    let mut mask = 0u64;
+    while mask.count_ones() < bits.min(64) {
+        mask |= 1 << (next(&mut s) % 64);
+    }
+    w ^= mask;
+    w.to_le_bytes().to_vec()
+}
+
+/// What a fault damages: a byte range, and how to compute the new bytes.
+pub(crate) struct Target {
+    /// First pool byte.
+    pub offset: u64,
+    /// Bytes.
+    pub len: u64,
+    /// Random bytes (`seed`), or `bits` flipped in one word.
+    pub how: How,
+}
+
+/// How the bytes are damaged.
+pub(crate) enum How {
+    Random(u64),
+    Flip(u32, u64),
+}
+
+impl Fault {
+    /// The range it damages in a pool of geometry `geo`, `size` bytes long; the object
+    /// variant's range comes from `object_block` (header offset and block bytes of a live
+    /// object).
+    pub(crate) fn target(
+        &self,
+        geo: &Geometry,
+        size: u64,
+        object_block: impl FnOnce(u64) -> Result<(u64, u64)>,
+    ) -> Result<Target> {
+        let within = |what: &str, base: u64, room: u64, at: u64, len: u64| {
+            if len == 0 || at.checked_add(len).is_none_or(|e| e > room) {
+                return Err(Error::config(format!(
+                    "fault range {at}+{len} does not fit the {room} bytes of the {what}"
+                )));
+            }
+            Ok(base + at)
+        };
+        let (offset, len, how) = match *self {
+            Fault::Scribble { offset, len, seed } => (
+                within("pool", 0, size, offset, len)?,
+                len,
+                How::Random(seed),
+            ),
+            Fault::BitFlips { offset, bits, seed } => {
+                if !(1..=64).contains(&bits) {
+                    return Err(Error::config(format!(
+                        "a bit-flip fault flips 1 to 64 bits of one word, not {bits}"
+                    )));
+                }
+                let word = offset / 8 * 8;
+                (within("pool", 0, size, word, 8)?, 8, How::Flip(bits, seed))
+            }
+            Fault::ObjectScribble { oid, at, len, seed } => {
+                let (hdr, block) = object_block(oid)?;
+                (
+                    within("object's block", hdr, block, at, len)?,
+                    len,
+                    How::Random(seed),
+                )
+            }
+            Fault::MetadataScribble {
+                zone,
+                at,
+                len,
+                seed,
+            } => {
+                let base = geo.chunk_offset(zone, 0);
+                if base.checked_add(geo.chunk_size).is_none_or(|e| e > size) {
+                    return Err(Error::config(format!(
+                        "zone {zone} is not in the pool ({} zones)",
+                        geo.zones_for(size)
+                    )));
+                }
+                (
+                    within("zone metadata chunk", base, geo.chunk_size, at, len)?,
+                    len,
+                    How::Random(seed),
+                )
+            }
+            Fault::LaneScribble {
+                lane,
+                copy,
+                at,
+                len,
+                seed,
+            } => {
+                if lane >= geo.lanes || copy > 1 {
+                    return Err(Error::config(format!(
+                        "lane {lane} copy {copy} does not exist ({} lanes, copies 0 and 1)",
+                        geo.lanes
+                    )));
+                }
+                let base = geo.lane_offset(lane, copy);
+                (
+                    within("lane copy", base, geo.lane_size, at, len)?,
+                    len,
+                    How::Random(seed),
+                )
+            }
+            Fault::HeaderScribble {
+                copy,
+                at,
+                len,
+                seed,
+            } => {
+                if copy > 1 {
+                    return Err(Error::config(format!(
+                        "header copy {copy} does not exist (copies 0 and 1)"
+                    )));
+                }
+                (
+                    within("header page", geo.header_offset(copy), PAGE, at, len)?,
+                    len,
+                    How::Random(seed),
+                )
+            }
+        };
+        Ok(Target { offset, len, how })
+    }
+}
+
+impl Target {
+    /// The damaged version of `old` (the bytes the range holds now).
+    pub(crate) fn damage(&self, old: &[u8]) -> Vec<u8> {
+        match self.how {
+            How::Random(seed) => scramble(old, seed),
+            How::Flip(bits, seed) => flip(old, bits, seed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn damage_always_changes_every_byte_or_the_asked_bits() {
+        for seed in 0..200 {
+            let old: Vec<u8> = (0..64).map(|i| (i * 7 + seed as usize) as u8).collect();
+            let new = scramble(&old, seed);
+            assert!(old.iter().zip(&new).all(|(a, b)| a != b));
+            for bits in [1, 2, 3, 64] {
+                let f = flip(&old[..8], bits, seed);
+                let a = u64::from_le_bytes(old[..8].try_into().unwrap());
+                let b = u64::from_le_bytes(f[..].try_into().unwrap());
+                assert_eq!((a ^ b).count_ones(), bits);
+            }
+        }
+        assert_eq!(scramble(&[1, 2, 3], 9), scramble(&[1, 2, 3], 9), "seeded");
+    }
+}

@@ -1,0 +1,71 @@
+//! Rebuilding lost bytes from zone parity: a data page equals its parity page XOR the same
+//! page column of every other data row of its zone (see `parity`). Reads only; what to do
+//! with the result (verify it, write it back durably) is the repairer's business.
+//!
+//! Invariant: when the zone's parity is consistent except for damage confined to one data
+//! page per page column, `rebuild_range` returns exactly the bytes the range held before
+//! the damage.
+
+use super::xor::xor_into;
+use crate::geometry::{Geometry, PAGE};
+use crate::persist::Media;
+
+/// The bytes `[off, off + len)` should hold according to parity: each page of the range
+/// rebuilt from its parity page and the same column of the zone's other rows. `None` if
+/// any part of the range lies outside the zones' data rows (no parity covers it).
+///
+/// # Safety
+/// The zones the range lies in are inside the pool, and nothing writes their data or
+/// parity meanwhile (the caller froze commits); stray readers are harmless.
+pub(crate) unsafe fn rebuild_range(
+    media: &Media,
+    geo: &Geometry,
+    off: u64,
+    len: u64,
+) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(len as usize);
+    let end = off.checked_add(len)?;
+    let mut page = off / PAGE * PAGE;
+    while page < end {
+        // SAFETY: the caller's contract, page by page.
+        let rebuilt = unsafe { rebuild_page(media, geo, page)? };
+        let from = off.max(page) - page;
+        let to = end.min(page + PAGE) - page;
+        out.extend_from_slice(&rebuilt[from as usize..to as usize]);
+        page += PAGE;
+    }
+    Some(out)
+}
+
+/// The page at `page` (page aligned, in a zone's data rows) rebuilt from parity; `None`
+/// outside the data rows.
+///
+/// # Safety
+/// As `rebuild_range`.
+pub(crate) unsafe fn rebuild_page(
+    media: &Media,
+    geo: &Geometry,
+    page: u64,
+) -> Option<Box<[u8; PAGE as usize]>> {
+    let pos = geo.locate(page, u64::MAX)?;
+    let row = pos.chunk / geo.chunks_per_row;
+    let col = (pos.chunk % geo.chunks_per_row) * geo.chunk_size + pos.within;
+    let parity = geo.parity_offset(pos.zone) + col;
+    if parity + PAGE > media.len() {
+        return None;
+    }
+    let mut out = Box::new([0u8; PAGE as usize]);
+    let read = |at: u64| {
+        // SAFETY: a page of zone `pos.zone`, which lies in the pool (caller; checked for
+        // its parity row, the zone's last bytes, just above).
+        unsafe { std::slice::from_raw_parts(media.ptr(at) as *const u8, PAGE as usize) }
+    };
+    out.copy_from_slice(read(parity));
+    for r in (0..geo.rows).filter(|&r| r != row) {
+        xor_into(
+            &mut out[..],
+            read(geo.zone_offset(pos.zone) + r * geo.row_size() + col),
+        );
+    }
+    Some(out)
+}

@@ -1,0 +1,126 @@
+//! After a crash: make a zone's parity agree with its rows again without losing the damage
+//! parity could still repair.
+//!
+//! A crash may leave any subset of the last commits' data and parity lines on media, so a
+//! page column of a zone a lane marked dirty may disagree with its parity. Recomputing the
+//! parity of every such zone (what a first version did) would also bake any latent damage
+//! (a scribble or media error not yet found) into parity, making it unrepairable. Instead,
+//! column by column: a column that agrees is left alone; in one that disagrees, every object
+//! overlapping it is verified, and one that fails is rebuilt from parity — the bytes an
+//! interrupted commit left stale lie elsewhere in the page (parity works byte by byte), so
+//! the rebuild is right unless both hit the same bytes, which the object's checksum then
+//! tells — and written back; then the column's parity is recomputed from the rows.
+//!
+//! Invariant: when it returns (after the caller's fence), every page column of the zone
+//! agrees with its parity, and no object that verified before was changed.
+
+use super::parity::xor_of_column;
+use super::rebuild::rebuild_range;
+use crate::geometry::{Geometry, PAGE};
+use crate::heap::layout::{object_checksum, ObjectHeader, HEADER_SIZE};
+use crate::persist::Media;
+
+/// What reconciling found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Reconciled {
+    /// Page columns whose parity was recomputed.
+    pub columns: u64,
+    /// Damaged objects rebuilt from parity and written back.
+    pub repaired: u64,
+    /// Damaged objects parity could not rebuild (left as they are; reads report them).
+    pub unrecoverable: u64,
+}
+
+/// Whether the block at `hdr` (header offset; `capacity` payload bytes) holds a sane header
+/// and a payload matching its checksum, in `bytes` (the block's bytes).
+fn block_verifies(hdr: u64, capacity: u64, bytes: &[u8]) -> bool {
+    let h = ObjectHeader::from_bytes(bytes[..16].try_into().expect("16 bytes"));
+    h.size <= capacity
+        && object_checksum(
+            hdr + HEADER_SIZE,
+            h.type_id,
+            &bytes[16..16 + h.size as usize],
+        ) == h.checksum
+}
+
+/// Reconciles zone `z` (see the module docs). `objects` lists the allocated blocks of the
+/// zone as `(header offset, payload capacity)`, sorted by offset. Issues flushes and one
+/// fence per column where it repaired an object; the caller fences at the end.
+///
+/// # Safety
+/// Zone `z` lies in the pool and nothing else reads or writes it meanwhile (the pool is
+/// opening).
+pub(crate) unsafe fn reconcile_zone(
+    media: &Media,
+    geo: &Geometry,
+    z: u64,
+    objects: &[(u64, u64)],
+) -> Reconciled {
+    let mut out = Reconciled::default();
+    let parity_at = geo.parity_offset(z);
+    let mut checked = std::collections::HashSet::new();
+    for col in (0..geo.row_size()).step_by(PAGE as usize) {
+        let read_parity = || {
+            // SAFETY: the parity page lies in zone `z` (caller).
+            unsafe {
+                std::slice::from_raw_parts(media.ptr(parity_at + col) as *const u8, PAGE as usize)
+            }
+        };
+        let mut want = xor_of_column(media, geo, z, col);
+        if want[..] == *read_parity() {
+            continue;
+        }
+        let mut fixed = false;
+        for r in 0..geo.rows {
+            let page = geo.zone_offset(z) + r * geo.row_size() + col;
+            // Objects overlapping [page, page + PAGE): blocks do not overlap, so sorted by
+            // start they are sorted by end too, and the overlapping ones are the last of
+            // those starting before the page's end, back to the first that ends before it.
+            let end = objects.partition_point(|&(h, _)| h < page + PAGE);
+            for &(hdr, cap) in objects[..end].iter().rev() {
+                if hdr + HEADER_SIZE + cap <= page {
+                    break;
+                }
+                if !checked.insert(hdr) {
+                    continue;
+                }
+                let len = HEADER_SIZE + cap;
+                let mut now = vec![0u8; len as usize];
+                // SAFETY: an allocated block of zone `z` (caller's list).
+                unsafe { media.read(hdr, &mut now) };
+                if block_verifies(hdr, cap, &now) {
+                    continue;
+                }
+                // SAFETY: as above; reads only.
+                match unsafe { rebuild_range(media, geo, hdr, len) } {
+                    Some(new) if block_verifies(hdr, cap, &new) => {
+                        for (i, chunk) in new.chunks(PAGE as usize).enumerate() {
+                            let at = hdr + (i as u64) * PAGE;
+                            let old = &now[i * PAGE as usize..][..chunk.len()];
+                            if old != chunk {
+                                // SAFETY: the block's bytes; nothing else runs.
+                                unsafe { media.write(at, chunk) };
+                                media.flush(at, chunk.len() as u64);
+                            }
+                        }
+                        out.repaired += 1;
+                        fixed = true;
+                    }
+                    _ => out.unrecoverable += 1,
+                }
+            }
+        }
+        if fixed {
+            // The repaired bytes are durable before the parity they are recomputed into.
+            media.fence();
+            want = xor_of_column(media, geo, z, col);
+        }
+        if want[..] != *read_parity() {
+            // SAFETY: the parity page of zone `z`; nothing else runs.
+            unsafe { media.write(parity_at + col, &want) };
+            media.flush(parity_at + col, PAGE);
+            out.columns += 1;
+        }
+    }
+    out
+}

@@ -1,0 +1,277 @@
+//! Online repair: an object that fails verification is rebuilt from zone parity while the
+//! pool is frozen, checked against its own checksum, and written back through a redo
+//! record (the "under repair" record), so that a crash in the middle resumes on open.
+//!
+//! Freezing takes every redo lane: a transaction holds its lane from begin to retire, so
+//! once the repairer holds them all, no commit is in flight (parity and data agree, which
+//! the rebuild needs) and new transactions wait. The object's own write lock keeps stray
+//! readers (`Ref`s) off the bytes being rewritten.
+//!
+//! Invariant: a repair writes an object's bytes only if the rebuilt object verifies (its
+//! header is sane and its checksum matches), and it never changes parity: the rebuilt
+//! bytes are the ones parity already accounts for.
+
+use super::engine::Engine;
+use super::lane::{LaneState, Touched};
+use super::locks::Held;
+use super::record::{self, RecordWriter, RETIRED_OFFSET, SEAL_OFFSET};
+use crate::heap::layout::{object_checksum, ObjectHeader, HEADER_SIZE};
+use crate::integrity::rebuild_range;
+use crate::{Error, Result};
+use parking_lot::MutexGuard;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long a repairer waits for in-flight transactions (or a reader of the object) before
+/// it gives up and reports the damage instead: a thread that keeps a `Detached` or a `Ref`
+/// open must not hang the repair forever.
+const WAIT: Duration = Duration::from_secs(2);
+
+/// Repair counters of one pool (rare events: shared atomics).
+#[derive(Default)]
+pub(crate) struct RepairCounters {
+    /// Objects rebuilt and written back.
+    pub repaired: AtomicU64,
+    /// Pages whose bytes a repair changed.
+    pub pages: AtomicU64,
+    /// Objects found damaged that parity could not rebuild.
+    pub unrecoverable: AtomicU64,
+}
+
+/// What a repair attempt found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The object was rebuilt and written back; `pages` of its pages changed.
+    Repaired { pages: u64 },
+    /// Parity agrees with the bytes in place: nothing to rebuild (the object is intact, or
+    /// damaged in a way parity cannot see).
+    Consistent,
+    /// Parity cannot rebuild it: the pool keeps no parity, or the rebuilt bytes do not
+    /// verify (more than one damaged page in a page column).
+    Unrecoverable,
+    /// The pool could not be frozen in time (a transaction or reader stayed open).
+    Busy,
+}
+
+/// Every lane of the pool, held: no transaction is in flight.
+pub(crate) struct Frozen<'e> {
+    lanes: Vec<MutexGuard<'e, LaneState>>,
+}
+
+impl Engine {
+    /// Freezes the pool (see the module docs); `None` if some lane stayed busy for `WAIT`.
+    pub(crate) fn freeze(&self) -> Option<Frozen<'_>> {
+        let deadline = Instant::now() + WAIT;
+        let mut lanes = Vec::with_capacity(self.geo.lanes as usize);
+        for lane in self.lanes.iter() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            lanes.push(lane.state.try_lock_for(left)?);
+        }
+        Some(Frozen { lanes })
+    }
+
+    /// Runs `f` with the pool to itself: every object lock and every lane held, so no
+    /// transaction is in flight and no reader looks. `None` if that took longer than `WAIT`
+    /// (or this thread holds a `Ref`, which would never be released meanwhile). Call it
+    /// outside transactions.
+    pub(crate) fn exclusive<R>(&self, f: impl FnOnce() -> R) -> Option<R> {
+        if super::tx::any_ref_held(self.id) {
+            return None;
+        }
+        if !self.objects.write_all(Instant::now() + WAIT) {
+            return None;
+        }
+        let out = self.freeze().map(|_frozen| f());
+        self.objects.release_all();
+        out
+    }
+
+    /// Tries to repair the object whose payload starts at `payload`. Call it with no lane
+    /// and no lock of this pool held by this thread (outside transactions).
+    pub(crate) fn repair_object(&self, payload: u64) -> Result<Outcome> {
+        if !self.parity.enabled() {
+            return Ok(self.count(Outcome::Unrecoverable));
+        }
+        let stripe = super::stripe_of(payload);
+        if super::tx::ref_held(self.id, stripe) {
+            // This thread reads the object (or one sharing its lock): it cannot be rewritten
+            // under that reference.
+            return Ok(Outcome::Busy);
+        }
+        if !self.lock_object(stripe) {
+            return Ok(Outcome::Busy);
+        }
+        let out = match self.freeze() {
+            Some(mut frozen) => self.repair_frozen(&mut frozen, payload),
+            None => Ok(Outcome::Busy),
+        };
+        self.objects.release(stripe, Held::Write);
+        out.map(|o| self.count(o))
+    }
+
+    fn count(&self, o: Outcome) -> Outcome {
+        let c = &self.repairs;
+        match o {
+            Outcome::Repaired { pages } => {
+                c.repaired.fetch_add(1, Ordering::Relaxed);
+                c.pages.fetch_add(pages, Ordering::Relaxed);
+            }
+            Outcome::Unrecoverable => {
+                c.unrecoverable.fetch_add(1, Ordering::Relaxed);
+            }
+            Outcome::Consistent | Outcome::Busy => {}
+        }
+        o
+    }
+
+    /// Takes the write lock of `stripe`, waiting for readers up to `WAIT`.
+    fn lock_object(&self, stripe: u32) -> bool {
+        let deadline = Instant::now() + WAIT;
+        let mut spins = 0u32;
+        while !self.objects.try_write(stripe, None) {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        true
+    }
+
+    fn repair_frozen(&self, frozen: &mut Frozen<'_>, payload: u64) -> Result<Outcome> {
+        // The block, from the allocator's metadata (damaged metadata is the scrubber's).
+        let place = self.heap.locate(payload)?;
+        let start = place.hdr;
+        let len = HEADER_SIZE + place.capacity;
+        // SAFETY: the block lies in a zone of the pool; the pool is frozen (no commit
+        // writes data or parity) and we hold the object's write lock.
+        let Some(rebuilt) = (unsafe { rebuild_range(&self.media, &self.geo, start, len) }) else {
+            return Ok(Outcome::Unrecoverable);
+        };
+        let mut now = vec![0u8; len as usize];
+        // SAFETY: as above; reads only.
+        unsafe { self.media.read(start, &mut now) };
+        if rebuilt == now {
+            return Ok(Outcome::Consistent);
+        }
+        let h = ObjectHeader::from_bytes(rebuilt[..16].try_into().expect("16 bytes"));
+        let body = &rebuilt[HEADER_SIZE as usize..];
+        if h.size > place.capacity
+            || object_checksum(payload, h.type_id, &body[..h.size as usize]) != h.checksum
+        {
+            return Ok(Outcome::Unrecoverable);
+        }
+        // The bytes that differ, as runs (merged across small gaps).
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        for (i, _) in now
+            .iter()
+            .zip(&rebuilt)
+            .enumerate()
+            .filter(|(_, (a, b))| a != b)
+        {
+            match runs.last_mut() {
+                Some(r) if i <= r.1 + 32 => r.1 = i + 1,
+                _ => runs.push((i, i + 1)),
+            }
+        }
+        let pages = {
+            let mut p: Vec<u64> = runs
+                .iter()
+                .flat_map(|&(a, z)| {
+                    (start + a as u64) / crate::geometry::PAGE
+                        ..=(start + z as u64 - 1) / crate::geometry::PAGE
+                })
+                .collect();
+            p.dedup();
+            p.len() as u64
+        };
+        self.write_back(frozen, start, &rebuilt, &runs)?;
+        Ok(Outcome::Repaired { pages })
+    }
+
+    /// Writes `bytes[a..z]` at `start + a` for every run, through sealed redo records in
+    /// lane 0 (as many as it takes): record, fence, in place, fence, retire.
+    fn write_back(
+        &self,
+        frozen: &mut Frozen<'_>,
+        start: u64,
+        bytes: &[u8],
+        runs: &[(usize, usize)],
+    ) -> Result<()> {
+        let lane = &mut *frozen.lanes[0];
+        let lane_size = self.geo.lane_size as usize;
+        let max_entry = lane_size - record::ENTRIES_OFFSET - record::ENTRY_HEADER - 8;
+        // Split runs longer than a record can hold.
+        let mut pieces = runs
+            .iter()
+            .flat_map(|&(a, z)| {
+                (a..z)
+                    .step_by(max_entry)
+                    .map(move |p| (p, z.min(p + max_entry)))
+            })
+            .peekable();
+        while pieces.peek().is_some() {
+            if lane.stage.len() * 8 < lane_size {
+                lane.stage.resize(lane_size / 8, 0);
+            }
+            // SAFETY: a u64 vector viewed as bytes (alignment 8 >= 1; any bytes are valid).
+            let stage: &mut [u8] = unsafe {
+                std::slice::from_raw_parts_mut(lane.stage.as_mut_ptr() as *mut u8, lane_size)
+            };
+            let mut w = RecordWriter::new(stage);
+            let mut batch = Vec::new();
+            while let Some(&(a, z)) = pieces.peek() {
+                if !w.push(start + a as u64, &bytes[a..z]) {
+                    break;
+                }
+                batch.push((a, z));
+                pieces.next();
+            }
+            let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+            let n = w.seal(seq);
+            let sealed = &stage[SEAL_OFFSET..SEAL_OFFSET + n.div_ceil(16) * 16];
+            let mut touched = Touched::default();
+            for &(a, z) in &batch {
+                touched.add(start + a as u64, (z - a) as u64, self.map.chunk_shift());
+            }
+            for copy in 0..2 {
+                let off = self.lane_off(0, copy) + SEAL_OFFSET as u64;
+                // SAFETY: lane 0 is ours (frozen); the record fits its copy.
+                unsafe { self.media.write_durable(off, sealed) };
+            }
+            self.fence_with_retires(Some(0), &touched);
+            self.media.check()?;
+            for &(a, z) in &batch {
+                let at = start + a as u64;
+                // SAFETY: bytes of the damaged object's block: its write lock is ours and
+                // the pool is frozen. No parity update: parity already holds these bytes.
+                unsafe { self.media.write(at, &bytes[a..z]) };
+                self.media.flush(at, (z - a) as u64);
+            }
+            self.media.fence();
+            self.media.check()?;
+            for copy in 0..2 {
+                let off = self.lane_off(0, copy) + RETIRED_OFFSET as u64;
+                // SAFETY: lane 0's retired word; the lane is ours.
+                unsafe { self.media.write(off, &record::retire_mark(seq)) };
+            }
+            self.lanes.retired(0, &touched);
+        }
+        Ok(())
+    }
+}
+
+/// Whether `e` is damage a repair may fix: a checksum mismatch, or an object header that
+/// makes no sense.
+pub(crate) fn repairable(e: &Error) -> Option<u64> {
+    match e {
+        Error::ChecksumMismatch { offset, .. } | Error::TypeMismatch { offset, .. } => {
+            Some(*offset)
+        }
+        _ => None,
+    }
+}
