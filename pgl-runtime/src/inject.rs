@@ -75,6 +75,15 @@ pub enum Fault {
         /// Seed of the random bytes.
         seed: u64,
     },
+    /// A media error: the page holding `offset` loses its contents and any access to it
+    /// faults (emulated with `mprotect`, as a poisoned page of real persistent memory
+    /// raises `SIGBUS`). The next load from it is caught by pgl's handler, which rebuilds
+    /// the page from parity, and the load completes as if nothing happened. Only pages of
+    /// the zones' data rows.
+    MediaError {
+        /// A byte of the page.
+        offset: u64,
+    },
     /// Random bytes over `[at, at + len)` of copy `copy` (0 or 1) of the pool header page.
     HeaderScribble {
         /// Which copy.
@@ -213,6 +222,11 @@ impl Fault {
                     How::Random(seed),
                 )
             }
+            Fault::MediaError { offset } => (
+                within("pool", 0, size, offset / PAGE * PAGE, PAGE)?,
+                PAGE,
+                How::Random(0),
+            ),
             Fault::HeaderScribble {
                 copy,
                 at,

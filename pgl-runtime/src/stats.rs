@@ -40,6 +40,12 @@ pub struct Stats {
     /// Page columns whose parity was recomputed when the pool was opened (after a crash,
     /// the columns the last commits left disagreeing with their parity).
     pub parity_columns_recomputed: u64,
+    /// Pages lost to media errors that the fault handler rebuilt from parity (the loads
+    /// that hit them completed normally).
+    pub media_errors_repaired: u64,
+    /// Pages lost to media errors that could not be rebuilt (zero-filled; checksums
+    /// report the objects on them).
+    pub media_errors_lost: u64,
 }
 
 /// Counter slots, in `Stats` field order.

@@ -1,6 +1,7 @@
 //! Integrity: zone parity and its XOR kernels; verification, repair and the fault handler
 //! build on them.
 
+pub(crate) mod handler;
 pub(crate) mod parity;
 pub(crate) mod rebuild;
 pub(crate) mod reconcile;

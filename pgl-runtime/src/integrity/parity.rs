@@ -19,16 +19,60 @@
 use super::xor::{xor_delta_into, xor_into};
 use crate::geometry::{Geometry, ZoneMap, PAGE};
 use crate::persist::Media;
-use parking_lot::lock_api::RawMutex as _;
-use parking_lot::RawMutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 /// Lock stripes over parity pages.
 const STRIPES: usize = 1024;
 
+/// A spin lock over a stripe of parity pages. Not a parking lock: the critical sections are
+/// a few hundred nanoseconds at most, and the media-error handler must be able to take it
+/// (a signal handler may not park or touch a parking lot's tables).
+#[derive(Default)]
+pub(crate) struct Stripe {
+    locked: AtomicBool,
+    /// New objects whose parity is updated but whose bytes are not yet written: until it
+    /// is back to 0, rebuilding a page of this stripe's columns would read them half done.
+    pending: AtomicU32,
+}
+
+impl Stripe {
+    pub(crate) fn try_lock(&self) -> bool {
+        self.locked
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    fn lock(&self) {
+        let mut spins = 0u32;
+        while !self.try_lock() {
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    pub(crate) fn unlock(&self) {
+        self.locked.store(false, Ordering::Release);
+    }
+
+    /// New objects in flight in this stripe's columns.
+    pub(crate) fn pending(&self) -> u32 {
+        self.pending.load(Ordering::Acquire)
+    }
+}
+
 /// The parity engine of one pool: locks that order concurrent updates of the same parity
 /// bytes (different rows, same page column).
+///
+/// Invariant (column quiet): while a thread holds a stripe and its `pending` count is 0,
+/// every page column of the stripe agrees with its parity: in-place writes change parity
+/// and data under the stripe (`write`), new objects count as pending from their parity
+/// update until their bytes are written (`update_new` .. `new_written`).
 pub(crate) struct Parity {
-    stripes: Box<[RawMutex]>,
+    stripes: Box<[Stripe]>,
     /// Whether this pool keeps parity (`Config::parity`); when not, updates do nothing.
     enabled: bool,
     /// Where each data byte's parity lies.
@@ -38,7 +82,7 @@ pub(crate) struct Parity {
 impl Parity {
     pub(crate) fn new(enabled: bool, geo: &Geometry) -> Self {
         Parity {
-            stripes: (0..STRIPES).map(|_| RawMutex::INIT).collect(),
+            stripes: (0..STRIPES).map(|_| Stripe::default()).collect(),
             enabled,
             map: ZoneMap::new(geo),
         }
@@ -49,69 +93,143 @@ impl Parity {
         self.enabled
     }
 
-    /// XORs `old ^ new` into the parity of `[off, off + new.len())`, where `old` is what
-    /// the pool holds there now; the caller then writes `new`, and flushes both (`flush`)
-    /// before its fence. Ranges outside the zones' data rows have no parity and are skipped.
+    /// The stripe guarding the parity of parity offset `parity`.
+    pub(crate) fn stripe_of(&self, parity: u64) -> &Stripe {
+        &self.stripes[(parity / PAGE) as usize % STRIPES]
+    }
+
+    /// The offset arithmetic parity uses.
+    pub(crate) fn map(&self) -> &ZoneMap {
+        &self.map
+    }
+
+    /// Writes `new` at `off` in place with its parity update (`old ^ new` XORed into the
+    /// parity bytes), both under the stripe, so that the column is never seen half changed
+    /// (see the type's invariant). The caller flushes both (`flush`) before its fence.
+    /// Without parity, only writes.
     ///
     /// Call it before issuing the commit's flushes: its lock is a locked instruction, which
     /// waits for every earlier flush of this thread to complete, as a fence would.
     ///
     /// # Safety
     /// The range lies inside the pool, and the caller holds what excludes other writers of
-    /// it (the object's or metadata word's lock, or the block's reservation) until it has
-    /// written `new`.
-    pub(crate) unsafe fn update(&self, media: &Media, off: u64, new: &[u8]) {
+    /// it (the object's or metadata word's lock).
+    pub(crate) unsafe fn write(&self, media: &Media, off: u64, new: &[u8]) {
+        // SAFETY: the caller's contract.
+        unsafe { self.apply(media, off, new, Then::Write) }
+    }
+
+    /// The parity update of a new object's bytes `new`, to be written at `off` later (by
+    /// streaming stores, after the commit's other work): counts them as pending in their
+    /// stripes until `new_written` says they are written.
+    ///
+    /// # Safety
+    /// The range lies inside the pool, in a block reserved for the caller's transaction.
+    pub(crate) unsafe fn update_new(&self, media: &Media, off: u64, new: &[u8]) {
+        // SAFETY: the caller's contract.
+        unsafe { self.apply(media, off, new, Then::Pending) }
+    }
+
+    /// The bytes of `[off, off + len)` announced by `update_new` are written.
+    pub(crate) fn new_written(&self, off: u64, len: u64) {
         if !self.enabled {
             return;
         }
-        let mut done = 0usize;
-        while done < new.len() {
-            let at = off + done as u64;
+        self.each_page(off, len, |parity, _, _| {
+            if let Some(parity) = parity {
+                self.stripe_of(parity)
+                    .pending
+                    .fetch_sub(1, Ordering::Release);
+            }
+        });
+    }
+
+    /// Calls `f(parity offset, data offset, bytes)` for each piece of `[off, off + len)`
+    /// that lies in one data row and whose parity lies in one page, and
+    /// `f(None, data offset, bytes)` for the pieces outside the data rows.
+    fn each_page(&self, off: u64, len: u64, mut f: impl FnMut(Option<u64>, u64, u64)) {
+        let mut done = 0u64;
+        while done < len {
+            let at = off + done;
             let Some((parity, room)) = self.map.parity_of(at) else {
-                // Not in a data row: as far as the next row (or the end), nothing to do.
-                done += (self.map.room_to_next_row(at) as usize)
-                    .min(new.len() - done)
-                    .max(1);
+                // Not in a data row: as far as the next row (or the end), no parity.
+                let n = self.map.room_to_next_row(at).min(len - done).max(1);
+                f(None, at, n);
+                done += n;
                 continue;
             };
-            // One parity page at a time, each under its stripe.
-            let in_page = (PAGE - parity % PAGE) as usize;
-            let n = (new.len() - done).min(room as usize).min(in_page);
-            let stripe = &self.stripes[(parity / PAGE) as usize % STRIPES];
-            stripe.lock();
-            // SAFETY: `at..at + n` lies in the pool (caller) and in one data row, whose
-            // parity `parity..parity + n` lies in the same zone's parity row; the stripe
-            // lock excludes every other updater of these parity bytes, and the caller
-            // excludes writers of the data bytes. The two ranges do not overlap.
-            unsafe {
-                let p = std::slice::from_raw_parts_mut(media.ptr(parity), n);
-                let old = std::slice::from_raw_parts(media.ptr(at) as *const u8, n);
-                xor_delta_into(p, old, &new[done..done + n]);
-            }
-            // SAFETY: locked just above by this thread.
-            unsafe { stripe.unlock() };
+            let n = (len - done).min(room).min(PAGE - parity % PAGE);
+            f(Some(parity), at, n);
             done += n;
         }
     }
 
-    /// Flushes the parity bytes of `[off, off + len)` (updated by `update`).
+    /// # Safety
+    /// As `write` / `update_new`.
+    unsafe fn apply(&self, media: &Media, off: u64, new: &[u8], then: Then) {
+        if !self.enabled {
+            if let Then::Write = then {
+                // SAFETY: the caller's contract.
+                unsafe { media.write(off, new) };
+            }
+            return;
+        }
+        self.each_page(off, new.len() as u64, |parity, at, n| {
+            let from = (at - off) as usize;
+            let data = &new[from..from + n as usize];
+            let Some(parity) = parity else {
+                if let Then::Write = then {
+                    // SAFETY: the caller's contract (no parity covers these bytes).
+                    unsafe { media.write(at, data) };
+                }
+                return;
+            };
+            // Touch the old bytes before taking the stripe: a page lost to a media error
+            // faults here, where the handler may wait for the stripe, not under it.
+            // SAFETY: `at` lies in the pool (caller).
+            unsafe { std::ptr::read_volatile(media.ptr(at)) };
+            let stripe = self.stripe_of(parity);
+            stripe.lock();
+            // SAFETY: `at..at + n` lies in the pool (caller) and in one data row, whose
+            // parity `parity..parity + n` lies in the same zone's parity row; the stripe
+            // excludes every other updater of these parity bytes, and the caller excludes
+            // writers of the data bytes. The two ranges do not overlap.
+            unsafe {
+                let p = std::slice::from_raw_parts_mut(media.ptr(parity), n as usize);
+                let old = std::slice::from_raw_parts(media.ptr(at) as *const u8, n as usize);
+                xor_delta_into(p, old, data);
+                match then {
+                    Then::Write => media.write(at, data),
+                    Then::Pending => {
+                        let c = &stripe.pending;
+                        c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                    }
+                }
+            }
+            stripe.unlock();
+        });
+    }
+
+    /// Flushes the parity bytes of `[off, off + len)` (updated by `write` or `update_new`).
     pub(crate) fn flush(&self, media: &Media, off: u64, len: u64) {
         if !self.enabled {
             return;
         }
-        let mut done = 0u64;
-        while done < len {
-            let at = off + done;
-            match self.map.parity_of(at) {
-                Some((parity, room)) => {
-                    let n = (len - done).min(room);
-                    media.flush(parity, n);
-                    done += n;
-                }
-                None => done += self.map.room_to_next_row(at).min(len - done).max(1),
+        self.each_page(off, len, |parity, _, n| {
+            if let Some(parity) = parity {
+                media.flush(parity, n);
             }
-        }
+        });
     }
+}
+
+/// What `apply` does after the parity update, still under the stripe.
+#[derive(Clone, Copy)]
+enum Then {
+    /// Writes the data.
+    Write,
+    /// Counts the range as pending (written later).
+    Pending,
 }
 
 /// Recomputes zone `z`'s parity row from its data rows and flushes it (durable at the

@@ -362,14 +362,4 @@ impl Media {
         // SAFETY: aligned, in bounds, no concurrent writer (caller's contract).
         u64::from_le(unsafe { (self.ptr(off) as *const u64).read() })
     }
-
-    /// Stores the little-endian u64 `v` at `off`.
-    ///
-    /// # Safety
-    /// As for [`Media::write`]; `off` must be 8-byte aligned.
-    #[inline]
-    pub(crate) unsafe fn write_u64(&self, off: u64, v: u64) {
-        // SAFETY: aligned, in bounds, exclusively owned (caller's contract).
-        unsafe { (self.ptr(off) as *mut u64).write(v.to_le()) }
-    }
 }

@@ -397,17 +397,18 @@ impl Pool {
             detail: "sequence numbers exhausted".into(),
         })?;
         let eng = Engine::new(media, geo, heap, next_seq, config.verify, parity);
-        Ok(Pool {
-            inner: Arc::new(Inner {
-                eng,
-                header: Mutex::new(header),
-                root_lock: Mutex::new(()),
-                grow_lock: Mutex::new(()),
-                replayed: rec.replayed,
-                header_repairs: repairs,
-                reconciled,
-            }),
-        })
+        let inner = Arc::new(Inner {
+            eng,
+            header: Mutex::new(header),
+            root_lock: Mutex::new(()),
+            grow_lock: Mutex::new(()),
+            replayed: rec.replayed,
+            header_repairs: repairs,
+            reconciled,
+        });
+        // Now at its final address: the media-error handler may point at it.
+        inner.eng.arm_fault_handler();
+        Ok(Pool { inner })
     }
 
     fn write_header_copy(media: &Media, off: u64, h: &Header) {
@@ -573,6 +574,10 @@ impl Pool {
         s.pages_rebuilt = r.pages.load(Ordering::Relaxed);
         s.objects_unrecoverable = r.unrecoverable.load(Ordering::Relaxed) + opened.unrecoverable;
         s.parity_columns_recomputed = opened.columns;
+        if let Some(ctx) = self.inner.eng.fault_ctx() {
+            s.media_errors_repaired = ctx.repaired.load(Ordering::Relaxed);
+            s.media_errors_lost = ctx.lost.load(Ordering::Relaxed);
+        }
         s
     }
 
@@ -638,6 +643,9 @@ impl Pool {
                 instead: "inject faults between transactions",
             });
         }
+        if let crate::Fault::MediaError { offset } = *fault {
+            return self.inject_media_error(offset);
+        }
         let target = fault.target(&eng.geo, eng.media.len(), |oid| {
             let p = eng.heap.locate(oid)?;
             Ok((p.hdr, HEADER_SIZE + p.capacity))
@@ -657,6 +665,35 @@ impl Pool {
         .unwrap_or(Err(Error::Conflict {
             offset: target.offset,
         }))
+    }
+
+    fn inject_media_error(&self, offset: u64) -> Result<()> {
+        let eng = &self.inner.eng;
+        let page = offset / PAGE * PAGE;
+        if eng.map.parity_of(page).is_none() || page + PAGE > eng.media.len() {
+            return Err(Error::config(format!(
+                "a media error can be injected only into the zones' data rows (where objects \
+                 and allocator metadata live), not at offset {offset:#x}"
+            )));
+        }
+        let Some(ctx) = eng.fault_ctx() else {
+            return Err(Error::config(
+                "the media-error handler could not take this pool (too many pools open at \
+                 once): close some pools first",
+            ));
+        };
+        match eng.exclusive(|| {
+            // SAFETY: a page of the zones' data rows (checked above), held exclusively.
+            unsafe { ctx.destroy(page) }
+        }) {
+            Some(true) => eng.media.check(),
+            Some(false) => Err(Error::config(format!(
+                "too many emulated media errors outstanding (at most {}); let the program \
+                 read the lost pages first",
+                crate::integrity::handler::POISON_MAX
+            ))),
+            None => Err(Error::Conflict { offset: page }),
+        }
     }
 
     /// The parity pages that disagree with their zone's rows (pool offsets): empty when

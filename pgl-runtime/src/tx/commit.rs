@@ -283,6 +283,7 @@ impl Tx<'_> {
         // The word may be covered by another lane's record that is not yet retired: that
         // retire mark must be durable before the word is (see `fence_with_retires`).
         self.eng.fence_with_retires(None, touched);
+        self.new_objects_written(news);
         // The objects (and the retire marks the word must follow) may not be durable after
         // a failed write-back: the word must not be stored then.
         eng.media.check()?;
@@ -302,10 +303,7 @@ impl Tx<'_> {
     fn store_word(&self, off: u64, v: u64) {
         let eng = self.eng;
         // SAFETY: a heap metadata word, protected by its metadata lock (held by the caller).
-        unsafe {
-            eng.parity.update(&eng.media, off, &v.to_le_bytes());
-            eng.media.write_u64(off, v);
-        }
+        unsafe { eng.parity.write(&eng.media, off, &v.to_le_bytes()) };
         if !crate::fault::drop_apply_flush() {
             eng.media.flush(off, 8);
         }
@@ -350,9 +348,23 @@ impl Tx<'_> {
             // SAFETY: the block was reserved for this transaction by the heap (no one else
             // uses it) and lies inside the pool.
             unsafe {
-                eng.parity.update(&eng.media, buf.off - HEADER_SIZE, h);
-                eng.parity.update(&eng.media, buf.off, buf.payload());
+                eng.parity.update_new(&eng.media, buf.off - HEADER_SIZE, h);
+                eng.parity.update_new(&eng.media, buf.off, buf.payload());
             }
+        }
+    }
+
+    /// Tells parity that the new objects of `new_objects_parity` are written (their
+    /// columns may be rebuilt again). Call it after the fence that follows their writes:
+    /// it is a locked instruction.
+    fn new_objects_written(&self, news: &[NonNull<Buffer>]) {
+        for b in news {
+            // SAFETY: buffers live until release.
+            let buf = unsafe { b.as_ref() };
+            self.eng
+                .parity
+                .new_written(buf.off - HEADER_SIZE, HEADER_SIZE);
+            self.eng.parity.new_written(buf.off, buf.size as u64);
         }
     }
 
@@ -446,6 +458,7 @@ impl Tx<'_> {
         let mut written = self.write_new_objects(news, hdrs);
         // 3d. retire marks that may not be durable yet, and the ordering point
         self.eng.fence_with_retires(Some(self.lane.idx), touched);
+        self.new_objects_written(news);
         // ---- committed ---- unless the record's write-back failed: then it may not be
         // durable, and applying it in place would leave changes no record protects.
         eng.media.check()?;
@@ -458,10 +471,7 @@ impl Tx<'_> {
             // word under its metadata lock; all inside the pool. Cached stores: the object's
             // lines are in the cache (it was just read), where streaming stores measured 1.5x
             // slower.
-            unsafe {
-                eng.parity.update(media, dst, data);
-                media.write(dst, data);
-            }
+            unsafe { eng.parity.write(media, dst, data) };
         };
         for it in items {
             // SAFETY: `src` points into a live buffer or `sums`, `len` bytes long.

@@ -42,6 +42,9 @@ pub(crate) struct Engine {
     pub parity: crate::integrity::Parity,
     /// What online repair did.
     pub repairs: super::RepairCounters,
+    /// The media-error handler's view of this pool, once armed (`arm_fault_handler`).
+    pub fault: std::sync::OnceLock<Box<crate::integrity::handler::FaultCtx>>,
+    fault_slot: std::sync::atomic::AtomicUsize,
 }
 
 impl Engine {
@@ -73,7 +76,30 @@ impl Engine {
             parity: crate::integrity::Parity::new(parity, &geo),
             map: ZoneMap::new(&geo),
             repairs: Default::default(),
+            fault: std::sync::OnceLock::new(),
+            fault_slot: std::sync::atomic::AtomicUsize::new(usize::MAX),
         }
+    }
+
+    /// Registers this pool with the media-error handler. Call it once the engine is at its
+    /// final address (inside the pool's `Arc`): the handler keeps pointers to its media and
+    /// parity until `Drop` unregisters them.
+    pub(crate) fn arm_fault_handler(&self) {
+        use crate::integrity::handler;
+        let ctx = self
+            .fault
+            .get_or_init(|| handler::FaultCtx::new(&self.media, &self.parity, self.geo));
+        if let Some(slot) = handler::register(self.media.ptr(0), self.media.reserve(), ctx) {
+            self.fault_slot.store(slot, Ordering::Release);
+        }
+    }
+
+    /// The media-error handler's view of this pool, if it is registered with the handler.
+    pub(crate) fn fault_ctx(&self) -> Option<&crate::integrity::handler::FaultCtx> {
+        if self.fault_slot.load(Ordering::Acquire) == usize::MAX {
+            return None;
+        }
+        self.fault.get().map(|b| &**b)
     }
 
     /// Offset of lane `i`, copy `c`.
@@ -114,6 +140,21 @@ impl Engine {
             mask &= mask - 1;
             // SAFETY: bit i of `mask` is set only right after `gens[i]` was written.
             eng.lanes.mark_flushed(i, unsafe { gens[i].assume_init() });
+        }
+    }
+}
+
+impl Drop for Engine {
+    /// Unregisters from the media-error handler before the media and parity it points at
+    /// go away, and gives back access to pages still lost to emulated media errors (their
+    /// bytes stay destroyed), so that the memory can be unmapped or reused.
+    fn drop(&mut self) {
+        let slot = self.fault_slot.load(Ordering::Acquire);
+        if slot != usize::MAX {
+            crate::integrity::handler::unregister(slot);
+        }
+        if let Some(ctx) = self.fault.get() {
+            ctx.unprotect_all(&self.media);
         }
     }
 }

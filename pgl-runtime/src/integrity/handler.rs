@@ -1,0 +1,408 @@
+//! The media-error handler: a load from a lost page of a pool is caught, the page rebuilt
+//! from zone parity in place, and the load retried — transparently to the program.
+//!
+//! Real media errors arrive as `SIGBUS` with `BUS_MCEERR_AR` (the kernel found the line
+//! poisoned); emulated ones (`Fault::MediaError`: the page is destroyed and protected with
+//! `mprotect(PROT_NONE)`) as `SIGSEGV` with `SEGV_ACCERR`. Any other fault, or one outside
+//! every pool, goes to the handler installed before ours (Rust's stack-overflow handler, or
+//! the default action), so a real crash still crashes.
+//!
+//! Async-signal safety. The handler runs on the faulting thread, at any load of pool
+//! memory, possibly on the thread's alternate signal stack (`SA_ONSTACK`; Rust gives each
+//! thread it spawns one). It therefore:
+//! - allocates nothing: it rebuilds into a per-pool static page buffer, guarded by the
+//!   pool's `repairing` word (one repair at a time per pool; another thread faulting on the
+//!   same page waits for it, on another page waits its turn);
+//! - takes no lock another frame of the same thread may hold: the only lock is the parity
+//!   stripe of the page's column, a spin lock (no parking, no tables), and a thread never
+//!   loads pool memory while holding a stripe (`Parity::apply` touches the bytes first);
+//! - waits only for other threads' progress: for the stripe (held for a bounded XOR), and
+//!   for the stripe's pending new objects (their bytes are written before their
+//!   transaction's next fence, with no pool load in between);
+//! - uses only async-signal-safe system calls (`mprotect`, `sched_yield`, `msync` through
+//!   the media layer) and never unwinds (nothing in it panics: indices are checked).
+//!
+//! What it cannot rebuild (no parity, the page outside the data rows, a second lost page in
+//! the column) it zero-fills and counts as lost; checksums then report the objects on it as
+//! damaged, so nothing is lost silently.
+//!
+//! Invariant: a registered pool's media, geometry and parity outlive its registration
+//! (`Engine` unregisters before they drop).
+
+use super::parity::Parity;
+use super::xor::xor_into;
+use crate::geometry::{Geometry, PAGE};
+use crate::persist::Media;
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+/// Linux's `si_code` for an access to a page without the needed protection.
+const SEGV_ACCERR: libc::c_int = 2;
+/// Pools that can be registered at once.
+const SLOTS: usize = 64;
+/// Emulated media errors a pool can have outstanding at once.
+pub(crate) const POISON_MAX: usize = 64;
+
+/// What the handler needs of one pool.
+pub(crate) struct FaultCtx {
+    media: *const Media,
+    parity: *const Parity,
+    geo: Geometry,
+    /// Offsets + 1 of pages with an emulated media error (0: free slot).
+    poisoned: [AtomicU64; POISON_MAX],
+    /// Offsets + 1 of pages the handler could not rebuild: their column's parity no longer
+    /// rebuilds anything else in it either.
+    lost_pages: [AtomicU64; POISON_MAX],
+    /// Offset + 1 of the page being repaired (0: none).
+    repairing: AtomicU64,
+    /// Pages rebuilt by the handler.
+    pub repaired: AtomicU64,
+    /// Pages it could not rebuild (zero-filled).
+    pub lost: AtomicU64,
+    /// The rebuild buffer, used only by the thread that set `repairing`.
+    buf: UnsafeCell<[u8; PAGE as usize]>,
+}
+
+// SAFETY: the raw pointers point at the engine's media and parity, which are Sync and
+// outlive the context (module invariant); `buf` is used only by the holder of `repairing`.
+unsafe impl Send for FaultCtx {}
+// SAFETY: as above.
+unsafe impl Sync for FaultCtx {}
+
+struct Slot {
+    base: AtomicUsize,
+    end: AtomicUsize,
+    ctx: AtomicPtr<FaultCtx>,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY: Slot = Slot {
+    base: AtomicUsize::new(0),
+    end: AtomicUsize::new(0),
+    ctx: AtomicPtr::new(std::ptr::null_mut()),
+};
+static REGISTRY: [Slot; SLOTS] = [EMPTY; SLOTS];
+
+/// The actions installed before ours, for chaining.
+struct Previous {
+    segv: libc::sigaction,
+    bus: libc::sigaction,
+}
+// SAFETY: plain C data, written once before the handler is installed, read-only after.
+unsafe impl Sync for Previous {}
+// SAFETY: as above.
+unsafe impl Send for Previous {}
+static PREVIOUS: OnceLock<Previous> = OnceLock::new();
+
+impl FaultCtx {
+    /// The context of a pool whose `media` and `parity` will outlive it.
+    pub(crate) fn new(media: &Media, parity: &Parity, geo: Geometry) -> Box<FaultCtx> {
+        Box::new(FaultCtx {
+            media,
+            parity,
+            geo,
+            poisoned: std::array::from_fn(|_| AtomicU64::new(0)),
+            lost_pages: std::array::from_fn(|_| AtomicU64::new(0)),
+            repairing: AtomicU64::new(0),
+            repaired: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+            buf: UnsafeCell::new([0; PAGE as usize]),
+        })
+    }
+
+    fn media(&self) -> &Media {
+        // SAFETY: module invariant.
+        unsafe { &*self.media }
+    }
+
+    fn parity(&self) -> &Parity {
+        // SAFETY: module invariant.
+        unsafe { &*self.parity }
+    }
+
+    fn is_poisoned(&self, page: u64) -> bool {
+        self.poisoned
+            .iter()
+            .any(|p| p.load(Ordering::Acquire) == page + 1)
+    }
+
+    /// Records that `page` has an emulated media error; false if too many are outstanding.
+    pub(crate) fn poison(&self, page: u64) -> bool {
+        self.is_poisoned(page)
+            || self.poisoned.iter().any(|p| {
+                p.compare_exchange(0, page + 1, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            })
+    }
+
+    /// Makes every page still marked lost accessible again (their bytes stay destroyed).
+    pub(crate) fn unprotect_all(&self, media: &Media) {
+        for p in &self.poisoned {
+            let v = p.swap(0, Ordering::AcqRel);
+            if v != 0 {
+                // SAFETY: a page-aligned page of the mapping, protected by `protect`.
+                unsafe { set_access(media, v - 1, true) };
+            }
+        }
+    }
+
+    /// Destroys `page` (zeros, made durable) and protects it, as a media error would leave
+    /// it; false if too many emulated errors are outstanding.
+    ///
+    /// # Safety
+    /// `page` is a page-aligned offset inside the pool, and nothing else accesses the pool
+    /// meanwhile (the caller holds it exclusively).
+    pub(crate) unsafe fn destroy(&self, page: u64) -> bool {
+        let media = self.media();
+        if self.is_poisoned(page) {
+            return true; // already lost
+        }
+        if !self.poison(page) {
+            return false;
+        }
+        // SAFETY: the caller's contract.
+        unsafe {
+            media.write(page, &[0u8; PAGE as usize]);
+        }
+        media.flush(page, PAGE);
+        media.fence();
+        // SAFETY: as above.
+        unsafe { set_access(media, page, false) };
+        true
+    }
+
+    fn unpoison(&self, page: u64) {
+        for p in &self.poisoned {
+            let _ = p.compare_exchange(page + 1, 0, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether another page of `page`'s column in its zone is lost too.
+    fn column_has_other_loss(&self, page: u64) -> bool {
+        let g = &self.geo;
+        let Some(pos) = g.locate(page, u64::MAX) else {
+            return true;
+        };
+        let col = (pos.chunk % g.chunks_per_row) * g.chunk_size + pos.within;
+        let row = pos.chunk / g.chunks_per_row;
+        (0..g.rows).filter(|&r| r != row).any(|r| {
+            let other = g.zone_offset(pos.zone) + r * g.row_size() + col;
+            self.is_poisoned(other)
+                || self
+                    .lost_pages
+                    .iter()
+                    .any(|p| p.load(Ordering::Acquire) == other + 1)
+        })
+    }
+
+    /// Rebuilds `page` (see the module docs); called from the handler.
+    fn repair(&self, page: u64) {
+        loop {
+            match self
+                .repairing
+                .compare_exchange(0, page + 1, Ordering::Acquire, Ordering::Acquire)
+            {
+                Ok(_) => break,
+                Err(cur) if cur == page + 1 => {
+                    // Another thread repairs this very page: wait until it is done.
+                    while self.repairing.load(Ordering::Acquire) == page + 1 {
+                        yield_now();
+                    }
+                    return;
+                }
+                Err(_) => yield_now(),
+            }
+        }
+        let media = self.media();
+        let parity = self.parity();
+        let stripe = parity
+            .enabled()
+            .then(|| parity.map().parity_of(page))
+            .flatten()
+            .map(|(p, _)| (p, parity.stripe_of(p)));
+        if let Some((_, s)) = stripe {
+            while !s.try_lock() {
+                yield_now();
+            }
+            while s.pending() != 0 {
+                yield_now();
+            }
+        }
+        // SAFETY: only the holder of `repairing` uses the buffer.
+        let buf = unsafe { &mut *self.buf.get() };
+        let rebuilt = match stripe {
+            Some((p, _)) if !self.column_has_other_loss(page) => {
+                let g = &self.geo;
+                let read = |at: u64| {
+                    // SAFETY: pages of the zone holding `page`, which lies in the pool; the
+                    // column is quiet (stripe held, nothing pending).
+                    unsafe { std::slice::from_raw_parts(media.ptr(at) as *const u8, PAGE as usize) }
+                };
+                buf.copy_from_slice(read(p - p % PAGE));
+                let pos = g.locate(page, u64::MAX);
+                if let Some(pos) = pos {
+                    let col = (pos.chunk % g.chunks_per_row) * g.chunk_size + pos.within;
+                    let row = pos.chunk / g.chunks_per_row;
+                    for r in (0..g.rows).filter(|&r| r != row) {
+                        xor_into(buf, read(g.zone_offset(pos.zone) + r * g.row_size() + col));
+                    }
+                }
+                pos.is_some()
+            }
+            _ => false,
+        };
+        if !rebuilt {
+            buf.fill(0);
+        }
+        // SAFETY: the page is page-aligned and inside the mapping; making it accessible
+        // again is what the emulated error took away.
+        unsafe { set_access(media, page, true) };
+        // SAFETY: the page is ours to rewrite: every access to it faults into this handler,
+        // which is serialised by `repairing`.
+        unsafe { media.write(page, &buf[..]) };
+        media.flush(page, PAGE);
+        media.fence();
+        if let Some((_, s)) = stripe {
+            s.unlock();
+        }
+        if rebuilt {
+            self.repaired.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.lost.fetch_add(1, Ordering::Relaxed);
+            for p in &self.lost_pages {
+                if p.compare_exchange(0, page + 1, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    break;
+                }
+            }
+        }
+        self.unpoison(page);
+        self.repairing.store(0, Ordering::Release);
+    }
+}
+
+/// Makes pool page `page` accessible or not (`mprotect`, async-signal-safe).
+///
+/// # Safety
+/// `page` is a page-aligned offset inside `media`'s mapping.
+unsafe fn set_access(media: &Media, page: u64, on: bool) {
+    let prot = if on {
+        libc::PROT_READ | libc::PROT_WRITE
+    } else {
+        libc::PROT_NONE
+    };
+    // SAFETY: the caller's contract; mprotect only changes the page's protection.
+    unsafe { libc::mprotect(media.ptr(page) as *mut libc::c_void, PAGE as usize, prot) };
+}
+
+fn yield_now() {
+    // SAFETY: sched_yield is async-signal-safe and has no preconditions.
+    unsafe { libc::sched_yield() };
+}
+
+/// Registers a pool's mapping `[base, base + len)`; the handler is installed on first use.
+/// Returns the slot, for `unregister`, or `None` if every slot is taken.
+pub(crate) fn register(base: *const u8, len: u64, ctx: &FaultCtx) -> Option<usize> {
+    install();
+    // The kernels are chosen lazily; choose them now, not in the handler.
+    let _ = super::xor::kernel_name();
+    for (i, s) in REGISTRY.iter().enumerate() {
+        if s.ctx
+            .compare_exchange(
+                std::ptr::null_mut(),
+                ctx as *const FaultCtx as *mut FaultCtx,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+        {
+            s.base.store(base as usize, Ordering::Release);
+            s.end.store(base as usize + len as usize, Ordering::Release);
+            return Some(i);
+        }
+    }
+    None
+}
+
+/// Forgets slot `i`.
+pub(crate) fn unregister(i: usize) {
+    let s = &REGISTRY[i];
+    s.base.store(0, Ordering::Release);
+    s.end.store(0, Ordering::Release);
+    s.ctx.store(std::ptr::null_mut(), Ordering::Release);
+}
+
+fn install() {
+    PREVIOUS.get_or_init(|| {
+        // SAFETY: sigaction with a zeroed old-action buffer and a fully initialised new
+        // action; the handler is an `extern "C"` function of the SA_SIGINFO signature.
+        unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = on_fault as *const () as usize;
+            act.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+            libc::sigemptyset(&mut act.sa_mask);
+            let mut segv: libc::sigaction = std::mem::zeroed();
+            let mut bus: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(libc::SIGSEGV, std::ptr::null(), &mut segv);
+            libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut bus);
+            let prev = Previous { segv, bus };
+            libc::sigaction(libc::SIGSEGV, &act, std::ptr::null_mut());
+            libc::sigaction(libc::SIGBUS, &act, std::ptr::null_mut());
+            prev
+        }
+    });
+}
+
+extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let (addr, code) = unsafe { ((*info).si_addr() as usize, (*info).si_code) };
+    for s in &REGISTRY {
+        let ctx = s.ctx.load(Ordering::Acquire);
+        let (base, end) = (
+            s.base.load(Ordering::Acquire),
+            s.end.load(Ordering::Acquire),
+        );
+        if ctx.is_null() || addr < base || addr >= end {
+            continue;
+        }
+        // SAFETY: registered contexts stay alive until unregistered (module invariant),
+        // and the faulting thread was using the pool's memory, so it is registered.
+        let ctx = unsafe { &*ctx };
+        let page = (addr - base) as u64 / PAGE * PAGE;
+        let emulated = sig == libc::SIGSEGV && code == SEGV_ACCERR && ctx.is_poisoned(page);
+        let real = sig == libc::SIGBUS && code == libc::BUS_MCEERR_AR;
+        if emulated || real {
+            ctx.repair(page);
+            return; // the faulting load runs again
+        }
+        break;
+    }
+    chain(sig, info, uctx);
+}
+
+/// Hands the fault to the action installed before ours.
+fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) {
+    let Some(prev) = PREVIOUS.get() else { return };
+    let act = if sig == libc::SIGSEGV {
+        &prev.segv
+    } else {
+        &prev.bus
+    };
+    let h = act.sa_sigaction;
+    if h == libc::SIG_DFL || h == libc::SIG_IGN {
+        // Restore it and return: the instruction faults again and gets the default action.
+        // SAFETY: sigaction with a valid action.
+        unsafe { libc::sigaction(sig, act, std::ptr::null_mut()) };
+    } else if act.sa_flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the previous handler was installed with this signature.
+        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+            unsafe { std::mem::transmute(h) };
+        f(sig, info, uctx);
+    } else {
+        // SAFETY: the previous handler was installed with this signature.
+        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(h) };
+        f(sig);
+    }
+}

@@ -1,0 +1,201 @@
+//! Media errors through the real signal handler: `Fault::MediaError` destroys a page and
+//! protects it (`mprotect(PROT_NONE)`); the next load from it raises SIGSEGV, pgl's handler
+//! rebuilds the page from parity, and the load completes with the right bytes. Beyond what
+//! parity can rebuild, the page is zero-filled and the damage reported by checksums as a
+//! typed error.
+
+mod support;
+
+use pgl::{Config, Error, Fault, Oid, Pool};
+use support::Rng;
+
+fn path(name: &str) -> std::path::PathBuf {
+    let p = support::test_dir().join(format!("pgl-media-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+type Obj = [u64; 100];
+
+fn value(seed: u64) -> Obj {
+    let mut r = Rng(seed);
+    std::array::from_fn(|_| r.next())
+}
+
+#[test]
+fn loads_from_lost_pages_are_repaired_transparently() {
+    let p = path("loads");
+    let pool = Pool::create(&p, &Config::new("media")).unwrap();
+    let objs: Vec<Oid<Obj>> = (0..300)
+        .map(|i| pool.tx(|tx| tx.alloc(value(i))).unwrap())
+        .collect();
+    let mut rng = Rng(77);
+    let faults = 120u64;
+    for i in 0..faults {
+        let k = rng.below(objs.len() as u64) as usize;
+        let o = objs[k];
+        // A page under the object: its header's page or a later one.
+        let offset = o.raw() - 16 + rng.below(800);
+        pool.inject(&Fault::MediaError { offset }).unwrap();
+        // Half the time through a raw read of the mapping (`pool.get` hands out a direct
+        // reference: the load itself faults), half through a micro-buffer copy.
+        let got = if i % 2 == 0 {
+            *pool.get(o).unwrap()
+        } else {
+            pool.tx(|tx| Ok(*tx.open(o)?)).unwrap()
+        };
+        assert_eq!(got, value(k as u64), "object {k} after media error {i}");
+    }
+    let s = pool.stats();
+    println!(
+        "media errors injected: {faults}, repaired by the handler: {}, lost: {}",
+        s.media_errors_repaired, s.media_errors_lost
+    );
+    assert_eq!(s.media_errors_repaired, faults);
+    assert_eq!(s.media_errors_lost, 0);
+    // Every object is intact, and parity agrees with the rows.
+    for (k, &o) in objs.iter().enumerate() {
+        assert_eq!(pool.tx(|tx| Ok(*tx.open(o)?)).unwrap(), value(k as u64));
+    }
+    assert_eq!(pool.verify_parity().unwrap(), Vec::<u64>::new());
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
+fn transactions_on_other_threads_keep_running_while_a_page_is_repaired() {
+    let p = path("threads");
+    let pool = Pool::create(&p, &Config::new("media")).unwrap();
+    let objs: Vec<Oid<Obj>> = (0..64)
+        .map(|i| pool.tx(|tx| tx.alloc(value(i))).unwrap())
+        .collect();
+    let counters: Vec<Oid<u64>> = (0..2)
+        .map(|_| pool.tx(|tx| tx.alloc(0u64)).unwrap())
+        .collect();
+    std::thread::scope(|s| {
+        for &c in &counters {
+            let pool = &pool;
+            s.spawn(move || {
+                for _ in 0..3000 {
+                    pool.tx(|tx| {
+                        *tx.open(c)? += 1;
+                        Ok(())
+                    })
+                    .unwrap();
+                }
+            });
+        }
+        let mut rng = Rng(5);
+        for _ in 0..40 {
+            let k = rng.below(objs.len() as u64) as usize;
+            pool.inject(&Fault::MediaError {
+                offset: objs[k].raw() + 100,
+            })
+            .unwrap();
+            assert_eq!(*pool.get(objs[k]).unwrap(), value(k as u64));
+        }
+    });
+    for &c in &counters {
+        assert_eq!(*pool.get(c).unwrap(), 3000);
+    }
+    assert_eq!(pool.stats().media_errors_repaired, 40);
+    assert_eq!(pool.verify_parity().unwrap(), Vec::<u64>::new());
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
+fn two_lost_pages_in_one_column_are_reported_not_guessed() {
+    let p = path("two");
+    let cfg = Config::small("media");
+    let geo = cfg.geometry();
+    let pool = Pool::create(&p, &cfg).unwrap();
+    // Two objects whose pages share a page column, in different rows of one zone.
+    let mut seen = std::collections::HashMap::new();
+    let mut pair = None;
+    for i in 0..20_000u64 {
+        let o: Oid<[u64; 8]> = pool.tx(|tx| tx.alloc([i; 8])).unwrap();
+        let rel = o.raw() - geo.zones_offset();
+        let key = (rel / geo.zone_size(), rel % geo.row_size() / 4096);
+        let row = rel % geo.zone_size() / geo.row_size();
+        match seen.get(&key) {
+            Some(&(r, other)) if r != row => {
+                pair = Some((other, o));
+                break;
+            }
+            Some(_) => {}
+            None => {
+                seen.insert(key, (row, o));
+            }
+        }
+    }
+    let (a, b) = pair.expect("two objects share a page column");
+    pool.inject(&Fault::MediaError { offset: a.raw() }).unwrap();
+    pool.inject(&Fault::MediaError { offset: b.raw() }).unwrap();
+    for o in [a, b] {
+        match pool.tx(|tx| Ok(*tx.open(o)?)) {
+            Err(Error::ChecksumMismatch { .. }) | Err(Error::TypeMismatch { .. }) => {}
+            other => panic!("expected the damage to be reported, got {other:?}"),
+        }
+    }
+    let s = pool.stats();
+    assert_eq!(s.media_errors_lost, 2, "neither page was guessed");
+    assert_eq!(s.media_errors_repaired, 0);
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
+fn media_errors_outside_the_data_rows_are_refused() {
+    let p = path("refused");
+    let pool = Pool::create(&p, &Config::new("media")).unwrap();
+    for offset in [0, 4096, pool.size() + 10] {
+        assert!(matches!(
+            pool.inject(&Fault::MediaError { offset }),
+            Err(Error::InvalidConfig { .. })
+        ));
+    }
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
+fn faults_outside_pools_still_reach_the_previous_handler() {
+    // A pool is open (the handler is installed); a stack overflow on another thread must
+    // still be reported by Rust's own handler (which aborts the process), so run it in a
+    // child process and look at how it died.
+    if std::env::var("PGL_MEDIA_OVERFLOW_CHILD").is_ok() {
+        let p = path("child");
+        let _pool = Pool::create(&p, &Config::new("media")).unwrap();
+        std::fs::remove_file(&p).unwrap();
+        #[allow(unconditional_recursion)]
+        fn recurse(n: u64) -> u64 {
+            let a = [n; 64];
+            std::hint::black_box(&a);
+            recurse(n + 1) + a[3]
+        }
+        std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(|| recurse(0))
+            .unwrap()
+            .join()
+            .ok();
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args([
+            "faults_outside_pools_still_reach_the_previous_handler",
+            "--exact",
+            "--nocapture",
+        ])
+        .env("PGL_MEDIA_OVERFLOW_CHILD", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("has overflowed its stack"),
+        "Rust's overflow report, not a hang or a silent exit: {stderr}"
+    );
+}
