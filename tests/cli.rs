@@ -291,3 +291,46 @@ fn errors_exit_2_with_the_message_on_stderr() {
     );
     assert!(!out.stderr.contains("panicked"));
 }
+
+#[test]
+fn inject_then_scrub_finds_and_repairs() {
+    let dir = TempDir::new("scrub");
+    let path = sample_pool(&dir);
+    let p = path.to_str().unwrap();
+    let victim = items(&path)[2];
+    let v = format!("{victim:#x}");
+    let inj = pgl(&dir, &["inject", p, "object", &v, "20", "8", "--seed", "3"]);
+    assert_eq!(inj.code, 0, "{}", inj.stderr);
+    assert!(inj.stdout.contains("ObjectScribble"), "{}", inj.stdout);
+
+    let look = pgl(&dir, &["scrub", p]);
+    assert_eq!(look.code, 1, "{}\n{}", look.stdout, look.stderr);
+    assert!(
+        look.stdout.contains("0 repaired, 1 damaged"),
+        "{}",
+        look.stdout
+    );
+    assert!(look.stdout.contains(&format!("{v}: ")), "{}", look.stdout);
+
+    let fix = pgl(&dir, &["scrub", p, "--repair"]);
+    assert_eq!(fix.code, 0, "{}\n{}", fix.stdout, fix.stderr);
+    assert!(
+        fix.stdout.contains("1 repaired, 0 damaged"),
+        "{}",
+        fix.stdout
+    );
+    assert!(fix.stdout.contains("result: clean"), "{}", fix.stdout);
+    assert_eq!(pgl(&dir, &["check", p]).code, 0);
+
+    // A media error on the same object: its page is lost; scrubbing rebuilds it.
+    let media = pgl(&dir, &["inject", p, "media", &v]);
+    assert_eq!(media.code, 0, "{}", media.stderr);
+    assert_eq!(pgl(&dir, &["check", p]).code, 1, "the lost page shows");
+    let fix = pgl(&dir, &["scrub", p, "--repair"]);
+    assert_eq!(fix.code, 0, "{}\n{}", fix.stdout, fix.stderr);
+    assert_eq!(pgl(&dir, &["check", p]).code, 0);
+
+    let bad = pgl(&dir, &["inject", p, "lane", "99", "0", "0", "1"]);
+    assert_eq!(bad.code, 2);
+    assert!(bad.stderr.contains("lane 99"), "{}", bad.stderr);
+}

@@ -134,10 +134,8 @@ fn smashed_canary_aborts_and_leaves_nvmm_unchanged() {
     let (pool, path) = pool("canary");
     let root = pool.root::<[u8; 64]>().unwrap();
     let r = pool.tx(|tx| {
-        let mut h = tx.open(root)?;
-        h[0] = 42;
-        h.smash_canary();
-        Ok(())
+        tx.open(root)?[0] = 42;
+        tx.inject(&pgl::Fault::SmashCanary { oid: root.raw() })
     });
     assert!(matches!(r, Err(Error::CanaryMismatch { .. })), "{r:?}");
     assert_eq!(pool.get(root).unwrap()[0], 0);

@@ -169,7 +169,7 @@ pub enum Error {
     },
 
     /// An object's checksum does not match its contents (a scribble or a media error).
-    #[error("checksum mismatch in object at {offset:#x} (type id {type_id:#010x}, {size} bytes): stored {stored:#010x}, computed {computed:#010x}; the object was changed outside a transaction (a scribble or a media error); `pgl check` lists every damaged object — restore the pool from a backup")]
+    #[error("checksum mismatch in object at {offset:#x} (type id {type_id:#010x}, {size} bytes): stored {stored:#010x}, computed {computed:#010x}; the object was changed outside a transaction (a scribble or a media error) and zone parity could not rebuild it (the pool keeps no parity, or another page of its page column is damaged too); `pgl check` lists every damaged object, `pgl scrub --repair` rebuilds what parity can")]
     ChecksumMismatch {
         /// The object's offset.
         offset: u64,

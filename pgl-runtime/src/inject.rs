@@ -84,6 +84,14 @@ pub enum Fault {
         /// A byte of the page.
         offset: u64,
     },
+    /// Overwrites a guard word (canary) of the micro-buffer of object `oid` in the current
+    /// transaction, as a buffer overrun in the program would: the commit then fails with
+    /// `Error::CanaryMismatch` and the pool is unchanged. Injected with `tx.inject`, after
+    /// `tx.open(oid)` in the same transaction (and with no handle to it alive).
+    SmashCanary {
+        /// The object (`Oid::raw()`).
+        oid: u64,
+    },
     /// Random bytes over `[at, at + len)` of copy `copy` (0 or 1) of the pool header page.
     HeaderScribble {
         /// Which copy.
@@ -221,6 +229,12 @@ impl Fault {
                     len,
                     How::Random(seed),
                 )
+            }
+            Fault::SmashCanary { .. } => {
+                return Err(Error::config(
+                    "a canary guards a transaction's micro-buffer: inject SmashCanary with \
+                     tx.inject inside the transaction that opened the object",
+                ))
             }
             Fault::MediaError { offset } => (
                 within("pool", 0, size, offset / PAGE * PAGE, PAGE)?,

@@ -26,7 +26,7 @@ pub use heap::SizeClasses;
 pub use inject::Fault;
 pub use persist::{CrashPoint, CrashSim, FlushMode};
 pub use persistent::{Oid, Persistent};
-pub use pool::{Config, Detached, Header, Pool, PoolInfo, FORMAT_VERSION};
+pub use pool::{Config, Detached, Header, Pool, PoolInfo, ScrubReport, FORMAT_VERSION};
 pub use stats::Stats;
 pub use tx::{AsPlace, Mut, Place, Read, Ref, Tx, TypeInfo, VerifyPolicy};
 pub use values::{PBool, PBytes, PStr};

@@ -46,6 +46,8 @@ pub struct Stats {
     /// Pages lost to media errors that could not be rebuilt (zero-filled; checksums
     /// report the objects on them).
     pub media_errors_lost: u64,
+    /// Scrubs the background scrubber (`VerifyPolicy::Scrub`) completed.
+    pub scrubs: u64,
 }
 
 /// Counter slots, in `Stats` field order.
@@ -77,6 +79,10 @@ impl LaneCounters {
         // Only the lane's owner writes; a load + store avoids a locked instruction.
         let a = &self.c[c as usize];
         a.store(a.load(Ordering::Relaxed) + v, Ordering::Relaxed);
+    }
+
+    pub(crate) fn get(&self, c: Counter) -> u64 {
+        self.c[c as usize].load(Ordering::Relaxed)
     }
 
     pub(crate) fn add_to(&self, s: &mut Stats) {

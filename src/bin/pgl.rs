@@ -7,7 +7,7 @@
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pgl::checksum::{adler32, adler32_continue};
-use pgl::{Config, Error, ObjectHeader, Pool, Result};
+use pgl::{Config, Error, Fault, ObjectHeader, Pool, Result};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -42,6 +42,29 @@ enum Command {
         /// The pool file.
         file: PathBuf,
     },
+    /// Scrub a pool: verify every object's checksum and every zone's parity; with
+    /// `--repair`, rebuild damaged objects from parity and fix stale parity.
+    ///
+    /// Exits 0 if the pool is clean (after repairs), 1 if damage remains, 2 on an error.
+    Scrub {
+        /// The pool file.
+        file: PathBuf,
+        /// Repair what parity can rebuild (otherwise only report).
+        #[arg(long)]
+        repair: bool,
+    },
+    /// Damage a pool on purpose, to test how a program copes (the bytes are changed
+    /// behind pgl's back and made durable; parity, checksums and replicas are not told).
+    Inject {
+        /// The pool file.
+        file: PathBuf,
+        /// The fault.
+        #[command(subcommand)]
+        fault: FaultArg,
+        /// Seed of the random bytes (the same seed damages the same way).
+        #[arg(long, global = true, default_value_t = 1)]
+        seed: u64,
+    },
     /// Print one object's header and a hex dump of its payload.
     Dump {
         /// The pool file.
@@ -53,6 +76,142 @@ enum Command {
         #[arg(long, value_parser = parse_size)]
         max: Option<u64>,
     },
+}
+
+/// The faults `pgl inject` can inject (see `pgl::Fault`).
+#[derive(Subcommand)]
+enum FaultArg {
+    /// Random bytes over LEN bytes at pool offset OFFSET.
+    Scribble {
+        #[arg(value_parser = parse_oid)]
+        offset: u64,
+        #[arg(value_parser = parse_size)]
+        len: u64,
+    },
+    /// Flip BITS random bits of the 8-byte word holding pool offset OFFSET.
+    Bitflip {
+        #[arg(value_parser = parse_oid)]
+        offset: u64,
+        #[arg(default_value_t = 1)]
+        bits: u32,
+    },
+    /// Random bytes over LEN bytes of an object, AT bytes from its header's start.
+    Object {
+        #[arg(value_parser = parse_oid)]
+        oid: u64,
+        at: u64,
+        len: u64,
+    },
+    /// Random bytes over LEN bytes of zone ZONE's metadata chunk, from byte AT.
+    Metadata { zone: u64, at: u64, len: u64 },
+    /// Random bytes over LEN bytes of copy COPY of redo lane LANE, from byte AT.
+    Lane {
+        lane: u64,
+        copy: u64,
+        at: u64,
+        len: u64,
+    },
+    /// Random bytes over LEN bytes of copy COPY of the pool header, from byte AT.
+    Header { copy: u64, at: u64, len: u64 },
+    /// A media error: the page holding OFFSET loses its contents.
+    Media {
+        #[arg(value_parser = parse_oid)]
+        offset: u64,
+    },
+}
+
+impl FaultArg {
+    fn fault(&self, seed: u64) -> Fault {
+        match *self {
+            FaultArg::Scribble { offset, len } => Fault::Scribble { offset, len, seed },
+            FaultArg::Bitflip { offset, bits } => Fault::BitFlips { offset, bits, seed },
+            FaultArg::Object { oid, at, len } => Fault::ObjectScribble { oid, at, len, seed },
+            FaultArg::Metadata { zone, at, len } => Fault::MetadataScribble {
+                zone,
+                at,
+                len,
+                seed,
+            },
+            FaultArg::Lane {
+                lane,
+                copy,
+                at,
+                len,
+            } => Fault::LaneScribble {
+                lane,
+                copy,
+                at,
+                len,
+                seed,
+            },
+            FaultArg::Header { copy, at, len } => Fault::HeaderScribble {
+                copy,
+                at,
+                len,
+                seed,
+            },
+            FaultArg::Media { offset } => Fault::MediaError { offset },
+        }
+    }
+}
+
+/// `pgl scrub`: the report, and whether damage remains.
+fn scrub(file: &Path, repair: bool) -> Result<(String, bool)> {
+    let pool = Pool::open_any(file)?;
+    let total = pool.objects()?.len() as u64;
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
+    bar.set_style(
+        ProgressStyle::with_template("scrubbing {wide_bar} {pos}/{len} objects, {eta} left")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let start = Instant::now();
+    let mut shown = false;
+    let r = pool.scrub(repair, |done, _| {
+        bar.set_position(done);
+        if !shown && start.elapsed() > Duration::from_secs(1) {
+            shown = true;
+            bar.set_draw_target(ProgressDrawTarget::stderr());
+            bar.enable_steady_tick(Duration::from_millis(200));
+        }
+    });
+    bar.finish_and_clear();
+    let r = r?;
+    let mut out = String::new();
+    let _ = writeln!(out, "scrubbing {}", file.display());
+    let _ = writeln!(
+        out,
+        "  objects   {} checked, {} repaired, {} damaged",
+        r.objects_checked,
+        r.objects_repaired,
+        r.damaged.len()
+    );
+    for (off, e) in &r.damaged {
+        let _ = writeln!(out, "    {off:#x}: {e}");
+    }
+    let _ = writeln!(
+        out,
+        "  parity    {} page column(s) disagreed, {} recomputed",
+        r.parity_columns_bad, r.parity_columns_fixed
+    );
+    let clean = r.is_clean();
+    let _ = writeln!(
+        out,
+        "result: {}",
+        match (clean, repair) {
+            (true, _) => "clean",
+            (false, false) => "damaged (run with --repair to rebuild what parity can)",
+            (false, true) => "damage remains that parity cannot rebuild",
+        }
+    );
+    Ok((out, !clean))
+}
+
+/// `pgl inject`.
+fn inject(file: &Path, fault: &FaultArg, seed: u64) -> Result<String> {
+    let pool = Pool::open_any(file)?;
+    let f = fault.fault(seed);
+    pool.inject(&f)?;
+    Ok(format!("injected {f:?} into {}\n", file.display()))
 }
 
 /// Arguments of `pgl create`. Unset values take `pgl::Config`'s defaults.
@@ -498,6 +657,8 @@ fn main() -> ExitCode {
         Command::Info { file } => info(file).map(|s| (s, false)),
         Command::Check { file } => check(file),
         Command::Dump { file, oid, max } => dump(file, *oid, *max).map(|s| (s, false)),
+        Command::Scrub { file, repair } => scrub(file, *repair),
+        Command::Inject { file, fault, seed } => inject(file, fault, *seed).map(|s| (s, false)),
     };
     match result {
         Ok((report, problems)) => {

@@ -5,7 +5,9 @@ mod config;
 mod header;
 #[allow(clippy::module_inception)]
 mod pool;
+mod scrub;
 
 pub use config::Config;
 pub use header::{Header, FORMAT_VERSION, LAYOUT_MAX};
 pub use pool::{Detached, Pool, PoolInfo};
+pub use scrub::ScrubReport;

@@ -26,18 +26,20 @@ use std::sync::Arc;
 /// need not recompute parity.
 #[derive(Clone)]
 pub struct Pool {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
-struct Inner {
-    eng: Engine,
-    header: Mutex<Header>,
+pub(super) struct Inner {
+    pub(super) eng: Engine,
+    pub(super) header: Mutex<Header>,
     root_lock: Mutex<()>,
     grow_lock: Mutex<()>,
     replayed: u64,
     header_repairs: u64,
     /// What reconciling parity found when the pool was opened.
     reconciled: crate::integrity::Reconciled,
+    /// Scrubs the background scrubber completed.
+    pub(super) scrubs: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for Inner {
@@ -405,9 +407,13 @@ impl Pool {
             replayed: rec.replayed,
             header_repairs: repairs,
             reconciled,
+            scrubs: Default::default(),
         });
         // Now at its final address: the media-error handler may point at it.
         inner.eng.arm_fault_handler();
+        if let crate::VerifyPolicy::Scrub { every_n_tx } = config.verify {
+            super::scrub::spawn(Arc::downgrade(&inner), every_n_tx);
+        }
         Ok(Pool { inner })
     }
 
@@ -574,6 +580,7 @@ impl Pool {
         s.pages_rebuilt = r.pages.load(Ordering::Relaxed);
         s.objects_unrecoverable = r.unrecoverable.load(Ordering::Relaxed) + opened.unrecoverable;
         s.parity_columns_recomputed = opened.columns;
+        s.scrubs = self.inner.scrubs.load(Ordering::Relaxed);
         if let Some(ctx) = self.inner.eng.fault_ctx() {
             s.media_errors_repaired = ctx.repaired.load(Ordering::Relaxed);
             s.media_errors_lost = ctx.lost.load(Ordering::Relaxed);

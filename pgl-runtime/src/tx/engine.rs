@@ -20,6 +20,13 @@ pub enum VerifyPolicy {
     Default,
     /// Also verify on every `get`.
     Conservative,
+    /// As `Default`, plus a background thread that scrubs the whole pool (verifies every
+    /// object and all parity, repairing what it can; see `Pool::scrub`) each time
+    /// `every_n_tx` more transactions have committed.
+    Scrub {
+        /// Transactions between scrubs.
+        every_n_tx: u64,
+    },
 }
 
 /// Shared state of one open pool.

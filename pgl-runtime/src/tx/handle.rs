@@ -97,12 +97,6 @@ impl<'tx, T: Persistent> Mut<'tx, T> {
     pub fn as_bytes(&self) -> &[u8] {
         self.buf().payload()
     }
-
-    /// Overwrites a canary of this buffer (error injection, to test canary detection: the
-    /// transaction then aborts with `Error::CanaryMismatch`).
-    pub fn smash_canary(&mut self) {
-        self.buf_mut().smash_canary();
-    }
 }
 
 impl<T: Persistent> Deref for Mut<'_, T> {

@@ -252,6 +252,37 @@ impl<'p> Tx<'p> {
         Ok(unsafe { Read::new(p, ReadSource::Locked) })
     }
 
+    /// Injects a fault that lives inside this transaction (see [`Fault::SmashCanary`]);
+    /// other faults are injected with `pool.inject`, between transactions
+    /// (`Error::InTransaction` here).
+    ///
+    /// [`Fault::SmashCanary`]: crate::Fault::SmashCanary
+    pub fn inject(&self, fault: &crate::Fault) -> Result<()> {
+        let crate::Fault::SmashCanary { oid } = *fault else {
+            return Err(Error::InTransaction {
+                what: "tx.inject of this fault",
+                instead: "inject it with pool.inject between transactions",
+            });
+        };
+        let st = self.st.borrow_mut();
+        let buf = match st.sc.index.get(&oid) {
+            Some(&i) if i != usize::MAX => st.sc.bufs[i],
+            _ => {
+                return Err(Error::invalid_oid(
+                    oid,
+                    "not opened in this transaction: open it with tx.open first",
+                ))
+            }
+        };
+        // SAFETY: buffers live until the transaction ends; no handle aliases it (checked).
+        let buf = unsafe { &mut *buf.as_ptr() };
+        if buf.borrow != 0 {
+            return Err(Error::AlreadyBorrowed { offset: oid });
+        }
+        buf.smash_canary();
+        Ok(())
+    }
+
     /// Allocates a new object holding `value`; it becomes durable (and its oid valid after a
     /// crash) only if the transaction commits. Store the oid somewhere reachable.
     pub fn alloc<T: Persistent>(&self, value: T) -> Result<Oid<T>> {

@@ -1,0 +1,135 @@
+//! Scrubbing: verify the whole pool, not just what the program happens to read, and repair
+//! what parity can rebuild — on demand (`pool.scrub`, `pgl scrub`) or from a background
+//! thread every N transactions (`VerifyPolicy::Scrub`).
+//!
+//! Invariant: a scrub changes only damaged bytes (through online repair, which verifies
+//! what it writes) and parity pages that disagree with rows whose objects all verify.
+
+use super::pool::Pool;
+use crate::stats::Counter;
+use crate::tx::{self, Outcome};
+use crate::{Error, Result};
+use std::sync::atomic::Ordering;
+use std::sync::Weak;
+use std::time::Duration;
+
+/// What a scrub found and did.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct ScrubReport {
+    /// Objects verified.
+    pub objects_checked: u64,
+    /// Damaged objects rebuilt from parity.
+    pub objects_repaired: u64,
+    /// Damaged objects left as they are (not repairing, or beyond parity), with the error a
+    /// read of each reports.
+    pub damaged: Vec<(u64, Error)>,
+    /// Page columns whose parity disagreed with their rows (after object repairs).
+    pub parity_columns_bad: u64,
+    /// Of those, recomputed (when repairing).
+    pub parity_columns_fixed: u64,
+}
+
+impl ScrubReport {
+    /// Whether the pool is sound now: nothing damaged left, parity consistent.
+    pub fn is_clean(&self) -> bool {
+        self.damaged.is_empty() && self.parity_columns_bad == self.parity_columns_fixed
+    }
+}
+
+impl Pool {
+    /// Verifies every allocated object's checksum and every zone's parity; with `repair`,
+    /// rebuilds damaged objects from parity (as a read of them would) and then recomputes
+    /// the parity of columns that still disagree while every object in them verifies
+    /// (damage to free space or to the parity page itself). `progress(done, total)` is
+    /// called as objects are verified. Runs beside transactions (each object under its
+    /// lock; each zone's parity with the pool briefly frozen); not inside one.
+    pub fn scrub(&self, repair: bool, mut progress: impl FnMut(u64, u64)) -> Result<ScrubReport> {
+        let eng = &self.inner.eng;
+        if tx::in_tx(eng) {
+            return Err(Error::InTransaction {
+                what: "pool.scrub",
+                instead: "scrub between transactions",
+            });
+        }
+        let mut report = ScrubReport::default();
+        let mut checked = 0;
+        let found = self.verify_objects(|d, t| {
+            checked = t;
+            progress(d, t)
+        })?;
+        report.objects_checked = checked;
+        for (off, e) in found {
+            if repair && tx::repairable(&e).is_some() {
+                match eng.repair_object(off)? {
+                    Outcome::Repaired { .. } => {
+                        report.objects_repaired += 1;
+                        continue;
+                    }
+                    Outcome::Consistent | Outcome::Unrecoverable | Outcome::Busy => {}
+                }
+            }
+            report.damaged.push((off, e));
+        }
+        if !eng.parity.enabled() {
+            return Ok(report);
+        }
+        let zones = self.inner.header.lock().zones;
+        for z in 0..zones {
+            let r = eng.exclusive(|| {
+                // SAFETY: zone `z` lies in the pool; the pool is held exclusively.
+                let bad = unsafe { crate::integrity::verify_zone(&eng.media, &eng.geo, z) };
+                let mut fixed = 0;
+                if repair && !bad.is_empty() && report.damaged.is_empty() {
+                    // SAFETY: as above.
+                    unsafe { crate::integrity::recompute_zone(&eng.media, &eng.geo, z) };
+                    eng.media.fence();
+                    fixed = bad.len() as u64;
+                }
+                (bad.len() as u64, fixed)
+            });
+            let Some((bad, fixed)) = r else {
+                return Err(Error::Conflict {
+                    offset: eng.geo.zone_offset(z),
+                });
+            };
+            report.parity_columns_bad += bad;
+            report.parity_columns_fixed += fixed;
+        }
+        eng.media.check()?;
+        Ok(report)
+    }
+}
+
+/// The background scrubber of `VerifyPolicy::Scrub { every_n_tx }`: wakes every 20 ms,
+/// scrubs (repairing) once `every` more transactions committed, and exits when the pool
+/// closes.
+pub(crate) fn spawn(pool: Weak<super::pool::Inner>, every: u64) {
+    let every = every.max(1);
+    let spawned = std::thread::Builder::new()
+        .name("pgl-scrub".into())
+        .spawn(move || {
+            let mut last = 0u64;
+            loop {
+                std::thread::sleep(Duration::from_millis(20));
+                let Some(inner) = pool.upgrade() else { return };
+                let pool = Pool { inner };
+                let commits: u64 = pool
+                    .inner
+                    .eng
+                    .lanes
+                    .iter()
+                    .map(|l| l.counters.get(Counter::Commits))
+                    .sum();
+                if commits >= last + every {
+                    last = commits;
+                    if pool.scrub(true, |_, _| {}).is_ok() {
+                        pool.inner.scrubs.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        });
+    // Without a thread the pool still works; the scrubs simply do not happen, which
+    // `stats().scrubs` shows.
+    drop(spawned);
+}
