@@ -36,6 +36,7 @@ pub(super) struct Inner {
     grow_lock: Mutex<()>,
     replayed: u64,
     header_repairs: u64,
+    lane_repairs: u64,
     /// What reconciling parity found when the pool was opened.
     reconciled: crate::integrity::Reconciled,
     /// Scrubs the background scrubber completed.
@@ -384,6 +385,7 @@ impl Pool {
         }
         // Parity is now consistent everywhere: no zone is dirty for this session yet.
         tx::clear_dirty_zones(&media, &geo);
+        let lane_repairs = tx::repair_lanes(&media, &geo);
         media.fence();
         media.check()?;
         header.flags = FLAG_OPEN | if parity { FLAG_PARITY } else { 0 };
@@ -406,6 +408,7 @@ impl Pool {
             grow_lock: Mutex::new(()),
             replayed: rec.replayed,
             header_repairs: repairs,
+            lane_repairs,
             reconciled,
             scrubs: Default::default(),
         });
@@ -574,6 +577,7 @@ impl Pool {
         }
         s.records_replayed = self.inner.replayed;
         s.header_repairs = self.inner.header_repairs;
+        s.lane_repairs = self.inner.lane_repairs;
         let r = &self.inner.eng.repairs;
         let opened = &self.inner.reconciled;
         s.objects_repaired = r.repaired.load(Ordering::Relaxed) + opened.repaired;

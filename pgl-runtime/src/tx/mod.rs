@@ -19,7 +19,7 @@ pub use engine::VerifyPolicy;
 pub use handle::{Mut, Read, Ref};
 pub(crate) use locks::Held;
 pub use place::{AsPlace, Place};
-pub(crate) use recovery::{clear_dirty_zones, dirty_zones, recover, zone_is_dirty};
+pub(crate) use recovery::{clear_dirty_zones, dirty_zones, recover, repair_lanes, zone_is_dirty};
 pub use registry::TypeInfo;
 pub(crate) use registry::{list as list_types, TypeCache};
 pub(crate) use repair::{repairable, Outcome, RepairCounters};

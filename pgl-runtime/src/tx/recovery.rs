@@ -137,6 +137,39 @@ fn new_objects_verify(
     true
 }
 
+/// Makes the two copies of every lane equal again, rewriting a copy that differs (a
+/// scribble, a media error, a write a crash tore) from the better one: the one whose record
+/// verifies with the newer sequence number, else the one with the newer valid retire mark,
+/// else copy A. Returns the number of copies rewritten (flushed; durable at the caller's
+/// next fence). Run it after `recover`, which reads the best of both copies anyway.
+pub(crate) fn repair_lanes(media: &Media, geo: &Geometry) -> u64 {
+    let mut fixed = 0;
+    for lane in 0..geo.lanes {
+        let (a, b) = (
+            lane_bytes(media, geo, lane, 0),
+            lane_bytes(media, geo, lane, 1),
+        );
+        if a == b {
+            continue;
+        }
+        let key = |bytes: &[u8]| {
+            (
+                record::decode(bytes).map_or(0, |r| r.seq),
+                record::retired(bytes),
+            )
+        };
+        let (good, bad) = if key(b) > key(a) { (1, 0) } else { (0, 1) };
+        let src = lane_bytes(media, geo, lane, good).to_vec();
+        let off = geo.lane_offset(lane, bad);
+        // SAFETY: lane copy `bad` lies inside the pool; nothing else writes lanes while the
+        // pool opens.
+        unsafe { media.write(off, &src) };
+        media.flush(off, geo.lane_size);
+        fixed += 1;
+    }
+    fixed
+}
+
 /// The bytes of one lane copy.
 fn lane_bytes<'a>(media: &'a Media, geo: &Geometry, lane: u64, copy: u64) -> &'a [u8] {
     let off = geo.lane_offset(lane, copy);

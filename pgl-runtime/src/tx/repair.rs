@@ -43,8 +43,11 @@ pub(crate) struct RepairCounters {
 pub(crate) enum Outcome {
     /// The object was rebuilt and written back; `pages` of its pages changed.
     Repaired { pages: u64 },
-    /// Parity agrees with the bytes in place: nothing to rebuild (the object is intact, or
-    /// damaged in a way parity cannot see).
+    /// Parity agrees with the bytes in place and the object verifies: nothing to rebuild
+    /// (another thread repaired it meanwhile, or it was never damaged).
+    Intact,
+    /// Parity agrees with the bytes in place but the object does not verify: damaged in a
+    /// way parity cannot see.
     Consistent,
     /// Parity cannot rebuild it: the pool keeps no parity, or the rebuilt bytes do not
     /// verify (more than one damaged page in a page column).
@@ -119,7 +122,7 @@ impl Engine {
             Outcome::Unrecoverable => {
                 c.unrecoverable.fetch_add(1, Ordering::Relaxed);
             }
-            Outcome::Consistent | Outcome::Busy => {}
+            Outcome::Intact | Outcome::Consistent | Outcome::Busy => {}
         }
         o
     }
@@ -156,7 +159,15 @@ impl Engine {
         // SAFETY: as above; reads only.
         unsafe { self.media.read(start, &mut now) };
         if rebuilt == now {
-            return Ok(Outcome::Consistent);
+            let h = ObjectHeader::from_bytes(now[..16].try_into().expect("16 bytes"));
+            let intact = h.size <= place.capacity
+                && object_checksum(payload, h.type_id, &now[16..16 + h.size as usize])
+                    == h.checksum;
+            return Ok(if intact {
+                Outcome::Intact
+            } else {
+                Outcome::Consistent
+            });
         }
         let h = ObjectHeader::from_bytes(rebuilt[..16].try_into().expect("16 bytes"));
         let body = &rebuilt[HEADER_SIZE as usize..];

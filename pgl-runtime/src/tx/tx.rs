@@ -579,8 +579,13 @@ const MAX_REPAIRS: u32 = 3;
 /// If `e` reports damage to an object, tries to repair it; whether it was repaired (so the
 /// operation that failed is worth retrying). Call it outside transactions.
 pub(crate) fn try_repair(eng: &Engine, e: &Error) -> bool {
-    super::repairable(e)
-        .is_some_and(|off| matches!(eng.repair_object(off), Ok(super::Outcome::Repaired { .. })))
+    super::repairable(e).is_some_and(|off| match eng.repair_object(off) {
+        Ok(super::Outcome::Repaired { .. }) => true,
+        // Repaired by another thread since this one read it: worth reading again. (A
+        // type mismatch on an intact object is the caller's mistake, not damage.)
+        Ok(super::Outcome::Intact) => matches!(e, Error::ChecksumMismatch { .. }),
+        _ => false,
+    })
 }
 
 fn backoff(attempt: u32) {

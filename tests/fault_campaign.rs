@@ -1,0 +1,294 @@
+//! The fault campaign: thousands of injected faults at random moments of a 2-thread
+//! transactional workload. Every fault within what pgl promises to survive (at most one bad
+//! page per page column between repairs, at most one bad copy of a header or lane) must be
+//! repaired byte-exact with no committed data lost; every fault beyond it must be reported
+//! as a typed error; none may go unnoticed or panic. It prints
+//! `faults injected: N, repaired: R, detected-unrecoverable: D, silent: 0`.
+//!
+//! Faults: media errors (through the signal handler), 1-3-bit flips and 8-64-byte
+//! scribbles on objects (header or payload), scribbles on redo-lane copies and pool header
+//! copies (repaired when the pool is next opened), canary smashes (the transaction aborts,
+//! NVMM unchanged), and — beyond parity — the same bytes of an object and of its parity
+//! page damaged together. `PGL_FAULTS` sets the number of faults (default 5,000).
+
+mod support;
+
+use pgl::{Config, Error, Fault, Oid, Pool};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use support::Rng;
+
+type Obj = [u64; 16];
+const OBJ_BLOCK: u64 = 16 + 128;
+const PER_WORKER: usize = 400;
+const ROUNDS: u64 = 10;
+
+fn value(rng: &mut Rng) -> Obj {
+    std::array::from_fn(|_| rng.next())
+}
+
+/// What a worker owns: its objects and their committed values.
+type Model = Mutex<Vec<(Oid<Obj>, Obj)>>;
+
+#[derive(Default)]
+struct Tally {
+    injected: AtomicU64,
+    repaired: AtomicU64,
+    detected: AtomicU64,
+    silent: AtomicU64,
+    /// Canary smashes the workers may still inject.
+    canaries: AtomicU64,
+}
+
+/// Runs transactions over the worker's own objects until `stop`; every 50th one (while the
+/// canary budget lasts) smashes a canary and must abort with NVMM unchanged.
+fn worker(pool: &Pool, model: &Model, seed: u64, stop: &AtomicBool, tally: &Tally) {
+    let mut rng = Rng(seed);
+    let mut i = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        i += 1;
+        let mut m = model.lock().unwrap();
+        let k = rng.below(m.len() as u64) as usize;
+        let (oid, old) = m[k];
+        let new = value(&mut rng);
+        let smash = i % 50 == 0
+            && tally
+                .canaries
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_sub(1))
+                .is_ok();
+        if smash {
+            tally.injected.fetch_add(1, Ordering::Relaxed);
+            let r = pool.tx(|tx| {
+                *tx.open(oid)? = new;
+                tx.inject(&Fault::SmashCanary { oid: oid.raw() })
+            });
+            match r {
+                Err(Error::CanaryMismatch { .. }) => {
+                    tally.detected.fetch_add(1, Ordering::Relaxed);
+                }
+                other => panic!("a smashed canary must abort the transaction: {other:?}"),
+            }
+            if pool.tx(|tx| Ok(*tx.open(oid)?)).unwrap() != old {
+                tally.silent.fetch_add(1, Ordering::Relaxed);
+            }
+            continue;
+        }
+        pool.tx(|tx| {
+            *tx.open(oid)? = new;
+            Ok(())
+        })
+        .unwrap();
+        m[k].1 = new;
+    }
+}
+
+/// Compares every object with its model; counts mismatches as silent corruption.
+fn audit(pool: &Pool, models: &[Model], tally: &Tally) {
+    for m in models {
+        for &(oid, want) in m.lock().unwrap().iter() {
+            match pool.tx(|tx| Ok(*tx.open(oid)?)) {
+                Ok(v) if v == want => {}
+                other => {
+                    eprintln!("object {:#x}: {other:?}", oid.raw());
+                    tally.silent.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn fault_campaign() {
+    let faults: u64 = std::env::var("PGL_FAULTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5_000);
+    let path = support::test_dir().join(format!("pgl-campaign-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let cfg = Config::new("campaign");
+    let geo = cfg.geometry();
+    let mut pool = Pool::create(&path, &cfg).unwrap();
+    let mut rng = Rng(2026);
+    let models: Vec<Model> = (0..2)
+        .map(|_| {
+            Mutex::new(
+                (0..PER_WORKER)
+                    .map(|_| {
+                        let v = value(&mut rng);
+                        (pool.tx(|tx| tx.alloc(v)).unwrap(), v)
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    // Objects no worker touches, for faults beyond parity (they stay damaged).
+    let mut sacrificial: Vec<Oid<Obj>> = (0..(faults / 40 + 10))
+        .map(|_| pool.tx(|tx| tx.alloc(value(&mut rng))).unwrap())
+        .collect();
+    let tally = Tally::default();
+    tally.canaries.store(faults / 10, Ordering::Relaxed);
+    let per_round = faults.div_ceil(ROUNDS);
+    let mut done = 0u64;
+    for round in 0..ROUNDS {
+        let stop = AtomicBool::new(false);
+        let header_copy = round % 2;
+        let mut lanes_hit = std::collections::HashMap::new();
+        std::thread::scope(|s| {
+            for (t, m) in models.iter().enumerate() {
+                let (pool, stop, tally) = (&pool, &stop, &tally);
+                s.spawn(move || worker(pool, m, round * 2 + t as u64, stop, tally));
+            }
+            // Stops the workers however this thread leaves the scope (a failed assertion
+            // included), so that the scope can end and report it.
+            struct StopOnDrop<'a>(&'a AtomicBool);
+            impl Drop for StopOnDrop<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, Ordering::Relaxed);
+                }
+            }
+            let _stop = StopOnDrop(&stop);
+            while done < faults && done < (round + 1) * per_round {
+                done += 1;
+                tally.injected.fetch_add(1, Ordering::Relaxed);
+                let kind = rng.below(20);
+                let owner = &models[rng.below(2) as usize];
+                let victim = {
+                    let m = owner.lock().unwrap();
+                    m[rng.below(m.len() as u64) as usize].0
+                };
+                let hdr = victim.raw() - 16;
+                match kind {
+                    // scribbles and bit flips on an object (header or payload)
+                    0..=8 => {
+                        let fault = if kind < 5 {
+                            let len = rng.range(8, 65);
+                            Fault::ObjectScribble {
+                                oid: victim.raw(),
+                                at: rng.below(OBJ_BLOCK - len + 1),
+                                len,
+                                seed: rng.next(),
+                            }
+                        } else {
+                            Fault::BitFlips {
+                                offset: hdr + rng.below(OBJ_BLOCK),
+                                bits: rng.range(1, 4) as u32,
+                                seed: rng.next(),
+                            }
+                        };
+                        pool.inject(&fault).unwrap();
+                        // Found and repaired by the next read (here, or a worker's).
+                        match pool.tx(|tx| Ok(*tx.open(victim)?)) {
+                            Ok(_) => tally.repaired.fetch_add(1, Ordering::Relaxed),
+                            Err(e) => panic!("in-budget fault {fault:?} not repaired: {e}"),
+                        };
+                    }
+                    // media errors: the handler rebuilds the page under the load
+                    9..=12 => {
+                        let before = pool.stats().media_errors_repaired;
+                        pool.inject(&Fault::MediaError {
+                            offset: hdr + rng.below(OBJ_BLOCK),
+                        })
+                        .unwrap();
+                        std::hint::black_box(*pool.get(victim).unwrap());
+                        assert_eq!(pool.stats().media_errors_repaired, before + 1);
+                        tally.repaired.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // a redo-lane copy (one copy per lane per round)
+                    13..=15 => {
+                        let lane = rng.below(geo.lanes);
+                        let copy = *lanes_hit.entry(lane).or_insert(rng.below(2));
+                        let len = rng.range(8, 65);
+                        pool.inject(&Fault::LaneScribble {
+                            lane,
+                            copy,
+                            at: rng.below(geo.lane_size - len),
+                            len,
+                            seed: rng.next(),
+                        })
+                        .unwrap();
+                    }
+                    // a pool header copy (the same copy all round)
+                    16..=17 => {
+                        let len = rng.range(8, 65);
+                        pool.inject(&Fault::HeaderScribble {
+                            copy: header_copy,
+                            at: rng.below(256 - len),
+                            len,
+                            seed: rng.next(),
+                        })
+                        .unwrap();
+                    }
+                    // beyond parity: the same bytes of an object and of its parity page
+                    _ => {
+                        let Some(v) = sacrificial.pop() else { continue };
+                        let at = 40 + rng.below(60);
+                        let off = v.raw() + at;
+                        let rel = off - geo.zones_offset();
+                        let parity = geo.parity_offset(rel / geo.zone_size())
+                            + rel % geo.zone_size() % geo.row_size();
+                        for (offset, seed) in [(off, rng.next()), (parity, rng.next())] {
+                            pool.inject(&Fault::Scribble {
+                                offset,
+                                len: 8,
+                                seed,
+                            })
+                            .unwrap();
+                        }
+                        tally.injected.fetch_add(1, Ordering::Relaxed);
+                        done += 1;
+                        match pool.tx(|tx| Ok(*tx.open(v)?)) {
+                            Err(Error::ChecksumMismatch { .. }) => {
+                                tally.detected.fetch_add(2, Ordering::Relaxed);
+                            }
+                            other => panic!("damage beyond parity must be reported: {other:?}"),
+                        }
+                        // Free it and let a scrub recompute the column's parity.
+                        pool.tx(|tx| tx.free(v)).unwrap();
+                        let r = pool.scrub(true, |_, _| {}).unwrap();
+                        assert!(r.is_clean(), "{r:?}");
+                    }
+                }
+            }
+        });
+        audit(&pool, &models, &tally);
+        assert_eq!(pool.verify_parity().unwrap(), Vec::<u64>::new());
+        // Reopen: damaged header and lane copies are rewritten from the good ones.
+        let lane_faults = lanes_hit.len();
+        drop(pool);
+        pool = Pool::open(&path, "campaign").unwrap();
+        let s = pool.stats();
+        assert!(s.lane_repairs <= lane_faults as u64);
+        let file = std::fs::read(&path).unwrap();
+        let page = |off: u64| &file[off as usize..(off + 4096) as usize];
+        assert_eq!(
+            page(geo.header_offset(0)),
+            page(geo.header_offset(1)),
+            "header copies equal again"
+        );
+        for lane in 0..geo.lanes {
+            let copy = |c| {
+                let o = geo.lane_offset(lane, c) as usize;
+                &file[o..o + geo.lane_size as usize]
+            };
+            assert_eq!(copy(0), copy(1), "lane {lane}'s copies equal again");
+        }
+        audit(&pool, &models, &tally);
+    }
+    // Every lane and header fault is repaired now (copies equal, checked each round).
+    let lane_and_header = tally.injected.load(Ordering::Relaxed)
+        - tally.repaired.load(Ordering::Relaxed)
+        - tally.detected.load(Ordering::Relaxed);
+    tally.repaired.fetch_add(lane_and_header, Ordering::Relaxed);
+    let (n, r, d, s) = (
+        tally.injected.load(Ordering::Relaxed),
+        tally.repaired.load(Ordering::Relaxed),
+        tally.detected.load(Ordering::Relaxed),
+        tally.silent.load(Ordering::Relaxed),
+    );
+    println!("faults injected: {n}, repaired: {r}, detected-unrecoverable: {d}, silent: {s}");
+    assert!(n >= faults, "{n} faults injected");
+    assert_eq!(s, 0, "silent corruption");
+    assert_eq!(r + d, n);
+    drop(pool);
+    std::fs::remove_file(&path).unwrap();
+}
