@@ -1,7 +1,8 @@
 //! The runtime of pgl: media layer, pool, heap, transactions. Use it through the `pgl` crate.
 //!
 //! Layers, bottom to top (no module imports one above it): `checksum`, `geometry`,
-//! `smallmap` → `persist` → `heap` → `integrity` → `tx` → `pool`.
+//! `smallmap` → `persist` → `heap` → `integrity` → `tx` → `pool`; `log` stands on `persist`
+//! and `checksum` alone.
 #![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -11,6 +12,7 @@ pub mod fault;
 pub mod geometry;
 mod heap;
 pub mod integrity;
+pub mod log;
 pub mod persist;
 pub mod persistent;
 mod pool;
@@ -22,6 +24,7 @@ mod values;
 pub use error::{Error, Result};
 pub use heap::layout::ObjectHeader;
 pub use heap::SizeClasses;
+pub use log::{ForcePolicy, Log, LogConfig, LogStats, Lsn, RecoveryReport, Reservation};
 pub use persist::{CrashPoint, CrashSim, FlushMode};
 pub use persistent::{Oid, Persistent};
 pub use pool::{Config, Detached, Header, Pool, PoolInfo, FORMAT_VERSION};
