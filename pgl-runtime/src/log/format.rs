@@ -86,6 +86,8 @@ pub const HEADER_LEN: u64 = 24;
 pub const ABORTED: u32 = 1 << 31;
 /// The largest payload a record can hold, whatever the capacity.
 pub const MAX_PAYLOAD: u64 = (ABORTED - 1) as u64;
+/// LSNs and virtual offsets stay below this (2^62): no arithmetic on them can overflow.
+pub const MAX_LSN: u64 = 1 << 62;
 /// The smallest record area.
 pub const MIN_CAPACITY: u64 = 4096;
 
@@ -225,6 +227,15 @@ impl Superline {
             return Err(format!(
                 "start LSN {}, epoch {} from LSN {}: LSNs and epochs start at 1",
                 s.start_lsn, s.epoch, s.epoch_lsn
+            ));
+        }
+        if [s.seq, s.start_lsn, s.epoch_lsn, s.start_voff]
+            .iter()
+            .any(|&v| v > MAX_LSN)
+        {
+            return Err(format!(
+                "sequence {}, start LSN {}, epoch LSN {} or start offset {} beyond 2^62",
+                s.seq, s.start_lsn, s.epoch_lsn, s.start_voff
             ));
         }
         if s.start_voff % LINE != 0 {
