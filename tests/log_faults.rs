@@ -254,6 +254,7 @@ fn fuzzed_log_images_never_panic() {
                     start_voff: 0,
                     epoch_lsn: 1,
                     epoch: 1,
+                    start_epoch: 1,
                 });
                 let wild = |r: &mut Rng, v: u64| match r.below(5) {
                     0 => r.next(),
@@ -267,6 +268,7 @@ fn fuzzed_log_images_never_panic() {
                 s.start_voff = wild(&mut rng, s.start_voff);
                 s.epoch_lsn = wild(&mut rng, s.epoch_lsn);
                 s.epoch = wild(&mut rng, u64::from(s.epoch)) as u32;
+                s.start_epoch = wild(&mut rng, u64::from(s.start_epoch)) as u32;
                 s.capacity = if rng.below(8) == 0 {
                     wild(&mut rng, s.capacity)
                 } else {

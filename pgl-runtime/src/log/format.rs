@@ -30,7 +30,9 @@
 //! 48      8     start_voff  its virtual offset (see below)
 //! 56      8     epoch_lsn   first LSN written in the current epoch
 //! 64      4     epoch       the current epoch: bumped by every open
-//! 68      56    reserved    zero
+//! 68      4     start_epoch the epoch of the record at start_lsn (if it is not written
+//!                           yet: the epoch current when the start was set)
+//! 72      52    reserved    zero
 //! 124     4     crc         CRC-32 of bytes 0..124
 //! ```
 //!
@@ -60,9 +62,13 @@
 //!
 //! A record is valid where the scan expects LSN `L` only if its `lsn` is `L` (the header is
 //! validated by LSN), its `crc` verifies (covering its place, so a misdirected write fails)
-//! and its epoch fits: a record with `L >= epoch_lsn` must carry the current epoch, an older
-//! one an earlier epoch. An LSN is handed out once per epoch, so a record left over from
-//! before a crash (after the hole where recovery stopped) can never pass for a new one.
+//! and its epoch fits the chain: never below the epoch of the record before it (of the
+//! first record: `start_epoch`), never above the current epoch, equal to it from
+//! `epoch_lsn` on and below it before. LSNs only grow along the chain and a generation only
+//! hands out LSNs above those that survived the last crash, so epochs never decrease along
+//! the true chain; a record left over from before a crash (beyond the cut where recovery
+//! stopped) was written in an older generation than the record now before it, so it can
+//! never pass for a new one — not even where a newer record skipped its place to wrap.
 
 use crate::checksum::Strong;
 
@@ -102,7 +108,8 @@ const START_LSN_OFFSET: usize = SEQ_OFFSET + 8;
 const START_VOFF_OFFSET: usize = START_LSN_OFFSET + 8;
 const EPOCH_LSN_OFFSET: usize = START_VOFF_OFFSET + 8;
 const EPOCH_OFFSET: usize = EPOCH_LSN_OFFSET + 8;
-const RESERVED_OFFSET: usize = EPOCH_OFFSET + 4;
+const START_EPOCH_OFFSET: usize = EPOCH_OFFSET + 4;
+const RESERVED_OFFSET: usize = START_EPOCH_OFFSET + 4;
 const SUPER_CRC_OFFSET: usize = SUPER_LEN - 4;
 
 // Record header fields, chained.
@@ -160,6 +167,9 @@ pub struct Superline {
     pub epoch_lsn: u64,
     /// The current epoch.
     pub epoch: u32,
+    /// The epoch of the record at `start_lsn` (or the epoch current when the start was
+    /// set, if that record is not written yet).
+    pub start_epoch: u32,
 }
 
 impl Superline {
@@ -176,6 +186,8 @@ impl Superline {
         b[START_VOFF_OFFSET..START_VOFF_OFFSET + 8].copy_from_slice(&self.start_voff.to_le_bytes());
         b[EPOCH_LSN_OFFSET..EPOCH_LSN_OFFSET + 8].copy_from_slice(&self.epoch_lsn.to_le_bytes());
         b[EPOCH_OFFSET..EPOCH_OFFSET + 4].copy_from_slice(&self.epoch.to_le_bytes());
+        b[START_EPOCH_OFFSET..START_EPOCH_OFFSET + 4]
+            .copy_from_slice(&self.start_epoch.to_le_bytes());
         let crc = crate::checksum::strong(&b[..SUPER_CRC_OFFSET]);
         b[SUPER_CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -216,11 +228,18 @@ impl Superline {
             start_voff: u64_at(b, START_VOFF_OFFSET),
             epoch_lsn: u64_at(b, EPOCH_LSN_OFFSET),
             epoch: u32_at(b, EPOCH_OFFSET),
+            start_epoch: u32_at(b, START_EPOCH_OFFSET),
         };
         if s.capacity < MIN_CAPACITY || s.capacity % LINE != 0 {
             return Err(format!(
                 "record area of {} bytes (must be a multiple of {LINE}, at least {MIN_CAPACITY})",
                 s.capacity
+            ));
+        }
+        if s.start_epoch == 0 || s.start_epoch > s.epoch {
+            return Err(format!(
+                "start epoch {} outside 1..={} (the current epoch)",
+                s.start_epoch, s.epoch
             ));
         }
         if s.start_lsn == 0 || s.epoch_lsn == 0 || s.epoch == 0 {
@@ -337,23 +356,34 @@ pub fn seal(mut h: RecordHeader, area_off: u64, payload: &[u8]) -> RecordHeader 
     h
 }
 
-/// Which epochs a record may carry: LSNs from `epoch_lsn` on belong to `epoch`, earlier ones
-/// to an earlier epoch.
+/// Which epochs a record may carry: at least `min_epoch` (the epoch of the record before
+/// it in the chain), the current `epoch` from `epoch_lsn` on, an earlier one before.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EpochRule {
     /// First LSN of the current epoch.
     pub epoch_lsn: u64,
     /// The current epoch.
     pub epoch: u32,
+    /// The smallest epoch the record may carry.
+    pub min_epoch: u32,
 }
 
 impl EpochRule {
     /// Whether a record with LSN `lsn` may carry `epoch`.
     pub fn allows(&self, lsn: u64, epoch: u32) -> bool {
-        if lsn >= self.epoch_lsn {
-            epoch == self.epoch
-        } else {
-            epoch < self.epoch
+        epoch >= self.min_epoch
+            && if lsn >= self.epoch_lsn {
+                epoch == self.epoch
+            } else {
+                epoch < self.epoch
+            }
+    }
+
+    /// The rule for the record after one of epoch `epoch`.
+    pub fn after(self, epoch: u32) -> EpochRule {
+        EpochRule {
+            min_epoch: epoch,
+            ..self
         }
     }
 }
@@ -398,8 +428,8 @@ pub fn check_at(
     }
     if !rule.allows(lsn, h.epoch) {
         return Err(Invalid::Damaged(format!(
-            "epoch {} does not fit (LSNs from {} are epoch {})",
-            h.epoch, rule.epoch_lsn, rule.epoch
+            "epoch {} does not fit (at least {}; LSNs from {} are epoch {})",
+            h.epoch, rule.min_epoch, rule.epoch_lsn, rule.epoch
         )));
     }
     let p = HEADER_LEN as usize;
@@ -484,6 +514,7 @@ mod tests {
             start_voff: 64 * 100,
             epoch_lsn: 50,
             epoch: 3,
+            start_epoch: 2,
         }
     }
 
@@ -501,7 +532,8 @@ mod tests {
         assert_eq!(u64_at(&b, 48), 6400);
         assert_eq!(u64_at(&b, 56), 50);
         assert_eq!(u32_at(&b, 64), 3);
-        assert!(b[68..124].iter().all(|&x| x == 0));
+        assert_eq!(u32_at(&b, 68), 2);
+        assert!(b[72..124].iter().all(|&x| x == 0));
         assert_eq!(Superline::decode(&b), Ok(s));
     }
 
@@ -543,6 +575,7 @@ mod tests {
     const RULE: EpochRule = EpochRule {
         epoch_lsn: 1,
         epoch: 1,
+        min_epoch: 1,
     };
 
     #[test]
@@ -587,6 +620,7 @@ mod tests {
         let rule = EpochRule {
             epoch_lsn: 7,
             epoch: 2,
+            min_epoch: 1,
         };
         assert!(matches!(
             check_record(&area, 128, 7, rule),
@@ -595,8 +629,14 @@ mod tests {
         let rule = EpochRule {
             epoch_lsn: 8,
             epoch: 2,
+            min_epoch: 1,
         };
         assert!(check_record(&area, 128, 7, rule).is_ok());
+        // Never below the epoch of the record before it.
+        assert!(matches!(
+            check_record(&area, 128, 7, rule.after(2)),
+            Err(Invalid::Damaged(_))
+        ));
     }
 
     #[test]

@@ -204,6 +204,7 @@ impl Log {
             start_voff: 0,
             epoch_lsn: 1,
             epoch: 1,
+            start_epoch: 1,
         };
         // SAFETY: a new file nobody else has mapped; the superline lies inside it.
         unsafe { media.write(0, &line.encode()) };
@@ -284,6 +285,7 @@ impl Log {
             rule: EpochRule {
                 epoch_lsn: new_line.epoch_lsn,
                 epoch: new_line.epoch,
+                min_epoch: 1,
             },
             base: next,
             tail: Mutex::new(Tail {
@@ -568,15 +570,29 @@ impl Log {
         if upto < sb.line.start_lsn {
             return Ok(());
         }
-        let voff = {
+        let start = upto + 1;
+        let (voff, start_epoch) = {
             let t = self.tail.lock();
-            let i = (upto + 1 - t.head_lsn) as usize;
-            t.index.get(i).copied().unwrap_or(t.vtail)
+            let i = (start - t.head_lsn) as usize;
+            match t.index.get(i) {
+                // A record recovered at open: its epoch is in its header (complete, and
+                // nobody writes it while it is live).
+                Some(&v) if start < self.rule.epoch_lsn => {
+                    let mut h = [0u8; HEADER_LEN as usize];
+                    // SAFETY: the header lies inside the area and is only read.
+                    unsafe { self.media.read(AREA_OFFSET + v % self.cap, &mut h) };
+                    (v, RecordHeader::decode(&h).epoch)
+                }
+                // Written (or to be written) in this epoch.
+                Some(&v) => (v, self.rule.epoch),
+                None => (t.vtail, self.rule.epoch),
+            }
         };
         let line = Superline {
             seq: sb.line.seq + 1,
-            start_lsn: upto + 1,
+            start_lsn: start,
             start_voff: voff,
+            start_epoch,
             ..sb.line.clone()
         };
         let copy = 1 - sb.copy;
@@ -596,8 +612,8 @@ impl Log {
 
     /// The live, complete records from the start, oldest first (aborted records skipped).
     pub fn iter(&self) -> Iter<'_> {
-        let t = self.tail.lock();
-        self.iter_locked(&t, t.head_lsn)
+        let head = self.start_lsn();
+        self.iter_at(head)
     }
 
     /// The live, complete records from `lsn` on.
@@ -611,25 +627,15 @@ impl Log {
                 next: t.next,
             });
         }
-        Ok(self.iter_locked(&t, lsn))
+        drop(t);
+        Ok(self.iter_at(lsn))
     }
 
-    fn iter_locked(&self, t: &Tail, lsn: Lsn) -> Iter<'_> {
-        let at = |l: Lsn| {
-            t.index
-                .get((l - t.head_lsn) as usize)
-                .copied()
-                .unwrap_or(t.vtail)
-        };
-        // Records up to `last` are complete; the bytes up to where `last + 1` starts hold
-        // only them (and skipped space), so nobody writes there while they are live.
-        let last = self.completed_lsn().max(lsn.saturating_sub(1));
+    fn iter_at(&self, lsn: Lsn) -> Iter<'_> {
         Iter {
             log: self,
             lsn,
-            voff: at(lsn),
-            last,
-            limit: at(last + 1),
+            last: self.completed_lsn(),
             failed: false,
         }
     }
@@ -747,9 +753,7 @@ pub struct Record {
 pub struct Iter<'a> {
     log: &'a Log,
     lsn: Lsn,
-    voff: u64,
     last: Lsn,
-    limit: u64,
     failed: bool,
 }
 
@@ -769,45 +773,52 @@ impl Iterator for Iter<'_> {
         let log = self.log;
         while !self.failed && self.lsn <= self.last {
             let _g = log.gate.read();
-            let head = log.start_lsn();
-            if self.lsn < head {
-                self.failed = true;
-                return Some(Err(Error::LsnOutOfRange {
-                    op: "iter",
-                    lsn: self.lsn,
-                    first: head,
-                    next: log.next_lsn(),
-                }));
-            }
-            let limit = self.limit;
-            // SAFETY: `[voff, limit)` holds complete records up to `last` (or skipped
-            // space), not reclaimed (checked above under the gate, which we hold).
-            let read = |v: u64| unsafe { log.view(v, limit) };
-            match format::locate_in(log.cap, read, self.voff, self.lsn, log.rule) {
-                Ok((at, h)) => {
+            // Where the record starts and where the next one does: between them lie only
+            // its bytes (and space skipped to wrap), complete since `lsn <= last`.
+            let (voff, limit) = {
+                let t = log.tail.lock();
+                if self.lsn < t.head_lsn {
+                    self.failed = true;
+                    return Some(Err(Error::LsnOutOfRange {
+                        op: "iter",
+                        lsn: self.lsn,
+                        first: t.head_lsn,
+                        next: t.next,
+                    }));
+                }
+                let i = (self.lsn - t.head_lsn) as usize;
+                let end = t.index.get(i + 1).copied().unwrap_or(t.vtail);
+                (t.index[i], end)
+            };
+            // SAFETY: `[voff, limit)` holds only this complete record (or skipped space),
+            // not reclaimed while we hold the gate.
+            let bytes = unsafe { log.view(voff, limit) };
+            // The place is exact, so only the LSN, checksum and epoch remain to check.
+            let rule = log.rule;
+            match format::check_at(bytes, voff % log.cap, self.lsn, rule) {
+                Ok(h) => {
                     let lsn = self.lsn;
                     self.lsn += 1;
-                    self.voff = at + record_size(h.len());
                     if h.aborted() {
                         continue;
                     }
-                    let bytes = read(at);
                     let p = HEADER_LEN as usize;
                     let payload = bytes[p..p + h.len() as usize].to_vec();
                     return Some(Ok(Record { lsn, payload }));
                 }
-                Err((at, why)) => {
+                Err(why) => {
                     self.failed = true;
                     let detail = match why {
                         Invalid::Damaged(d) => d,
-                        Invalid::Absent => "no record with this LSN where it should start \
-                                            (its header is damaged)"
-                            .into(),
+                        Invalid::Absent => {
+                            "its header no longer holds its LSN (damaged after it was written)"
+                                .into()
+                        }
                     };
                     return Some(Err(Error::LogRecordCorrupt {
                         path: log.media.path(),
                         lsn: self.lsn,
-                        offset: AREA_OFFSET + at % log.cap,
+                        offset: AREA_OFFSET + voff % log.cap,
                         detail,
                     }));
                 }

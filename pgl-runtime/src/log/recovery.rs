@@ -72,9 +72,10 @@ pub(crate) fn choose(
 /// area's file offset (for reports); `want_index` asks for every record's virtual offset.
 pub(crate) fn scan(area: &[u8], sb: &Superline, area_offset: u64, want_index: bool) -> Scan {
     let cap = area.len() as u64;
-    let rule = EpochRule {
+    let mut rule = EpochRule {
         epoch_lsn: sb.epoch_lsn,
         epoch: sb.epoch,
+        min_epoch: sb.start_epoch,
     };
     let mut index = Vec::new();
     let (mut voff, mut lsn) = (sb.start_voff, sb.start_lsn);
@@ -95,6 +96,7 @@ pub(crate) fn scan(area: &[u8], sb: &Superline, area_offset: u64, want_index: bo
                     index.push(at);
                 }
                 report.records += 1;
+                rule = rule.after(h.epoch);
                 voff = end;
                 lsn += 1;
             }
@@ -121,7 +123,7 @@ pub(crate) fn scan(area: &[u8], sb: &Superline, area_offset: u64, want_index: bo
 
 /// Valid-looking records chained after a damaged one at `at` (if its length word can be
 /// trusted enough to find the next): what recovery drops beyond the damaged record.
-fn count_after(area: &[u8], at: u64, lsn: u64, rule: EpochRule, limit: u64) -> u64 {
+fn count_after(area: &[u8], at: u64, lsn: u64, mut rule: EpochRule, limit: u64) -> u64 {
     let cap = area.len() as u64;
     let p = (at % cap) as usize;
     if p + format::HEADER_LEN as usize > area.len() {
@@ -135,6 +137,7 @@ fn count_after(area: &[u8], at: u64, lsn: u64, rule: EpochRule, limit: u64) -> u
         match locate(area, voff, lsn, rule) {
             Ok((v, h)) => {
                 n += 1;
+                rule = rule.after(h.epoch);
                 lsn += 1;
                 voff = v + record_size(h.len());
             }
@@ -159,6 +162,7 @@ mod tests {
             start_voff: 0,
             epoch_lsn: 1,
             epoch: 1,
+            start_epoch: 1,
         }
     }
 
