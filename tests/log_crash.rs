@@ -14,7 +14,8 @@
 //! One image per point is also opened with a fence hook: crashes *during* recovery (its
 //! superline write) are explored the same way.
 //!
-//! `PGL_LOG_CRASH_STATES` raises the number of crash images (default 20,000 per run).
+//! Runs under Sync, GroupCommit(3) and Frequency(4). `PGL_LOG_CRASH_STATES` raises the
+//! number of crash images (default 20,000 per policy).
 
 use pgl::log::{ForcePolicy, Log, LogConfig, Lsn};
 use pgl::{CrashPoint, CrashSim};
@@ -295,6 +296,11 @@ fn suite(policy: ForcePolicy, per_thread: u64) -> u64 {
 #[test]
 fn crash_during_appends_and_reclaims_frequency() {
     assert!(suite(ForcePolicy::Frequency(4), 150) >= target_states().min(DEFAULT_STATES));
+}
+
+#[test]
+fn crash_during_appends_and_reclaims_group_commit() {
+    assert!(suite(ForcePolicy::GroupCommit(3), 120) >= target_states().min(DEFAULT_STATES));
 }
 
 #[test]

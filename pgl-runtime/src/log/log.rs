@@ -103,7 +103,30 @@ struct Super {
     copy: usize,
 }
 
-/// A concurrent persistent log (see the module docs and the book chapter "The log").
+/// A concurrent, crash-consistent persistent log of self-validating records in a circular
+/// area of one file (the book's chapter "The log" walks through it).
+///
+/// `reserve` hands out an LSN and the record's bytes in place, `complete` seals the
+/// record, `force(lsn)` returns once every record up to `lsn` is complete and durable;
+/// `append` does all of that. Only `reserve` and `force` serialise. Opening a log recovers
+/// it: every forced record comes back, nothing after a hole does.
+///
+/// ```
+/// use pgl_runtime::log::{ForcePolicy, Log, LogConfig};
+///
+/// let path = std::env::temp_dir().join(format!("pgl-doc-log-{}", std::process::id()));
+/// # let _ = std::fs::remove_file(&path);
+/// let log = Log::create(&path, LogConfig::new(1 << 20).policy(ForcePolicy::Frequency(8)))?;
+/// let mut res = log.reserve(5)?;
+/// res.copy_from_slice(b"hello");
+/// let lsn = log.complete(res)?;
+/// log.force(lsn)?;
+/// drop(log);
+/// let log = Log::open(&path)?;
+/// assert_eq!(log.iter().next().unwrap()?.payload, b"hello");
+/// # std::fs::remove_file(&path).unwrap();
+/// # Ok::<(), pgl_runtime::Error>(())
+/// ```
 pub struct Log {
     media: Media,
     cap: u64,
