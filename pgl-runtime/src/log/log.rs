@@ -12,12 +12,14 @@
 //! - LSNs `lsn` and `lsn + RING` never both have a slot in use: a record is reserved only
 //!   while `lsn < durable + RING`.
 
+use super::config::LogConfig;
 use super::format::{
-    self, record_size, seal, EpochRule, Invalid, RecordHeader, Superline, AREA_OFFSET, HEADER_LEN,
-    LINE, MAX_PAYLOAD, MIN_CAPACITY, SUPER_LEN,
+    self, record_size, seal, EpochRule, RecordHeader, Superline, AREA_OFFSET, HEADER_LEN,
+    MAX_PAYLOAD, MIN_CAPACITY, SUPER_LEN,
 };
 use super::policy::{bucket, ForcePolicy, LogStats, WINDOW_BUCKETS};
 use super::recovery::{self, RecoveryReport};
+use super::reservation::Reservation;
 use crate::persist::{CrashSim, FlushMode, Media};
 use crate::{Error, Result};
 use parking_lot::{Mutex, RwLock};
@@ -32,60 +34,14 @@ pub type Lsn = u64;
 /// Completion slots: how far reservations may run ahead of the durable LSN.
 const RING: u64 = 1 << 14;
 
-/// How a new log is made.
-#[derive(Clone, Debug)]
-pub struct LogConfig {
-    /// Bytes of the record area (rounded up to a multiple of 64; at least 4 KiB).
-    pub capacity: u64,
-    /// When `complete` forces (stored in the log; `Log::open` uses it).
-    pub policy: ForcePolicy,
-    /// How stores are made durable; `None` picks one for the file (as for pools).
-    pub flush: Option<FlushMode>,
-}
-
-impl LogConfig {
-    /// A log whose record area holds `capacity` bytes, with the `Sync` policy.
-    pub fn new(capacity: u64) -> LogConfig {
-        LogConfig {
-            capacity,
-            policy: ForcePolicy::Sync,
-            flush: None,
-        }
-    }
-
-    /// The same with force policy `policy`.
-    pub fn policy(mut self, policy: ForcePolicy) -> LogConfig {
-        self.policy = policy;
-        self
-    }
-
-    /// The same with flush mode `mode`.
-    pub fn flush(mut self, mode: FlushMode) -> LogConfig {
-        self.flush = Some(mode);
-        self
-    }
-
-    fn area(&self) -> Result<u64> {
-        self.policy.validate()?;
-        let cap = self.capacity.div_ceil(LINE) * LINE;
-        if cap < MIN_CAPACITY {
-            return Err(Error::config(format!(
-                "log capacity {} bytes: a log needs at least {MIN_CAPACITY}",
-                self.capacity
-            )));
-        }
-        Ok(cap)
-    }
-}
-
 /// The reserve side: where the next record goes and which records are live.
-struct Tail {
-    next: Lsn,
-    vtail: u64,
-    head_lsn: Lsn,
+pub(super) struct Tail {
+    pub(super) next: Lsn,
+    pub(super) vtail: u64,
+    pub(super) head_lsn: Lsn,
     head_voff: u64,
     /// Virtual offset of each live record, `head_lsn` first.
-    index: VecDeque<u64>,
+    pub(super) index: VecDeque<u64>,
 }
 
 /// The force side: what the last force made durable, and its counters.
@@ -128,13 +84,13 @@ struct Super {
 /// # Ok::<(), pgl_runtime::Error>(())
 /// ```
 pub struct Log {
-    media: Media,
-    cap: u64,
+    pub(super) media: Media,
+    pub(super) cap: u64,
     policy: ForcePolicy,
-    rule: EpochRule,
+    pub(super) rule: EpochRule,
     recovery: RecoveryReport,
     base: Lsn,
-    tail: Mutex<Tail>,
+    pub(super) tail: Mutex<Tail>,
     next: AtomicU64,
     head: AtomicU64,
     bytes: AtomicU64,
@@ -146,7 +102,7 @@ pub struct Log {
     force: Mutex<Forcer>,
     sb: Mutex<Super>,
     /// Held shared while a record is read, exclusively while reclaim frees space.
-    gate: RwLock<()>,
+    pub(super) gate: RwLock<()>,
 }
 
 /// An atomic alone on its cache lines (the frontiers are read by every thread).
@@ -493,7 +449,7 @@ impl Log {
     }
 
     /// Writes the header of record `lsn` at area offset `off` and marks it complete.
-    fn finish(&self, lsn: Lsn, off: u64, len: usize, aborted: bool) {
+    pub(super) fn finish(&self, lsn: Lsn, off: u64, len: usize, aborted: bool) {
         let at = AREA_OFFSET + off;
         // SAFETY: the reservation owns `[off, off + 24 + len)` of the area until it is
         // completed, which is now; no other thread writes or reads those bytes meanwhile.
@@ -632,50 +588,6 @@ impl Log {
         self.head.store(upto + 1, Ordering::Release);
         Ok(())
     }
-
-    /// The live, complete records from the start, oldest first (aborted records skipped).
-    pub fn iter(&self) -> Iter<'_> {
-        let head = self.start_lsn();
-        self.iter_at(head)
-    }
-
-    /// The live, complete records from `lsn` on.
-    pub fn iter_from(&self, lsn: Lsn) -> Result<Iter<'_>> {
-        let t = self.tail.lock();
-        if lsn < t.head_lsn || lsn > t.next {
-            return Err(Error::LsnOutOfRange {
-                op: "iter_from",
-                lsn,
-                first: t.head_lsn,
-                next: t.next,
-            });
-        }
-        drop(t);
-        Ok(self.iter_at(lsn))
-    }
-
-    fn iter_at(&self, lsn: Lsn) -> Iter<'_> {
-        Iter {
-            log: self,
-            lsn,
-            last: self.completed_lsn(),
-            failed: false,
-        }
-    }
-
-    /// The bytes readable from virtual offset `v` up to `limit` (and the end of the area).
-    ///
-    /// # Safety
-    /// `[v, limit)` must hold only complete records or skipped space, and the caller must
-    /// hold `gate` shared for as long as the slice is used.
-    unsafe fn view(&self, v: u64, limit: u64) -> &[u8] {
-        let p = v % self.cap;
-        let n = limit.saturating_sub(v).min(self.cap - p);
-        // SAFETY: inside the area; nobody writes these bytes (the caller's contract).
-        unsafe {
-            std::slice::from_raw_parts(self.media.ptr(AREA_OFFSET + p) as *const u8, n as usize)
-        }
-    }
 }
 
 /// The completion slot of `lsn`: a bijection of `lsn % RING` that puts consecutive LSNs on
@@ -705,158 +617,6 @@ fn write_superline(media: &Media, cap: u64, copy: usize, line: &Superline) -> Re
     media.flush(off, SUPER_LEN as u64);
     media.fence();
     media.check()
-}
-
-/// A reserved record: its LSN and its payload bytes in the log, to fill in place
-/// (`Reservation` dereferences to `[u8]`), then pass to [`Log::complete`].
-pub struct Reservation<'a> {
-    log: &'a Log,
-    lsn: Lsn,
-    off: u64,
-    len: usize,
-    open: bool,
-}
-
-impl Reservation<'_> {
-    /// The record's LSN.
-    pub fn lsn(&self) -> Lsn {
-        self.lsn
-    }
-}
-
-impl std::fmt::Debug for Reservation<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reservation")
-            .field("lsn", &self.lsn)
-            .field("len", &self.len)
-            .finish()
-    }
-}
-
-impl std::ops::Deref for Reservation<'_> {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        // SAFETY: the payload bytes belong to this reservation alone until it is completed
-        // (reserve hands each range out once; readers stop before incomplete records).
-        unsafe {
-            std::slice::from_raw_parts(
-                self.log.media.ptr(AREA_OFFSET + self.off + HEADER_LEN) as *const u8,
-                self.len,
-            )
-        }
-    }
-}
-
-impl std::ops::DerefMut for Reservation<'_> {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as for `deref`; `&mut self` makes this the only borrow of the range.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                self.log.media.ptr(AREA_OFFSET + self.off + HEADER_LEN),
-                self.len,
-            )
-        }
-    }
-}
-
-impl Drop for Reservation<'_> {
-    fn drop(&mut self) {
-        if self.open {
-            // Never completed (an error or a panic while filling it): seal it as aborted so
-            // that later records can still be forced.
-            self.log.finish(self.lsn, self.off, self.len, true);
-        }
-    }
-}
-
-/// One record read back from the log.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Record {
-    /// Its LSN.
-    pub lsn: Lsn,
-    /// Its payload.
-    pub payload: Vec<u8>,
-}
-
-/// The records of a log, oldest first: `Ok` for each valid record, then, if a record fails
-/// validation (damaged since it was written), one `Err(Error::LogRecordCorrupt)` and the
-/// end. Records completed after the iterator was made are not included.
-pub struct Iter<'a> {
-    log: &'a Log,
-    lsn: Lsn,
-    last: Lsn,
-    failed: bool,
-}
-
-impl std::fmt::Debug for Iter<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Iter")
-            .field("lsn", &self.lsn)
-            .field("last", &self.last)
-            .finish()
-    }
-}
-
-impl Iterator for Iter<'_> {
-    type Item = Result<Record>;
-
-    fn next(&mut self) -> Option<Result<Record>> {
-        let log = self.log;
-        while !self.failed && self.lsn <= self.last {
-            let _g = log.gate.read();
-            // Where the record starts and where the next one does: between them lie only
-            // its bytes (and space skipped to wrap), complete since `lsn <= last`.
-            let (voff, limit) = {
-                let t = log.tail.lock();
-                if self.lsn < t.head_lsn {
-                    self.failed = true;
-                    return Some(Err(Error::LsnOutOfRange {
-                        op: "iter",
-                        lsn: self.lsn,
-                        first: t.head_lsn,
-                        next: t.next,
-                    }));
-                }
-                let i = (self.lsn - t.head_lsn) as usize;
-                let end = t.index.get(i + 1).copied().unwrap_or(t.vtail);
-                (t.index[i], end)
-            };
-            // SAFETY: `[voff, limit)` holds only this complete record (or skipped space),
-            // not reclaimed while we hold the gate.
-            let bytes = unsafe { log.view(voff, limit) };
-            // The place is exact, so only the LSN, checksum and epoch remain to check.
-            let rule = log.rule;
-            match format::check_at(bytes, voff % log.cap, self.lsn, rule) {
-                Ok(h) => {
-                    let lsn = self.lsn;
-                    self.lsn += 1;
-                    if h.aborted() {
-                        continue;
-                    }
-                    let p = HEADER_LEN as usize;
-                    let payload = bytes[p..p + h.len() as usize].to_vec();
-                    return Some(Ok(Record { lsn, payload }));
-                }
-                Err(why) => {
-                    self.failed = true;
-                    let detail = match why {
-                        Invalid::Damaged(d) => d,
-                        Invalid::Absent => {
-                            "its header no longer holds its LSN (damaged after it was written)"
-                                .into()
-                        }
-                    };
-                    return Some(Err(Error::LogRecordCorrupt {
-                        path: log.media.path(),
-                        lsn: self.lsn,
-                        offset: AREA_OFFSET + voff % log.cap,
-                        detail,
-                    }));
-                }
-            }
-        }
-        None
-    }
 }
 
 #[cfg(test)]
