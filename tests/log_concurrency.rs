@@ -163,3 +163,45 @@ fn reclaim_while_appending_and_reading() {
     });
     assert_eq!(log.next_lsn(), 6001);
 }
+
+#[test]
+fn reservations_far_ahead_of_the_durable_lsn_wait_for_a_force() {
+    // One thread reserves 20,000 records and hands them to another, which drops them
+    // (aborted records never trigger a policy force). Past 16,384 unforced LSNs (the
+    // completion ring), reserve forces what is complete itself and carries on.
+    let sim = CrashSim::new(4 << 20);
+    let log = Log::create_sim(
+        &sim,
+        LogConfig::new(3 << 20).policy(ForcePolicy::GroupCommit(4096)),
+    )
+    .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<pgl::log::Reservation<'_>>();
+    std::thread::scope(|s| {
+        let log = &log;
+        s.spawn(move || {
+            for _ in 0..20_000 {
+                tx.send(log.reserve(8).unwrap()).unwrap();
+            }
+        });
+        s.spawn(move || {
+            for r in rx {
+                drop(r);
+            }
+        });
+    });
+    assert_eq!(log.next_lsn(), 20_001);
+    // No policy force ran (aborted records do not count): these are reserve's own.
+    assert!(log.stats().forces >= 1);
+    assert!(
+        log.durable_lsn() >= 20_000 - (1 << 14),
+        "reserve forced on its own"
+    );
+    let lsn = log.append(b"last").unwrap();
+    log.force(lsn).unwrap();
+    let got: Vec<_> = log.iter().map(|r| r.unwrap()).collect();
+    assert_eq!(got.len(), 1, "aborted records are skipped");
+    assert_eq!(
+        (got[0].lsn, got[0].payload.as_slice()),
+        (20_001, &b"last"[..])
+    );
+}
