@@ -23,6 +23,9 @@ pub mod fault_tolerance {}
 #[doc = include_str!("pool-file.md")]
 pub mod pool_file {}
 
+#[doc = include_str!("log.md")]
+pub mod log {}
+
 #[doc = include_str!("cli.md")]
 pub mod cli {}
 

@@ -270,6 +270,63 @@ pub enum Error {
         /// Size found.
         found_size: u64,
     },
+
+    /// The file is not a pgl log: too short, or neither superline copy verifies.
+    #[error("{path}: not a pgl log ({reason}); check the path, or create a log with Log::create")]
+    NotALog {
+        /// The file.
+        path: PathBuf,
+        /// What was found instead (both superline copies' faults, when neither verifies).
+        reason: String,
+    },
+
+    /// The log's record area has no room for the record asked for.
+    #[error("{path}: log full: a record of {needed} bytes (header and padding included) does not fit in the {free} free bytes of the {capacity}-byte record area; reclaim records (Log::reclaim) or create a larger log")]
+    LogFull {
+        /// The log file.
+        path: PathBuf,
+        /// Bytes the record needs in the area.
+        needed: u64,
+        /// Bytes free.
+        free: u64,
+        /// Bytes of the record area.
+        capacity: u64,
+    },
+
+    /// A record larger than the log can ever hold was asked for.
+    #[error("a log record of {len} bytes is larger than this log can hold ({max} bytes of payload); split the record, or create the log with a larger capacity")]
+    LogRecordTooLarge {
+        /// Payload bytes asked for.
+        len: u64,
+        /// The largest payload the log holds.
+        max: u64,
+    },
+
+    /// A log record failed validation when it was read: damaged after it was written.
+    #[error("{path}: log record LSN {lsn} at offset {offset:#x} is corrupt: {detail}; records from this one on cannot be trusted — `pgl log check` reports the damage, reopening the log drops them")]
+    LogRecordCorrupt {
+        /// The log file.
+        path: PathBuf,
+        /// The LSN expected there.
+        lsn: u64,
+        /// File offset of the record.
+        offset: u64,
+        /// What failed.
+        detail: String,
+    },
+
+    /// An LSN outside the log's live records was given.
+    #[error("{op}({lsn}): LSN out of range: the log holds LSNs {first} to {next} (exclusive; earlier ones were reclaimed, later ones not yet reserved)")]
+    LsnOutOfRange {
+        /// The operation ("force", "reclaim", "iter_from").
+        op: &'static str,
+        /// The LSN given.
+        lsn: u64,
+        /// The first live LSN.
+        first: u64,
+        /// The next LSN to be reserved.
+        next: u64,
+    },
 }
 
 impl Error {

@@ -1,7 +1,8 @@
 //! The runtime of pgl: media layer, pool, heap, transactions. Use it through the `pgl` crate.
 //!
 //! Layers, bottom to top (no module imports one above it): `checksum`, `geometry`,
-//! `smallmap` → `persist` → `heap` → `integrity` → `tx` → `inject` → `pool`.
+//! `smallmap` → `persist` → `heap` → `integrity` → `tx` → `inject` → `pool`; `log` stands
+//! on `persist` and `checksum` alone.
 #![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -12,6 +13,7 @@ pub mod geometry;
 mod heap;
 mod inject;
 pub mod integrity;
+pub mod log;
 pub mod persist;
 pub mod persistent;
 mod pool;
@@ -24,6 +26,7 @@ pub use error::{Error, Result};
 pub use heap::layout::ObjectHeader;
 pub use heap::SizeClasses;
 pub use inject::Fault;
+pub use log::{ForcePolicy, Log, LogConfig, LogStats, Lsn, RecoveryReport, Reservation};
 pub use persist::{CrashPoint, CrashSim, FlushMode};
 pub use persistent::{Oid, Persistent};
 pub use pool::{Config, Detached, Header, Pool, PoolInfo, ScrubReport, FORMAT_VERSION};

@@ -1,0 +1,56 @@
+//! `LogConfig`: how a new log is made.
+//!
+//! Invariant: a config that `area` accepts describes a valid log: a policy in range and a
+//! record area of whole lines, at least `MIN_CAPACITY` bytes.
+
+use super::format::{LINE, MIN_CAPACITY};
+use super::policy::ForcePolicy;
+use crate::persist::FlushMode;
+use crate::{Error, Result};
+
+/// How a new log is made.
+#[derive(Clone, Debug)]
+pub struct LogConfig {
+    /// Bytes of the record area (rounded up to a multiple of 64; at least 4 KiB).
+    pub capacity: u64,
+    /// When `complete` forces (stored in the log; `Log::open` uses it).
+    pub policy: ForcePolicy,
+    /// How stores are made durable; `None` picks one for the file (as for pools).
+    pub flush: Option<FlushMode>,
+}
+
+impl LogConfig {
+    /// A log whose record area holds `capacity` bytes, with the `Sync` policy.
+    pub fn new(capacity: u64) -> LogConfig {
+        LogConfig {
+            capacity,
+            policy: ForcePolicy::Sync,
+            flush: None,
+        }
+    }
+
+    /// The same with force policy `policy`.
+    pub fn policy(mut self, policy: ForcePolicy) -> LogConfig {
+        self.policy = policy;
+        self
+    }
+
+    /// The same with flush mode `mode`.
+    pub fn flush(mut self, mode: FlushMode) -> LogConfig {
+        self.flush = Some(mode);
+        self
+    }
+
+    /// The record area's size, rounded up to whole lines; `Err` if the config is invalid.
+    pub(super) fn area(&self) -> Result<u64> {
+        self.policy.validate()?;
+        let cap = self.capacity.div_ceil(LINE) * LINE;
+        if cap < MIN_CAPACITY {
+            return Err(Error::config(format!(
+                "log capacity {} bytes: a log needs at least {MIN_CAPACITY}",
+                self.capacity
+            )));
+        }
+        Ok(cap)
+    }
+}

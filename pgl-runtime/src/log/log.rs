@@ -1,0 +1,639 @@
+//! `Log`: the Arcadia log — reserve, copy, complete, force.
+//!
+//! Invariants:
+//! - Only `reserve` (the LSN and the bytes of a record) and `force` (one thread flushes and
+//!   fences at a time) serialise; copying into a reservation and completing it run
+//!   concurrently in any number of threads.
+//! - `done` is the largest LSN up to which every record is complete; `durable` the largest
+//!   up to which every record has been flushed and fenced. `durable <= done < next`.
+//! - A record's bytes are written only through its reservation, until `complete`; after
+//!   that they are only read, until `reclaim` frees them. Freed space is reused only once
+//!   the superline naming the new start is durable.
+//! - LSNs `lsn` and `lsn + RING` never both have a slot in use: a record is reserved only
+//!   while `lsn < durable + RING`.
+
+use super::config::LogConfig;
+use super::format::{
+    self, record_size, seal, EpochRule, RecordHeader, Superline, AREA_OFFSET, HEADER_LEN,
+    MAX_PAYLOAD, MIN_CAPACITY, SUPER_LEN,
+};
+use super::policy::{bucket, ForcePolicy, LogStats, WINDOW_BUCKETS};
+use super::recovery::{self, RecoveryReport};
+use super::reservation::Reservation;
+use crate::persist::{CrashSim, FlushMode, Media};
+use crate::{Error, Result};
+use parking_lot::{Mutex, RwLock};
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// A log sequence number: records are numbered 1, 2, 3, … in reservation order.
+pub type Lsn = u64;
+
+/// Completion slots: how far reservations may run ahead of the durable LSN.
+const RING: u64 = 1 << 14;
+
+/// The reserve side: where the next record goes and which records are live.
+pub(super) struct Tail {
+    pub(super) next: Lsn,
+    pub(super) vtail: u64,
+    pub(super) head_lsn: Lsn,
+    head_voff: u64,
+    /// Virtual offset of each live record, `head_lsn` first.
+    pub(super) index: VecDeque<u64>,
+}
+
+/// The force side: what the last force made durable, and its counters.
+struct Forcer {
+    end_voff: u64,
+    forces: u64,
+    forced: u64,
+    window_max: u64,
+    histogram: [u64; WINDOW_BUCKETS],
+}
+
+/// The superline as last written, and which copy holds it.
+struct Super {
+    line: Superline,
+    copy: usize,
+}
+
+/// A concurrent, crash-consistent persistent log of self-validating records in a circular
+/// area of one file (the book's chapter "The log" walks through it).
+///
+/// `reserve` hands out an LSN and the record's bytes in place, `complete` seals the
+/// record, `force(lsn)` returns once every record up to `lsn` is complete and durable;
+/// `append` does all of that. Only `reserve` and `force` serialise. Opening a log recovers
+/// it: every forced record comes back, nothing after a hole does.
+///
+/// ```
+/// use pgl_runtime::log::{ForcePolicy, Log, LogConfig};
+///
+/// let path = std::env::temp_dir().join(format!("pgl-doc-log-{}", std::process::id()));
+/// # let _ = std::fs::remove_file(&path);
+/// let log = Log::create(&path, LogConfig::new(1 << 20).policy(ForcePolicy::Frequency(8)))?;
+/// let mut res = log.reserve(5)?;
+/// res.copy_from_slice(b"hello");
+/// let lsn = log.complete(res)?;
+/// log.force(lsn)?;
+/// drop(log);
+/// let log = Log::open(&path)?;
+/// assert_eq!(log.iter().next().unwrap()?.payload, b"hello");
+/// # std::fs::remove_file(&path).unwrap();
+/// # Ok::<(), pgl_runtime::Error>(())
+/// ```
+pub struct Log {
+    pub(super) media: Media,
+    pub(super) cap: u64,
+    policy: ForcePolicy,
+    pub(super) rule: EpochRule,
+    recovery: RecoveryReport,
+    base: Lsn,
+    pub(super) tail: Mutex<Tail>,
+    next: AtomicU64,
+    head: AtomicU64,
+    bytes: AtomicU64,
+    ends: Box<[AtomicU64]>,
+    slots: Box<[AtomicU64]>,
+    done: Padded,
+    durable: Padded,
+    window: Padded,
+    force: Mutex<Forcer>,
+    sb: Mutex<Super>,
+    /// Held shared while a record is read, exclusively while reclaim frees space.
+    pub(super) gate: RwLock<()>,
+}
+
+/// An atomic alone on its cache lines (the frontiers are read by every thread).
+#[repr(align(128))]
+struct Padded(AtomicU64);
+
+impl std::fmt::Debug for Log {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Log")
+            .field("path", &self.media.path())
+            .field("capacity", &self.cap)
+            .field("policy", &self.policy)
+            .field("next_lsn", &self.next_lsn())
+            .field("durable_lsn", &self.durable_lsn())
+            .finish()
+    }
+}
+
+impl Log {
+    /// Creates a log file at `path` (it must not exist) and opens it.
+    pub fn create(path: impl AsRef<Path>, config: LogConfig) -> Result<Log> {
+        let cap = config.area()?;
+        let len = format::file_len(cap);
+        let media = Media::create_file(path.as_ref(), len, len, config.flush)?;
+        Self::format(&media, cap, config.policy);
+        Self::from_media(media)
+    }
+
+    /// Opens the log at `path`, recovering it: the valid superline copy is chosen, records
+    /// are scanned from its start to the first invalid one, and the torn tail is cut off
+    /// (see [`Log::recovery`] for what was dropped).
+    pub fn open(path: impl AsRef<Path>) -> Result<Log> {
+        Self::open_with(path, None)
+    }
+
+    /// As [`Log::open`], with a flush mode other than the one chosen for the file.
+    pub fn open_with(path: impl AsRef<Path>, flush: Option<FlushMode>) -> Result<Log> {
+        let media = Media::open_file(path.as_ref(), 0, flush)?;
+        Self::from_media(media)
+    }
+
+    /// Creates a log on a crash-simulation device (tests).
+    pub fn create_sim(sim: &Arc<CrashSim>, config: LogConfig) -> Result<Log> {
+        let cap = config.area()?;
+        let len = format::file_len(cap);
+        if len > sim.capacity() {
+            return Err(Error::config(format!(
+                "the CrashSim device holds {} bytes, the log needs {len}",
+                sim.capacity()
+            )));
+        }
+        if !sim.is_empty() {
+            return Err(Error::AlreadyExists {
+                path: "<crash-sim>".into(),
+            });
+        }
+        let media = Media::sim(sim.clone());
+        media.grow(len)?;
+        Self::format(&media, cap, config.policy);
+        Self::from_media(media)
+    }
+
+    /// Opens the log on a crash-simulation device (after a simulated crash), recovering it
+    /// exactly as [`Log::open`] does.
+    pub fn open_sim(sim: &Arc<CrashSim>) -> Result<Log> {
+        Self::from_media(Media::sim(sim.clone()))
+    }
+
+    /// Writes superline copy A of a new log (copy B and the area are zeros).
+    fn format(media: &Media, cap: u64, policy: ForcePolicy) {
+        let (code, n) = policy.encode();
+        let line = Superline {
+            policy: code,
+            policy_n: n,
+            capacity: cap,
+            seq: 1,
+            start_lsn: 1,
+            start_voff: 0,
+            epoch_lsn: 1,
+            epoch: 1,
+            start_epoch: 1,
+        };
+        // SAFETY: a new file nobody else has mapped; the superline lies inside it.
+        unsafe { media.write(0, &line.encode()) };
+        media.flush(0, SUPER_LEN as u64);
+        media.fence();
+    }
+
+    fn from_media(media: Media) -> Result<Log> {
+        let path = media.path();
+        let len = media.len();
+        let not_a_log = |reason: String| Error::NotALog {
+            path: path.clone(),
+            reason,
+        };
+        if len < format::file_len(MIN_CAPACITY) {
+            return Err(not_a_log(format!(
+                "{len} bytes, shorter than the smallest log ({} bytes)",
+                format::file_len(MIN_CAPACITY)
+            )));
+        }
+        let cap = len - format::file_len(0);
+        let mut a = [0u8; SUPER_LEN];
+        let mut b = [0u8; SUPER_LEN];
+        // SAFETY: both copies lie inside the file (len >= file_len(MIN_CAPACITY)); nothing
+        // else uses the log before `open` returns.
+        unsafe {
+            media.read(0, &mut a);
+            media.read(format::super_offset(1, cap), &mut b);
+        }
+        let (line, copy, other) = recovery::choose(&a, &b).map_err(|(ea, eb)| {
+            not_a_log(format!(
+                "no valid superline: copy A at 0: {ea}; copy B at {:#x}: {eb}",
+                format::super_offset(1, cap)
+            ))
+        })?;
+        if line.capacity != cap {
+            return Err(not_a_log(format!(
+                "the superline describes a {}-byte record area, the file holds {cap} bytes of \
+                 area (truncated or extended); restore the file from a backup",
+                line.capacity
+            )));
+        }
+        let policy = ForcePolicy::decode(line.policy, line.policy_n).ok_or_else(|| {
+            not_a_log(format!(
+                "unknown force policy {} ({})",
+                line.policy, line.policy_n
+            ))
+        })?;
+        if line.epoch == u32::MAX {
+            return Err(not_a_log("epoch counter exhausted".into()));
+        }
+        // SAFETY: the area lies inside the file, and nothing writes it during recovery.
+        let area = unsafe {
+            std::slice::from_raw_parts(media.ptr(AREA_OFFSET) as *const u8, cap as usize)
+        };
+        let scan = recovery::scan(area, &line, AREA_OFFSET, true);
+        let mut report = scan.report;
+        report.superline_copy = copy;
+        report.other_copy_invalid = other;
+        let next = report.next_lsn;
+
+        // A new epoch: every LSN from `next` on must now carry it, so nothing left behind
+        // the cut can ever be taken for a record again.
+        let new_line = Superline {
+            seq: line.seq + 1,
+            epoch: line.epoch + 1,
+            epoch_lsn: next,
+            ..line.clone()
+        };
+        let new_copy = 1 - copy;
+        write_superline(&media, cap, new_copy, &new_line)?;
+
+        let slots: Box<[AtomicU64]> = (0..RING).map(|_| AtomicU64::new(0)).collect();
+        let ends: Box<[AtomicU64]> = (0..RING).map(|_| AtomicU64::new(0)).collect();
+        Ok(Log {
+            cap,
+            policy,
+            rule: EpochRule {
+                epoch_lsn: new_line.epoch_lsn,
+                epoch: new_line.epoch,
+                min_epoch: 1,
+            },
+            base: next,
+            tail: Mutex::new(Tail {
+                next,
+                vtail: scan.end_voff,
+                head_lsn: line.start_lsn,
+                head_voff: line.start_voff,
+                index: scan.index.into(),
+            }),
+            next: AtomicU64::new(next),
+            head: AtomicU64::new(line.start_lsn),
+            bytes: AtomicU64::new(0),
+            ends,
+            slots,
+            done: Padded(AtomicU64::new(next - 1)),
+            durable: Padded(AtomicU64::new(next - 1)),
+            window: Padded(AtomicU64::new(0)),
+            force: Mutex::new(Forcer {
+                end_voff: scan.end_voff,
+                forces: 0,
+                forced: 0,
+                window_max: 0,
+                histogram: [0; WINDOW_BUCKETS],
+            }),
+            sb: Mutex::new(Super {
+                line: new_line,
+                copy: new_copy,
+            }),
+            gate: RwLock::new(()),
+            recovery: report,
+            media,
+        })
+    }
+
+    /// What recovery found when this log was opened.
+    pub fn recovery(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    /// The force policy `complete` applies.
+    pub fn policy(&self) -> ForcePolicy {
+        self.policy
+    }
+
+    /// Bytes of the record area.
+    pub fn capacity(&self) -> u64 {
+        self.cap
+    }
+
+    /// The largest payload one record can hold in this log.
+    pub fn max_record(&self) -> u64 {
+        (self.cap - HEADER_LEN).min(MAX_PAYLOAD)
+    }
+
+    /// The LSN the next reservation gets.
+    pub fn next_lsn(&self) -> Lsn {
+        self.next.load(Ordering::Acquire)
+    }
+
+    /// The first live LSN (records before it were reclaimed).
+    pub fn start_lsn(&self) -> Lsn {
+        self.head.load(Ordering::Acquire)
+    }
+
+    /// Every record up to this LSN is complete and durable.
+    pub fn durable_lsn(&self) -> Lsn {
+        self.durable.0.load(Ordering::Acquire)
+    }
+
+    /// Every record up to this LSN is complete (not necessarily durable).
+    pub fn completed_lsn(&self) -> Lsn {
+        self.done.0.load(Ordering::Acquire)
+    }
+
+    /// The file (`<crash-sim>` for a simulated device).
+    pub fn path(&self) -> PathBuf {
+        self.media.path()
+    }
+
+    /// The log's counters since it was opened, with the vulnerability window: records
+    /// completed but not yet durable.
+    pub fn stats(&self) -> LogStats {
+        let f = self.force.lock();
+        let done = self.completed_lsn();
+        LogStats {
+            completed: done + 1 - self.base,
+            bytes: self.bytes.load(Ordering::Relaxed),
+            forces: f.forces,
+            forced_records: f.forced,
+            window_now: done - self.durable_lsn(),
+            window_max: f.window_max,
+            window_histogram: f.histogram,
+        }
+    }
+
+    /// Reserves a record of `len` payload bytes: its LSN and its bytes in the log, to be
+    /// filled in place and then passed to [`Log::complete`]. A reservation dropped without
+    /// `complete` becomes an aborted record, which readers skip.
+    ///
+    /// Later LSNs cannot be forced until this one is completed or dropped: a thread must
+    /// not hold thousands of reservations open.
+    pub fn reserve(&self, len: usize) -> Result<Reservation<'_>> {
+        let len64 = len as u64;
+        if len64 > self.max_record() {
+            return Err(Error::LogRecordTooLarge {
+                len: len64,
+                max: self.max_record(),
+            });
+        }
+        let size = record_size(len64);
+        loop {
+            // Keep reservations within RING of the durable LSN (their completion slots).
+            let next = self.next.load(Ordering::Acquire);
+            if next >= self.durable_lsn() + RING {
+                self.force(next - RING / 2)?;
+                continue;
+            }
+            let mut t = self.tail.lock();
+            if t.next >= self.durable_lsn() + RING {
+                continue;
+            }
+            let left = self.cap - t.vtail % self.cap;
+            let start = if left < size { t.vtail + left } else { t.vtail };
+            let end = start + size;
+            if end - t.head_voff > self.cap {
+                return Err(Error::LogFull {
+                    path: self.media.path(),
+                    needed: size,
+                    free: self.cap - (t.vtail - t.head_voff),
+                    capacity: self.cap,
+                });
+            }
+            let lsn = t.next;
+            t.next += 1;
+            t.vtail = end;
+            t.index.push_back(start);
+            self.ends[(lsn % RING) as usize].store(end, Ordering::Release);
+            self.next.store(lsn + 1, Ordering::Release);
+            drop(t);
+            self.bytes.fetch_add(len64, Ordering::Relaxed);
+            return Ok(Reservation {
+                log: self,
+                lsn,
+                off: start % self.cap,
+                len,
+                open: true,
+            });
+        }
+    }
+
+    /// Seals a reservation's record (header and checksum) and marks it complete; then
+    /// applies the force policy. Returns its LSN.
+    /// (A reservation always completes in the log that made it.)
+    ///
+    /// When the policy forces (always, under `Sync`), this waits for every earlier LSN to
+    /// be completed: a thread holding an earlier reservation must complete it first.
+    pub fn complete(&self, mut res: Reservation<'_>) -> Result<Lsn> {
+        res.open = false;
+        let (log, lsn) = (res.log, res.lsn);
+        log.finish(lsn, res.off, res.len, false);
+        match log.policy {
+            ForcePolicy::Sync => log.force(lsn)?,
+            ForcePolicy::GroupCommit(n) => {
+                if (log.window.0.fetch_add(1, Ordering::AcqRel) + 1) % u64::from(n) == 0 {
+                    log.force(lsn)?;
+                }
+            }
+            ForcePolicy::Frequency(f) => {
+                if lsn % u64::from(f) == 0 {
+                    log.force(lsn)?;
+                }
+            }
+        }
+        Ok(lsn)
+    }
+
+    /// Appends `payload` as one record: reserve, copy, complete (and the policy's force).
+    pub fn append(&self, payload: &[u8]) -> Result<Lsn> {
+        let mut res = self.reserve(payload.len())?;
+        res.copy_from_slice(payload);
+        self.complete(res)
+    }
+
+    /// Writes the header of record `lsn` at area offset `off` and marks it complete.
+    pub(super) fn finish(&self, lsn: Lsn, off: u64, len: usize, aborted: bool) {
+        let at = AREA_OFFSET + off;
+        // SAFETY: the reservation owns `[off, off + 24 + len)` of the area until it is
+        // completed, which is now; no other thread writes or reads those bytes meanwhile.
+        let payload = unsafe {
+            std::slice::from_raw_parts(self.media.ptr(at + HEADER_LEN) as *const u8, len)
+        };
+        let h = seal(
+            RecordHeader::new(lsn, len as u32, aborted, self.rule.epoch),
+            off,
+            payload,
+        );
+        // SAFETY: as above.
+        unsafe { self.media.write(at, &h.encode()) };
+        self.slots[slot(lsn)].store(lsn, Ordering::SeqCst);
+        // Advance `done` over every consecutive completed LSN. Whoever completes the last
+        // missing one sees the others' slots (SeqCst on both sides).
+        loop {
+            let d = self.done.0.load(Ordering::SeqCst);
+            let n = d + 1;
+            if self.slots[slot(n)].load(Ordering::SeqCst) != n {
+                break;
+            }
+            let _ = self
+                .done
+                .0
+                .compare_exchange(d, n, Ordering::SeqCst, Ordering::SeqCst);
+        }
+    }
+
+    /// Returns once every record up to `lsn` is complete and durable. One force flushes
+    /// every record completed so far (whichever thread wrote it) under one fence.
+    pub fn force(&self, lsn: Lsn) -> Result<()> {
+        if self.durable_lsn() >= lsn {
+            return self.media.check();
+        }
+        let next = self.next_lsn();
+        if lsn >= next {
+            return Err(Error::LsnOutOfRange {
+                op: "force",
+                lsn,
+                first: self.start_lsn(),
+                next,
+            });
+        }
+        let mut spins = 0u32;
+        while self.completed_lsn() < lsn {
+            backoff(&mut spins);
+        }
+        let mut f = self.force.lock();
+        let durable = self.durable_lsn();
+        if durable >= lsn {
+            return self.media.check();
+        }
+        let target = self.completed_lsn();
+        let end = self.ends[(target % RING) as usize].load(Ordering::Acquire);
+        self.flush_virtual(f.end_voff, end);
+        self.media.fence();
+        self.media.check()?;
+        let w = target - durable;
+        f.end_voff = end;
+        f.forces += 1;
+        f.forced += w;
+        f.window_max = f.window_max.max(w);
+        f.histogram[bucket(w)] += 1;
+        self.durable.0.store(target, Ordering::Release);
+        Ok(())
+    }
+
+    /// Flushes the area bytes of virtual range `[from, to)` (at most one capacity).
+    fn flush_virtual(&self, from: u64, to: u64) {
+        if to <= from {
+            return;
+        }
+        let len = (to - from).min(self.cap);
+        let p = from % self.cap;
+        let first = len.min(self.cap - p);
+        self.media.flush(AREA_OFFSET + p, first);
+        if len > first {
+            self.media.flush(AREA_OFFSET, len - first);
+        }
+    }
+
+    /// Frees the records up to `upto` (inclusive): forces them, makes the superline name
+    /// `upto + 1` as the start, and only then lets their space be reused.
+    pub fn reclaim(&self, upto: Lsn) -> Result<()> {
+        let next = self.next_lsn();
+        if upto >= next {
+            return Err(Error::LsnOutOfRange {
+                op: "reclaim",
+                lsn: upto,
+                first: self.start_lsn(),
+                next,
+            });
+        }
+        self.force(upto)?;
+        let mut sb = self.sb.lock();
+        if upto < sb.line.start_lsn {
+            return Ok(());
+        }
+        let start = upto + 1;
+        let (voff, start_epoch) = {
+            let t = self.tail.lock();
+            let i = (start - t.head_lsn) as usize;
+            match t.index.get(i) {
+                // A record recovered at open: its epoch is in its header (complete, and
+                // nobody writes it while it is live).
+                Some(&v) if start < self.rule.epoch_lsn => {
+                    let mut h = [0u8; HEADER_LEN as usize];
+                    // SAFETY: the header lies inside the area and is only read.
+                    unsafe { self.media.read(AREA_OFFSET + v % self.cap, &mut h) };
+                    (v, RecordHeader::decode(&h).epoch)
+                }
+                // Written (or to be written) in this epoch.
+                Some(&v) => (v, self.rule.epoch),
+                None => (t.vtail, self.rule.epoch),
+            }
+        };
+        let line = Superline {
+            seq: sb.line.seq + 1,
+            start_lsn: start,
+            start_voff: voff,
+            start_epoch,
+            ..sb.line.clone()
+        };
+        let copy = 1 - sb.copy;
+        write_superline(&self.media, self.cap, copy, &line)?;
+        *sb = Super { line, copy };
+        // The new start is durable: the space before it may be reused, once no reader is
+        // inside it.
+        let _g = self.gate.write();
+        let mut t = self.tail.lock();
+        let n = ((upto + 1 - t.head_lsn) as usize).min(t.index.len());
+        t.index.drain(..n);
+        t.head_lsn = upto + 1;
+        t.head_voff = voff;
+        self.head.store(upto + 1, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// The completion slot of `lsn`: a bijection of `lsn % RING` that puts consecutive LSNs on
+/// different cache lines (eight slots a line), so threads completing neighbouring records
+/// do not write the same line.
+fn slot(lsn: Lsn) -> usize {
+    let i = lsn % RING;
+    ((i % 8) * (RING / 8) + i / 8) as usize
+}
+
+/// Spins a little, then yields: waits are short (another thread finishing a copy).
+fn backoff(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 64 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+/// Writes superline copy `copy`, durably.
+fn write_superline(media: &Media, cap: u64, copy: usize, line: &Superline) -> Result<()> {
+    let off = format::super_offset(copy, cap);
+    // SAFETY: the copy lies inside the file; only the holder of the superline lock (or
+    // `open`, before the log is shared) writes superlines, and nothing reads them meanwhile.
+    unsafe { media.write(off, &line.encode()) };
+    media.flush(off, SUPER_LEN as u64);
+    media.fence();
+    media.check()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_a_permutation_that_spreads_neighbours() {
+        let mut seen = vec![false; RING as usize];
+        for lsn in 0..RING {
+            let s = slot(lsn);
+            assert!(!seen[s], "slot {s} used twice");
+            seen[s] = true;
+            assert_eq!(slot(lsn + RING), s, "lsn and lsn + RING share a slot");
+            if lsn > 0 {
+                assert_ne!(slot(lsn) / 8, slot(lsn - 1) / 8, "same cache line");
+            }
+        }
+    }
+}

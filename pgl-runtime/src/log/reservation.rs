@@ -1,0 +1,74 @@
+//! `Reservation`: a record's LSN and its bytes in the log, between `reserve` and
+//! `complete`.
+//!
+//! Invariant: the payload bytes belong to the reservation alone until it is completed or
+//! dropped (reserve hands each range out once; readers stop before incomplete records), and
+//! every reservation ends sealed — completed, or aborted by `Drop` — so later LSNs can be
+//! forced.
+
+use super::format::{AREA_OFFSET, HEADER_LEN};
+use super::log::{Log, Lsn};
+
+/// A reserved record: its LSN and its payload bytes in the log, to fill in place
+/// (`Reservation` dereferences to `[u8]`), then pass to [`Log::complete`].
+pub struct Reservation<'a> {
+    pub(super) log: &'a Log,
+    pub(super) lsn: Lsn,
+    /// Area offset of the record (its header).
+    pub(super) off: u64,
+    pub(super) len: usize,
+    /// Not yet completed: dropping it seals an aborted record.
+    pub(super) open: bool,
+}
+
+impl Reservation<'_> {
+    /// The record's LSN.
+    pub fn lsn(&self) -> Lsn {
+        self.lsn
+    }
+}
+
+impl std::fmt::Debug for Reservation<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reservation")
+            .field("lsn", &self.lsn)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl std::ops::Deref for Reservation<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the payload bytes belong to this reservation alone until it is completed
+        // (reserve hands each range out once; readers stop before incomplete records).
+        unsafe {
+            std::slice::from_raw_parts(
+                self.log.media.ptr(AREA_OFFSET + self.off + HEADER_LEN) as *const u8,
+                self.len,
+            )
+        }
+    }
+}
+
+impl std::ops::DerefMut for Reservation<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as for `deref`; `&mut self` makes this the only borrow of the range.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.log.media.ptr(AREA_OFFSET + self.off + HEADER_LEN),
+                self.len,
+            )
+        }
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            // Never completed (an error or a panic while filling it): seal it as aborted so
+            // that later records can still be forced.
+            self.log.finish(self.lsn, self.off, self.len, true);
+        }
+    }
+}

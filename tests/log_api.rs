@@ -1,0 +1,262 @@
+//! The log's API on files and simulated devices, one thread: append and read back, build in
+//! place, aborted reservations, wrap-around with reclaim against a model, reopen, errors.
+
+use pgl::log::{ForcePolicy, Log, LogConfig, Record};
+use pgl::{CrashSim, Error, FlushMode};
+use std::collections::VecDeque;
+use std::path::PathBuf;
+
+/// A log path removed when the test ends.
+struct TempLog(PathBuf);
+
+impl TempLog {
+    fn new(name: &str) -> TempLog {
+        let p = std::env::temp_dir().join(format!("pgl-log-{}-{name}.log", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        TempLog(p)
+    }
+}
+
+impl Drop for TempLog {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn payload(lsn: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (lsn.wrapping_mul(31) as usize + i * 7) as u8)
+        .collect()
+}
+
+fn all(log: &Log) -> Vec<Record> {
+    log.iter()
+        .collect::<pgl::Result<Vec<_>>>()
+        .expect("valid log")
+}
+
+#[test]
+fn appended_records_read_back_after_reopen() {
+    let f = TempLog::new("reopen");
+    let lens = [0usize, 1, 40, 41, 64, 100, 1000, 4096];
+    {
+        let log = Log::create(&f.0, LogConfig::new(1 << 20).flush(FlushMode::None)).unwrap();
+        assert_eq!(log.next_lsn(), 1);
+        for (i, &len) in lens.iter().enumerate() {
+            let lsn = log.append(&payload(i as u64 + 1, len)).unwrap();
+            assert_eq!(lsn, i as u64 + 1);
+            assert_eq!(log.durable_lsn(), lsn, "Sync forces every record");
+        }
+        let got = all(&log);
+        assert_eq!(got.len(), lens.len());
+    }
+    let log = Log::open_with(&f.0, Some(FlushMode::None)).unwrap();
+    let r = log.recovery();
+    assert_eq!((r.start_lsn, r.next_lsn, r.records), (1, 9, 8));
+    assert_eq!((r.torn.clone(), r.dropped), (None, 0));
+    for (i, rec) in all(&log).iter().enumerate() {
+        assert_eq!(rec.lsn, i as u64 + 1);
+        assert_eq!(rec.payload, payload(rec.lsn, lens[i]));
+    }
+    assert_eq!(log.append(b"more").unwrap(), 9);
+    let from: Vec<u64> = log.iter_from(7).unwrap().map(|r| r.unwrap().lsn).collect();
+    assert_eq!(from, vec![7, 8, 9]);
+    assert!(matches!(
+        log.iter_from(11),
+        Err(Error::LsnOutOfRange { .. })
+    ));
+}
+
+#[test]
+fn records_are_built_in_place_and_dropped_reservations_are_skipped() {
+    let sim = CrashSim::new(1 << 20);
+    let log = Log::create_sim(
+        &sim,
+        LogConfig::new(64 << 10).policy(ForcePolicy::GroupCommit(1000)),
+    )
+    .unwrap();
+    let mut a = log.reserve(16).unwrap();
+    let mut b = log.reserve(8).unwrap();
+    assert_eq!((a.lsn(), b.lsn()), (1, 2));
+    b.copy_from_slice(b"second!!");
+    a[..8].copy_from_slice(&7u64.to_le_bytes());
+    a[8..].copy_from_slice(&9u64.to_le_bytes());
+    // Completed out of order: the later one is not complete-up-to until the earlier is.
+    assert_eq!(log.complete(b).unwrap(), 2);
+    assert_eq!(log.completed_lsn(), 0);
+    let c = log.reserve(5).unwrap();
+    assert_eq!(log.complete(a).unwrap(), 1);
+    assert_eq!(log.completed_lsn(), 2);
+    log.force(2).unwrap();
+    assert_eq!(log.durable_lsn(), 2);
+    drop(c); // never completed: an aborted record
+    assert_eq!(log.append(b"after").unwrap(), 4);
+    log.force(4).unwrap();
+    assert_eq!(log.durable_lsn(), 4);
+    let got = all(&log);
+    let lsns: Vec<u64> = got.iter().map(|r| r.lsn).collect();
+    assert_eq!(lsns, vec![1, 2, 4]);
+    assert_eq!(&got[1].payload, b"second!!");
+    drop(log);
+    let log = Log::open_sim(&sim).unwrap();
+    assert_eq!(log.recovery().next_lsn, 5);
+    assert_eq!(all(&log).len(), 3);
+}
+
+#[test]
+fn wraps_around_with_reclaim_like_a_queue() {
+    // A small area, random sizes, reclaim as the model's queue grows, reopen now and then.
+    let sim = CrashSim::new(1 << 20);
+    let mut log =
+        Log::create_sim(&sim, LogConfig::new(8192).policy(ForcePolicy::Frequency(4))).unwrap();
+    let mut model: VecDeque<(u64, Vec<u8>)> = VecDeque::new();
+    let mut x = 0x1234_5678_u64;
+    let mut rnd = |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let mut wrapped_bytes = 0u64;
+    for step in 0..3000u64 {
+        let len = rnd(700) as usize;
+        let p = payload(step, len);
+        match log.append(&p) {
+            Ok(lsn) => {
+                model.push_back((lsn, p));
+                wrapped_bytes += len as u64;
+            }
+            Err(Error::LogFull { .. }) => {
+                // Free about half of what is live.
+                let upto = model[model.len() / 2].0;
+                log.reclaim(upto).unwrap();
+                while model.front().is_some_and(|(l, _)| *l <= upto) {
+                    model.pop_front();
+                }
+                assert_eq!(log.start_lsn(), upto + 1);
+            }
+            Err(e) => panic!("append: {e}"),
+        }
+        if step % 97 == 0 {
+            log.force(log.next_lsn() - 1).unwrap();
+            drop(log);
+            log = Log::open_sim(&sim).unwrap();
+            assert_eq!(log.recovery().torn, None);
+        }
+        if step % 31 == 0 {
+            let got: Vec<(u64, Vec<u8>)> =
+                all(&log).into_iter().map(|r| (r.lsn, r.payload)).collect();
+            assert_eq!(got, Vec::from(model.clone()), "step {step}");
+        }
+    }
+    assert!(wrapped_bytes > 20 * 8192, "the area wrapped many times");
+}
+
+#[test]
+fn errors_say_what_went_wrong() {
+    let sim = CrashSim::new(1 << 20);
+    let log = Log::create_sim(&sim, LogConfig::new(4096)).unwrap();
+    assert_eq!(log.max_record(), 4096 - 24);
+    match log.reserve(5000) {
+        Err(e @ Error::LogRecordTooLarge { .. }) => {
+            assert!(e.to_string().contains("5000"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+    log.append(&[1; 2500]).unwrap();
+    match log.append(&[2; 2000]) {
+        Err(e @ Error::LogFull { .. }) => {
+            let m = e.to_string();
+            assert!(m.contains("reclaim") && m.contains("<crash-sim>"), "{m}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        log.force(2),
+        Err(Error::LsnOutOfRange { op: "force", .. })
+    ));
+    assert!(matches!(
+        log.reclaim(5),
+        Err(Error::LsnOutOfRange { op: "reclaim", .. })
+    ));
+    log.reclaim(1).unwrap();
+    log.append(&[2; 2000]).unwrap();
+    assert!(matches!(
+        Log::create_sim(&sim, LogConfig::new(4096)),
+        Err(Error::AlreadyExists { .. })
+    ));
+    assert!(matches!(
+        Log::create_sim(&CrashSim::new(1 << 20), LogConfig::new(100)),
+        Err(Error::InvalidConfig { .. })
+    ));
+    assert!(matches!(
+        Log::create_sim(
+            &CrashSim::new(1 << 20),
+            LogConfig::new(4096).policy(ForcePolicy::Frequency(0))
+        ),
+        Err(Error::InvalidConfig { .. })
+    ));
+}
+
+#[test]
+fn the_policy_is_stored_and_counted() {
+    let f = TempLog::new("policy");
+    let log = Log::create(
+        &f.0,
+        LogConfig::new(1 << 20)
+            .policy(ForcePolicy::Frequency(8))
+            .flush(FlushMode::None),
+    )
+    .unwrap();
+    for i in 0..20u64 {
+        log.append(&i.to_le_bytes()).unwrap();
+    }
+    let s = log.stats();
+    assert_eq!(s.completed, 20);
+    assert_eq!(s.forces, 2, "LSNs 8 and 16 forced");
+    assert_eq!(s.forced_records, 16);
+    assert_eq!(s.window_now, 4);
+    assert_eq!(s.window_max, 8);
+    assert_eq!(s.window_histogram[3], 2);
+    assert_eq!(log.durable_lsn(), 16);
+    drop(log);
+    let log = Log::open_with(&f.0, Some(FlushMode::None)).unwrap();
+    assert_eq!(log.policy(), ForcePolicy::Frequency(8));
+
+    let g = TempLog::new("group");
+    let log = Log::create(
+        &g.0,
+        LogConfig::new(1 << 20)
+            .policy(ForcePolicy::GroupCommit(5))
+            .flush(FlushMode::None),
+    )
+    .unwrap();
+    for i in 0..12u64 {
+        log.append(&i.to_le_bytes()).unwrap();
+    }
+    assert_eq!(log.durable_lsn(), 10);
+    assert_eq!(log.stats().forces, 2);
+}
+
+#[test]
+fn not_a_log_is_a_typed_error() {
+    let f = TempLog::new("notalog");
+    std::fs::write(&f.0, vec![7u8; 20000]).unwrap();
+    match Log::open(&f.0) {
+        Err(e @ Error::NotALog { .. }) => {
+            let m = e.to_string();
+            assert!(m.contains("copy A") && m.contains("copy B"), "{m}");
+        }
+        other => panic!("{other:?}"),
+    }
+    std::fs::write(&f.0, b"short").unwrap();
+    assert!(matches!(Log::open(&f.0), Err(Error::NotALog { .. })));
+}
+
+#[test]
+fn log_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Log>();
+    fn send<T: Send>() {}
+    send::<pgl::log::Reservation<'static>>();
+}

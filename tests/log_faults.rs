@@ -1,0 +1,308 @@
+//! Damage to a log: a corrupt record is detected (iteration stops there with a typed error,
+//! recovery reports what it dropped), a corrupt superline copy is replaced by the other, a
+//! record left behind a hole never comes back, and mutated log files never make pgl panic.
+//!
+//! `PGL_LOG_FUZZ` sets the number of mutated images (default 3,000).
+
+use pgl::log::format::{self, Superline, AREA_OFFSET};
+use pgl::log::{ForcePolicy, Log, LogConfig};
+use pgl::{CrashSim, Error, FlushMode};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+struct TempLog(PathBuf);
+
+impl TempLog {
+    fn new(name: &str) -> TempLog {
+        let p = std::env::temp_dir().join(format!("pgl-logf-{}-{name}.log", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        TempLog(p)
+    }
+}
+
+impl Drop for TempLog {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Flips bit 0 of the byte at `off` of the file.
+fn flip(path: &PathBuf, off: u64) {
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut b = [0u8];
+    f.seek(SeekFrom::Start(off)).unwrap();
+    f.read_exact(&mut b).unwrap();
+    b[0] ^= 1;
+    f.seek(SeekFrom::Start(off)).unwrap();
+    f.write_all(&b).unwrap();
+}
+
+/// Records of 100 bytes take 128 in the area: record `lsn` starts here in a new log.
+fn record_offset(lsn: u64) -> u64 {
+    AREA_OFFSET + (lsn - 1) * 128
+}
+
+fn filled(lsn: u64) -> Vec<u8> {
+    vec![lsn as u8; 100]
+}
+
+#[test]
+fn a_corrupt_record_stops_iteration_with_a_typed_error() {
+    let f = TempLog::new("record");
+    let cfg = LogConfig::new(64 << 10).flush(FlushMode::None);
+    let log = Log::create(&f.0, cfg).unwrap();
+    for lsn in 1..=10 {
+        log.append(&filled(lsn)).unwrap();
+    }
+    // A scribble on record 5's payload, through the file (the mapping is shared).
+    flip(&f.0, record_offset(5) + 24 + 50);
+    let mut it = log.iter();
+    for lsn in 1..=4 {
+        assert_eq!(it.next().unwrap().unwrap().lsn, lsn);
+    }
+    match it.next() {
+        Some(Err(e @ Error::LogRecordCorrupt { lsn: 5, offset, .. })) => {
+            assert_eq!(offset, record_offset(5));
+            let m = e.to_string();
+            assert!(
+                m.contains("checksum mismatch") && m.contains("LSN 5"),
+                "{m}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(it.next().is_none(), "iteration stops at the damage");
+    drop(log);
+
+    // Recovery cuts the log there and says what it dropped.
+    let log = Log::open_with(&f.0, Some(FlushMode::None)).unwrap();
+    let r = log.recovery();
+    assert_eq!(r.next_lsn, 5);
+    let torn = r.torn.clone().expect("reported");
+    assert_eq!((torn.lsn, torn.offset), (5, record_offset(5)));
+    assert!(torn.reason.contains("checksum"), "{}", torn.reason);
+    assert_eq!(r.dropped, 6, "record 5 and the five after it");
+    assert_eq!(log.iter().count(), 4);
+}
+
+#[test]
+fn a_corrupt_superline_copy_is_replaced_by_the_other() {
+    for (copy, name) in [(0usize, "A"), (1, "B")] {
+        let f = TempLog::new(&format!("super{name}"));
+        let cfg = LogConfig::new(64 << 10)
+            .flush(FlushMode::None)
+            .policy(ForcePolicy::GroupCommit(4));
+        let cap = {
+            let log = Log::create(&f.0, cfg).unwrap();
+            for lsn in 1..=8 {
+                log.append(&filled(lsn)).unwrap();
+            }
+            log.reclaim(3).unwrap();
+            log.capacity()
+        };
+        // Damage one copy: the log opens from the other, records intact.
+        flip(&f.0, format::super_offset(copy, cap) + 33);
+        let log = Log::open_with(&f.0, Some(FlushMode::None)).unwrap();
+        let r = log.recovery();
+        assert_eq!(r.superline_copy, 1 - copy, "copy {name} damaged");
+        let why = r
+            .other_copy_invalid
+            .clone()
+            .expect("the damage is reported");
+        assert!(why.contains("checksum"), "{why}");
+        // Copy A held the reclaim (B the open before it): without A the start is older,
+        // and the records before it are still there, as their space was not reused.
+        let start = if copy == 0 { 1 } else { 4 };
+        assert_eq!((r.start_lsn, r.next_lsn), (start, 9));
+        assert_eq!(log.policy(), ForcePolicy::GroupCommit(4));
+        drop(log);
+        // Opening rewrote the damaged copy (it was the one not in use).
+        let log = Log::open_with(&f.0, Some(FlushMode::None)).unwrap();
+        assert_eq!(log.recovery().other_copy_invalid, None);
+        assert_eq!(log.iter().count() as u64, 9 - start);
+    }
+}
+
+#[test]
+fn both_superline_copies_bad_is_not_a_log() {
+    let f = TempLog::new("superboth");
+    let cap = Log::create(&f.0, LogConfig::new(8192).flush(FlushMode::None))
+        .unwrap()
+        .capacity();
+    flip(&f.0, format::super_offset(0, cap) + 40);
+    flip(&f.0, format::super_offset(1, cap) + 40);
+    match Log::open(&f.0) {
+        Err(e @ Error::NotALog { .. }) => {
+            let m = e.to_string();
+            assert!(m.contains("copy A at 0: checksum mismatch"), "{m}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The persisted image of `sim` with bit 0 of byte `off` flipped, on a new device.
+fn damaged(sim: &Arc<CrashSim>, off: u64) -> Arc<CrashSim> {
+    let mut img = sim.persisted_image();
+    img[(off / 8) as usize] ^= 1 << ((off % 8) * 8);
+    CrashSim::from_image(&img, sim.len(), sim.capacity())
+}
+
+#[test]
+fn a_record_left_behind_a_hole_never_comes_back() {
+    let sim = CrashSim::new(1 << 20);
+    let log = Log::create_sim(&sim, LogConfig::new(64 << 10)).unwrap();
+    for lsn in 1..=5 {
+        log.append(&filled(lsn)).unwrap();
+    }
+    drop(log);
+    // Record 4 torn: recovery stops there, record 5 is dropped though it is intact.
+    let dev = damaged(&sim, record_offset(4) + 30);
+    let log = Log::open_sim(&dev).unwrap();
+    assert_eq!(log.recovery().next_lsn, 4);
+    assert_eq!(log.recovery().dropped, 2);
+    // A new record 4 of the same size: old record 5 now sits exactly where record 5 is
+    // due, with a valid checksum, from the previous epoch.
+    assert_eq!(log.append(&[0xAB; 100]).unwrap(), 4);
+    drop(log);
+    let log = Log::open_sim(&dev).unwrap();
+    assert_eq!(
+        log.recovery().next_lsn,
+        5,
+        "the old record 5 must not be revived"
+    );
+    let got: Vec<_> = log.iter().map(|r| r.unwrap()).collect();
+    assert_eq!(got.len(), 4);
+    assert_eq!(got[3].payload, vec![0xAB; 100]);
+}
+
+/// xorshift64*.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+#[test]
+fn fuzzed_log_images_never_panic() {
+    let rounds: u64 = std::env::var("PGL_LOG_FUZZ")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(3_000);
+    // A log that wrapped, with reclaims, and records of many sizes.
+    let sim = CrashSim::new(1 << 20);
+    let cap = 8192u64;
+    {
+        let log =
+            Log::create_sim(&sim, LogConfig::new(cap).policy(ForcePolicy::Frequency(3))).unwrap();
+        for i in 0..200u64 {
+            let len = (i * 37 % 500) as usize;
+            if let Err(Error::LogFull { .. }) = log.append(&vec![i as u8; len]) {
+                log.reclaim(log.durable_lsn().saturating_sub(2)).unwrap();
+            }
+        }
+        log.force(log.completed_lsn()).unwrap();
+    }
+    let base = sim.persisted_image();
+    let len = sim.len();
+    let words = base.len() as u64;
+    let mut rng = Rng(0x5eed);
+    let (mut opened, mut refused) = (0u64, 0u64);
+    for round in 0..rounds {
+        let mut img = base.clone();
+        match round % 4 {
+            // Random bit flips anywhere.
+            0 => {
+                for _ in 0..1 + rng.below(8) {
+                    let w = rng.below(words) as usize;
+                    img[w] ^= 1 << rng.below(64);
+                }
+            }
+            // Random words in the area near the live records.
+            1 => {
+                for _ in 0..1 + rng.below(4) {
+                    let w = (AREA_OFFSET / 8 + rng.below(cap / 8)) as usize;
+                    img[w] = rng.next();
+                }
+            }
+            // A superline copy with a valid checksum but wild fields.
+            _ => {
+                let copy = rng.below(2) as usize;
+                let off = (format::super_offset(copy, cap) / 8) as usize;
+                let bytes: Vec<u8> = img[off..off + 16]
+                    .iter()
+                    .flat_map(|w| w.to_le_bytes())
+                    .collect();
+                let mut s = Superline::decode(&bytes).unwrap_or(Superline {
+                    policy: 0,
+                    policy_n: 0,
+                    capacity: cap,
+                    seq: 1,
+                    start_lsn: 1,
+                    start_voff: 0,
+                    epoch_lsn: 1,
+                    epoch: 1,
+                    start_epoch: 1,
+                });
+                let wild = |r: &mut Rng, v: u64| match r.below(5) {
+                    0 => r.next(),
+                    1 => v.wrapping_add(r.below(5)),
+                    2 => v.wrapping_sub(r.below(5)),
+                    3 => r.below(1 << 20) * 64,
+                    _ => v,
+                };
+                s.seq = wild(&mut rng, s.seq).max(u64::from(round % 3 == 0) * u64::MAX);
+                s.start_lsn = wild(&mut rng, s.start_lsn);
+                s.start_voff = wild(&mut rng, s.start_voff);
+                s.epoch_lsn = wild(&mut rng, s.epoch_lsn);
+                s.epoch = wild(&mut rng, u64::from(s.epoch)) as u32;
+                s.start_epoch = wild(&mut rng, u64::from(s.start_epoch)) as u32;
+                s.capacity = if rng.below(8) == 0 {
+                    wild(&mut rng, s.capacity)
+                } else {
+                    cap
+                };
+                s.policy = rng.below(4) as u32;
+                s.policy_n = wild(&mut rng, s.policy_n);
+                let enc = s.encode();
+                for (k, w) in enc.chunks(8).enumerate() {
+                    img[off + k] = u64::from_le_bytes(w.try_into().unwrap());
+                }
+            }
+        }
+        let dev = CrashSim::from_image(&img, len, 1 << 20);
+        match Log::open_sim(&dev) {
+            Ok(log) => {
+                opened += 1;
+                for r in log.iter() {
+                    if r.is_err() {
+                        break;
+                    }
+                }
+                let _ = log.append(b"after the fuzz");
+                let _ = log.reclaim(log.durable_lsn());
+                let _ = format!("{:?} {:?}", log.recovery(), log.stats());
+            }
+            Err(e) => {
+                refused += 1;
+                assert!(!e.to_string().is_empty());
+            }
+        }
+    }
+    assert!(
+        opened > 0 && refused > 0,
+        "opened {opened}, refused {refused}"
+    );
+}
