@@ -4,11 +4,11 @@
 //! Invariant: nothing here writes to the file (unlike `Log::open`, which starts a new
 //! epoch), so inspecting a log never changes what a later recovery finds.
 
-use super::format::{self, RecordHeader, Superline, AREA_OFFSET, HEADER_LEN, SUPER_LEN};
+use super::format::{RecordHeader, Superline, AREA_OFFSET, HEADER_LEN};
 use super::policy::ForcePolicy;
 use super::recovery::{self, RecoveryReport};
 use crate::persist::Media;
-use crate::{Error, Result};
+use crate::Result;
 use std::path::{Path, PathBuf};
 
 /// One record found by an inspection.
@@ -58,42 +58,14 @@ impl Inspection {
     pub fn open(path: impl AsRef<Path>) -> Result<Inspection> {
         let path = path.as_ref().to_owned();
         let media = Media::open_file(&path, 0, Some(crate::FlushMode::None))?;
-        let len = media.len();
-        let not_a_log = |reason: String| Error::NotALog {
-            path: path.clone(),
-            reason,
-        };
-        if len < format::file_len(format::MIN_CAPACITY) {
-            return Err(not_a_log(format!(
-                "{len} bytes, shorter than the smallest log"
-            )));
-        }
-        let cap = len - format::file_len(0);
-        let mut a = [0u8; SUPER_LEN];
-        let mut b = [0u8; SUPER_LEN];
-        // SAFETY: both copies lie inside the file; this process does not write it.
-        unsafe {
-            media.read(0, &mut a);
-            media.read(format::super_offset(1, cap), &mut b);
-        }
-        let (line, copy, other) = recovery::choose(&a, &b).map_err(|(ea, eb)| {
-            not_a_log(format!(
-                "no valid superline: copy A at 0: {ea}; copy B at {:#x}: {eb}",
-                format::super_offset(1, cap)
-            ))
-        })?;
-        if line.capacity != cap {
-            return Err(not_a_log(format!(
-                "the superline describes a {}-byte record area, the file holds {cap}",
-                line.capacity
-            )));
-        }
-        let policy = ForcePolicy::decode(line.policy, line.policy_n).ok_or_else(|| {
-            not_a_log(format!(
-                "unknown force policy {} ({})",
-                line.policy, line.policy_n
-            ))
-        })?;
+        let recovery::Superlines {
+            line,
+            copy,
+            other,
+            capacity: cap,
+            policy,
+            raw: [a, b],
+        } = recovery::read_superlines(&media, &path)?;
         // SAFETY: the area lies inside the file; this process does not write it.
         let area = unsafe {
             std::slice::from_raw_parts(media.ptr(AREA_OFFSET) as *const u8, cap as usize)

@@ -15,7 +15,7 @@
 use super::config::LogConfig;
 use super::format::{
     self, record_size, seal, EpochRule, RecordHeader, Superline, AREA_OFFSET, HEADER_LEN,
-    MAX_PAYLOAD, MIN_CAPACITY, SUPER_LEN,
+    MAX_PAYLOAD, SUPER_LEN,
 };
 use super::policy::{bucket, ForcePolicy, LogStats, WINDOW_BUCKETS};
 use super::recovery::{self, RecoveryReport};
@@ -193,45 +193,18 @@ impl Log {
 
     fn from_media(media: Media) -> Result<Log> {
         let path = media.path();
-        let len = media.len();
         let not_a_log = |reason: String| Error::NotALog {
             path: path.clone(),
             reason,
         };
-        if len < format::file_len(MIN_CAPACITY) {
-            return Err(not_a_log(format!(
-                "{len} bytes, shorter than the smallest log ({} bytes)",
-                format::file_len(MIN_CAPACITY)
-            )));
-        }
-        let cap = len - format::file_len(0);
-        let mut a = [0u8; SUPER_LEN];
-        let mut b = [0u8; SUPER_LEN];
-        // SAFETY: both copies lie inside the file (len >= file_len(MIN_CAPACITY)); nothing
-        // else uses the log before `open` returns.
-        unsafe {
-            media.read(0, &mut a);
-            media.read(format::super_offset(1, cap), &mut b);
-        }
-        let (line, copy, other) = recovery::choose(&a, &b).map_err(|(ea, eb)| {
-            not_a_log(format!(
-                "no valid superline: copy A at 0: {ea}; copy B at {:#x}: {eb}",
-                format::super_offset(1, cap)
-            ))
-        })?;
-        if line.capacity != cap {
-            return Err(not_a_log(format!(
-                "the superline describes a {}-byte record area, the file holds {cap} bytes of \
-                 area (truncated or extended); restore the file from a backup",
-                line.capacity
-            )));
-        }
-        let policy = ForcePolicy::decode(line.policy, line.policy_n).ok_or_else(|| {
-            not_a_log(format!(
-                "unknown force policy {} ({})",
-                line.policy, line.policy_n
-            ))
-        })?;
+        let recovery::Superlines {
+            line,
+            copy,
+            other,
+            capacity: cap,
+            policy,
+            ..
+        } = recovery::read_superlines(&media, &path)?;
         if line.epoch == u32::MAX {
             return Err(not_a_log("epoch counter exhausted".into()));
         }

@@ -147,6 +147,77 @@ fn count_after(area: &[u8], at: u64, lsn: u64, mut rule: EpochRule, limit: u64) 
     n
 }
 
+/// What the superline copies of a log file say.
+pub(crate) struct Superlines {
+    /// The valid, newer copy.
+    pub line: Superline,
+    /// Its index (0 or 1).
+    pub copy: usize,
+    /// Why the other copy is invalid, if it is.
+    pub other: Option<String>,
+    /// Bytes of the record area.
+    pub capacity: u64,
+    /// The force policy the log was created with.
+    pub policy: super::policy::ForcePolicy,
+    /// The raw bytes of both copies.
+    pub raw: [[u8; SUPER_LEN]; 2],
+}
+
+/// Reads and validates both superline copies of the log on `media` (named `path` in
+/// errors): the one place `Log::open` and `Inspection::open` learn a log's shape.
+pub(crate) fn read_superlines(
+    media: &crate::persist::Media,
+    path: &std::path::Path,
+) -> crate::Result<Superlines> {
+    let not_a_log = |reason: String| crate::Error::NotALog {
+        path: path.to_owned(),
+        reason,
+    };
+    let len = media.len();
+    if len < format::file_len(format::MIN_CAPACITY) {
+        return Err(not_a_log(format!(
+            "{len} bytes, shorter than the smallest log ({} bytes)",
+            format::file_len(format::MIN_CAPACITY)
+        )));
+    }
+    let cap = len - format::file_len(0);
+    let mut raw = [[0u8; SUPER_LEN]; 2];
+    // SAFETY: both copies lie inside the file (len >= file_len(MIN_CAPACITY)); the caller
+    // has the file to itself while it opens or inspects it.
+    unsafe {
+        media.read(0, &mut raw[0]);
+        media.read(format::super_offset(1, cap), &mut raw[1]);
+    }
+    let (line, copy, other) = choose(&raw[0], &raw[1]).map_err(|(ea, eb)| {
+        not_a_log(format!(
+            "no valid superline: copy A at 0: {ea}; copy B at {:#x}: {eb}",
+            format::super_offset(1, cap)
+        ))
+    })?;
+    if line.capacity != cap {
+        return Err(not_a_log(format!(
+            "the superline describes a {}-byte record area, the file holds {cap} bytes of \
+             area (truncated or extended); restore the file from a backup",
+            line.capacity
+        )));
+    }
+    let policy =
+        super::policy::ForcePolicy::decode(line.policy, line.policy_n).ok_or_else(|| {
+            not_a_log(format!(
+                "unknown force policy {} ({})",
+                line.policy, line.policy_n
+            ))
+        })?;
+    Ok(Superlines {
+        line,
+        copy,
+        other,
+        capacity: cap,
+        policy,
+        raw,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
