@@ -2,7 +2,7 @@
 //! from zone parity in place, and the load retried — transparently to the program.
 //!
 //! Real media errors arrive as `SIGBUS` with `BUS_MCEERR_AR` (the kernel found the line
-//! poisoned); emulated ones (`Fault::MediaError`: the page is destroyed and protected with
+//! poisoned); emulated ones (`Fault::MediaError`: the page is made unreadable with
 //! `mprotect(PROT_NONE)`) as `SIGSEGV` with `SEGV_ACCERR`. Any other fault, or one outside
 //! every pool, goes to the handler installed before ours (Rust's stack-overflow handler, or
 //! the default action), so a real crash still crashes.
@@ -54,6 +54,10 @@ pub(crate) struct FaultCtx {
     /// Offsets + 1 of pages the handler could not rebuild: their column's parity no longer
     /// rebuilds anything else in it either.
     lost_pages: [AtomicU64; POISON_MAX],
+    /// Offsets + 1 of the last pages repaired: a thread whose fault on one was delivered
+    /// after another thread's repair finished finds it here and just retries its load.
+    recent: [AtomicU64; POISON_MAX],
+    recent_next: AtomicUsize,
     /// Offset + 1 of the page being repaired (0: none).
     repairing: AtomicU64,
     /// Pages rebuilt by the handler.
@@ -104,6 +108,8 @@ impl FaultCtx {
             geo,
             poisoned: std::array::from_fn(|_| AtomicU64::new(0)),
             lost_pages: std::array::from_fn(|_| AtomicU64::new(0)),
+            recent: std::array::from_fn(|_| AtomicU64::new(0)),
+            recent_next: AtomicUsize::new(0),
             repairing: AtomicU64::new(0),
             repaired: AtomicU64::new(0),
             lost: AtomicU64::new(0),
@@ -127,6 +133,12 @@ impl FaultCtx {
             .any(|p| p.load(Ordering::Acquire) == page + 1)
     }
 
+    fn recently_repaired(&self, page: u64) -> bool {
+        self.recent
+            .iter()
+            .any(|p| p.load(Ordering::Acquire) == page + 1)
+    }
+
     /// Records that `page` has an emulated media error; false if too many are outstanding.
     pub(crate) fn poison(&self, page: u64) -> bool {
         self.is_poisoned(page)
@@ -137,18 +149,29 @@ impl FaultCtx {
     }
 
     /// Makes every page still marked lost accessible again (their bytes stay destroyed).
+    /// Their loss becomes durable: the bytes are zeroed.
     pub(crate) fn unprotect_all(&self, media: &Media) {
         for p in &self.poisoned {
             let v = p.swap(0, Ordering::AcqRel);
             if v != 0 {
-                // SAFETY: a page-aligned page of the mapping, protected by `protect`.
-                unsafe { set_access(media, v - 1, true) };
+                // SAFETY: a page-aligned page of the mapping, protected by `destroy`; the
+                // pool is closing, so nothing else accesses it.
+                unsafe {
+                    set_access(media, v - 1, true);
+                    media.write(v - 1, &[0u8; PAGE as usize]);
+                }
+                media.flush(v - 1, PAGE);
             }
         }
+        media.fence();
     }
 
-    /// Destroys `page` (zeros, made durable) and protects it, as a media error would leave
-    /// it; false if too many emulated errors are outstanding.
+    /// Makes `page` lost, as a media error would: every access to it faults from now on.
+    /// Its bytes stay in place, unreadable, until the handler writes what parity rebuilds
+    /// over them (or the pool closes first, which zeroes them): a thread that reads the page
+    /// in the moment between the handler's `mprotect` and its write sees those bytes, never
+    /// a destroyed page, just as no thread can read a poisoned line of real persistent
+    /// memory before it is rewritten. False if too many emulated errors are outstanding.
     ///
     /// # Safety
     /// `page` is a page-aligned offset inside the pool, and nothing else accesses the pool
@@ -162,12 +185,6 @@ impl FaultCtx {
             return false;
         }
         // SAFETY: the caller's contract.
-        unsafe {
-            media.write(page, &[0u8; PAGE as usize]);
-        }
-        media.flush(page, PAGE);
-        media.fence();
-        // SAFETY: as above.
         unsafe { set_access(media, page, false) };
         true
     }
@@ -198,6 +215,9 @@ impl FaultCtx {
 
     /// Rebuilds `page` (see the module docs); called from the handler.
     fn repair(&self, page: u64) {
+        if !self.is_poisoned(page) && self.recently_repaired(page) {
+            return; // repaired by another thread after this fault was raised
+        }
         loop {
             match self
                 .repairing
@@ -278,6 +298,8 @@ impl FaultCtx {
                 }
             }
         }
+        let slot = self.recent_next.fetch_add(1, Ordering::Relaxed) % POISON_MAX;
+        self.recent[slot].store(page + 1, Ordering::Release);
         self.unpoison(page);
         self.repairing.store(0, Ordering::Release);
     }
@@ -371,7 +393,9 @@ extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut 
         // and the faulting thread was using the pool's memory, so it is registered.
         let ctx = unsafe { &*ctx };
         let page = (addr - base) as u64 / PAGE * PAGE;
-        let emulated = sig == libc::SIGSEGV && code == SEGV_ACCERR && ctx.is_poisoned(page);
+        let emulated = sig == libc::SIGSEGV
+            && code == SEGV_ACCERR
+            && (ctx.is_poisoned(page) || ctx.recently_repaired(page));
         let real = sig == libc::SIGBUS && code == libc::BUS_MCEERR_AR;
         if emulated || real {
             ctx.repair(page);

@@ -66,7 +66,7 @@ impl Pool {
                         report.objects_repaired += 1;
                         continue;
                     }
-                    Outcome::Intact => continue,
+                    Outcome::Intact { .. } => continue,
                     Outcome::Consistent | Outcome::Unrecoverable | Outcome::Busy => {}
                 }
             }

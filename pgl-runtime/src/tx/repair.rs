@@ -23,9 +23,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long a repairer waits for in-flight transactions (or a reader of the object) before
-/// it gives up and reports the damage instead: a thread that keeps a `Detached` or a `Ref`
+/// it gives up and reports the damage instead (10 s: long enough for a loaded machine): a thread that keeps a `Detached` or a `Ref`
 /// open must not hang the repair forever.
-const WAIT: Duration = Duration::from_secs(2);
+const WAIT: Duration = Duration::from_secs(10);
 
 /// Repair counters of one pool (rare events: shared atomics).
 #[derive(Default)]
@@ -44,8 +44,9 @@ pub(crate) enum Outcome {
     /// The object was rebuilt and written back; `pages` of its pages changed.
     Repaired { pages: u64 },
     /// Parity agrees with the bytes in place and the object verifies: nothing to rebuild
-    /// (another thread repaired it meanwhile, or it was never damaged).
-    Intact,
+    /// (another thread repaired it meanwhile, or it was never damaged). With the header
+    /// found, so a caller can tell which.
+    Intact { type_id: u32, size: u64 },
     /// Parity agrees with the bytes in place but the object does not verify: damaged in a
     /// way parity cannot see.
     Consistent,
@@ -122,7 +123,7 @@ impl Engine {
             Outcome::Unrecoverable => {
                 c.unrecoverable.fetch_add(1, Ordering::Relaxed);
             }
-            Outcome::Intact | Outcome::Consistent | Outcome::Busy => {}
+            Outcome::Intact { .. } | Outcome::Consistent | Outcome::Busy => {}
         }
         o
     }
@@ -164,7 +165,10 @@ impl Engine {
                 && object_checksum(payload, h.type_id, &now[16..16 + h.size as usize])
                     == h.checksum;
             return Ok(if intact {
-                Outcome::Intact
+                Outcome::Intact {
+                    type_id: h.type_id,
+                    size: h.size,
+                }
             } else {
                 Outcome::Consistent
             });

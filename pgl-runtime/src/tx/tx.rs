@@ -582,8 +582,14 @@ pub(crate) fn try_repair(eng: &Engine, e: &Error) -> bool {
     super::repairable(e).is_some_and(|off| match eng.repair_object(off) {
         Ok(super::Outcome::Repaired { .. }) => true,
         // Repaired by another thread since this one read it: worth reading again. (A
-        // type mismatch on an intact object is the caller's mistake, not damage.)
-        Ok(super::Outcome::Intact) => matches!(e, Error::ChecksumMismatch { .. }),
+        // type mismatch with the header the object really has is the caller's mistake.)
+        Ok(super::Outcome::Intact { type_id, size }) => match *e {
+            Error::ChecksumMismatch { .. } => true,
+            Error::TypeMismatch {
+                found, found_size, ..
+            } => (found, found_size) != (type_id, size),
+            _ => false,
+        },
         _ => false,
     })
 }
