@@ -30,7 +30,7 @@
 //! (`Engine` unregisters before they drop).
 
 use super::parity::Parity;
-use super::xor::xor_into;
+use super::rebuild::{column_of, rebuild_page_into};
 use crate::geometry::{Geometry, PAGE};
 use crate::persist::Media;
 use std::cell::UnsafeCell;
@@ -198,13 +198,11 @@ impl FaultCtx {
     /// Whether another page of `page`'s column in its zone is lost too.
     fn column_has_other_loss(&self, page: u64) -> bool {
         let g = &self.geo;
-        let Some(pos) = g.locate(page, u64::MAX) else {
+        let Some((zone, row, col)) = column_of(g, page) else {
             return true;
         };
-        let col = (pos.chunk % g.chunks_per_row) * g.chunk_size + pos.within;
-        let row = pos.chunk / g.chunks_per_row;
         (0..g.rows).filter(|&r| r != row).any(|r| {
-            let other = g.zone_offset(pos.zone) + r * g.row_size() + col;
+            let other = g.zone_offset(zone) + r * g.row_size() + col;
             self.is_poisoned(other)
                 || self
                     .lost_pages
@@ -251,27 +249,11 @@ impl FaultCtx {
         }
         // SAFETY: only the holder of `repairing` uses the buffer.
         let buf = unsafe { &mut *self.buf.get() };
-        let rebuilt = match stripe {
-            Some((p, _)) if !self.column_has_other_loss(page) => {
-                let g = &self.geo;
-                let read = |at: u64| {
-                    // SAFETY: pages of the zone holding `page`, which lies in the pool; the
-                    // column is quiet (stripe held, nothing pending).
-                    unsafe { std::slice::from_raw_parts(media.ptr(at) as *const u8, PAGE as usize) }
-                };
-                buf.copy_from_slice(read(p - p % PAGE));
-                let pos = g.locate(page, u64::MAX);
-                if let Some(pos) = pos {
-                    let col = (pos.chunk % g.chunks_per_row) * g.chunk_size + pos.within;
-                    let row = pos.chunk / g.chunks_per_row;
-                    for r in (0..g.rows).filter(|&r| r != row) {
-                        xor_into(buf, read(g.zone_offset(pos.zone) + r * g.row_size() + col));
-                    }
-                }
-                pos.is_some()
-            }
-            _ => false,
-        };
+        let rebuilt = stripe.is_some()
+            && !self.column_has_other_loss(page)
+            // SAFETY: `page` lies in a zone of the pool; its column is quiet (stripe held,
+            // nothing pending); the buffer is the one preallocated for repairs.
+            && unsafe { rebuild_page_into(media, &self.geo, page, buf) };
         if !rebuilt {
             buf.fill(0);
         }

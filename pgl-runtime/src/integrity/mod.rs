@@ -9,7 +9,7 @@ pub mod xor;
 
 pub(crate) use parity::{recompute_zone, verify_zone, Parity};
 pub(crate) use rebuild::rebuild_range;
-pub(crate) use reconcile::{reconcile_zone, Reconciled};
+pub(crate) use reconcile::{block_verifies, reconcile_zone, Reconciled};
 
 /// Parity updates of changed ranges up to this many bytes use one atomic 8-byte XOR per
 /// word; longer ones take the column's lock and the vectorised kernel. Measured by

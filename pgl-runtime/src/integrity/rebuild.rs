@@ -37,6 +37,14 @@ pub(crate) unsafe fn rebuild_range(
     Some(out)
 }
 
+/// The zone, row and in-row offset of data page `page`, if it lies in a zone's data rows.
+pub(crate) fn column_of(geo: &Geometry, page: u64) -> Option<(u64, u64, u64)> {
+    let pos = geo.locate(page, u64::MAX)?;
+    let row = pos.chunk / geo.chunks_per_row;
+    let col = (pos.chunk % geo.chunks_per_row) * geo.chunk_size + pos.within;
+    Some((pos.zone, row, col))
+}
+
 /// The page at `page` (page aligned, in a zone's data rows) rebuilt from parity; `None`
 /// outside the data rows.
 ///
@@ -47,25 +55,40 @@ pub(crate) unsafe fn rebuild_page(
     geo: &Geometry,
     page: u64,
 ) -> Option<Box<[u8; PAGE as usize]>> {
-    let pos = geo.locate(page, u64::MAX)?;
-    let row = pos.chunk / geo.chunks_per_row;
-    let col = (pos.chunk % geo.chunks_per_row) * geo.chunk_size + pos.within;
-    let parity = geo.parity_offset(pos.zone) + col;
-    if parity + PAGE > media.len() {
-        return None;
-    }
     let mut out = Box::new([0u8; PAGE as usize]);
+    // SAFETY: the caller's contract.
+    unsafe { rebuild_page_into(media, geo, page, &mut out) }.then_some(out)
+}
+
+/// `rebuild_page` into `out`, allocating nothing (the media-error handler uses it); false
+/// outside the data rows.
+///
+/// # Safety
+/// As `rebuild_range`.
+pub(crate) unsafe fn rebuild_page_into(
+    media: &Media,
+    geo: &Geometry,
+    page: u64,
+    out: &mut [u8; PAGE as usize],
+) -> bool {
+    let Some((zone, row, col)) = column_of(geo, page) else {
+        return false;
+    };
+    let parity = geo.parity_offset(zone) + col;
+    if parity + PAGE > media.len() {
+        return false;
+    }
     let read = |at: u64| {
-        // SAFETY: a page of zone `pos.zone`, which lies in the pool (caller; checked for
-        // its parity row, the zone's last bytes, just above).
+        // SAFETY: a page of `zone`, which lies in the pool (caller; checked for its parity
+        // row, the zone's last bytes, just above).
         unsafe { std::slice::from_raw_parts(media.ptr(at) as *const u8, PAGE as usize) }
     };
     out.copy_from_slice(read(parity));
     for r in (0..geo.rows).filter(|&r| r != row) {
         xor_into(
             &mut out[..],
-            read(geo.zone_offset(pos.zone) + r * geo.row_size() + col),
+            read(geo.zone_offset(zone) + r * geo.row_size() + col),
         );
     }
-    Some(out)
+    true
 }

@@ -33,7 +33,7 @@ pub(crate) struct Reconciled {
 
 /// Whether the block at `hdr` (header offset; `capacity` payload bytes) holds a sane header
 /// and a payload matching its checksum, in `bytes` (the block's bytes).
-fn block_verifies(hdr: u64, capacity: u64, bytes: &[u8]) -> bool {
+pub(crate) fn block_verifies(hdr: u64, capacity: u64, bytes: &[u8]) -> bool {
     let h = ObjectHeader::from_bytes(bytes[..16].try_into().expect("16 bytes"));
     h.size <= capacity
         && object_checksum(

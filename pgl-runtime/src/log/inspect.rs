@@ -58,22 +58,16 @@ impl Inspection {
     pub fn open(path: impl AsRef<Path>) -> Result<Inspection> {
         let path = path.as_ref().to_owned();
         let media = Media::open_file(&path, 0, Some(crate::FlushMode::None))?;
+        let lines = recovery::read_superlines(&media, &path)?;
+        let scan = lines.scan(&media);
+        let report = scan.report;
         let recovery::Superlines {
             line,
-            copy,
-            other,
             capacity: cap,
             policy,
             raw: [a, b],
-        } = recovery::read_superlines(&media, &path)?;
-        // SAFETY: the area lies inside the file; this process does not write it.
-        let area = unsafe {
-            std::slice::from_raw_parts(media.ptr(AREA_OFFSET) as *const u8, cap as usize)
-        };
-        let scan = recovery::scan(area, &line, AREA_OFFSET, true);
-        let mut report = scan.report;
-        report.superline_copy = copy;
-        report.other_copy_invalid = other;
+            ..
+        } = lines;
         Ok(Inspection {
             copies: [Superline::decode(&a), Superline::decode(&b)],
             media,

@@ -197,25 +197,19 @@ impl Log {
             path: path.clone(),
             reason,
         };
+        let lines = recovery::read_superlines(&media, &path)?;
+        if lines.line.epoch == u32::MAX {
+            return Err(not_a_log("epoch counter exhausted".into()));
+        }
+        let scan = lines.scan(&media);
+        let report = scan.report;
         let recovery::Superlines {
             line,
             copy,
-            other,
             capacity: cap,
             policy,
             ..
-        } = recovery::read_superlines(&media, &path)?;
-        if line.epoch == u32::MAX {
-            return Err(not_a_log("epoch counter exhausted".into()));
-        }
-        // SAFETY: the area lies inside the file, and nothing writes it during recovery.
-        let area = unsafe {
-            std::slice::from_raw_parts(media.ptr(AREA_OFFSET) as *const u8, cap as usize)
-        };
-        let scan = recovery::scan(area, &line, AREA_OFFSET, true);
-        let mut report = scan.report;
-        report.superline_copy = copy;
-        report.other_copy_invalid = other;
+        } = lines;
         let next = report.next_lsn;
 
         // A new epoch: every LSN from `next` on must now carry it, so nothing left behind

@@ -218,6 +218,26 @@ pub(crate) fn read_superlines(
     })
 }
 
+impl Superlines {
+    /// Scans the record area of the log on `media` from this superline (what recovery
+    /// finds), the report naming which copy was used and why the other was not.
+    pub(crate) fn scan(&self, media: &crate::persist::Media) -> Scan {
+        // SAFETY: the area lies inside the file (its length was checked against the
+        // superline's capacity); the caller has the file to itself while it opens or
+        // inspects it.
+        let area = unsafe {
+            std::slice::from_raw_parts(
+                media.ptr(format::AREA_OFFSET) as *const u8,
+                self.capacity as usize,
+            )
+        };
+        let mut s = scan(area, &self.line, format::AREA_OFFSET, true);
+        s.report.superline_copy = self.copy;
+        s.report.other_copy_invalid = self.other.clone();
+        s
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,7 +15,8 @@ use super::engine::Engine;
 use super::lane::{LaneState, Touched};
 use super::locks::Held;
 use super::record::{self, RecordWriter, RETIRED_OFFSET, SEAL_OFFSET};
-use crate::heap::layout::{object_checksum, ObjectHeader, HEADER_SIZE};
+use crate::heap::layout::{ObjectHeader, HEADER_SIZE};
+use crate::integrity::block_verifies;
 use crate::integrity::rebuild_range;
 use crate::{Error, Result};
 use parking_lot::MutexGuard;
@@ -161,10 +162,7 @@ impl Engine {
         unsafe { self.media.read(start, &mut now) };
         if rebuilt == now {
             let h = ObjectHeader::from_bytes(now[..16].try_into().expect("16 bytes"));
-            let intact = h.size <= place.capacity
-                && object_checksum(payload, h.type_id, &now[16..16 + h.size as usize])
-                    == h.checksum;
-            return Ok(if intact {
+            return Ok(if block_verifies(start, place.capacity, &now) {
                 Outcome::Intact {
                     type_id: h.type_id,
                     size: h.size,
@@ -173,11 +171,7 @@ impl Engine {
                 Outcome::Consistent
             });
         }
-        let h = ObjectHeader::from_bytes(rebuilt[..16].try_into().expect("16 bytes"));
-        let body = &rebuilt[HEADER_SIZE as usize..];
-        if h.size > place.capacity
-            || object_checksum(payload, h.type_id, &body[..h.size as usize]) != h.checksum
-        {
+        if !block_verifies(start, place.capacity, &rebuilt) {
             return Ok(Outcome::Unrecoverable);
         }
         // The bytes that differ, as runs (merged across small gaps).
