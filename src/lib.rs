@@ -11,15 +11,22 @@ pub use pgl_runtime::*;
 #[doc = include_str!("../pgl-derive/doc/persistent.md")]
 pub use pgl_derive::Persistent;
 
+#[doc = include_str!("../pgl-derive/doc/extendible.md")]
+pub use pgl_derive::extendible;
+
 /// The items most programs need: `use pgl::prelude::*;`.
 pub mod prelude {
-    pub use pgl_derive::Persistent;
+    pub use pgl_derive::{extendible, Persistent};
     pub use pgl_runtime::prelude::*;
 }
 
 /// Paths used by code that `pgl-derive` generates. Not a stable API.
 #[doc(hidden)]
 pub mod __private {
+    pub use pgl_runtime::__leds::{run_init, zeroed, ExtGroups, ExtPlaces};
     pub use pgl_runtime::persistent::{fnv1a64, fold_type_id, mix64, Persistent, MAX_ALIGN};
-    pub use pgl_runtime::{AsPlace, Oid, Place};
+    pub use pgl_runtime::{
+        AsPlace, Error, Ext, ExtLink, ExtMut, Extendible, ExtendibleData, Mut, Oid, Place, Read,
+        Result, Tx,
+    };
 }

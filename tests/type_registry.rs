@@ -56,7 +56,9 @@ fn a_changed_struct_is_refused_with_its_names_and_fingerprints() {
             type_id,
             stored,
             compiled,
+            group,
         } => {
+            assert_eq!(group, None, "not an extendible struct");
             assert!(type_name.ends_with("v2::Account"), "{type_name}");
             assert!(stored_name.ends_with("v1::Account"), "{stored_name}");
             assert_eq!(type_id, 4242);

@@ -52,6 +52,9 @@ pub(crate) struct Field<'a> {
     pub(crate) ty: &'a Type,
     /// The whole field, for spans.
     pub(crate) original: &'a syn::Field,
+    /// Whether `#[extendible]` hid the field (its link, or a replaced base field): it gets
+    /// no accessor.
+    pub(crate) no_accessors: bool,
 }
 
 impl Field<'_> {
@@ -75,7 +78,7 @@ impl<'a> Container<'a> {
                     .iter()
                     .enumerate()
                     .map(|(index, field)| {
-                        attr::check_field_attrs(cx, &field.attrs);
+                        let attrs = attr::field_attrs(cx, &field.attrs);
                         let (member, name) = match &field.ident {
                             Some(ident) => (Member::Named(ident.clone()), unraw(ident)),
                             None => (
@@ -93,6 +96,7 @@ impl<'a> Container<'a> {
                             ident: field.ident.as_ref(),
                             ty: &field.ty,
                             original: field,
+                            no_accessors: attrs.no_accessors,
                         }
                     })
                     .collect(),

@@ -53,6 +53,9 @@ pub(crate) struct Container {
     pub(crate) repr: Repr,
     /// `#[pgl(id = N)]`, if given and valid.
     pub(crate) id: Option<TypeId>,
+    /// `#[pgl(__group_of(Base, k))]`, which `#[extendible]` puts on the struct of its
+    /// extension group `k`: the type id is derived from the base's.
+    pub(crate) group_of: Option<(syn::Path, LitInt)>,
 }
 
 impl Container {
@@ -64,6 +67,10 @@ impl Container {
             if attr.path().is_ident("repr") {
                 parse_repr(attr, &mut out.repr);
             } else if attr.path().is_ident("pgl") {
+                if let Some(group_of) = parse_group_of(attr) {
+                    out.group_of = Some(group_of);
+                    continue;
+                }
                 parse_pgl(cx, attr, &mut out.id, &mut seen_id);
             }
         }
@@ -71,9 +78,31 @@ impl Container {
     }
 }
 
-/// Checks the attributes of one field: no `#[pgl]` key is defined on fields yet, so every
-/// key is reported as unknown.
-pub(crate) fn check_field_attrs(cx: &Ctxt, attrs: &[Attribute]) {
+/// The `#[pgl(...)]` key `#[extendible]` puts on the fields it hides: its link, and base
+/// fields an extension replaced. Not for users (it is reported as unknown in messages).
+pub(crate) const NO_ACCESSORS: &str = "__no_accessors";
+
+/// What the attributes of one field say.
+#[derive(Default)]
+pub(crate) struct FieldAttrs {
+    /// `#[pgl(__no_accessors)]`: the field gets no accessor (set by `#[extendible]`).
+    pub(crate) no_accessors: bool,
+}
+
+/// Reads the attributes of one field: the hidden key `#[extendible]` sets; every other
+/// `#[pgl]` key is unknown, and `#[extension]` without `#[extendible]` is a mistake.
+pub(crate) fn field_attrs(cx: &Ctxt, attrs: &[Attribute]) -> FieldAttrs {
+    let mut out = FieldAttrs::default();
+    for attr in attrs {
+        if attr.path().is_ident("extension") {
+            cx.error_spanned_by(
+                attr,
+                "`#[extension]` fields belong to an `#[extendible]` struct: add `#[extendible]` \
+                 above `#[derive(Persistent)]` (in the first version that stores the struct: \
+                 it appends the hidden link the groups hang from)",
+            );
+        }
+    }
     for attr in attrs.iter().filter(|a| a.path().is_ident("pgl")) {
         let Meta::List(_) = attr.meta else {
             cx.error_spanned_by(
@@ -83,6 +112,10 @@ pub(crate) fn check_field_attrs(cx: &Ctxt, attrs: &[Attribute]) {
             continue;
         };
         let result = attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident(NO_ACCESSORS) {
+                out.no_accessors = true;
+                return Ok(());
+            }
             cx.error_spanned_by(
                 &meta.path,
                 format!(
@@ -96,6 +129,24 @@ pub(crate) fn check_field_attrs(cx: &Ctxt, attrs: &[Attribute]) {
             cx.syn_error(e);
         }
     }
+    out
+}
+
+/// `#[pgl(__group_of(Base, k))]`, set by `#[extendible]` (not a user key).
+fn parse_group_of(attr: &Attribute) -> Option<(syn::Path, LitInt)> {
+    let mut out = None;
+    let _ = attr.parse_nested_meta(|meta| {
+        if meta.path.is_ident("__group_of") {
+            let content;
+            syn::parenthesized!(content in meta.input);
+            let base: syn::Path = content.parse()?;
+            content.parse::<Token![,]>()?;
+            let k: LitInt = content.parse()?;
+            out = Some((base, k));
+        }
+        Ok(())
+    });
+    out
 }
 
 fn parse_repr(attr: &Attribute, repr: &mut Repr) {

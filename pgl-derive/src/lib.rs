@@ -14,6 +14,7 @@ mod attr;
 mod check;
 mod ctxt;
 mod expand;
+mod extension;
 mod fallback;
 mod layout;
 
@@ -24,8 +25,17 @@ mod tests;
 ///
 /// See `pgl::Persistent` for what it accepts, what it generates, and every error it
 /// reports.
-#[proc_macro_derive(Persistent, attributes(pgl))]
+#[proc_macro_derive(Persistent, attributes(pgl, extension))]
 pub fn derive_persistent(input: TokenStream) -> TokenStream {
     let input = syn::parse_macro_input!(input as syn::DeriveInput);
     expand::persistent::derive(&input).into()
+}
+
+/// Makes a `#[derive(Persistent)]` struct extendible: its fields without `#[extension]`
+/// are a frozen base, fields added later carry `#[extension(N, init = …)]`.
+///
+/// See `pgl::extendible` for what it generates and every error it reports.
+#[proc_macro_attribute]
+pub fn extendible(args: TokenStream, input: TokenStream) -> TokenStream {
+    expand::extendible::expand(args.into(), input.into()).into()
 }

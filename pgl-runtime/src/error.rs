@@ -145,7 +145,9 @@ pub enum Error {
 
     /// The pool stores a type with another layout than this build compiles: the struct
     /// changed (a field added, removed, retyped or reordered) since the pool was written.
-    #[error("type `{type_name}` (type id {type_id:#010x}) has layout {compiled:#018x} in this build, but the pool stored it as `{stored_name}` with layout {stored:#018x}: the struct changed since the pool was written. Either reset the pool (create a new one), migrate its objects (read them with the old definition, write them with the new one), or make the type `#[extendible]` so that it can grow in place")]
+    /// For an `#[extendible]` struct, `group` says which part changed: `Some(0)` its frozen
+    /// base, `Some(n)` its extension group `n`.
+    #[error("type `{type_name}` (type id {type_id:#010x}) has layout {compiled:#018x} in this build, but the pool stored it as `{stored_name}` with layout {stored:#018x}: {}", layout_advice(*.group))]
     LayoutMismatch {
         /// The type as this build names it.
         type_name: String,
@@ -157,6 +159,9 @@ pub enum Error {
         stored: u64,
         /// The layout fingerprint of this build.
         compiled: u64,
+        /// For an `#[extendible]` struct: 0 when its base changed, `n` when its extension
+        /// group `n` changed; `None` for other types.
+        group: Option<u32>,
     },
 
     /// The pool's type registry is full: no further type can be stored in it.
@@ -349,5 +354,25 @@ impl Error {
             offset,
             reason: reason.into(),
         }
+    }
+}
+
+/// What to do about a `LayoutMismatch`, by the part of the struct that changed.
+fn layout_advice(group: Option<u32>) -> String {
+    match group {
+        None => "the struct changed since the pool was written. Either reset the pool (create a \
+                 new one), migrate its objects (read them with the old definition, write them \
+                 with the new one), or make the type `#[extendible]` so that it can grow in place"
+            .to_owned(),
+        Some(0) => "the base of this `#[extendible]` struct changed, but the base is frozen once \
+                    objects are stored: restore the fields without `#[extension]` as they were, and \
+                    add new fields in a new `#[extension(N)]` group (a changed type with \
+                    `replaces = field`)"
+            .to_owned(),
+        Some(n) => format!(
+            "extension group {n} of this `#[extendible]` struct changed, but a group is frozen \
+             once objects carry it: restore the fields of `#[extension({n})]` as they were, and \
+             add new fields in a new group"
+        ),
     }
 }

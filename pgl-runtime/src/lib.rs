@@ -1,8 +1,8 @@
 //! The runtime of pgl: media layer, pool, heap, transactions. Use it through the `pgl` crate.
 //!
 //! Layers, bottom to top (no module imports one above it): `checksum`, `geometry`,
-//! `smallmap` → `persist` → `heap` → `integrity` → `tx` → `inject` → `pool`; `log` stands
-//! on `persist` and `checksum` alone.
+//! `smallmap` → `persist` → `heap` → `integrity` → `tx` → `inject` → `pool` → `leds`;
+//! `log` stands on `persist` and `checksum` alone.
 #![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -13,6 +13,7 @@ pub mod geometry;
 mod heap;
 mod inject;
 pub mod integrity;
+mod leds;
 pub mod log;
 pub mod persist;
 pub mod persistent;
@@ -26,6 +27,7 @@ pub use error::{Error, Result};
 pub use heap::layout::ObjectHeader;
 pub use heap::SizeClasses;
 pub use inject::Fault;
+pub use leds::{Ext, ExtLink, ExtMut, Extendible, ExtendibleData, MAX_GROUPS};
 pub use log::{ForcePolicy, Log, LogConfig, LogStats, Lsn, RecoveryReport, Reservation};
 pub use persist::{CrashPoint, CrashSim, FlushMode};
 pub use persistent::{Oid, Persistent};
@@ -33,6 +35,12 @@ pub use pool::{Config, Detached, Header, Pool, PoolInfo, ScrubReport, FORMAT_VER
 pub use stats::Stats;
 pub use tx::{AsPlace, Mut, Place, Read, Ref, Tx, TypeInfo, VerifyPolicy};
 pub use values::{PBool, PBytes, PStr};
+
+/// Items the code `#[extendible]` generates names (through the facade). Not an API.
+#[doc(hidden)]
+pub mod __leds {
+    pub use crate::leds::{run_init, zeroed, ExtGroups, ExtPlaces};
+}
 
 /// The items most programs need.
 pub mod prelude {

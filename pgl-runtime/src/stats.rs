@@ -50,6 +50,9 @@ pub struct Stats {
     pub media_errors_lost: u64,
     /// Scrubs the background scrubber (`VerifyPolicy::Scrub`) completed.
     pub scrubs: u64,
+    /// Objects of `#[extendible]` structs upgraded lazily (extension groups allocated,
+    /// initialised and linked) by committed transactions.
+    pub upgrades: u64,
 }
 
 /// Counter slots, in `Stats` field order.
@@ -65,8 +68,9 @@ pub(crate) enum Counter {
     BytesWritten,
     Allocs,
     Frees,
+    Upgrades,
 }
-const N: usize = 9;
+const N: usize = 10;
 
 /// One lane's counters, alone on their cache lines.
 #[repr(align(128))]
@@ -98,5 +102,6 @@ impl LaneCounters {
         s.bytes_written += g(Counter::BytesWritten);
         s.allocs += g(Counter::Allocs);
         s.frees += g(Counter::Frees);
+        s.upgrades += g(Counter::Upgrades);
     }
 }

@@ -31,7 +31,9 @@ fn accessible<'f, 'a>(cont: &Container<'_>, fields: &'f [Field<'a>]) -> Vec<&'f 
     }
     fields
         .iter()
-        .filter(|f| f.ident.is_some() && visible_enough(&f.original.vis, cont.vis))
+        .filter(|f| {
+            f.ident.is_some() && !f.no_accessors && visible_enough(&f.original.vis, cont.vis)
+        })
         .collect()
 }
 

@@ -95,6 +95,14 @@ fn type_id(cont: &Container<'_>) -> TokenStream {
             )
         }
     };
+    if let Some((base, k)) = &cont.attrs.group_of {
+        return quote! {
+            ::pgl::__private::fold_type_id(::pgl::__private::mix64(
+                <#base as ::pgl::__private::Persistent>::TYPE_ID as u64,
+                0x1ed5_0000_u64 + #k,
+            ))
+        };
+    }
     if !cont.is_generic() {
         return match &cont.attrs.id {
             Some(id) => LitInt::new(&id.value.to_string(), id.span).into_token_stream(),

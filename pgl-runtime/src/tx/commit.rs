@@ -241,6 +241,7 @@ impl Tx<'_> {
         let c = &self.lane.counters;
         c.add(Counter::Commits, 1);
         c.add(Counter::Allocs, st.allocs);
+        c.add(Counter::Upgrades, st.upgrades);
         Ok(())
     }
 

@@ -243,6 +243,7 @@ fn verdict<T: Persistent>(found: &TypeInfo) -> Result<()> {
         type_id: T::TYPE_ID,
         stored: found.layout,
         compiled: T::LAYOUT,
+        group: None,
     })
 }
 

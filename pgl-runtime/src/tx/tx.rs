@@ -23,6 +23,8 @@ pub(crate) struct TxState<'p> {
     pub sc: Scratch,
     pub poison: Option<Error>,
     pub allocs: u64,
+    /// Extendible objects this transaction upgraded (`leds`), counted at commit.
+    pub upgrades: u64,
     /// Types this transaction added to the type registry: (id, layout, name).
     pub registered: Vec<(u32, u64, &'static str)>,
     /// Whether it holds the right to add registry entries.
@@ -50,6 +52,7 @@ impl<'p> Tx<'p> {
                 sc,
                 poison: None,
                 allocs: 0,
+                upgrades: 0,
                 registered: Vec::new(),
                 owns_registry: false,
             }),
@@ -354,6 +357,100 @@ impl<'p> Tx<'p> {
             self.new_buffer(st, off, 0, T::TYPE_ID, BufKind::Freed);
         }
         Ok(())
+    }
+
+    /// The type id and bytes of the object at `off`, whatever its type: from this
+    /// transaction's buffer if it has one, else from NVMM under a read lock held until the
+    /// transaction ends (`leds` copies and frees extension chains with it, whose tail may
+    /// hold groups this build does not know).
+    pub(crate) fn object_bytes(&self, off: u64) -> Result<(u32, Vec<u8>)> {
+        let mut st = self.st.borrow_mut();
+        if let Some(&i) = st.sc.index.get(&off) {
+            if i == usize::MAX {
+                return Err(Error::invalid_oid(
+                    off,
+                    "failed verification earlier in this transaction",
+                ));
+            }
+            // SAFETY: buffers live until the transaction ends; the borrow flag is checked
+            // before the payload is read.
+            let buf = unsafe { st.sc.bufs[i].as_ref() };
+            if buf.kind == BufKind::Freed {
+                return Err(Error::UseAfterFree { offset: off });
+            }
+            if buf.borrow < 0 {
+                return Err(Error::AlreadyBorrowed { offset: off });
+            }
+            return Ok((buf.type_id, buf.payload().to_vec()));
+        }
+        self.lock(&mut st, off, Held::Read)?;
+        let place = self.eng.heap.locate(off)?;
+        let h = self.header(off);
+        if h.size > place.capacity || h.size == 0 {
+            return Err(Error::invalid_oid(
+                off,
+                "its header gives an impossible size",
+            ));
+        }
+        let mut bytes = vec![0u8; h.size as usize];
+        // SAFETY: the payload lies inside the pool (size <= capacity) and our read lock
+        // excludes concurrent commits to it.
+        unsafe { self.eng.media.read(off, &mut bytes) };
+        if object_checksum(off, h.type_id, &bytes) != h.checksum {
+            return Err(Error::ChecksumMismatch {
+                offset: off,
+                type_id: h.type_id,
+                size: h.size,
+                stored: h.checksum,
+                computed: object_checksum(off, h.type_id, &bytes),
+            });
+        }
+        Ok((h.type_id, bytes))
+    }
+
+    /// Frees the object at `off` when the transaction commits, whatever its type (`leds`
+    /// frees the groups of an extension chain this build may not know).
+    pub(crate) fn free_raw(&self, off: u64) -> Result<()> {
+        let mut guard = self.st.borrow_mut();
+        let st = &mut *guard;
+        if let Some(&i) = st.sc.index.get(&off) {
+            if i == usize::MAX {
+                return Err(Error::invalid_oid(
+                    off,
+                    "failed verification earlier in this transaction",
+                ));
+            }
+            // SAFETY: see `open`.
+            let buf = unsafe { &mut *st.sc.bufs[i].as_ptr() };
+            if buf.kind == BufKind::Freed {
+                return Err(Error::UseAfterFree { offset: off });
+            }
+            if buf.borrow != 0 {
+                return Err(Error::AlreadyBorrowed { offset: off });
+            }
+            let f = self.eng.heap.free(off, &mut st.sc.meta)?;
+            st.sc.frees.push(f);
+            buf.kind = BufKind::Freed;
+        } else {
+            self.lock(st, off, Held::Write)?;
+            let place = self.eng.heap.locate(off)?;
+            let h = self.header(off);
+            if h.size > place.capacity {
+                return Err(Error::invalid_oid(
+                    off,
+                    "its header gives an impossible size",
+                ));
+            }
+            let f = self.eng.heap.free(off, &mut st.sc.meta)?;
+            st.sc.frees.push(f);
+            self.new_buffer(st, off, 0, h.type_id, BufKind::Freed);
+        }
+        Ok(())
+    }
+
+    /// Counts one object upgraded by `leds` (reported by `stats()` once this commits).
+    pub(crate) fn note_upgrade(&self) {
+        self.st.borrow_mut().upgrades += 1;
     }
 
     /// Sets a heap metadata word (the root oid) at commit.

@@ -1,0 +1,640 @@
+//! `#[extendible]`: rewrites a struct into its frozen base (with the hidden link to its
+//! first extension group appended), one persistent struct per extension group (each ending
+//! with the link to the next), the `<Struct>Data` of every current field, the
+//! `<Struct>ExtFields` accessors of extension fields, and the `Extendible` impl the
+//! runtime's lazy upgrade drives.
+//!
+//! Invariant: the base keeps exactly the fields without `#[extension]`, in order, so its
+//! layout fingerprint is the one every earlier version stored; a group's fields never
+//! change once written (the runtime reports a changed group as a layout mismatch naming
+//! it). When the attribute finds a mistake it emits the errors and the base struct alone
+//! (extension fields dropped), so the mistake is reported once.
+
+use proc_macro2::{Ident, TokenStream};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
+use syn::spanned::Spanned;
+use syn::{Expr, ItemStruct, Type, Visibility};
+
+use crate::ctxt::Ctxt;
+use crate::extension::{Args, Loc, Model};
+
+/// Expands `#[extendible(args)]` on `input`.
+pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
+    let item: ItemStruct = match syn::parse2(input.clone()) {
+        Ok(item) => item,
+        Err(_) => {
+            let span = input.into_iter().next().map(|t| t.span());
+            let e = syn::Error::new(
+                span.unwrap_or_else(proc_macro2::Span::call_site),
+                "`#[extendible]` applies to a `#[derive(Persistent)]` struct",
+            );
+            return e.into_compile_error();
+        }
+    };
+    let cx = Ctxt::new();
+    let args = Args::parse(&cx, args);
+    if !item.generics.params.is_empty() {
+        cx.error_spanned_by(
+            &item.generics,
+            "an `#[extendible]` struct cannot be generic: its groups are separate persistent \
+             types, one per struct; make a non-generic struct for each use",
+        );
+    }
+    if !derives_persistent(&item) {
+        cx.error_spanned_by(
+            &item.ident,
+            "`#[extendible]` needs `#[derive(Persistent)]` (and `#[repr(C)]`) below it on the \
+             same struct",
+        );
+    }
+    let model = Model::new(&cx, &item);
+    match cx.into_error() {
+        Some(e) => {
+            let e = e.into_compile_error();
+            let base = base_struct(&model);
+            quote!(#e #base)
+        }
+        None => Gen::new(&model).all(args),
+    }
+}
+
+fn derives_persistent(item: &ItemStruct) -> bool {
+    item.attrs.iter().any(|a| {
+        a.path().is_ident("derive")
+            && a.parse_args_with(
+                syn::punctuated::Punctuated::<syn::Path, syn::Token![,]>::parse_terminated,
+            )
+            .is_ok_and(|paths| {
+                paths
+                    .iter()
+                    .any(|p| p.segments.last().is_some_and(|s| s.ident == "Persistent"))
+            })
+    })
+}
+
+/// A field with its `#[extension]` attributes removed.
+fn strip(field: &syn::Field) -> syn::Field {
+    let mut f = field.clone();
+    f.attrs.retain(|a| !a.path().is_ident("extension"));
+    f
+}
+
+/// The base struct: the fields without `#[extension]` (those a group replaced become
+/// private and accessor-less) and the link to group 1.
+fn base_struct(model: &Model<'_>) -> TokenStream {
+    let item = model.item;
+    let attrs = &item.attrs;
+    let vis = &item.vis;
+    let ident = &item.ident;
+    let fields = model.base.iter().enumerate().map(|(i, f)| {
+        let mut f = strip(f);
+        if !model.is_current(Loc::Base(i)) && model.names.len() > 1 {
+            f.vis = Visibility::Inherited;
+            f.attrs.push(syn::parse_quote!(#[pgl(__no_accessors)]));
+            f.attrs.push(syn::parse_quote!(#[doc(hidden)]));
+        }
+        f
+    });
+    quote! {
+        #(#attrs)*
+        #vis struct #ident {
+            #(#fields,)*
+            #[pgl(__no_accessors)]
+            #[doc(hidden)]
+            __pgl_ext: ::pgl::__private::ExtLink,
+        }
+    }
+}
+
+/// The code generator of a struct without mistakes.
+struct Gen<'m, 'a> {
+    m: &'m Model<'a>,
+    ident: &'a Ident,
+    vis: &'a Visibility,
+    name: String,
+    groups: usize,
+}
+
+impl<'m, 'a> Gen<'m, 'a> {
+    fn new(m: &'m Model<'a>) -> Self {
+        Gen {
+            m,
+            ident: &m.item.ident,
+            vis: &m.item.vis,
+            name: crate::ast::unraw(&m.item.ident),
+            groups: m.groups.len(),
+        }
+    }
+
+    fn group_ty(&self, k: usize) -> Ident {
+        format_ident!("__Pgl{}Ext{}", self.name, k)
+    }
+
+    fn glue(&self, what: &str) -> Ident {
+        format_ident!("__Pgl{}{}", self.name, what)
+    }
+
+    fn view_ty(&self, j: usize) -> Ident {
+        format_ident!("__Pgl{}V{}", self.name, j)
+    }
+
+    fn g(k: usize) -> Ident {
+        format_ident!("g{}", k)
+    }
+
+    fn field_ty(&self, loc: Loc) -> &'a Type {
+        &self.m.field(loc).ty
+    }
+
+    fn field_ident(&self, loc: Loc) -> &'a Ident {
+        self.m.field(loc).ident.as_ref().expect("named fields only")
+    }
+
+    /// `self.base.f` / `self.gK.f`, through `root` (`self` of an old view).
+    fn read_path(&self, root: TokenStream, loc: Loc) -> TokenStream {
+        let f = self.field_ident(loc);
+        match loc {
+            Loc::Base(_) => quote!(#root.base.#f),
+            Loc::Group { group, .. } => {
+                let g = Self::g(group);
+                quote!(#root.#g.#f)
+            }
+        }
+    }
+
+    fn all(&self, args: Args) -> TokenStream {
+        let base = base_struct(self.m);
+        let data = self.data_struct();
+        let ext_fields = self.ext_fields();
+        let groups = (1..=self.groups).map(|k| self.group_struct(k));
+        let views = (0..self.groups).map(|j| self.old_view(j));
+        let glue = self.glue_structs();
+        let imp = self.extendible_impl();
+        let pinned = self.pinned(args);
+        quote! {
+            #base
+            #data
+            #ext_fields
+            #[allow(
+                unused_qualifications,
+                clippy::use_self,
+                clippy::unused_unit,
+                non_camel_case_types,
+                dead_code
+            )]
+            const _: () = {
+                #(#groups)*
+                #(#views)*
+                #glue
+                #imp
+                #pinned
+            };
+        }
+    }
+
+    fn pinned(&self, args: Args) -> TokenStream {
+        let Some(lit) = args.pinned_base else {
+            return TokenStream::new();
+        };
+        let ident = self.ident;
+        let message = format!(
+            "the base of `{}` no longer has the layout pinned by `#[extendible(base = {lit})]`: \
+             the fields without `#[extension]` must stay as they were when objects were first \
+             stored; add new fields in a new `#[extension(N)]` group",
+            self.name
+        );
+        quote_spanned! {lit.span()=>
+            const _: () = if <#ident as ::pgl::__private::Persistent>::LAYOUT != #lit {
+                ::core::panic!(#message)
+            };
+        }
+    }
+
+    /// The struct of group `k`: its fields, then the link to group `k + 1`.
+    fn group_struct(&self, k: usize) -> TokenStream {
+        let vis = self.vis;
+        let ty = self.group_ty(k);
+        let doc = format!(
+            "Extension group {k} of `{}` (generated by `#[extendible]`).",
+            self.name
+        );
+        // Accessors are `<Struct>ExtFields`, on the views of the whole object.
+        let fields = self.m.groups[k - 1].iter().map(|f| {
+            let mut f = strip(f.field);
+            f.attrs.push(syn::parse_quote!(#[pgl(__no_accessors)]));
+            f
+        });
+        let ident = self.ident;
+        let k_lit = syn::LitInt::new(&format!("{k}u64"), proc_macro2::Span::call_site());
+        quote! {
+            #[doc = #doc]
+            #[derive(::pgl::Persistent)]
+            #[pgl(__group_of(#ident, #k_lit))]
+            #[repr(C)]
+            #vis struct #ty {
+                #(#fields,)*
+                #[pgl(__no_accessors)]
+                __pgl_next: ::pgl::__private::ExtLink,
+            }
+        }
+    }
+
+    /// `<Struct>Data`: every field a program of this version sees, for `tx.alloc_ext`.
+    fn data_struct(&self) -> TokenStream {
+        let vis = self.vis;
+        let ty = format_ident!("{}Data", self.name, span = self.ident.span());
+        let doc = format!(
+            "Every field of [`{0}`] as this version defines it: the base fields (those an \
+             extension replaced excepted) and the extension fields. `tx.alloc_ext({0}Data {{ … }})` \
+             creates an object with its full chain of extension groups.",
+            self.name
+        );
+        let fields = self.current().map(|loc| {
+            let f = self.m.field(loc);
+            let (attrs, fvis, ident, ty) = (&f.attrs, &f.vis, &f.ident, &f.ty);
+            let attrs = attrs.iter().filter(|a| a.path().is_ident("doc"));
+            quote!(#(#attrs)* #fvis #ident: #ty)
+        });
+        quote! {
+            #[doc = #doc]
+            #[allow(dead_code)]
+            #vis struct #ty {
+                #(#fields,)*
+            }
+        }
+    }
+
+    /// The fields still read by some name in this version, base first, in order.
+    fn current(&self) -> impl Iterator<Item = Loc> + '_ {
+        let base = (0..self.m.base.len()).map(Loc::Base);
+        let groups = self.m.groups.iter().enumerate().flat_map(|(g, fs)| {
+            (0..fs.len()).map(move |field| Loc::Group {
+                group: g + 1,
+                field,
+            })
+        });
+        base.chain(groups).filter(|l| self.m.is_current(*l))
+    }
+
+    /// The view an `init` closure of group `j + 1` reads: version `j`, by value.
+    fn old_view(&self, j: usize) -> TokenStream {
+        let ident = self.ident;
+        let ty = self.view_ty(j);
+        let gs: Vec<_> = (1..=j).map(Self::g).collect();
+        let gtys: Vec<_> = (1..=j).map(|k| self.group_ty(k)).collect();
+        let methods = self.m.names[j].iter().map(|(name, loc)| {
+            let fty = self.field_ty(*loc);
+            let path = self.read_path(quote!(self), *loc);
+            let doc = format!("`{name}` as version {j} stores it.");
+            quote_spanned! {name.span()=>
+                #[doc = #doc]
+                #[inline]
+                pub fn #name(&self) -> #fty where for<'__pgl> #fty: ::core::marker::Copy {
+                    #path
+                }
+            }
+        });
+        quote! {
+            /// A read view of an object as an older version of the struct stores it, for
+            /// the `init` of the next extension group.
+            pub struct #ty<'__pgl_a> {
+                base: &'__pgl_a #ident,
+                #(#gs: &'__pgl_a #gtys,)*
+            }
+            impl #ty<'_> {
+                #(#methods)*
+            }
+        }
+    }
+
+    fn glue_structs(&self) -> TokenStream {
+        if self.groups == 0 {
+            return TokenStream::new();
+        }
+        let (reads, muts, refs, places) = (
+            self.glue("Reads"),
+            self.glue("Muts"),
+            self.glue("Refs"),
+            self.glue("Places"),
+        );
+        let vis = self.vis;
+        let gs: Vec<_> = (1..=self.groups).map(Self::g).collect();
+        let tys: Vec<_> = (1..=self.groups).map(|k| self.group_ty(k)).collect();
+        quote! {
+            #vis struct #reads<'__pgl_a> { #(pub #gs: ::pgl::__private::Read<'__pgl_a, #tys>,)* }
+            #vis struct #muts<'__pgl_a> { #(pub #gs: ::pgl::__private::Mut<'__pgl_a, #tys>,)* }
+            #vis struct #refs<'__pgl_a> { #(pub #gs: &'__pgl_a #tys,)* }
+            #vis struct #places<'__pgl_a> { #(pub #gs: ::pgl::__private::Place<'__pgl_a, #tys>,)* }
+        }
+    }
+
+    /// The value of extension field `f` of group `k` for an object of version `k - 1`,
+    /// with the old view bound to `__pgl_old`.
+    fn init_value(&self, k: usize, i: usize) -> TokenStream {
+        let f = &self.m.groups[k - 1][i];
+        let ty = &f.field.ty;
+        let Some(init) = &f.init else {
+            return quote!(::pgl::__private::zeroed::<#ty>());
+        };
+        match init {
+            Expr::Closure(c) => {
+                let mut c = c.clone();
+                if matches!(c.output, syn::ReturnType::Default) {
+                    let body = &c.body;
+                    let span = body.span();
+                    c.output = syn::parse_quote_spanned!(span=> -> #ty);
+                    let block: Expr = syn::parse_quote_spanned!(span=> { #body });
+                    *c.body = block;
+                }
+                quote!(::pgl::__private::run_init(&__pgl_old, #c))
+            }
+            e => quote_spanned!(e.span()=> { let __pgl_v: #ty = #e; __pgl_v }),
+        }
+    }
+
+    fn extendible_impl(&self) -> TokenStream {
+        let ident = self.ident;
+        let n = self.groups;
+        let data = format_ident!("{}Data", self.name);
+        let tx = quote!(::pgl::__private::Tx<'_>);
+        let res = quote!(::pgl::__private::Result);
+        let oid = quote!(::pgl::__private::Oid);
+        let link = quote!(::pgl::__private::ExtLink);
+        let gs: Vec<_> = (1..=n).map(Self::g).collect();
+        let tys: Vec<_> = (1..=n).map(|k| self.group_ty(k)).collect();
+        let idx: Vec<_> = (0..n).collect();
+        let ks: Vec<_> = (1..=n).collect();
+        let group_at =
+            |i: usize| quote!(#oid::from_raw(__pgl_groups.get(#i).copied().unwrap_or(0)));
+        let gets: Vec<_> = idx.iter().map(|&i| group_at(i)).collect();
+
+        let (reads, muts, refs, places) = if n == 0 {
+            (quote!(()), quote!(()), quote!(()), quote!(()))
+        } else {
+            let (r, m, f, p) = (
+                self.glue("Reads"),
+                self.glue("Muts"),
+                self.glue("Refs"),
+                self.glue("Places"),
+            );
+            (
+                quote!(#r<'__pgl_a>),
+                quote!(#m<'__pgl_a>),
+                quote!(#f<'__pgl_a>),
+                quote!(#p<'__pgl_a>),
+            )
+        };
+        let (mk_reads, mk_muts, mk_refs_r, mk_refs_m, mk_places) = if n == 0 {
+            let unit = quote!(());
+            (
+                quote!(Ok(())),
+                quote!(Ok(())),
+                unit.clone(),
+                unit.clone(),
+                unit,
+            )
+        } else {
+            let (r, m, f, p) = (
+                self.glue("Reads"),
+                self.glue("Muts"),
+                self.glue("Refs"),
+                self.glue("Places"),
+            );
+            (
+                quote!(Ok(#r { #(#gs: __pgl_tx.get(#gets)?,)* })),
+                quote!(Ok(#m { #(#gs: __pgl_tx.open(#gets)?,)* })),
+                quote!(#f { #(#gs: &*__pgl_h.#gs,)* }),
+                quote!(#f { #(#gs: &*__pgl_h.#gs,)* }),
+                quote!(#p { #(#gs: __pgl_h.#gs.place(),)* }),
+            )
+        };
+
+        // Upgrades: group k from the view of version k - 1.
+        let upgrades = (1..=n).map(|k| {
+            let view = self.view_ty(k - 1);
+            let prev: Vec<_> = (1..k).map(Self::g).collect();
+            let prev_tys: Vec<_> = (1..k).map(|j| self.group_ty(j)).collect();
+            let prev_at: Vec<_> = (0..k - 1)
+                .map(|i| quote!(__pgl_groups.get(#i).copied().unwrap_or(0)))
+                .collect();
+            let ty = self.group_ty(k);
+            let fields = self.m.groups[k - 1].iter().enumerate().map(|(i, f)| {
+                let fi = f.ident;
+                let v = self.init_value(k, i);
+                quote!(#fi: #v)
+            });
+            quote! {
+                #k => {
+                    #(let #prev = __pgl_tx.get(#oid::<#prev_tys>::from_raw(#prev_at))?;)*
+                    let __pgl_old = #view { base: __pgl_base, #(#prev: &*#prev,)* };
+                    let __pgl_value = #ty { #(#fields,)* __pgl_next: #link::NULL };
+                    Ok(__pgl_tx.alloc(__pgl_value)?.raw())
+                }
+            }
+        });
+
+        // A new object: groups from the last to the first, each linked to the next.
+        let current: Vec<Loc> = self.current().collect();
+        let data_fields: Vec<&Ident> = current.iter().map(|l| self.field_ident(*l)).collect();
+        let allocs = (1..=n).rev().map(|k| {
+            let ty = self.group_ty(k);
+            let g = Self::g(k);
+            let fields = self.m.groups[k - 1].iter().enumerate().map(|(i, f)| {
+                let fi = f.ident;
+                if current.contains(&Loc::Group { group: k, field: i }) {
+                    quote!(#fi)
+                } else {
+                    let fty = &f.field.ty;
+                    quote!(#fi: ::pgl::__private::zeroed::<#fty>())
+                }
+            });
+            quote! {
+                let #g = __pgl_tx.alloc(#ty { #(#fields,)* __pgl_next: __pgl_next })?;
+                let __pgl_next = #link::new(#g.raw());
+            }
+        });
+        let base_fields = self.m.base.iter().enumerate().map(|(i, f)| {
+            let fi = f.ident.as_ref().expect("named");
+            if current.contains(&Loc::Base(i)) {
+                quote!(#fi)
+            } else {
+                let fty = &f.ty;
+                quote!(#fi: ::pgl::__private::zeroed::<#fty>())
+            }
+        });
+
+        quote! {
+            impl ::pgl::__private::ExtendibleData for #data {
+                type Struct = #ident;
+            }
+            impl ::pgl::__private::Extendible for #ident {
+                type Data = #data;
+                type Reads<'__pgl_a> = #reads;
+                type Muts<'__pgl_a> = #muts;
+                type Refs<'__pgl_a> = #refs;
+                type Places<'__pgl_a> = #places;
+                const GROUPS: usize = #n;
+
+                #[inline]
+                fn __link(&self) -> u64 {
+                    self.__pgl_ext.get()
+                }
+
+                fn __next(__pgl_tx: &#tx, __pgl_k: usize, __pgl_off: u64) -> #res<u64> {
+                    match __pgl_k {
+                        #(#ks => Ok(__pgl_tx.get(#oid::<#tys>::from_raw(__pgl_off))?.__pgl_next.get()),)*
+                        _ => Ok(0),
+                    }
+                }
+
+                fn __upgrade(
+                    __pgl_tx: &#tx,
+                    __pgl_k: usize,
+                    __pgl_base: &Self,
+                    __pgl_groups: &[u64],
+                ) -> #res<u64> {
+                    let _ = (__pgl_base, __pgl_groups);
+                    match __pgl_k {
+                        #(#upgrades)*
+                        _ => Ok(0),
+                    }
+                }
+
+                fn __set_next(
+                    __pgl_tx: &#tx,
+                    __pgl_k: usize,
+                    __pgl_off: u64,
+                    __pgl_to: u64,
+                ) -> #res<()> {
+                    match __pgl_k {
+                        #(#ks => {
+                            let mut __pgl_m = __pgl_tx.open(#oid::<#tys>::from_raw(__pgl_off))?;
+                            ::pgl::__private::AsPlace::place(&mut __pgl_m)
+                                .project(|__pgl_w| &__pgl_w.__pgl_next)
+                                .set(#link::new(__pgl_to));
+                            Ok(())
+                        })*
+                        _ => Ok(()),
+                    }
+                }
+
+                fn __alloc(__pgl_tx: &#tx, __pgl_data: #data) -> #res<#oid<Self>> {
+                    let #data { #(#data_fields,)* } = __pgl_data;
+                    let __pgl_next = #link::NULL;
+                    #(#allocs)*
+                    __pgl_tx.alloc(#ident { #(#base_fields,)* __pgl_ext: __pgl_next })
+                }
+
+                fn __reads<'__pgl_a>(
+                    __pgl_tx: &'__pgl_a #tx,
+                    __pgl_groups: &[u64],
+                ) -> #res<Self::Reads<'__pgl_a>> {
+                    let _ = (__pgl_tx, __pgl_groups);
+                    #mk_reads
+                }
+
+                fn __muts<'__pgl_a>(
+                    __pgl_tx: &'__pgl_a #tx,
+                    __pgl_groups: &[u64],
+                ) -> #res<Self::Muts<'__pgl_a>> {
+                    let _ = (__pgl_tx, __pgl_groups);
+                    #mk_muts
+                }
+
+                fn __refs_of_reads<'__pgl_a>(
+                    __pgl_h: &'__pgl_a Self::Reads<'_>,
+                ) -> Self::Refs<'__pgl_a> {
+                    let _ = __pgl_h;
+                    #mk_refs_r
+                }
+
+                fn __refs_of_muts<'__pgl_a>(
+                    __pgl_h: &'__pgl_a Self::Muts<'_>,
+                ) -> Self::Refs<'__pgl_a> {
+                    let _ = __pgl_h;
+                    #mk_refs_m
+                }
+
+                fn __places<'__pgl_a>(
+                    __pgl_h: &'__pgl_a mut Self::Muts<'_>,
+                ) -> Self::Places<'__pgl_a> {
+                    let _ = &__pgl_h;
+                    #mk_places
+                }
+            }
+        }
+    }
+
+    /// `<Struct>ExtFields`: getter, setter and place of every name that reads a group.
+    fn ext_fields(&self) -> TokenStream {
+        let Some(names) = self.m.names.last() else {
+            return TokenStream::new();
+        };
+        let ident = self.ident;
+        let vis = self.vis;
+        let trait_name = format_ident!("{}ExtFields", self.name, span = ident.span());
+        let groups = quote!(::pgl::__private::ExtGroups<#ident>);
+        let places = quote!(::pgl::__private::ExtPlaces<#ident>);
+        let value = Ident::new("__pgl_value", proc_macro2::Span::mixed_site());
+        let methods: Vec<_> = names
+            .iter()
+            .filter_map(|(name, loc)| {
+                let Loc::Group { group, .. } = *loc else {
+                    return None;
+                };
+                let g = Self::g(group);
+                let f = self.field_ident(*loc);
+                let ty = self.field_ty(*loc);
+                let bare = syn::ext::IdentExt::unraw(name);
+                let setter = format_ident!("set_{}", bare);
+                let place_fn = format_ident!("{}_mut", bare);
+                let get_doc = format!("`{name}` (extension group {group}), read in place.");
+                let set_doc = format!("Sets `{name}` (extension group {group}), marking only its bytes modified.");
+                let place_doc = format!("The place of `{name}` (extension group {group}).");
+                Some(quote_spanned! {name.span()=>
+                    #[doc = #get_doc]
+                    #[inline]
+                    fn #name(&self) -> &#ty {
+                        let __pgl_g = <Self as #groups>::__groups(self).#g;
+                        &__pgl_g.#f
+                    }
+                    #[doc = #set_doc]
+                    #[inline]
+                    fn #setter(&mut self, #value: #ty) where Self: #places {
+                        <Self as #places>::__places(self).#g.project(|__pgl_w| &__pgl_w.#f).set(#value)
+                    }
+                    #[doc = #place_doc]
+                    #[inline]
+                    fn #place_fn(&mut self) -> ::pgl::__private::Place<'_, #ty> where Self: #places {
+                        <Self as #places>::__places(self).#g.project(|__pgl_w| &__pgl_w.#f)
+                    }
+                })
+            })
+            .collect();
+        if methods.is_empty() {
+            return TokenStream::new();
+        }
+        let doc = format!(
+            "Accessors of the extension fields of [`{0}`] (and of base fields an extension \
+             replaced), generated by `#[extendible]`: getters on `tx.ext(oid)` and \
+             `tx.ext_mut(oid)`, setters and places on `tx.ext_mut(oid)`. Bring the trait into \
+             scope to use them; base fields keep their accessors in `{0}Fields`.",
+            self.name
+        );
+        let _ = ToTokens::to_token_stream(&ident);
+        quote! {
+            #[doc = #doc]
+            #[allow(
+                dead_code,
+                non_snake_case,
+                clippy::wrong_self_convention,
+                clippy::must_use_candidate
+            )]
+            #vis trait #trait_name: #groups {
+                #(#methods)*
+            }
+            #[automatically_derived]
+            impl<__PglView: ?::core::marker::Sized + #groups> #trait_name for __PglView {}
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! The model of an `#[extendible]` struct: its frozen base, its numbered extension groups,
+//! and which field each accessor name reads in each version.
+//!
+//! Invariant: building the model reports every mistake (groups out of order or skipped, a
+//! field without `init`, `replaces` naming no field, a name used twice) through the
+//! [`Ctxt`] at the token that shows it, and still yields a model of what parsed, so that
+//! `expand::extendible` can emit the struct without cascading errors.
+
+use proc_macro2::Span;
+use syn::{Expr, Field, Ident, ItemStruct, LitInt, Meta, Token};
+
+use crate::ctxt::Ctxt;
+
+/// `#[extendible(...)]`'s arguments.
+#[derive(Default)]
+pub(crate) struct Args {
+    /// `base = 0x...`: the base layout fingerprint the struct must keep.
+    pub(crate) pinned_base: Option<LitInt>,
+}
+
+impl Args {
+    pub(crate) fn parse(cx: &Ctxt, args: proc_macro2::TokenStream) -> Args {
+        let mut out = Args::default();
+        if args.is_empty() {
+            return out;
+        }
+        let parser = syn::meta::parser(|meta| {
+            if meta.path.is_ident("base") {
+                out.pinned_base = Some(meta.value()?.parse()?);
+                Ok(())
+            } else {
+                Err(meta.error(
+                    "unknown `extendible` argument: the only one is `base = 0x…`, the layout \
+                     fingerprint the base must keep (`<S as pgl::Persistent>::LAYOUT`)",
+                ))
+            }
+        });
+        if let Err(e) = syn::parse::Parser::parse2(parser, args) {
+            cx.syn_error(e);
+        }
+        out
+    }
+}
+
+/// Where an accessor name reads: a base field, or field `field` of group `group`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Loc {
+    /// Base field `i` (index into `Model::base`).
+    Base(usize),
+    /// Field `field` of group `group` (1-based group, index into its fields).
+    Group { group: usize, field: usize },
+}
+
+/// One extension field.
+pub(crate) struct ExtField<'a> {
+    /// The field as written (its `#[extension]` attribute is dropped on output).
+    pub(crate) field: &'a Field,
+    /// Its name.
+    pub(crate) ident: &'a Ident,
+    /// `init = ...`.
+    pub(crate) init: Option<Expr>,
+    /// `replaces = name`.
+    pub(crate) replaces: Option<Ident>,
+}
+
+/// An `#[extendible]` struct.
+pub(crate) struct Model<'a> {
+    /// The struct as written.
+    pub(crate) item: &'a ItemStruct,
+    /// Its base fields, in order.
+    pub(crate) base: Vec<&'a Field>,
+    /// Its groups: `groups[k - 1]` is group `k`.
+    pub(crate) groups: Vec<Vec<ExtField<'a>>>,
+    /// For each version `j` (0 = base only, `j` = through group `j`): each accessor name
+    /// and where it reads, in declaration order.
+    pub(crate) names: Vec<Vec<(Ident, Loc)>>,
+}
+
+/// An `#[extension(...)]` attribute.
+struct ExtAttr {
+    group: Option<(usize, Span)>,
+    init: Option<Expr>,
+    replaces: Option<Ident>,
+}
+
+fn parse_ext_attr(cx: &Ctxt, attr: &syn::Attribute) -> ExtAttr {
+    let mut out = ExtAttr {
+        group: None,
+        init: None,
+        replaces: None,
+    };
+    let Meta::List(list) = &attr.meta else {
+        cx.error_spanned_by(
+            attr,
+            "expected `#[extension(N, init = …)]`, where `N` is the extension group (1, 2, …)",
+        );
+        return out;
+    };
+    let parsed = list.parse_args_with(|input: syn::parse::ParseStream<'_>| {
+        let n: LitInt = input.parse()?;
+        match n.base10_parse::<usize>() {
+            Ok(0) => cx.error_spanned_by(&n, "extension groups are numbered from 1"),
+            Ok(v) => out.group = Some((v, n.span())),
+            Err(_) => {
+                cx.error_spanned_by(&n, "expected the group number, as in `#[extension(1, …)]`")
+            }
+        }
+        while !input.is_empty() {
+            input.parse::<Token![,]>()?;
+            if input.is_empty() {
+                break;
+            }
+            let key: Ident = input.parse()?;
+            input.parse::<Token![=]>()?;
+            if key == "init" {
+                out.init = Some(input.parse()?);
+            } else if key == "replaces" {
+                out.replaces = Some(input.parse()?);
+            } else {
+                let _: Expr = input.parse()?;
+                cx.error_spanned_by(
+                    &key,
+                    format!(
+                        "unknown `extension` key `{key}`: the keys are `init = …` and \
+                         `replaces = field`"
+                    ),
+                );
+            }
+        }
+        Ok(())
+    });
+    if let Err(e) = parsed {
+        cx.syn_error(e);
+    }
+    out
+}
+
+impl<'a> Model<'a> {
+    /// Builds the model, reporting every mistake into `cx`.
+    pub(crate) fn new(cx: &Ctxt, item: &'a ItemStruct) -> Model<'a> {
+        let mut model = Model {
+            item,
+            base: Vec::new(),
+            groups: Vec::new(),
+            names: Vec::new(),
+        };
+        let syn::Fields::Named(fields) = &item.fields else {
+            cx.error_spanned_by(
+                &item.ident,
+                "`#[extendible]` needs a struct with named fields: accessors are named after \
+                 them",
+            );
+            return model;
+        };
+        let mut last_group = 0usize;
+        for field in &fields.named {
+            let Some(ident) = &field.ident else { continue };
+            let attrs: Vec<_> = field
+                .attrs
+                .iter()
+                .filter(|a| a.path().is_ident("extension"))
+                .collect();
+            let Some(attr) = attrs.first() else {
+                if last_group > 0 {
+                    cx.error_spanned_by(
+                        ident,
+                        format!(
+                            "field `{ident}` has no `#[extension]` but follows extension group \
+                             {last_group}: the base fields come first and are frozen; give a new \
+                             field `#[extension({})]`",
+                            last_group + 1
+                        ),
+                    );
+                } else {
+                    model.base.push(field);
+                }
+                continue;
+            };
+            for extra in &attrs[1..] {
+                cx.error_spanned_by(
+                    extra,
+                    "a field belongs to one extension group: remove this attribute",
+                );
+            }
+            let ext = parse_ext_attr(cx, attr);
+            let Some((n, span)) = ext.group else { continue };
+            let group = if n == last_group || n == last_group + 1 {
+                n
+            } else if n > last_group + 1 {
+                cx.error_at(
+                    span,
+                    if last_group == 0 {
+                        format!(
+                            "the first extension group is 1, not {n}: groups are numbered 1, 2, \
+                             3, … in the order they were added"
+                        )
+                    } else {
+                        format!(
+                            "extension group {n} skips group {}: groups are numbered 1, 2, 3, … \
+                             in the order they were added, so this one is `#[extension({})]`",
+                            last_group + 1,
+                            last_group + 1
+                        )
+                    },
+                );
+                continue;
+            } else {
+                cx.error_at(
+                    span,
+                    format!(
+                        "extension group {n} comes after group {last_group}: list the groups in \
+                         the order they were added (1, 2, 3, …), the fields of each together"
+                    ),
+                );
+                continue;
+            };
+            if ext.init.is_none() {
+                cx.error_spanned_by(
+                    attr,
+                    format!(
+                        "extension field `{ident}` needs `init = …`: the value objects written by \
+                         an older program get, a constant or a closure `|old| …` over the older \
+                         fields"
+                    ),
+                );
+            }
+            last_group = group;
+            if model.groups.len() < group {
+                model.groups.push(Vec::new());
+            }
+            model.groups[group - 1].push(ExtField {
+                field,
+                ident,
+                init: ext.init,
+                replaces: ext.replaces,
+            });
+        }
+        model.resolve_names(cx);
+        model
+    }
+
+    /// Fills `names`, reporting `replaces` naming no field and names used twice.
+    fn resolve_names(&mut self, cx: &Ctxt) {
+        let mut names: Vec<(Ident, Loc)> = self
+            .base
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| Some((f.ident.clone()?, Loc::Base(i))))
+            .collect();
+        self.names.push(names.clone());
+        for (g, fields) in self.groups.iter().enumerate() {
+            let before = names.clone();
+            for (i, f) in fields.iter().enumerate() {
+                let loc = Loc::Group {
+                    group: g + 1,
+                    field: i,
+                };
+                if let Some(old) = &f.replaces {
+                    match lookup(&before, old) {
+                        Some(target) => {
+                            for (_, l) in names.iter_mut().filter(|(_, l)| *l == target) {
+                                *l = loc;
+                            }
+                        }
+                        None => {
+                            let known: Vec<String> =
+                                before.iter().map(|(n, _)| n.to_string()).collect();
+                            cx.error_spanned_by(
+                                old,
+                                format!(
+                                    "`replaces = {old}` names no field of the struct before \
+                                     group {}: it names a base field or a field of an earlier \
+                                     group ({})",
+                                    g + 1,
+                                    known.join(", ")
+                                ),
+                            );
+                        }
+                    }
+                }
+                match names.iter_mut().find(|(n, _)| n == f.ident) {
+                    Some((_, l)) if *l == loc => {}
+                    Some(_) => cx.error_spanned_by(
+                        f.ident,
+                        format!(
+                            "a field named `{}` exists already: name the new field differently, \
+                             or give it `replaces = {}` to take its place",
+                            f.ident, f.ident
+                        ),
+                    ),
+                    None => names.push((f.ident.clone(), loc)),
+                }
+            }
+            self.names.push(names.clone());
+        }
+    }
+
+    /// Whether a base or group field is still read by some name in the last version.
+    pub(crate) fn is_current(&self, loc: Loc) -> bool {
+        self.names
+            .last()
+            .is_some_and(|names| names.iter().any(|(_, l)| *l == loc))
+    }
+
+    /// The field at `loc`.
+    pub(crate) fn field(&self, loc: Loc) -> &'a Field {
+        match loc {
+            Loc::Base(i) => self.base[i],
+            Loc::Group { group, field } => self.groups[group - 1][field].field,
+        }
+    }
+}
+
+fn lookup(names: &[(Ident, Loc)], name: &Ident) -> Option<Loc> {
+    names.iter().find(|(n, _)| n == name).map(|(_, l)| *l)
+}

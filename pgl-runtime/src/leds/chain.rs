@@ -1,0 +1,216 @@
+//! Extension chains inside a transaction: walking them, the lazy upgrade (allocate the
+//! missing groups, run their inits, link them), creating, copying and freeing objects
+//! with their chains.
+//!
+//! Invariant: every change is made through the transaction, so an upgrade commits or
+//! vanishes with the rest of it: after a crash an object is either un-upgraded or carries
+//! every group the upgrade created. A base object is never moved or copied by an upgrade,
+//! so references to it stay valid. Two transactions upgrading one object conflict on the
+//! base's write lock; the one that retries finds the groups linked and adds none.
+
+use super::extendible::{Extendible, ExtendibleData, MAX_GROUPS};
+use super::link::{ExtLink, LINK_SIZE};
+use super::view::{Ext, ExtMut};
+use crate::persistent::Oid;
+use crate::tx::Tx;
+use crate::{Error, Result};
+
+/// Most links followed through groups this build does not know before the chain is
+/// reported corrupt (a cycle written by a scribble would otherwise never end).
+const MAX_CHAIN: usize = 4096;
+
+/// Offsets of groups 1 to `GROUPS` (0 where missing) and how many are present.
+struct Chain {
+    offs: [u64; MAX_GROUPS],
+    present: usize,
+}
+
+/// Names the part of an extendible `T` in a layout mismatch: `group` 0 is the base.
+fn in_part<T: Extendible>(e: Error, group: usize) -> Error {
+    match e {
+        Error::LayoutMismatch {
+            type_name,
+            stored_name,
+            type_id,
+            stored,
+            compiled,
+            ..
+        } => Error::LayoutMismatch {
+            type_name: if group == 0 {
+                type_name
+            } else {
+                format!(
+                    "{} extension group {group} ({type_name})",
+                    core::any::type_name::<T>()
+                )
+            },
+            stored_name,
+            type_id,
+            stored,
+            compiled,
+            group: Some(group as u32),
+        },
+        e => e,
+    }
+}
+
+fn too_many_groups<T: Extendible>() -> Error {
+    Error::config(format!(
+        "`{}` has {} extension groups, more than the {MAX_GROUPS} pgl supports",
+        T::TYPE_NAME,
+        T::GROUPS
+    ))
+}
+
+impl<'p> Tx<'p> {
+    /// Walks the chain of `oid` through the groups this build knows.
+    fn walk<T: Extendible>(&self, oid: Oid<T>) -> Result<Chain> {
+        if T::GROUPS > MAX_GROUPS {
+            return Err(too_many_groups::<T>());
+        }
+        let mut chain = Chain {
+            offs: [0; MAX_GROUPS],
+            present: 0,
+        };
+        let mut link = self.get(oid).map_err(|e| in_part::<T>(e, 0))?.__link();
+        while chain.present < T::GROUPS && link != 0 {
+            chain.offs[chain.present] = link;
+            chain.present += 1;
+            let k = chain.present;
+            link = T::__next(self, k, link).map_err(|e| in_part::<T>(e, k))?;
+        }
+        Ok(chain)
+    }
+
+    /// Upgrades the object if it lacks groups: allocates each missing group with the
+    /// value of its init, links the groups after the last present one, all in this
+    /// transaction.
+    fn complete<T: Extendible>(&self, oid: Oid<T>, chain: &mut Chain) -> Result<bool> {
+        let have = chain.present;
+        if have == T::GROUPS {
+            return Ok(false);
+        }
+        {
+            let base = self.get(oid)?;
+            for k in have + 1..=T::GROUPS {
+                chain.offs[k - 1] = T::__upgrade(self, k, &*base, &chain.offs[..k - 1])
+                    .map_err(|e| in_part::<T>(e, k))?;
+            }
+        }
+        for k in have + 1..T::GROUPS {
+            T::__set_next(self, k, chain.offs[k - 1], chain.offs[k])?;
+        }
+        if have == 0 {
+            let at = core::mem::size_of::<T>() - LINK_SIZE;
+            self.open(oid)?.write_at(at, &ExtLink::new(chain.offs[0]));
+        } else {
+            T::__set_next(self, have, chain.offs[have - 1], chain.offs[have])?;
+        }
+        chain.present = T::GROUPS;
+        self.note_upgrade();
+        Ok(true)
+    }
+
+    /// A read view of an `#[extendible]` object with every extension group this build
+    /// knows. An object written by an older program is upgraded first, in this
+    /// transaction: the missing groups are allocated, initialised by their `init`
+    /// expressions and linked (nothing of it is durable unless the transaction commits).
+    /// The base object is never moved: every oid of it stays valid.
+    pub fn ext<T: Extendible>(&self, oid: Oid<T>) -> Result<Ext<'_, T>> {
+        let mut chain = self.walk(oid)?;
+        self.complete(oid, &mut chain)?;
+        let base = self.get(oid)?;
+        let groups = T::__reads(self, &chain.offs[..T::GROUPS])?;
+        Ok(Ext::new(oid, base, groups))
+    }
+
+    /// Opens an `#[extendible]` object and every extension group this build knows for
+    /// update (micro-buffers, like [`Tx::open`]), upgrading it first as [`Tx::ext`] does.
+    pub fn ext_mut<T: Extendible>(&self, oid: Oid<T>) -> Result<ExtMut<'_, T>> {
+        let mut chain = self.walk(oid)?;
+        self.complete(oid, &mut chain)?;
+        let base = self.open(oid)?;
+        let groups = T::__muts(self, &chain.offs[..T::GROUPS])?;
+        Ok(ExtMut::new(base, groups))
+    }
+
+    /// Upgrades an `#[extendible]` object now if it lacks groups this build knows;
+    /// whether it did. ([`Tx::ext`] and [`Tx::ext_mut`] do it on their own.)
+    pub fn upgrade<T: Extendible>(&self, oid: Oid<T>) -> Result<bool> {
+        let mut chain = self.walk(oid)?;
+        self.complete(oid, &mut chain)
+    }
+
+    /// How many of the extension groups this build knows the object carries
+    /// (`T::GROUPS` once upgraded). Changes nothing.
+    pub fn groups_present<T: Extendible>(&self, oid: Oid<T>) -> Result<usize> {
+        Ok(self.walk(oid)?.present)
+    }
+
+    /// Allocates a new `#[extendible]` object with its full chain of extension groups,
+    /// holding `data` (the `<Struct>Data` the attribute generates).
+    pub fn alloc_ext<D: ExtendibleData>(&self, data: D) -> Result<Oid<D::Struct>> {
+        if D::Struct::GROUPS > MAX_GROUPS {
+            return Err(too_many_groups::<D::Struct>());
+        }
+        D::Struct::__alloc(self, data)
+    }
+
+    /// The groups after the base whose bytes are `base`: `(offset, type id, bytes)` each,
+    /// through groups this build does not know too (a newer program may have added them).
+    fn raw_chain(&self, base: &[u8]) -> Result<Vec<(u64, u32, Vec<u8>)>> {
+        let mut out = Vec::new();
+        let mut link = ExtLink::at_end_of(base).unwrap_or(0);
+        while link != 0 {
+            if out.len() >= MAX_CHAIN || out.iter().any(|(o, _, _)| *o == link) {
+                return Err(Error::Corrupt {
+                    what: "extension chain",
+                    offset: link,
+                    detail: format!(
+                        "the links do not end after {} groups (a cycle?); `pgl check` verifies \
+                         the objects",
+                        out.len()
+                    ),
+                });
+            }
+            let (type_id, bytes) = self.object_bytes(link)?;
+            let next = ExtLink::at_end_of(&bytes).ok_or_else(|| Error::Corrupt {
+                what: "extension chain",
+                offset: link,
+                detail: format!(
+                    "a {}-byte object cannot be an extension group (it ends with an 8-byte link)",
+                    bytes.len()
+                ),
+            })?;
+            out.push((link, type_id, bytes));
+            link = next;
+        }
+        Ok(out)
+    }
+
+    /// Allocates a copy of an `#[extendible]` object and of its whole chain (groups this
+    /// build does not know included); the copy's links point to the copied groups.
+    pub fn copy_ext<T: Extendible>(&self, oid: Oid<T>) -> Result<Oid<T>> {
+        drop(self.get(oid).map_err(|e| in_part::<T>(e, 0))?);
+        let (_, mut base) = self.object_bytes(oid.raw())?;
+        let chain = self.raw_chain(&base)?;
+        let mut next = 0;
+        for (_, type_id, mut bytes) in chain.into_iter().rev() {
+            ExtLink::set_at_end_of(&mut bytes, next);
+            next = self.alloc_raw(bytes.len(), type_id, |p| p.copy_from_slice(&bytes))?;
+        }
+        ExtLink::set_at_end_of(&mut base, next);
+        self.alloc_raw(base.len(), T::TYPE_ID, |p| p.copy_from_slice(&base))
+            .map(Oid::from_raw)
+    }
+
+    /// Frees an `#[extendible]` object and its whole chain when the transaction commits.
+    pub fn free_ext<T: Extendible>(&self, oid: Oid<T>) -> Result<()> {
+        drop(self.get(oid).map_err(|e| in_part::<T>(e, 0))?);
+        let (_, base) = self.object_bytes(oid.raw())?;
+        for (off, _, _) in self.raw_chain(&base)? {
+            self.free_raw(off)?;
+        }
+        self.free(oid)
+    }
+}

@@ -1,0 +1,89 @@
+//! `ExtLink`: the hidden pointer that ends an `#[extendible]` struct and each of its
+//! extension groups.
+//!
+//! ```text
+//! ExtLink (8 bytes, alignment 1):
+//!   0  offset  u64 LE   payload offset of the next extension group; 0 = none yet
+//! ```
+//!
+//! Invariant: its alignment is 1, so appending it to a struct without padding adds no
+//! padding before it; it is always the last 8 bytes of the object (the derive rejects
+//! trailing padding), so a chain can be walked from raw bytes even through groups this
+//! build does not know. Its layout fingerprint never depends on what it points to, so a
+//! base keeps its fingerprint as groups are added.
+
+use crate::persistent::{fnv1a64, fold_type_id, Persistent};
+use core::fmt;
+
+/// Bytes of an [`ExtLink`].
+pub const LINK_SIZE: usize = 8;
+
+/// The link from an `#[extendible]` object (or one of its extension groups) to its next
+/// extension group: a pool offset, null until the object is upgraded.
+#[repr(transparent)]
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExtLink([u8; LINK_SIZE]);
+
+impl ExtLink {
+    /// No next group.
+    pub const NULL: ExtLink = ExtLink([0; LINK_SIZE]);
+
+    /// A link to the group whose payload is at `offset`.
+    pub const fn new(offset: u64) -> ExtLink {
+        ExtLink(offset.to_le_bytes())
+    }
+
+    /// The offset of the next group's payload (0: none).
+    pub const fn get(self) -> u64 {
+        u64::from_le_bytes(self.0)
+    }
+
+    /// Reads the link that ends `bytes` (an object's payload), if it is long enough.
+    pub(crate) fn at_end_of(bytes: &[u8]) -> Option<u64> {
+        let start = bytes.len().checked_sub(LINK_SIZE)?;
+        let mut b = [0u8; LINK_SIZE];
+        b.copy_from_slice(&bytes[start..]);
+        Some(u64::from_le_bytes(b))
+    }
+
+    /// Sets the link that ends `bytes` (an object's payload).
+    pub(crate) fn set_at_end_of(bytes: &mut [u8], offset: u64) {
+        let start = bytes.len() - LINK_SIZE;
+        bytes[start..].copy_from_slice(&offset.to_le_bytes());
+    }
+}
+
+impl fmt::Debug for ExtLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.get() {
+            0 => write!(f, "ExtLink(null)"),
+            off => write!(f, "ExtLink({off:#x})"),
+        }
+    }
+}
+
+// SAFETY: a transparent `[u8; 8]`: valid for every bit pattern, no padding, no pointers
+// (an offset, checked on use like an `Oid`), alignment 1, size 8.
+unsafe impl Persistent for ExtLink {
+    const TYPE_ID: u32 = fold_type_id(fnv1a64(b"pgl::ExtLink", 0));
+    const LAYOUT: u64 = fnv1a64(b"pgl::ExtLink", LINK_SIZE as u64);
+    const TYPE_NAME: &'static str = "ExtLink";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_little_endian_and_reads_from_the_end() {
+        let l = ExtLink::new(0x1122_3344_5566_7788);
+        assert_eq!(l.get(), 0x1122_3344_5566_7788);
+        assert_eq!(l.0[0], 0x88, "little-endian on media");
+        let mut obj = [0u8; 20];
+        ExtLink::set_at_end_of(&mut obj, 0x40);
+        assert_eq!(ExtLink::at_end_of(&obj), Some(0x40));
+        assert_eq!(ExtLink::at_end_of(&obj[..7]), None);
+        assert_eq!(core::mem::align_of::<ExtLink>(), 1);
+        assert_eq!(format!("{:?}", ExtLink::NULL), "ExtLink(null)");
+    }
+}

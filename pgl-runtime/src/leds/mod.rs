@@ -1,0 +1,14 @@
+//! The runtime side of `#[extendible]` structs (LEDS): the extension link, the trait the
+//! attribute implements, the handles that show an object with all its groups, the lazy
+//! upgrade, and the Reset and Manual retention models.
+
+mod chain;
+mod extendible;
+mod link;
+mod view;
+
+#[doc(hidden)]
+pub use extendible::{run_init, zeroed, ExtGroups, ExtPlaces};
+pub use extendible::{Extendible, ExtendibleData, MAX_GROUPS};
+pub use link::ExtLink;
+pub use view::{Ext, ExtMut};

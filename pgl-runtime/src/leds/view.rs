@@ -1,0 +1,102 @@
+//! `Ext` and `ExtMut`: handles of an `#[extendible]` object with every extension group
+//! this build knows, obtained from `tx.ext` / `tx.ext_mut` (which upgrade the object
+//! first when it lacks groups).
+//!
+//! Invariant: a view holds a handle of the base and one of each group (read handles or
+//! micro-buffers), so every byte it shows is covered by the transaction's locks and borrow
+//! flags like any other handle; it has no `DerefMut`, so the links cannot be overwritten
+//! through it.
+
+use super::extendible::{ExtGroups, ExtPlaces, Extendible};
+use crate::persistent::Oid;
+use crate::tx::{AsPlace, Mut, Place, Read};
+use core::ops::Deref;
+
+/// A read view of an `#[extendible]` object and all its extension groups, inside a
+/// transaction (`tx.ext(oid)`).
+///
+/// Derefs to the base struct; the field accessors `#[extendible]` generates
+/// (`<Struct>Fields` for base fields, `<Struct>ExtFields` for extension fields and for
+/// fields replaced by one) read every field, old and new.
+pub struct Ext<'tx, T: Extendible> {
+    base: Read<'tx, T>,
+    groups: T::Reads<'tx>,
+    oid: Oid<T>,
+}
+
+impl<'tx, T: Extendible> Ext<'tx, T> {
+    pub(crate) fn new(oid: Oid<T>, base: Read<'tx, T>, groups: T::Reads<'tx>) -> Self {
+        Ext { base, groups, oid }
+    }
+
+    /// The object's oid.
+    pub fn oid(&self) -> Oid<T> {
+        self.oid
+    }
+}
+
+impl<T: Extendible> Deref for Ext<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.base
+    }
+}
+
+impl<T: Extendible> ExtGroups<T> for Ext<'_, T> {
+    fn __groups(&self) -> T::Refs<'_> {
+        T::__refs_of_reads(&self.groups)
+    }
+}
+
+/// A micro-buffer view of an `#[extendible]` object and all its extension groups, inside
+/// a transaction (`tx.ext_mut(oid)`): the generated setters change any field, old or new,
+/// marking only the bytes they write.
+pub struct ExtMut<'tx, T: Extendible> {
+    base: Mut<'tx, T>,
+    groups: T::Muts<'tx>,
+}
+
+impl<'tx, T: Extendible> ExtMut<'tx, T> {
+    pub(crate) fn new(base: Mut<'tx, T>, groups: T::Muts<'tx>) -> Self {
+        ExtMut { base, groups }
+    }
+
+    /// The object's oid.
+    pub fn oid(&self) -> Oid<T> {
+        self.base.oid()
+    }
+}
+
+impl<T: Extendible> Deref for ExtMut<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.base
+    }
+}
+
+impl<T: Extendible> AsPlace<T> for ExtMut<'_, T> {
+    fn place(&mut self) -> Place<'_, T> {
+        self.base.place()
+    }
+}
+
+impl<T: Extendible> ExtGroups<T> for ExtMut<'_, T> {
+    fn __groups(&self) -> T::Refs<'_> {
+        T::__refs_of_muts(&self.groups)
+    }
+}
+
+impl<T: Extendible> ExtPlaces<T> for ExtMut<'_, T> {
+    fn __places(&mut self) -> T::Places<'_> {
+        T::__places(&mut self.groups)
+    }
+}
+
+impl<T: Extendible + core::fmt::Debug> core::fmt::Debug for Ext<'_, T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Ext")
+            .field("oid", &self.oid)
+            .field("base", &*self.base)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,287 @@
+//! `#[extendible]` structs through three versions in one process: v0 (base only), v1
+//! (adds a name), v2 (widens the key). Each version is a module with the same pinned type
+//! id, as the same struct would be in three builds of one program; `leds_evolution.rs`
+//! does the same across real processes.
+
+mod support;
+
+use pgl::{Config, Error, Oid, PStr, Persistent, Pool};
+
+mod v0 {
+    use pgl::{extendible, Oid, Persistent};
+
+    #[extendible]
+    #[derive(Persistent, Debug)]
+    #[pgl(id = 0x5eed_0001)]
+    #[repr(C)]
+    pub struct Node {
+        pub key: u32,
+        pub value: u32,
+        pub next: Oid<Node>,
+    }
+}
+
+mod v1 {
+    use pgl::{extendible, Oid, PStr, Persistent};
+
+    #[extendible]
+    #[derive(Persistent, Debug)]
+    #[pgl(id = 0x5eed_0001)]
+    #[repr(C)]
+    pub struct Node {
+        pub key: u32,
+        pub value: u32,
+        pub next: Oid<Node>,
+        #[extension(1, init = |old| PStr::truncating(&format!("node{}", old.key())))]
+        pub name: PStr<16>,
+    }
+}
+
+mod v2 {
+    use pgl::{extendible, Oid, PStr, Persistent};
+
+    #[extendible]
+    #[derive(Persistent, Debug)]
+    #[pgl(id = 0x5eed_0001)]
+    #[repr(C)]
+    pub struct Node {
+        pub key: u32,
+        pub value: u32,
+        pub next: Oid<Node>,
+        #[extension(1, init = |old| PStr::truncating(&format!("node{}", old.key())))]
+        pub name: PStr<16>,
+        #[extension(2, replaces = key, init = |old| old.key() as u64 + (1 << 40))]
+        pub key64: u64,
+        #[extension(2, init = 7)]
+        pub hits: u32,
+        #[extension(2, init = 0)]
+        pub _pad: u32,
+    }
+}
+
+fn pool(name: &str) -> (Pool, std::path::PathBuf) {
+    let path = support::test_dir().join(format!("pgl-leds-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    (Pool::create(&path, &Config::small(name)).unwrap(), path)
+}
+
+#[test]
+fn old_objects_are_upgraded_lazily_and_once() {
+    use v1::NodeExtFields as _;
+    use v2::NodeExtFields as _;
+    let (pool, path) = pool("lazy");
+    let a = pool
+        .tx(|tx| {
+            tx.alloc_ext(v0::NodeData {
+                key: 5,
+                value: 50,
+                next: Oid::NULL,
+            })
+        })
+        .unwrap();
+    assert_eq!(pool.stats().upgrades, 0);
+
+    // v1 reads the base without upgrading; `tx.ext` upgrades.
+    let a1: Oid<v1::Node> = a.cast();
+    let present = pool.tx(|tx| tx.groups_present(a1)).unwrap();
+    assert_eq!(present, 0);
+    let name = pool
+        .tx(|tx| Ok(tx.ext(a1)?.name().as_str().to_owned()))
+        .unwrap();
+    assert_eq!(name, "node5");
+    assert_eq!(pool.stats().upgrades, 1);
+    pool.tx(|tx| tx.ext(a1).map(drop)).unwrap();
+    assert_eq!(
+        pool.stats().upgrades,
+        1,
+        "a second access does not upgrade again"
+    );
+
+    // v2 adds group 2; `key()` now reads the widened key.
+    let a2: Oid<v2::Node> = a.cast();
+    pool.tx(|tx| {
+        let n = tx.ext(a2)?;
+        assert_eq!(*n.key(), 5 + (1 << 40));
+        assert_eq!(*n.hits(), 7);
+        assert_eq!(n.name().as_str(), "node5");
+        assert_eq!(n.value, 50);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(pool.stats().upgrades, 2);
+    assert_eq!(pool.tx(|tx| tx.groups_present(a2)).unwrap(), 2);
+
+    // Setters of old and new fields.
+    pool.tx(|tx| {
+        let mut n = tx.ext_mut(a2)?;
+        n.set_key(1 << 50);
+        n.set_name(PStr::truncating("renamed"));
+        Ok(())
+    })
+    .unwrap();
+    pool.tx(|tx| {
+        let n = tx.ext(a2)?;
+        assert_eq!(*n.key(), 1 << 50);
+        assert_eq!(*n.key64(), 1 << 50);
+        assert_eq!(n.name().as_str(), "renamed");
+        Ok(())
+    })
+    .unwrap();
+    // Nothing leaked: base + 2 groups.
+    assert_eq!(pool.objects().unwrap().len(), 3);
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn new_objects_have_the_full_chain_and_copy_and_free_follow_it() {
+    use v2::NodeExtFields as _;
+    let (pool, path) = pool("new");
+    let o = pool
+        .tx(|tx| {
+            tx.alloc_ext(v2::NodeData {
+                value: 1,
+                next: Oid::NULL,
+                name: PStr::truncating("fresh"),
+                key64: 99,
+                hits: 3,
+                _pad: 0,
+            })
+        })
+        .unwrap();
+    assert_eq!(pool.tx(|tx| tx.groups_present(o)).unwrap(), 2);
+    let c = pool.tx(|tx| tx.copy_ext(o)).unwrap();
+    assert_eq!(pool.objects().unwrap().len(), 6);
+    pool.tx(|tx| {
+        tx.ext_mut(c)?.set_key(100);
+        Ok(())
+    })
+    .unwrap();
+    pool.tx(|tx| {
+        assert_eq!(*tx.ext(o)?.key(), 99, "the copy has its own groups");
+        assert_eq!(*tx.ext(c)?.key(), 100);
+        assert_eq!(tx.ext(c)?.name().as_str(), "fresh");
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(pool.stats().upgrades, 0, "nothing needed upgrading");
+    pool.tx(|tx| tx.free_ext(o)).unwrap();
+    assert_eq!(pool.objects().unwrap().len(), 3);
+    // An older program copies the groups it does not know too.
+    let c0: Oid<v0::Node> = c.cast();
+    let cc = pool.tx(|tx| tx.copy_ext(c0)).unwrap();
+    pool.tx(|tx| {
+        assert_eq!(*tx.ext(cc.cast::<v2::Node>())?.key(), 100);
+        Ok(())
+    })
+    .unwrap();
+    pool.tx(|tx| tx.free_ext(c0)).unwrap();
+    pool.tx(|tx| tx.free_ext(cc)).unwrap();
+    assert_eq!(pool.objects().unwrap().len(), 0);
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn an_aborted_upgrade_leaves_the_object_as_it_was() {
+    use v1::NodeExtFields as _;
+    let (pool, path) = pool("abort");
+    let a = pool
+        .tx(|tx| {
+            tx.alloc_ext(v0::NodeData {
+                key: 1,
+                value: 2,
+                next: Oid::NULL,
+            })
+        })
+        .unwrap();
+    let a1: Oid<v1::Node> = a.cast();
+    let r: pgl::Result<()> = pool.tx(|tx| {
+        assert_eq!(tx.ext(a1)?.name().as_str(), "node1");
+        Err(Error::Aborted {
+            reason: "test".into(),
+        })
+    });
+    assert!(r.is_err());
+    assert_eq!(pool.tx(|tx| tx.groups_present(a1)).unwrap(), 0);
+    assert_eq!(pool.objects().unwrap().len(), 1);
+    assert_eq!(pool.stats().upgrades, 0);
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+mod v2_changed_group {
+    use pgl::{extendible, Oid, PStr, Persistent};
+
+    /// Group 1 of v1 with a field retyped: a mistake the pool must catch.
+    #[extendible]
+    #[derive(Persistent, Debug)]
+    #[pgl(id = 0x5eed_0001)]
+    #[repr(C)]
+    pub struct Node {
+        pub key: u32,
+        pub value: u32,
+        pub next: Oid<Node>,
+        #[extension(1, init = |_old| PStr::truncating("x"))]
+        pub name: PStr<24>,
+    }
+}
+
+mod v_changed_base {
+    use pgl::{extendible, Oid, Persistent};
+
+    #[extendible]
+    #[derive(Persistent, Debug)]
+    #[pgl(id = 0x5eed_0001)]
+    #[repr(C)]
+    pub struct Node {
+        pub key: u64,
+        pub next: Oid<Node>,
+    }
+}
+
+#[test]
+fn a_changed_group_or_base_is_a_layout_mismatch_naming_it() {
+    let (pool, path) = pool("mismatch");
+    let a = pool
+        .tx(|tx| {
+            tx.alloc_ext(v1::NodeData {
+                key: 1,
+                value: 2,
+                next: Oid::NULL,
+                name: PStr::truncating("n"),
+            })
+        })
+        .unwrap();
+    let e = pool
+        .tx(|tx| tx.ext(a.cast::<v2_changed_group::Node>()).map(drop))
+        .unwrap_err();
+    match &e {
+        Error::LayoutMismatch {
+            group, type_name, ..
+        } => {
+            assert_eq!(*group, Some(1), "{e}");
+            assert!(type_name.contains("extension group 1"), "{type_name}");
+        }
+        other => panic!("expected a layout mismatch, got {other:?}"),
+    }
+    assert!(e.to_string().contains("extension group 1 of this"), "{e}");
+    let e = pool
+        .tx(|tx| tx.ext(a.cast::<v_changed_base::Node>()).map(drop))
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::LayoutMismatch { group: Some(0), .. }),
+        "{e:?}"
+    );
+    assert_ne!(
+        <v0::Node as Persistent>::LAYOUT,
+        <v_changed_base::Node as Persistent>::LAYOUT
+    );
+    assert_eq!(
+        <v0::Node as Persistent>::LAYOUT,
+        <v2::Node as Persistent>::LAYOUT,
+        "extensions never change the base"
+    );
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
