@@ -241,3 +241,44 @@ fn bad_id_values() {
         assert!(errors[0].contains(message), "{attr}: {errors:#?}");
     }
 }
+
+/// `#[extendible]`'s output for `input`, pretty-printed (the derive it leaves on the
+/// structs is not expanded).
+fn expand_extendible(args: TokenStream, input: TokenStream) -> String {
+    let output = crate::expand::extendible::expand(args, input);
+    let file: syn::File = syn::parse2(output).expect("expansion parses as items");
+    prettyplease::unparse(&file)
+}
+
+#[test]
+fn extendible_two_groups_with_a_replaced_field() {
+    insta::assert_snapshot!(expand_extendible(
+        quote!(),
+        quote! {
+            #[derive(Persistent)]
+            #[repr(C)]
+            pub struct Node {
+                pub key: u32,
+                pub value: u32,
+                #[extension(1, init = |old| old.value() as u64)]
+                pub total: u64,
+                #[extension(2, replaces = key, init = |old| old.key() as u64)]
+                pub key64: u64,
+            }
+        }
+    ));
+}
+
+#[test]
+fn extendible_base_only_with_a_pinned_fingerprint() {
+    insta::assert_snapshot!(expand_extendible(
+        quote!(base = 0x1234),
+        quote! {
+            #[derive(Persistent)]
+            #[repr(C)]
+            pub struct Counter {
+                pub hits: u64,
+            }
+        }
+    ));
+}

@@ -600,12 +600,20 @@ impl<'m, 'a> Gen<'m, 'a> {
                     }
                     #[doc = #set_doc]
                     #[inline]
-                    fn #setter(&mut self, #value: #ty) where Self: #places {
+                    fn #setter(&mut self, #value: #ty)
+                    where
+                        Self: #places,
+                        for<'__pgl> #ty: ::pgl::__private::Persistent,
+                    {
                         <Self as #places>::__places(self).#g.project(|__pgl_w| &__pgl_w.#f).set(#value)
                     }
                     #[doc = #place_doc]
                     #[inline]
-                    fn #place_fn(&mut self) -> ::pgl::__private::Place<'_, #ty> where Self: #places {
+                    fn #place_fn(&mut self) -> ::pgl::__private::Place<'_, #ty>
+                    where
+                        Self: #places,
+                        for<'__pgl> #ty: ::pgl::__private::Persistent,
+                    {
                         <Self as #places>::__places(self).#g.project(|__pgl_w| &__pgl_w.#f)
                     }
                 })

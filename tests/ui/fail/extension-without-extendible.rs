@@ -1,0 +1,11 @@
+use pgl::Persistent;
+
+#[derive(Persistent)]
+#[repr(C)]
+pub struct Node {
+    pub key: u64,
+    #[extension(1, init = 0)]
+    pub added: u64,
+}
+
+fn main() {}
