@@ -1,0 +1,306 @@
+//! Crash consistency of the lazy upgrade of `#[extendible]` objects (and of creating,
+//! copying and freeing them with their chains): a crash at any fence of the transaction
+//! leaves each object either un-upgraded or fully upgraded — every group allocated,
+//! initialised and linked — and atomically with the rest of that transaction (a root word
+//! it also sets), with no object leaked or lost.
+//!
+//! Each op runs with a fence hook that captures a crash point at every fence (plus one after
+//! the op); every image (nothing pending, everything pending, then random subsets of the
+//! pending words) is recovered with `Pool::open_sim` and checked. `PGL_CRASH_STATES` raises
+//! the number of images (default 10,000 per op).
+
+mod common;
+
+use common::crash::{config, target_states, Rng, LAYOUT};
+use pgl::{CrashPoint, CrashSim, Oid, PStr, Pool};
+
+mod v0 {
+    use pgl::{extendible, Oid, Persistent};
+    #[extendible]
+    #[derive(Persistent)]
+    #[pgl(id = 0x1ed5_c001)]
+    #[repr(C)]
+    pub struct Node {
+        pub key: u32,
+        pub value: u32,
+        pub next: Oid<Node>,
+    }
+}
+
+mod v1 {
+    use pgl::{extendible, Oid, PStr, Persistent};
+    #[extendible]
+    #[derive(Persistent)]
+    #[pgl(id = 0x1ed5_c001)]
+    #[repr(C)]
+    pub struct Node {
+        pub key: u32,
+        pub value: u32,
+        pub next: Oid<Node>,
+        #[extension(1, init = |old| PStr::truncating(&format!("n{}", old.key())))]
+        pub name: PStr<16>,
+    }
+}
+
+mod v2 {
+    use pgl::{extendible, Oid, PStr, Persistent};
+    #[extendible]
+    #[derive(Persistent)]
+    #[pgl(id = 0x1ed5_c001)]
+    #[repr(C)]
+    pub struct Node {
+        pub key: u32,
+        pub value: u32,
+        pub next: Oid<Node>,
+        #[extension(1, init = |old| PStr::truncating(&format!("n{}", old.key())))]
+        pub name: PStr<16>,
+        #[extension(2, replaces = key, init = |old| old.key() as u64 * 1000)]
+        pub key64: u64,
+    }
+}
+
+use v2::NodeExtFields as _;
+
+type Root = [u64; 8];
+/// Root word the upgrading transaction also sets.
+const MARK: usize = 7;
+const NODES: usize = 3;
+
+/// A pool on a fresh device with `NODES` v0 nodes (keys 1, 2, 3) in root slots 0..3.
+fn setup() -> (std::sync::Arc<CrashSim>, Pool, Oid<Root>, u64) {
+    let cfg = config(1);
+    let capacity = cfg.size;
+    let sim = CrashSim::new(capacity);
+    let pool = Pool::create_sim(&sim, &cfg).unwrap();
+    let root = pool.root::<Root>().unwrap();
+    pool.tx(|tx| {
+        let mut r = tx.open(root)?;
+        for (i, slot) in r.iter_mut().take(NODES).enumerate() {
+            let o = tx.alloc_ext(v0::NodeData {
+                key: i as u32 + 1,
+                value: 10 * (i as u32 + 1),
+                next: Oid::NULL,
+            })?;
+            *slot = o.raw();
+        }
+        Ok(())
+    })
+    .unwrap();
+    (sim, pool, root, capacity)
+}
+
+/// What one node is after recovery: how many groups it carries, checked for content.
+fn node_state(pool: &Pool, root: Oid<Root>, i: usize) -> Result<usize, String> {
+    let oid: Oid<v2::Node> = Oid::from_raw(pool.get(root).map_err(|e| e.to_string())?[i]);
+    pool.tx(|tx| {
+        let n = tx.groups_present(oid)?;
+        let base = tx.get(oid)?;
+        let key = i as u32 + 1;
+        if base.value != 10 * key {
+            return Err(pgl::Error::Aborted {
+                reason: format!("node {i}: value {}", base.value),
+            });
+        }
+        drop(base);
+        if n == 2 {
+            // Read the groups without upgrading: they are all there.
+            let e = tx.ext(oid)?;
+            if *e.key() != key as u64 * 1000 || e.name().as_str() != format!("n{key}") {
+                return Err(pgl::Error::Aborted {
+                    reason: format!("node {i}: key {} name {:?}", e.key(), e.name().as_str()),
+                });
+            }
+        }
+        Ok(n)
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// Runs `op` with crash points captured at every fence, then checks every recovered image
+/// with `check`.
+fn explore(
+    what: &str,
+    sim: &CrashSim,
+    pool: &Pool,
+    capacity: u64,
+    op: impl FnOnce(&Pool),
+    check: impl Fn(&Pool) -> Result<(), String>,
+) {
+    let points = std::sync::Arc::new(std::sync::Mutex::new(Vec::<CrashPoint>::new()));
+    let sink = points.clone();
+    sim.set_fence_hook(move |s: &CrashSim| sink.lock().unwrap().push(s.crash_point()));
+    op(pool);
+    sim.clear_fence_hook();
+    let mut points = std::mem::take(&mut *points.lock().unwrap());
+    points.push(sim.crash_point());
+    let target = target_states();
+    let per_point = (target as usize).div_ceil(points.len()).max(2);
+    let mut rng = Rng::new(0x1ed5);
+    let (mut states, mut violations) = (0u64, Vec::new());
+    for (k, cp) in points.iter().enumerate() {
+        for j in 0..per_point {
+            let image = match j {
+                0 => cp.device(capacity, |_| false),
+                1 => cp.device(capacity, |_| true),
+                _ => cp.device(capacity, |_| rng.chance(500)),
+            };
+            states += 1;
+            let verdict = match Pool::open_sim(&image, LAYOUT) {
+                Ok(p) => check(&p).and_then(|()| match p.verify_objects(|_, _| {}) {
+                    Ok(bad) if bad.is_empty() => Ok(()),
+                    Ok(bad) => Err(format!("damaged objects: {bad:?}")),
+                    Err(e) => Err(e.to_string()),
+                }),
+                Err(e) => Err(format!("recovery failed: {e}")),
+            };
+            if let Err(e) = verdict {
+                violations.push(format!(
+                    "point {k} ({} pending), image {j}: {e}",
+                    cp.pending()
+                ));
+            }
+        }
+    }
+    let line = format!(
+        "crash states explored: {states} (op: {what}; {} crash points)\n",
+        points.len()
+    );
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+    assert!(
+        violations.is_empty(),
+        "{} violation(s), first: {:#?}",
+        violations.len(),
+        &violations[..violations.len().min(5)]
+    );
+}
+
+#[test]
+fn crash_during_an_upgrade_leaves_the_object_unupgraded_or_fully_upgraded() {
+    let (sim, pool, root, capacity) = setup();
+    // One transaction upgrades node 0 from v0 to v2 (two groups), changes an extension
+    // field of it, and sets a root word.
+    explore(
+        "upgrade v0 -> v2",
+        &sim,
+        &pool,
+        capacity,
+        |pool| {
+            pool.tx(|tx| {
+                let oid: Oid<v2::Node> = Oid::from_raw(tx.get(root)?[0]);
+                let e = tx.ext(oid)?;
+                assert_eq!(*e.key(), 1000);
+                drop(e);
+                tx.open(root)?[MARK] = 42;
+                Ok(())
+            })
+            .unwrap();
+        },
+        |p| {
+            let objects = p.objects().map_err(|e| e.to_string())?.len();
+            let mark = p.get(root).map_err(|e| e.to_string())?[MARK];
+            let n = node_state(p, root, 0)?;
+            match (mark, n, objects) {
+                (0, 0, o) if o == 1 + NODES => Ok(()),
+                (42, 2, o) if o == 1 + NODES + 2 => Ok(()),
+                other => Err(format!("(mark, groups, objects) = {other:?}")),
+            }
+        },
+    );
+    assert_eq!(pool.stats().upgrades, 1);
+}
+
+#[test]
+fn crash_during_a_partial_upgrade_and_during_copy_and_free() {
+    let (sim, pool, root, capacity) = setup();
+    // Node 1 carries group 1 (written by a v1 program) before the op.
+    pool.tx(|tx| {
+        let oid: Oid<v1::Node> = Oid::from_raw(tx.get(root)?[1]);
+        tx.upgrade(oid).map(drop)
+    })
+    .unwrap();
+    explore(
+        "upgrade v1 -> v2",
+        &sim,
+        &pool,
+        capacity,
+        |pool| {
+            pool.tx(|tx| {
+                let oid: Oid<v2::Node> = Oid::from_raw(tx.get(root)?[1]);
+                tx.ext_mut(oid)?.set_name(PStr::truncating("n2"));
+                Ok(())
+            })
+            .unwrap();
+        },
+        |p| {
+            let objects = p.objects().map_err(|e| e.to_string())?.len();
+            let oid: Oid<v1::Node> = Oid::from_raw(p.get(root).map_err(|e| e.to_string())?[1]);
+            let v1_groups = p
+                .tx(|tx| tx.groups_present(oid))
+                .map_err(|e| e.to_string())?;
+            let n = node_state(p, root, 1)?;
+            match (v1_groups, n, objects) {
+                (1, 1, o) if o == 1 + NODES + 1 => Ok(()),
+                (1, 2, o) if o == 1 + NODES + 2 => Ok(()),
+                other => Err(format!("(v1 groups, v2 groups, objects) = {other:?}")),
+            }
+        },
+    );
+    // Copy node 1 with its chain into slot 4, in one transaction.
+    explore(
+        "copy_ext",
+        &sim,
+        &pool,
+        capacity,
+        |pool| {
+            pool.tx(|tx| {
+                let oid: Oid<v2::Node> = Oid::from_raw(tx.get(root)?[1]);
+                let c = tx.copy_ext(oid)?;
+                tx.open(root)?[4] = c.raw();
+                Ok(())
+            })
+            .unwrap();
+        },
+        |p| {
+            let objects = p.objects().map_err(|e| e.to_string())?.len();
+            let copy = p.get(root).map_err(|e| e.to_string())?[4];
+            match (copy, objects) {
+                (0, o) if o == 1 + NODES + 2 => Ok(()),
+                (c, o) if c != 0 && o == 1 + NODES + 5 => {
+                    let c: Oid<v2::Node> = Oid::from_raw(c);
+                    p.tx(|tx| Ok((tx.groups_present(c)?, *tx.ext(c)?.key())))
+                        .map_err(|e| e.to_string())
+                        .and_then(|g| match g {
+                            (2, 2000) => Ok(()),
+                            other => Err(format!("copy: (groups, key) = {other:?}")),
+                        })
+                }
+                other => Err(format!("(copy, objects) = {other:?}")),
+            }
+        },
+    );
+    // Free the copy with its chain.
+    explore(
+        "free_ext",
+        &sim,
+        &pool,
+        capacity,
+        |pool| {
+            pool.tx(|tx| {
+                let oid: Oid<v2::Node> = Oid::from_raw(tx.get(root)?[4]);
+                tx.free_ext(oid)?;
+                tx.open(root)?[4] = 0;
+                Ok(())
+            })
+            .unwrap();
+        },
+        |p| {
+            let objects = p.objects().map_err(|e| e.to_string())?.len();
+            let copy = p.get(root).map_err(|e| e.to_string())?[4];
+            match (copy, objects) {
+                (0, o) if o == 1 + NODES + 2 => Ok(()),
+                (c, o) if c != 0 && o == 1 + NODES + 5 => Ok(()),
+                other => Err(format!("(copy, objects) = {other:?}")),
+            }
+        },
+    );
+}
