@@ -218,6 +218,7 @@ pub(crate) fn expand(
         #[allow(
             dead_code,
             non_camel_case_types,
+            non_snake_case,
             clippy::wrong_self_convention,
             clippy::should_implement_trait,
             clippy::must_use_candidate
