@@ -17,6 +17,9 @@ pub mod persistent_types {}
 #[doc = include_str!("transactions.md")]
 pub mod transactions {}
 
+#[doc = include_str!("evolving.md")]
+pub mod evolving {}
+
 #[doc = include_str!("fault-tolerance.md")]
 pub mod fault_tolerance {}
 

@@ -5,10 +5,12 @@
 mod chain;
 mod extendible;
 mod link;
+mod retain;
 mod view;
 
 #[doc(hidden)]
 pub use extendible::{run_init, zeroed, ExtGroups, ExtPlaces};
 pub use extendible::{Extendible, ExtendibleData, MAX_GROUPS};
 pub use link::ExtLink;
+pub use retain::{type_key, Remap};
 pub use view::{Ext, ExtMut};

@@ -531,6 +531,17 @@ impl Pool {
         }
     }
 
+    /// The pool offset of the root word (zone 0's metadata) and the root oid it holds,
+    /// for `leds`'s migration, which moves the root with the objects it converts.
+    pub(crate) fn root_word(&self) -> (u64, u64) {
+        let eng = &self.inner.eng;
+        let word = eng.geo.chunk_offset(0, 0) + ROOT_OFFSET;
+        let _g = self.inner.root_lock.lock();
+        // SAFETY: the root word lies in zone 0's metadata; outside commits it changes only
+        // under root_lock.
+        (word, unsafe { eng.media.read_u64(word) })
+    }
+
     /// Grows the pool to at least `new_size` bytes (whole zones are added).
     pub fn grow(&self, new_size: u64) -> Result<()> {
         let _g = self.inner.grow_lock.lock();

@@ -1,0 +1,146 @@
+//! The Reset and Manual retention models: `Pool::reset` / `Pool::open_or_reset`, and
+//! `Pool::migrate`, which rewrites every object of an old type as a new type in one
+//! transaction (root included).
+
+mod support;
+
+use pgl::{type_key, Config, Oid, Persistent, Pool};
+
+mod old {
+    use pgl::{Oid, Persistent};
+    #[derive(Persistent, Clone, Copy)]
+    #[pgl(id = 0x1ed5_a001)]
+    #[repr(C)]
+    pub struct Node {
+        pub key: u32,
+        pub value: u32,
+        pub next: Oid<Node>,
+    }
+}
+
+mod new {
+    use pgl::{Oid, Persistent};
+    #[derive(Persistent, Clone, Copy)]
+    #[pgl(id = 0x1ed5_a002)]
+    #[repr(C)]
+    pub struct Node {
+        pub key: u64,
+        pub next: Oid<Node>,
+        pub value: u32,
+        pub _pad: u32,
+    }
+}
+
+mod changed {
+    use pgl::{Oid, Persistent};
+    #[derive(Persistent)]
+    #[pgl(id = 0x1ed5_a001)]
+    #[repr(C)]
+    pub struct Node {
+        pub key: u64,
+        pub next: Oid<Node>,
+    }
+}
+
+fn path(name: &str) -> std::path::PathBuf {
+    let p = support::test_dir().join(format!("pgl-leds-retain-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+#[test]
+fn manual_migration_rewrites_every_object_and_moves_the_root() {
+    let p = path("manual");
+    let pool = Pool::create(&p, &Config::small("retain")).unwrap();
+    let root = pool.root::<old::Node>().unwrap();
+    pool.tx(|tx| {
+        let mut next = Oid::NULL;
+        for key in (1..50).rev() {
+            next = tx.alloc(old::Node {
+                key,
+                value: key * 2,
+                next,
+            })?;
+        }
+        let mut r = tx.open(root)?;
+        r.next = next;
+        r.value = 7;
+        Ok(())
+    })
+    .unwrap();
+    let written = pool.stats().bytes_written;
+    let remap = pool
+        .migrate::<old::Node, new::Node>(|o, remap| new::Node {
+            key: u64::from(o.key) << 32,
+            next: remap.oid(o.next),
+            value: o.value,
+            _pad: 0,
+        })
+        .unwrap();
+    assert_eq!(remap.len(), 50);
+    assert!(pool.stats().bytes_written > written);
+    drop(pool);
+
+    let pool = Pool::open(&p, "retain").unwrap();
+    let root = pool.root::<new::Node>().unwrap();
+    assert_eq!(pool.get(root).unwrap().value, 7);
+    let mut cur = pool.get(root).unwrap().next;
+    let mut key = 1u64;
+    while !cur.is_null() {
+        let n = pool.get(cur).unwrap();
+        assert_eq!((n.key, n.value), (key << 32, key as u32 * 2));
+        cur = n.next;
+        key += 1;
+    }
+    assert_eq!(key, 50);
+    assert!(pool
+        .objects()
+        .unwrap()
+        .iter()
+        .all(|(_, h)| h.type_id == <new::Node as Persistent>::TYPE_ID));
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
+fn migrating_to_the_same_type_id_is_refused_and_changes_nothing() {
+    let p = path("same");
+    let pool = Pool::create(&p, &Config::small("retain")).unwrap();
+    pool.root::<old::Node>().unwrap();
+    let e = pool.migrate::<old::Node, old::Node>(|o, _| *o).unwrap_err();
+    assert!(e.to_string().contains("type id"), "{e}");
+    assert_eq!(pool.objects().unwrap().len(), 1);
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
+fn reset_on_mismatch_discards_a_pool_whose_types_changed() {
+    let p = path("reset");
+    let cfg = Config::small("retain");
+    let (pool, reset) = Pool::open_or_reset(&p, &cfg, &[type_key::<old::Node>()]).unwrap();
+    assert!(!reset, "a new pool is created, not reset");
+    pool.tx(|tx| {
+        tx.alloc(old::Node {
+            key: 1,
+            value: 2,
+            next: Oid::NULL,
+        })
+        .map(drop)
+    })
+    .unwrap();
+    drop(pool);
+    let (pool, reset) = Pool::open_or_reset(&p, &cfg, &[type_key::<old::Node>()]).unwrap();
+    assert!(!reset, "same layout: kept");
+    assert_eq!(pool.objects().unwrap().len(), 1);
+    drop(pool);
+    let (pool, reset) = Pool::open_or_reset(&p, &cfg, &[type_key::<changed::Node>()]).unwrap();
+    assert!(reset, "changed layout: reset");
+    assert_eq!(pool.objects().unwrap().len(), 0);
+    assert!(pool.types().unwrap().is_empty());
+    drop(pool);
+    let pool = Pool::reset(&p, &cfg).unwrap();
+    assert_eq!(pool.objects().unwrap().len(), 0);
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
