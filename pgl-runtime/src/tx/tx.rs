@@ -338,24 +338,41 @@ impl<'p> Tx<'p> {
         let mut guard = self.st.borrow_mut();
         let st = &mut *guard;
         let off = oid.raw();
-        if let Some(mut b) = self.buffer_of::<T>(st, off)? {
+        match self.buffer_of::<T>(st, off)? {
             // SAFETY: see `open`.
-            let buf = unsafe { b.as_mut() };
-            if buf.borrow != 0 {
-                return Err(Error::AlreadyBorrowed { offset: off });
-            }
-            let f = self.eng.heap.free(off, &mut st.sc.meta)?;
-            st.sc.frees.push(f);
-            buf.kind = BufKind::Freed;
-        } else {
-            self.lock(st, off, Held::Write)?;
-            let place = self.eng.heap.locate(off)?;
-            let h = self.header(off);
-            Self::check_type::<T>(off, &h, place.capacity)?;
-            let f = self.eng.heap.free(off, &mut st.sc.meta)?;
-            st.sc.frees.push(f);
-            self.new_buffer(st, off, 0, T::TYPE_ID, BufKind::Freed);
+            Some(mut b) => self.free_buffered(st, off, unsafe { b.as_mut() }),
+            None => self.free_unbuffered(st, off, |h, capacity| {
+                Self::check_type::<T>(off, h, capacity).map(|()| T::TYPE_ID)
+            }),
         }
+    }
+
+    /// Frees the object at `off`, which this transaction has buffered as `buf`.
+    fn free_buffered(&self, st: &mut TxState<'p>, off: u64, buf: &mut Buffer) -> Result<()> {
+        if buf.borrow != 0 {
+            return Err(Error::AlreadyBorrowed { offset: off });
+        }
+        let f = self.eng.heap.free(off, &mut st.sc.meta)?;
+        st.sc.frees.push(f);
+        buf.kind = BufKind::Freed;
+        Ok(())
+    }
+
+    /// Frees the object at `off`, which this transaction has not touched yet: takes its
+    /// write lock, lets `check` vet its header (it returns the type id to record), and
+    /// records the free in a new buffer.
+    fn free_unbuffered(
+        &self,
+        st: &mut TxState<'p>,
+        off: u64,
+        check: impl FnOnce(&ObjectHeader, u64) -> Result<u32>,
+    ) -> Result<()> {
+        self.lock(st, off, Held::Write)?;
+        let place = self.eng.heap.locate(off)?;
+        let type_id = check(&self.header(off), place.capacity)?;
+        let f = self.eng.heap.free(off, &mut st.sc.meta)?;
+        st.sc.frees.push(f);
+        self.new_buffer(st, off, 0, type_id, BufKind::Freed);
         Ok(())
     }
 
@@ -425,27 +442,18 @@ impl<'p> Tx<'p> {
             if buf.kind == BufKind::Freed {
                 return Err(Error::UseAfterFree { offset: off });
             }
-            if buf.borrow != 0 {
-                return Err(Error::AlreadyBorrowed { offset: off });
-            }
-            let f = self.eng.heap.free(off, &mut st.sc.meta)?;
-            st.sc.frees.push(f);
-            buf.kind = BufKind::Freed;
+            self.free_buffered(st, off, buf)
         } else {
-            self.lock(st, off, Held::Write)?;
-            let place = self.eng.heap.locate(off)?;
-            let h = self.header(off);
-            if h.size > place.capacity {
-                return Err(Error::invalid_oid(
-                    off,
-                    "its header gives an impossible size",
-                ));
-            }
-            let f = self.eng.heap.free(off, &mut st.sc.meta)?;
-            st.sc.frees.push(f);
-            self.new_buffer(st, off, 0, h.type_id, BufKind::Freed);
+            self.free_unbuffered(st, off, |h, capacity| {
+                if h.size > capacity {
+                    return Err(Error::invalid_oid(
+                        off,
+                        "its header gives an impossible size",
+                    ));
+                }
+                Ok(h.type_id)
+            })
         }
-        Ok(())
     }
 
     /// Counts one object upgraded by `leds` (reported by `stats()` once this commits).
