@@ -86,8 +86,9 @@ impl Pool {
     /// The Manual model: rewrites every object of type `Old` as a `New` computed by
     /// `convert` (which gets the old-to-new [`Remap`] to translate the oids it holds),
     /// frees the old objects, and moves the root if it was one of them — all in one
-    /// transaction. Oids of old objects held by objects of other types are the caller's to
-    /// remap (with the returned map, in a transaction of its own). `Old` must be
+    /// transaction (holding the pool's root lock, so `pool.root` waits for it). Oids of
+    /// old objects held by objects of other types are the caller's to remap (with the
+    /// returned map, in a transaction of its own). `Old` must be
     /// the definition the pool stored (same type id and layout); `New` needs another type
     /// id. Returns the map.
     pub fn migrate<Old: Persistent, New: Persistent>(
@@ -110,25 +111,26 @@ impl Pool {
             .filter(|(_, h)| h.type_id == Old::TYPE_ID && h.size == size)
             .map(|(off, _)| off)
             .collect();
-        let (root_word, root) = self.root_word();
-        self.tx(|tx| {
-            let mut remap = Remap::default();
-            for &off in &old {
-                let new = tx.alloc_zeroed::<New>()?;
-                remap.map.insert(off, new.raw());
-            }
-            for &off in &old {
-                let value = convert(&*tx.get(Oid::<Old>::from_raw(off))?, &remap);
-                let new: Oid<New> = remap.oid(Oid::<Old>::from_raw(off));
-                *tx.open(new)? = value;
-            }
-            for &off in &old {
-                tx.free(Oid::<Old>::from_raw(off))?;
-            }
-            if let Some(&new) = remap.map.get(&root) {
-                tx.set_meta_word(root_word, new);
-            }
-            Ok(remap)
+        self.with_root_word(|root_word, root| {
+            self.tx(|tx| {
+                let mut remap = Remap::default();
+                for &off in &old {
+                    let new = tx.alloc_zeroed::<New>()?;
+                    remap.map.insert(off, new.raw());
+                }
+                for &off in &old {
+                    let value = convert(&*tx.get(Oid::<Old>::from_raw(off))?, &remap);
+                    let new: Oid<New> = remap.oid(Oid::<Old>::from_raw(off));
+                    *tx.open(new)? = value;
+                }
+                for &off in &old {
+                    tx.free(Oid::<Old>::from_raw(off))?;
+                }
+                if let Some(&new) = remap.map.get(&root) {
+                    tx.set_meta_word(root_word, new);
+                }
+                Ok(remap)
+            })
         })
     }
 }

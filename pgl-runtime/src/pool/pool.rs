@@ -492,7 +492,7 @@ impl Pool {
     /// be inside a transaction: call `root` once before starting them).
     pub fn root<T: Persistent>(&self) -> Result<Oid<T>> {
         let eng = &self.inner.eng;
-        let word = eng.geo.chunk_offset(0, 0) + ROOT_OFFSET;
+        let word = self.root_word_offset();
         // The word changes only while `root_lock` is held (creation), so it is read under it;
         // the type check below runs without it, so a root held by a transaction elsewhere
         // never makes a second caller wait while holding the lock.
@@ -531,15 +531,20 @@ impl Pool {
         }
     }
 
-    /// The pool offset of the root word (zone 0's metadata) and the root oid it holds,
-    /// for `leds`'s migration, which moves the root with the objects it converts.
-    pub(crate) fn root_word(&self) -> (u64, u64) {
-        let eng = &self.inner.eng;
-        let word = eng.geo.chunk_offset(0, 0) + ROOT_OFFSET;
+    /// The pool offset of the root word (in zone 0's metadata).
+    fn root_word_offset(&self) -> u64 {
+        self.inner.eng.geo.chunk_offset(0, 0) + ROOT_OFFSET
+    }
+
+    /// Runs `f` with the root word's offset and the root oid it holds, under `root_lock`:
+    /// the root changes only there, so `f`'s transaction may move it (`leds`'s migration
+    /// moves the root with the objects it converts), as `root` does when creating it.
+    pub(crate) fn with_root_word<R>(&self, f: impl FnOnce(u64, u64) -> R) -> R {
+        let word = self.root_word_offset();
         let _g = self.inner.root_lock.lock();
-        // SAFETY: the root word lies in zone 0's metadata; outside commits it changes only
-        // under root_lock.
-        (word, unsafe { eng.media.read_u64(word) })
+        // SAFETY: the root word lies in zone 0's metadata; it changes only under root_lock.
+        let cur = unsafe { self.inner.eng.media.read_u64(word) };
+        f(word, cur)
     }
 
     /// Grows the pool to at least `new_size` bytes (whole zones are added).

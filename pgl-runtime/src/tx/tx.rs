@@ -121,11 +121,9 @@ impl<'p> Tx<'p> {
         Ok(())
     }
 
-    fn buffer_of<T: Persistent>(
-        &self,
-        st: &TxState<'p>,
-        off: u64,
-    ) -> Result<Option<NonNull<Buffer>>> {
+    /// This transaction's buffer of the object at `off`, whatever its type, if it has one
+    /// (an error if the object failed verification or was freed in this transaction).
+    fn buffered(&self, st: &TxState<'p>, off: u64) -> Result<Option<NonNull<Buffer>>> {
         let Some(&i) = st.sc.index.get(&off) else {
             return Ok(None);
         };
@@ -138,10 +136,23 @@ impl<'p> Tx<'p> {
         let b = st.sc.bufs[i];
         // SAFETY: buffers live until the transaction ends; only handles alias them, and
         // those are checked through `borrow` before any access.
-        let buf = unsafe { b.as_ref() };
-        if buf.kind == BufKind::Freed {
+        if unsafe { b.as_ref() }.kind == BufKind::Freed {
             return Err(Error::UseAfterFree { offset: off });
         }
+        Ok(Some(b))
+    }
+
+    /// This transaction's buffer of the `T` at `off`, if it has one.
+    fn buffer_of<T: Persistent>(
+        &self,
+        st: &TxState<'p>,
+        off: u64,
+    ) -> Result<Option<NonNull<Buffer>>> {
+        let Some(b) = self.buffered(st, off)? else {
+            return Ok(None);
+        };
+        // SAFETY: as in `buffered`.
+        let buf = unsafe { b.as_ref() };
         if buf.type_id != T::TYPE_ID || buf.size != core::mem::size_of::<T>() {
             return Err(Error::TypeMismatch {
                 offset: off,
@@ -382,19 +393,9 @@ impl<'p> Tx<'p> {
     /// hold groups this build does not know).
     pub(crate) fn object_bytes(&self, off: u64) -> Result<(u32, Vec<u8>)> {
         let mut st = self.st.borrow_mut();
-        if let Some(&i) = st.sc.index.get(&off) {
-            if i == usize::MAX {
-                return Err(Error::invalid_oid(
-                    off,
-                    "failed verification earlier in this transaction",
-                ));
-            }
-            // SAFETY: buffers live until the transaction ends; the borrow flag is checked
-            // before the payload is read.
-            let buf = unsafe { st.sc.bufs[i].as_ref() };
-            if buf.kind == BufKind::Freed {
-                return Err(Error::UseAfterFree { offset: off });
-            }
+        if let Some(b) = self.buffered(&st, off)? {
+            // SAFETY: as in `buffered`; the borrow flag is checked before the payload is read.
+            let buf = unsafe { b.as_ref() };
             if buf.borrow < 0 {
                 return Err(Error::AlreadyBorrowed { offset: off });
             }
@@ -409,19 +410,11 @@ impl<'p> Tx<'p> {
                 "its header gives an impossible size",
             ));
         }
+        verify_in_place(self.eng, off, &h)?;
         let mut bytes = vec![0u8; h.size as usize];
         // SAFETY: the payload lies inside the pool (size <= capacity) and our read lock
         // excludes concurrent commits to it.
         unsafe { self.eng.media.read(off, &mut bytes) };
-        if object_checksum(off, h.type_id, &bytes) != h.checksum {
-            return Err(Error::ChecksumMismatch {
-                offset: off,
-                type_id: h.type_id,
-                size: h.size,
-                stored: h.checksum,
-                computed: object_checksum(off, h.type_id, &bytes),
-            });
-        }
         Ok((h.type_id, bytes))
     }
 
@@ -430,21 +423,10 @@ impl<'p> Tx<'p> {
     pub(crate) fn free_raw(&self, off: u64) -> Result<()> {
         let mut guard = self.st.borrow_mut();
         let st = &mut *guard;
-        if let Some(&i) = st.sc.index.get(&off) {
-            if i == usize::MAX {
-                return Err(Error::invalid_oid(
-                    off,
-                    "failed verification earlier in this transaction",
-                ));
-            }
+        match self.buffered(st, off)? {
             // SAFETY: see `open`.
-            let buf = unsafe { &mut *st.sc.bufs[i].as_ptr() };
-            if buf.kind == BufKind::Freed {
-                return Err(Error::UseAfterFree { offset: off });
-            }
-            self.free_buffered(st, off, buf)
-        } else {
-            self.free_unbuffered(st, off, |h, capacity| {
+            Some(mut b) => self.free_buffered(st, off, unsafe { b.as_mut() }),
+            None => self.free_unbuffered(st, off, |h, capacity| {
                 if h.size > capacity {
                     return Err(Error::invalid_oid(
                         off,
@@ -452,7 +434,7 @@ impl<'p> Tx<'p> {
                     ));
                 }
                 Ok(h.type_id)
-            })
+            }),
         }
     }
 
