@@ -2,7 +2,8 @@
 //! copying and freeing them with their chains): a crash at any fence of the transaction
 //! leaves each object either un-upgraded or fully upgraded — every group allocated,
 //! initialised and linked — and atomically with the rest of that transaction (a root word
-//! it also sets), with no object leaked or lost.
+//! it also sets), with no object leaked or lost. A Manual-model migration of two types
+//! (a root and the list it heads) leaves the pool wholly old or wholly new.
 //!
 //! Each op runs with a fence hook that captures a crash point at every fence (plus one after
 //! the op); every image (nothing pending, everything pending, then random subsets of the
@@ -12,7 +13,7 @@
 mod common;
 
 use common::crash::{config, target_states, Rng, LAYOUT};
-use pgl::{CrashPoint, CrashSim, Oid, PStr, Pool};
+use pgl::{CrashPoint, CrashSim, Oid, PStr, Persistent, Pool};
 
 mod v0 {
     use pgl::{extendible, Oid, Persistent};
@@ -60,6 +61,41 @@ mod v2 {
 }
 
 use v2::NodeExtFields as _;
+
+/// The Manual model's types: a head (the root) and its list, before and after.
+mod manual {
+    use pgl::{Oid, Persistent};
+    #[derive(Persistent)]
+    #[pgl(id = 0x1ed5_c101)]
+    #[repr(C)]
+    pub struct Head0 {
+        pub first: Oid<Item0>,
+        pub count: u64,
+    }
+    #[derive(Persistent)]
+    #[pgl(id = 0x1ed5_c102)]
+    #[repr(C)]
+    pub struct Item0 {
+        pub key: u32,
+        pub value: u32,
+        pub next: Oid<Item0>,
+    }
+    #[derive(Persistent)]
+    #[pgl(id = 0x1ed5_c103)]
+    #[repr(C)]
+    pub struct Head1 {
+        pub first: Oid<Item1>,
+        pub count: u64,
+    }
+    #[derive(Persistent)]
+    #[pgl(id = 0x1ed5_c104)]
+    #[repr(C)]
+    pub struct Item1 {
+        pub key: u64,
+        pub next: Oid<Item1>,
+        pub value: u64,
+    }
+}
 
 type Root = [u64; 8];
 /// Root word the upgrading transaction also sets.
@@ -301,6 +337,103 @@ fn crash_during_a_partial_upgrade_and_during_copy_and_free() {
                 (c, o) if c != 0 && o == 1 + NODES + 5 => Ok(()),
                 other => Err(format!("(copy, objects) = {other:?}")),
             }
+        },
+    );
+}
+
+/// The keys of the list under a head of either version, and which version it was.
+fn manual_state(p: &Pool) -> Result<(u8, Vec<u64>), String> {
+    use manual::*;
+    let e = |e: pgl::Error| e.to_string();
+    let mut keys = Vec::new();
+    let version = match p.root::<Head0>() {
+        Ok(h) => {
+            let mut cur = p.get(h).map_err(e)?.first;
+            while !cur.is_null() {
+                let n = p.get(cur).map_err(e)?;
+                if u64::from(n.value) != u64::from(n.key) * 10 {
+                    return Err(format!("v0 item {}: value {}", n.key, n.value));
+                }
+                keys.push(u64::from(n.key));
+                cur = n.next;
+            }
+            0
+        }
+        Err(pgl::Error::RootType { .. }) => {
+            let h = p.root::<Head1>().map_err(e)?;
+            let mut cur = p.get(h).map_err(e)?.first;
+            while !cur.is_null() {
+                let n = p.get(cur).map_err(e)?;
+                if n.value != (n.key >> 32) * 10 {
+                    return Err(format!("v1 item {:#x}: value {}", n.key, n.value));
+                }
+                keys.push(n.key >> 32);
+                cur = n.next;
+            }
+            1
+        }
+        Err(err) => return Err(err.to_string()),
+    };
+    Ok((version, keys))
+}
+
+#[test]
+fn crash_during_a_manual_migration_leaves_every_type_old_or_every_type_new() {
+    use manual::*;
+    let cfg = config(1);
+    let capacity = cfg.size;
+    let sim = CrashSim::new(capacity);
+    let pool = Pool::create_sim(&sim, &cfg).unwrap();
+    let head = pool.root::<Head0>().unwrap();
+    pool.tx(|tx| {
+        let mut next = Oid::NULL;
+        for key in (1..=4u32).rev() {
+            next = tx.alloc(Item0 {
+                key,
+                value: key * 10,
+                next,
+            })?;
+        }
+        let mut h = tx.open(head)?;
+        h.first = next;
+        h.count = 4;
+        Ok(())
+    })
+    .unwrap();
+    explore(
+        "manual migration of a head and its list",
+        &sim,
+        &pool,
+        capacity,
+        |pool| {
+            let remap = pool
+                .migration()
+                .convert(|h: &Head0, r| Head1 {
+                    first: r.oid(h.first),
+                    count: h.count,
+                })
+                .convert(|n: &Item0, r| Item1 {
+                    key: u64::from(n.key) << 32,
+                    next: r.oid(n.next),
+                    value: u64::from(n.value),
+                })
+                .run()
+                .unwrap();
+            assert_eq!(remap.len(), 5);
+        },
+        |p| {
+            let (version, keys) = manual_state(p)?;
+            let objects = p.objects().map_err(|e| e.to_string())?;
+            let ids: Vec<u32> = objects.iter().map(|(_, h)| h.type_id).collect();
+            let want = if version == 0 {
+                [Head0::TYPE_ID, Item0::TYPE_ID]
+            } else {
+                [Head1::TYPE_ID, Item1::TYPE_ID]
+            };
+            if keys != [1, 2, 3, 4] || ids.len() != 5 || ids.iter().any(|i| !want.contains(i)) {
+                return Err(format!("v{version}: keys {keys:?}, type ids {ids:x?}"));
+            }
+            Ok(())
         },
     );
 }

@@ -1,6 +1,6 @@
 //! The Reset and Manual retention models: `Pool::reset` / `Pool::open_or_reset`, and
-//! `Pool::migrate`, which rewrites every object of an old type as a new type in one
-//! transaction (root included).
+//! `Pool::migrate` / `Pool::migration`, which rewrite every object of the old types as
+//! new types in one transaction (root included).
 
 mod support;
 
@@ -110,6 +110,33 @@ fn migrating_to_the_same_type_id_is_refused_and_changes_nothing() {
     let e = pool.migrate::<old::Node, old::Node>(|o, _| *o).unwrap_err();
     assert!(e.to_string().contains("type id"), "{e}");
     assert_eq!(pool.objects().unwrap().len(), 1);
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
+fn converting_one_old_type_twice_is_refused_and_changes_nothing() {
+    let p = path("twice");
+    let pool = Pool::create(&p, &Config::small("retain")).unwrap();
+    pool.root::<old::Node>().unwrap();
+    let convert = |o: &old::Node, remap: &pgl::Remap| new::Node {
+        key: u64::from(o.key),
+        next: remap.oid(o.next),
+        value: o.value,
+        _pad: 0,
+    };
+    let e = pool
+        .migration()
+        .convert(convert)
+        .convert(convert)
+        .run()
+        .unwrap_err();
+    assert!(e.to_string().contains("already converts"), "{e}");
+    assert!(pool
+        .objects()
+        .unwrap()
+        .iter()
+        .all(|(_, h)| h.type_id == <old::Node as Persistent>::TYPE_ID));
     drop(pool);
     std::fs::remove_file(&p).unwrap();
 }

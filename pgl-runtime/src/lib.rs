@@ -27,7 +27,9 @@ pub use error::{Error, Result};
 pub use heap::layout::ObjectHeader;
 pub use heap::SizeClasses;
 pub use inject::Fault;
-pub use leds::{type_key, Ext, ExtLink, ExtMut, Extendible, ExtendibleData, Remap, MAX_GROUPS};
+pub use leds::{
+    type_key, Ext, ExtLink, ExtMut, Extendible, ExtendibleData, Migration, Remap, MAX_GROUPS,
+};
 pub use log::{ForcePolicy, Log, LogConfig, LogStats, Lsn, RecoveryReport, Reservation};
 pub use persist::{CrashPoint, CrashSim, FlushMode};
 pub use persistent::{Oid, Persistent};

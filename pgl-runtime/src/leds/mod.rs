@@ -5,12 +5,14 @@
 mod chain;
 mod extendible;
 mod link;
-mod retain;
+mod migrate;
+mod reset;
 mod view;
 
 #[doc(hidden)]
 pub use extendible::{run_init, zeroed, ExtGroups, ExtPlaces};
 pub use extendible::{Extendible, ExtendibleData, MAX_GROUPS};
 pub use link::ExtLink;
-pub use retain::{type_key, Remap};
+pub use migrate::{Migration, Remap};
+pub use reset::type_key;
 pub use view::{Ext, ExtMut};

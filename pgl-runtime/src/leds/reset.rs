@@ -1,0 +1,58 @@
+//! The Reset retention model of LEDS (discard the pool when its types changed), for
+//! comparison with `#[extendible]`; the Manual model is in `migrate`.
+
+use crate::persistent::Persistent;
+use crate::pool::{Config, Pool};
+use crate::{Error, Result};
+use std::path::Path;
+
+impl Pool {
+    /// The Reset model: removes the pool file at `path` (if any) and creates a new, empty
+    /// pool there. Every object is lost; use it when the data can be rebuilt.
+    pub fn reset(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
+        let path = path.as_ref();
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(Error::Io {
+                    op: "reset (remove the old pool)",
+                    path: path.to_owned(),
+                    source: e,
+                })
+            }
+        }
+        Pool::create(path, config)
+    }
+
+    /// The Reset model on mismatch: opens the pool at `path`, or creates it if there is
+    /// none; if the pool stores a type of `types` (`(type id, layout)`, as
+    /// [`type_key`] gives) with another layout than this build's, resets it instead.
+    /// Returns the pool and whether it was reset.
+    pub fn open_or_reset(
+        path: impl AsRef<Path>,
+        config: &Config,
+        types: &[(u32, u64)],
+    ) -> Result<(Pool, bool)> {
+        let path = path.as_ref();
+        if !path.exists() {
+            return Pool::create(path, config).map(|p| (p, false));
+        }
+        let pool = Pool::open_with(path, config)?;
+        let stale = pool.types()?.iter().any(|t| {
+            types
+                .iter()
+                .any(|&(id, layout)| id == t.type_id && layout != t.layout)
+        });
+        if !stale {
+            return Ok((pool, false));
+        }
+        drop(pool);
+        Pool::reset(path, config).map(|p| (p, true))
+    }
+}
+
+/// `(TYPE_ID, LAYOUT)` of `T`, for [`Pool::open_or_reset`].
+pub fn type_key<T: Persistent>() -> (u32, u64) {
+    (T::TYPE_ID, T::LAYOUT)
+}
