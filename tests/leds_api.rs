@@ -165,7 +165,7 @@ fn new_objects_have_the_full_chain_and_copy_and_free_follow_it() {
     })
     .unwrap();
     assert_eq!(pool.stats().upgrades, 0, "nothing needed upgrading");
-    pool.tx(|tx| tx.free_ext(o)).unwrap();
+    pool.tx(|tx| tx.free(o)).unwrap();
     assert_eq!(pool.objects().unwrap().len(), 3);
     // An older program copies the groups it does not know too.
     let c0: Oid<v0::Node> = c.cast();
@@ -175,8 +175,8 @@ fn new_objects_have_the_full_chain_and_copy_and_free_follow_it() {
         Ok(())
     })
     .unwrap();
-    pool.tx(|tx| tx.free_ext(c0)).unwrap();
-    pool.tx(|tx| tx.free_ext(cc)).unwrap();
+    pool.tx(|tx| tx.free(c0)).unwrap();
+    pool.tx(|tx| tx.free(cc)).unwrap();
     assert_eq!(pool.objects().unwrap().len(), 0);
     drop(pool);
     std::fs::remove_file(path).unwrap();

@@ -316,14 +316,14 @@ fn crash_during_a_partial_upgrade_and_during_copy_and_free() {
     );
     // Free the copy with its chain.
     explore(
-        "free_ext",
+        "free (with the chain)",
         &sim,
         &pool,
         capacity,
         |pool| {
             pool.tx(|tx| {
                 let oid: Oid<v2::Node> = Oid::from_raw(tx.get(root)?[4]);
-                tx.free_ext(oid)?;
+                tx.free(oid)?;
                 tx.open(root)?[4] = 0;
                 Ok(())
             })

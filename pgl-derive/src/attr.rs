@@ -56,6 +56,9 @@ pub(crate) struct Container {
     /// `#[pgl(__group_of(Base, k))]`, which `#[extendible]` puts on the struct of its
     /// extension group `k`: the type id is derived from the base's.
     pub(crate) group_of: Option<(syn::Path, LitInt)>,
+    /// `#[pgl(__extendible)]`, which `#[extendible]` puts on the base struct: its objects
+    /// own their chain of groups (`Persistent::__OWNS_TAIL`).
+    pub(crate) extendible: bool,
 }
 
 impl Container {
@@ -69,6 +72,10 @@ impl Container {
             } else if attr.path().is_ident("pgl") {
                 if let Some(group_of) = parse_group_of(attr) {
                     out.group_of = Some(group_of);
+                    continue;
+                }
+                if is_hidden_key(attr, EXTENDIBLE) {
+                    out.extendible = true;
                     continue;
                 }
                 parse_pgl(cx, attr, &mut out.id, &mut seen_id);
@@ -130,6 +137,24 @@ pub(crate) fn field_attrs(cx: &Ctxt, attrs: &[Attribute]) -> FieldAttrs {
         }
     }
     out
+}
+
+/// The `#[pgl(...)]` key `#[extendible]` puts on the base struct. Not for users.
+pub(crate) const EXTENDIBLE: &str = "__extendible";
+
+/// Whether `attr` is exactly `#[pgl(key)]`.
+fn is_hidden_key(attr: &Attribute, key: &str) -> bool {
+    let mut found = false;
+    let mut others = false;
+    let _ = attr.parse_nested_meta(|meta| {
+        if meta.path.is_ident(key) && meta.input.is_empty() {
+            found = true;
+        } else {
+            others = true;
+        }
+        Ok(())
+    });
+    found && !others
 }
 
 /// `#[pgl(__group_of(Base, k))]`, set by `#[extendible]` (not a user key).

@@ -34,6 +34,11 @@ pub unsafe trait Persistent: Send + Sync + Sized + 'static {
     const LAYOUT: u64;
     /// The type's name as written in the source, for messages.
     const TYPE_NAME: &'static str;
+    /// Whether an object of this type owns a *tail*: its last 8 bytes are the offset
+    /// (u64 LE, 0 = none) of another object that ends with such a link in turn, and so on
+    /// (an `#[extendible]` base and its extension groups). `Tx::free` frees the tail too.
+    #[doc(hidden)]
+    const __OWNS_TAIL: bool = false;
 }
 
 /// FNV-1a over bytes; `const` so that type ids of built-in types are computed at compile time.

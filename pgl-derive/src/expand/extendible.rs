@@ -97,6 +97,7 @@ fn base_struct(model: &Model<'_>) -> TokenStream {
     });
     quote! {
         #(#attrs)*
+        #[pgl(__extendible)]
         #vis struct #ident {
             #(#fields,)*
             #[pgl(__no_accessors)]

@@ -62,6 +62,11 @@ fn expand(
         None => handle::expand(cont, fields, &layout.field_tys),
         Some(_) => TokenStream::new(),
     };
+    let owns_tail = cont.attrs.extendible.then(|| {
+        quote!(
+            const __OWNS_TAIL: bool = true;
+        )
+    });
     let error = error.map(syn::Error::into_compile_error);
     quote! {
         #error
@@ -76,6 +81,7 @@ fn expand(
                 const TYPE_ID: u32 = #type_id;
                 const LAYOUT: u64 = { #fingerprint };
                 const TYPE_NAME: &'static str = #name;
+                #owns_tail
             }
         };
         #accessors

@@ -1,6 +1,7 @@
 //! Extension chains inside a transaction: walking them, the lazy upgrade (allocate the
-//! missing groups, run their inits, link them), creating, copying and freeing objects
-//! with their chains.
+//! missing groups, run their inits, link them), creating and copying objects with their
+//! chains. (`Tx::free` frees an object with its chain: the chain is the object's tail,
+//! see `tx::tail`.)
 //!
 //! Invariant: every change is made through the transaction, so an upgrade commits or
 //! vanishes with the rest of it: after a crash an object is either un-upgraded or carries
@@ -14,10 +15,6 @@ use super::view::{Ext, ExtMut};
 use crate::persistent::Oid;
 use crate::tx::Tx;
 use crate::{Error, Result};
-
-/// Most links followed through groups this build does not know before the chain is
-/// reported corrupt (a cycle written by a scribble would otherwise never end).
-const MAX_CHAIN: usize = 4096;
 
 /// Offsets of groups 1 to `GROUPS` (0 where missing) and how many are present.
 struct Chain {
@@ -156,44 +153,12 @@ impl<'p> Tx<'p> {
         D::Struct::__alloc(self, data)
     }
 
-    /// The groups after the base whose bytes are `base`: `(offset, type id, bytes)` each,
-    /// through groups this build does not know too (a newer program may have added them).
-    fn raw_chain(&self, base: &[u8]) -> Result<Vec<(u64, u32, Vec<u8>)>> {
-        let mut out = Vec::new();
-        let mut link = ExtLink::at_end_of(base).unwrap_or(0);
-        while link != 0 {
-            if out.len() >= MAX_CHAIN || out.iter().any(|(o, _, _)| *o == link) {
-                return Err(Error::Corrupt {
-                    what: "extension chain",
-                    offset: link,
-                    detail: format!(
-                        "the links do not end after {} groups (a cycle?); `pgl check` verifies \
-                         the objects",
-                        out.len()
-                    ),
-                });
-            }
-            let (type_id, bytes) = self.object_bytes(link)?;
-            let next = ExtLink::at_end_of(&bytes).ok_or_else(|| Error::Corrupt {
-                what: "extension chain",
-                offset: link,
-                detail: format!(
-                    "a {}-byte object cannot be an extension group (it ends with an 8-byte link)",
-                    bytes.len()
-                ),
-            })?;
-            out.push((link, type_id, bytes));
-            link = next;
-        }
-        Ok(out)
-    }
-
     /// Allocates a copy of an `#[extendible]` object and of its whole chain (groups this
     /// build does not know included); the copy's links point to the copied groups.
     pub fn copy_ext<T: Extendible>(&self, oid: Oid<T>) -> Result<Oid<T>> {
         drop(self.get(oid).map_err(|e| in_part::<T>(e, 0))?);
         let (_, mut base) = self.object_bytes(oid.raw())?;
-        let chain = self.raw_chain(&base)?;
+        let chain = self.tail(&base)?;
         let mut next = 0;
         for (_, type_id, mut bytes) in chain.into_iter().rev() {
             ExtLink::set_at_end_of(&mut bytes, next);
@@ -202,15 +167,5 @@ impl<'p> Tx<'p> {
         ExtLink::set_at_end_of(&mut base, next);
         self.alloc_raw(base.len(), T::TYPE_ID, |p| p.copy_from_slice(&base))
             .map(Oid::from_raw)
-    }
-
-    /// Frees an `#[extendible]` object and its whole chain when the transaction commits.
-    pub fn free_ext<T: Extendible>(&self, oid: Oid<T>) -> Result<()> {
-        drop(self.get(oid).map_err(|e| in_part::<T>(e, 0))?);
-        let (_, base) = self.object_bytes(oid.raw())?;
-        for (off, _, _) in self.raw_chain(&base)? {
-            self.free_raw(off)?;
-        }
-        self.free(oid)
     }
 }

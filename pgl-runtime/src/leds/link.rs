@@ -15,8 +15,8 @@
 use crate::persistent::{fnv1a64, fold_type_id, Persistent};
 use core::fmt;
 
-/// Bytes of an [`ExtLink`].
-pub const LINK_SIZE: usize = 8;
+/// Bytes of an [`ExtLink`]: it is the link of an object's tail (`tx::tail`).
+pub const LINK_SIZE: usize = crate::tx::TAIL_LINK;
 
 /// The link from an `#[extendible]` object (or one of its extension groups) to its next
 /// extension group: a pool offset, null until the object is upgraded.
@@ -36,14 +36,6 @@ impl ExtLink {
     /// The offset of the next group's payload (0: none).
     pub const fn get(self) -> u64 {
         u64::from_le_bytes(self.0)
-    }
-
-    /// Reads the link that ends `bytes` (an object's payload), if it is long enough.
-    pub(crate) fn at_end_of(bytes: &[u8]) -> Option<u64> {
-        let start = bytes.len().checked_sub(LINK_SIZE)?;
-        let mut b = [0u8; LINK_SIZE];
-        b.copy_from_slice(&bytes[start..]);
-        Some(u64::from_le_bytes(b))
     }
 
     /// Sets the link that ends `bytes` (an object's payload).
@@ -81,8 +73,7 @@ mod tests {
         assert_eq!(l.0[0], 0x88, "little-endian on media");
         let mut obj = [0u8; 20];
         ExtLink::set_at_end_of(&mut obj, 0x40);
-        assert_eq!(ExtLink::at_end_of(&obj), Some(0x40));
-        assert_eq!(ExtLink::at_end_of(&obj[..7]), None);
+        assert_eq!(obj[12..], 0x40u64.to_le_bytes());
         assert_eq!(core::mem::align_of::<ExtLink>(), 1);
         assert_eq!(format!("{:?}", ExtLink::NULL), "ExtLink(null)");
     }

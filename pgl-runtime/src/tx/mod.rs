@@ -11,6 +11,7 @@ mod record;
 mod recovery;
 mod registry;
 mod repair;
+mod tail;
 #[allow(clippy::module_inception)]
 mod tx;
 
@@ -23,5 +24,6 @@ pub(crate) use recovery::{clear_dirty_zones, dirty_zones, recover, repair_lanes,
 pub use registry::TypeInfo;
 pub(crate) use registry::{list as list_types, TypeCache};
 pub(crate) use repair::{repairable, Outcome, RepairCounters};
+pub(crate) use tail::TAIL_LINK;
 pub use tx::Tx;
 pub(crate) use tx::{get, in_tx, run, stripe_of, try_repair, verify_in_place};

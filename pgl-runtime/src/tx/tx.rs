@@ -344,8 +344,16 @@ impl<'p> Tx<'p> {
         Ok(off)
     }
 
-    /// Frees the object when the transaction commits.
+    /// Frees the object when the transaction commits (an `#[extendible]` object with its
+    /// extension groups).
     pub fn free<T: Persistent>(&self, oid: Oid<T>) -> Result<()> {
+        if T::__OWNS_TAIL {
+            drop(self.get(oid)?);
+            let (_, bytes) = self.object_bytes(oid.raw())?;
+            for (off, _, _) in self.tail(&bytes)? {
+                self.free_raw(off)?;
+            }
+        }
         let mut guard = self.st.borrow_mut();
         let st = &mut *guard;
         let off = oid.raw();

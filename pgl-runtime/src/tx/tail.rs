@@ -1,0 +1,77 @@
+//! Objects that own a tail (`Persistent::__OWNS_TAIL`): the chain of objects an object's
+//! last 8 bytes link to, each ending with the link to the next. `#[extendible]` structs
+//! hang their extension groups there; the transaction walks tails to free (and `leds` to
+//! copy) an object with everything it owns, groups this build does not know included.
+//!
+//! ```text
+//! owner:  [ .. payload .. | next: u64 LE ] --> [ group | next ] --> [ group | 0 ]
+//! ```
+//!
+//! Invariant: a walk ends at a null link; a chain longer than `MAX_TAIL` or one that
+//! revisits an object is reported as `Error::Corrupt`, never followed forever.
+
+use super::Tx;
+use crate::{Error, Result};
+
+/// Bytes of the link that ends each object of a tail (and its owner).
+pub(crate) const TAIL_LINK: usize = 8;
+
+/// Most objects a tail may have before it is reported corrupt (a cycle written by a
+/// scribble would otherwise never end).
+const MAX_TAIL: usize = 4096;
+
+/// The link that ends `bytes` (an object's payload), if it is long enough for one.
+pub(crate) fn link_at_end(bytes: &[u8]) -> Option<u64> {
+    let start = bytes.len().checked_sub(TAIL_LINK)?;
+    let mut b = [0u8; TAIL_LINK];
+    b.copy_from_slice(&bytes[start..]);
+    Some(u64::from_le_bytes(b))
+}
+
+impl<'p> Tx<'p> {
+    /// The tail of the object whose payload is `owner`: `(offset, type id, bytes)` of
+    /// each object, in order, each verified like any read.
+    pub(crate) fn tail(&self, owner: &[u8]) -> Result<Vec<(u64, u32, Vec<u8>)>> {
+        let mut out: Vec<(u64, u32, Vec<u8>)> = Vec::new();
+        let mut link = link_at_end(owner).unwrap_or(0);
+        while link != 0 {
+            if out.len() >= MAX_TAIL || out.iter().any(|(o, _, _)| *o == link) {
+                return Err(Error::Corrupt {
+                    what: "extension chain",
+                    offset: link,
+                    detail: format!(
+                        "the links do not end after {} groups (a cycle?); `pgl check` verifies \
+                         the objects",
+                        out.len()
+                    ),
+                });
+            }
+            let (type_id, bytes) = self.object_bytes(link)?;
+            let next = link_at_end(&bytes).ok_or_else(|| Error::Corrupt {
+                what: "extension chain",
+                offset: link,
+                detail: format!(
+                    "a {}-byte object cannot be an extension group (it ends with an 8-byte link)",
+                    bytes.len()
+                ),
+            })?;
+            out.push((link, type_id, bytes));
+            link = next;
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_link_is_the_last_eight_bytes_little_endian() {
+        let mut obj = [0u8; 20];
+        obj[12..].copy_from_slice(&0x1122_3344_5566_7788u64.to_le_bytes());
+        assert_eq!(link_at_end(&obj), Some(0x1122_3344_5566_7788));
+        assert_eq!(link_at_end(&obj[..7]), None);
+        assert_eq!(link_at_end(&obj[..8]), Some(0));
+    }
+}
