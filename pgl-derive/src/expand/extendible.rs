@@ -363,11 +363,7 @@ impl<'m, 'a> Gen<'m, 'a> {
         let link = quote!(::pgl::__private::ExtLink);
         let gs: Vec<_> = (1..=n).map(Self::g).collect();
         let tys: Vec<_> = (1..=n).map(|k| self.group_ty(k)).collect();
-        let idx: Vec<_> = (0..n).collect();
         let ks: Vec<_> = (1..=n).collect();
-        let group_at =
-            |i: usize| quote!(#oid::from_raw(__pgl_groups.get(#i).copied().unwrap_or(0)));
-        let gets: Vec<_> = idx.iter().map(|&i| group_at(i)).collect();
 
         let (reads, muts, refs, places) = if n == 0 {
             (quote!(()), quote!(()), quote!(()), quote!(()))
@@ -388,8 +384,8 @@ impl<'m, 'a> Gen<'m, 'a> {
         let (mk_reads, mk_muts, mk_refs_r, mk_refs_m, mk_places) = if n == 0 {
             let unit = quote!(());
             (
-                quote!(Ok(())),
-                quote!(Ok(())),
+                quote!(Ok(Some(()))),
+                quote!(Ok(Some(()))),
                 unit.clone(),
                 unit.clone(),
                 unit,
@@ -402,8 +398,28 @@ impl<'m, 'a> Gen<'m, 'a> {
                 self.glue("Places"),
             );
             (
-                quote!(Ok(#r { #(#gs: __pgl_tx.get(#gets)?,)* })),
-                quote!(Ok(#m { #(#gs: __pgl_tx.open(#gets)?,)* })),
+                quote! {
+                    #(
+                        if __pgl_link == 0 {
+                            return Ok(None);
+                        }
+                        let #gs = __pgl_tx.get(#oid::<#tys>::from_raw(__pgl_link))?;
+                        let __pgl_link = #gs.__pgl_next.get();
+                    )*
+                    let _ = __pgl_link;
+                    Ok(Some(#r { #(#gs,)* }))
+                },
+                quote! {
+                    #(
+                        if __pgl_link == 0 {
+                            return Ok(None);
+                        }
+                        let #gs = __pgl_tx.open(#oid::<#tys>::from_raw(__pgl_link))?;
+                        let __pgl_link = #gs.__pgl_next.get();
+                    )*
+                    let _ = __pgl_link;
+                    Ok(Some(#m { #(#gs,)* }))
+                },
                 quote!(#f { #(#gs: &*__pgl_h.#gs,)* }),
                 quote!(#f { #(#gs: &*__pgl_h.#gs,)* }),
                 quote!(#p { #(#gs: __pgl_h.#gs.place(),)* }),
@@ -528,17 +544,17 @@ impl<'m, 'a> Gen<'m, 'a> {
 
                 fn __reads<'__pgl_a>(
                     __pgl_tx: &'__pgl_a #tx,
-                    __pgl_groups: &[u64],
-                ) -> #res<Self::Reads<'__pgl_a>> {
-                    let _ = (__pgl_tx, __pgl_groups);
+                    __pgl_link: u64,
+                ) -> #res<::core::option::Option<Self::Reads<'__pgl_a>>> {
+                    let _ = __pgl_tx;
                     #mk_reads
                 }
 
                 fn __muts<'__pgl_a>(
                     __pgl_tx: &'__pgl_a #tx,
-                    __pgl_groups: &[u64],
-                ) -> #res<Self::Muts<'__pgl_a>> {
-                    let _ = (__pgl_tx, __pgl_groups);
+                    __pgl_link: u64,
+                ) -> #res<::core::option::Option<Self::Muts<'__pgl_a>>> {
+                    let _ = __pgl_tx;
                     #mk_muts
                 }
 

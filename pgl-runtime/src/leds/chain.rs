@@ -51,6 +51,20 @@ fn in_part<T: Extendible>(e: Error, group: usize) -> Error {
     }
 }
 
+/// A chain found incomplete right after the upgrade completed it: only a concurrent
+/// scribble of the pool can do that.
+fn incomplete<T: Extendible>(oid: Oid<T>) -> Error {
+    Error::Corrupt {
+        what: "extension chain",
+        offset: oid.raw(),
+        detail: format!(
+            "the `{}` object lacks extension groups right after its upgrade; `pgl check` \
+             verifies the objects",
+            T::TYPE_NAME
+        ),
+    }
+}
+
 fn too_many_groups<T: Extendible>() -> Error {
     Error::config(format!(
         "`{}` has {} extension groups, more than the {MAX_GROUPS} pgl supports",
@@ -114,20 +128,31 @@ impl<'p> Tx<'p> {
     /// expressions and linked (nothing of it is durable unless the transaction commits).
     /// The base object is never moved: every oid of it stays valid.
     pub fn ext<T: Extendible>(&self, oid: Oid<T>) -> Result<Ext<'_, T>> {
-        let mut chain = self.walk(oid)?;
-        self.complete(oid, &mut chain)?;
+        // An upgraded object is read by following its links once; one that lacks groups,
+        // or whose groups do not read, takes the walk, which upgrades it or names the
+        // group at fault.
+        let base = self.get(oid).map_err(|e| in_part::<T>(e, 0))?;
+        if let Ok(Some(groups)) = T::__reads(self, base.__link()) {
+            return Ok(Ext::new(oid, base, groups));
+        }
+        drop(base);
+        self.upgrade(oid)?;
         let base = self.get(oid)?;
-        let groups = T::__reads(self, &chain.offs[..T::GROUPS])?;
+        let groups = T::__reads(self, base.__link())?.ok_or_else(|| incomplete::<T>(oid))?;
         Ok(Ext::new(oid, base, groups))
     }
 
     /// Opens an `#[extendible]` object and every extension group this build knows for
     /// update (micro-buffers, like [`Tx::open`]), upgrading it first as [`Tx::ext`] does.
     pub fn ext_mut<T: Extendible>(&self, oid: Oid<T>) -> Result<ExtMut<'_, T>> {
-        let mut chain = self.walk(oid)?;
-        self.complete(oid, &mut chain)?;
+        let base = self.open(oid).map_err(|e| in_part::<T>(e, 0))?;
+        if let Ok(Some(groups)) = T::__muts(self, base.__link()) {
+            return Ok(ExtMut::new(base, groups));
+        }
+        drop(base);
+        self.upgrade(oid)?;
         let base = self.open(oid)?;
-        let groups = T::__muts(self, &chain.offs[..T::GROUPS])?;
+        let groups = T::__muts(self, base.__link())?.ok_or_else(|| incomplete::<T>(oid))?;
         Ok(ExtMut::new(base, groups))
     }
 

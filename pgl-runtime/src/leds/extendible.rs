@@ -57,12 +57,14 @@ pub trait Extendible: Persistent {
     /// Allocates a new object and all its groups from `data`.
     #[doc(hidden)]
     fn __alloc(tx: &Tx<'_>, data: Self::Data) -> Result<Oid<Self>>;
-    /// Read handles of the groups at `groups`.
+    /// Read handles of groups 1 to `GROUPS`, found by following the links from `first`
+    /// (the base's link); `None` if the chain ends before group `GROUPS`.
     #[doc(hidden)]
-    fn __reads<'tx>(tx: &'tx Tx<'_>, groups: &[u64]) -> Result<Self::Reads<'tx>>;
-    /// Micro-buffer handles of the groups at `groups`.
+    fn __reads<'tx>(tx: &'tx Tx<'_>, first: u64) -> Result<Option<Self::Reads<'tx>>>;
+    /// Micro-buffer handles of groups 1 to `GROUPS`, found as [`Extendible::__reads`]
+    /// finds them.
     #[doc(hidden)]
-    fn __muts<'tx>(tx: &'tx Tx<'_>, groups: &[u64]) -> Result<Self::Muts<'tx>>;
+    fn __muts<'tx>(tx: &'tx Tx<'_>, first: u64) -> Result<Option<Self::Muts<'tx>>>;
     /// References through read handles.
     #[doc(hidden)]
     fn __refs_of_reads<'a>(reads: &'a Self::Reads<'_>) -> Self::Refs<'a>;

@@ -348,9 +348,18 @@ impl<'p> Tx<'p> {
     /// extension groups).
     pub fn free<T: Persistent>(&self, oid: Oid<T>) -> Result<()> {
         if T::__OWNS_TAIL {
-            drop(self.get(oid)?);
-            let (_, bytes) = self.object_bytes(oid.raw())?;
-            for (off, _, _) in self.tail(&bytes)? {
+            let owner = self.get(oid)?;
+            // SAFETY: a `Persistent` value has no padding: all its bytes are initialised.
+            let bytes = unsafe {
+                core::slice::from_raw_parts(&*owner as *const T as *const u8, size_of::<T>())
+            };
+            let tail = if super::tail::link_at_end(bytes).unwrap_or(0) == 0 {
+                Vec::new()
+            } else {
+                self.tail(bytes)?
+            };
+            drop(owner);
+            for (off, _, _) in tail {
                 self.free_raw(off)?;
             }
         }

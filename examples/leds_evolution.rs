@@ -1,0 +1,873 @@
+//! The LEDS experiment (Wu et al., "Persistent data retention models", §6): what keeping
+//! old data costs when a struct changes, under the Manual model (`pool.migration()`) and
+//! under the Automatic model (`#[extendible]`, lazy upgrade).
+//!
+//! ```text
+//! cargo run --release --example leds_evolution
+//! ```
+//!
+//! A v0 program builds two maps with 32-bit keys: a hash map (a bucket array in the root,
+//! chained nodes) and a tree map (an unbalanced binary search tree). Version 1 changes the
+//! node in one of two ways:
+//!
+//! - **Layout-Change**: the key becomes 64 bits (every search reads it);
+//! - **Layout-Add**: a new 16-byte name field (the workload never reads it).
+//!
+//! The v1 program then deletes a random share of the keys (10, 25, 50 or 100 %; each
+//! deletion searches for its key first). Three runs of it, each on freshly built v0 data:
+//!
+//! - *native*: the data was converted beforehand by a Manual migration (`P-Retain`), and
+//!   the v1 program (`P-Manual`) uses the new layout, stored contiguously;
+//! - *Manual*: the cost of that migration, which converts every node whatever the v1
+//!   program touches. Overhead = `T(P-Retain) / T(P-Manual)`;
+//! - *LEDS*: the v1 program (`P-Auto`) runs on the v0 data with `#[extendible]` nodes that
+//!   upgrade on first access. Overhead = `(T(P-Auto) - T(P-Manual)) / T(P-Manual)`.
+//!
+//! NVMM bytes are what the pool wrote to media, in place and to redo records
+//! (`stats().bytes_written + bytes_logged`): Manual's are the migration's, LEDS's the
+//! difference between its run and the native run. Times are medians of the repetitions.
+//!
+//! Environment: `PGL_BENCH_DIR` (default /dev/shm), `PGL_LEDS_N` (keys, default 20000),
+//! `PGL_LEDS_RUNS` (repetitions, default 5), `PGL_BENCH_PARITY` (0: pools without zone
+//! parity upkeep).
+
+use auto_change::{HNodeExtFields as _, TNodeExtFields as _};
+use pgl::prelude::*;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Buckets of the hash map (its root is the bucket array).
+const BUCKETS: usize = 4096;
+
+/// The program that built the data: 32-bit keys. Its nodes are `#[extendible]` from the
+/// start, as LEDS requires of a struct that may gain fields.
+mod v0 {
+    use super::BUCKETS;
+    use pgl::prelude::*;
+
+    #[extendible]
+    #[derive(Persistent)]
+    #[repr(C)]
+    #[pgl(id = 0x1ed5_e001)]
+    pub struct HNode {
+        pub key: u32,
+        pub _pad: u32,
+        pub value: u64,
+        pub next: Oid<HNode>,
+    }
+
+    #[derive(Persistent)]
+    #[repr(C)]
+    #[pgl(id = 0x1ed5_e002)]
+    pub struct HRoot {
+        pub buckets: [Oid<HNode>; BUCKETS],
+    }
+
+    #[extendible]
+    #[derive(Persistent)]
+    #[repr(C)]
+    #[pgl(id = 0x1ed5_e003)]
+    pub struct TNode {
+        pub key: u32,
+        pub _pad: u32,
+        pub value: u64,
+        pub left: Oid<TNode>,
+        pub right: Oid<TNode>,
+    }
+
+    #[derive(Persistent)]
+    #[repr(C)]
+    #[pgl(id = 0x1ed5_e004)]
+    pub struct TRoot {
+        pub top: Oid<TNode>,
+        pub count: u64,
+    }
+}
+
+/// Layout-Change under LEDS: the same types (same ids), the key widened by group 1.
+mod auto_change {
+    use super::BUCKETS;
+    use pgl::prelude::*;
+
+    #[extendible]
+    #[derive(Persistent)]
+    #[repr(C)]
+    #[pgl(id = 0x1ed5_e001)]
+    pub struct HNode {
+        pub key: u32,
+        pub _pad: u32,
+        pub value: u64,
+        pub next: Oid<HNode>,
+        #[extension(1, replaces = key, init = |old| u64::from(old.key()))]
+        pub key64: u64,
+    }
+
+    #[derive(Persistent)]
+    #[repr(C)]
+    #[pgl(id = 0x1ed5_e002)]
+    pub struct HRoot {
+        pub buckets: [Oid<HNode>; BUCKETS],
+    }
+
+    #[extendible]
+    #[derive(Persistent)]
+    #[repr(C)]
+    #[pgl(id = 0x1ed5_e003)]
+    pub struct TNode {
+        pub key: u32,
+        pub _pad: u32,
+        pub value: u64,
+        pub left: Oid<TNode>,
+        pub right: Oid<TNode>,
+        #[extension(1, replaces = key, init = |old| u64::from(old.key()))]
+        pub key64: u64,
+    }
+
+    #[derive(Persistent)]
+    #[repr(C)]
+    #[pgl(id = 0x1ed5_e004)]
+    pub struct TRoot {
+        pub top: Oid<TNode>,
+        pub count: u64,
+    }
+}
+
+/// Layout-Add under LEDS: the same types, a name added by group 1.
+mod auto_add {
+    use super::BUCKETS;
+    use pgl::prelude::*;
+
+    #[extendible]
+    #[derive(Persistent)]
+    #[repr(C)]
+    #[pgl(id = 0x1ed5_e001)]
+    pub struct HNode {
+        pub key: u32,
+        pub _pad: u32,
+        pub value: u64,
+        pub next: Oid<HNode>,
+        #[extension(1, init = [0u8; 16])]
+        pub name: [u8; 16],
+    }
+
+    #[derive(Persistent)]
+    #[repr(C)]
+    #[pgl(id = 0x1ed5_e002)]
+    pub struct HRoot {
+        pub buckets: [Oid<HNode>; BUCKETS],
+    }
+
+    #[extendible]
+    #[derive(Persistent)]
+    #[repr(C)]
+    #[pgl(id = 0x1ed5_e003)]
+    pub struct TNode {
+        pub key: u32,
+        pub _pad: u32,
+        pub value: u64,
+        pub left: Oid<TNode>,
+        pub right: Oid<TNode>,
+        #[extension(1, init = [0u8; 16])]
+        pub name: [u8; 16],
+    }
+
+    #[derive(Persistent)]
+    #[repr(C)]
+    #[pgl(id = 0x1ed5_e004)]
+    pub struct TRoot {
+        pub top: Oid<TNode>,
+        pub count: u64,
+    }
+}
+
+/// Layout-Change as the Manual model stores it: new types, written contiguously.
+mod native_change {
+    use super::BUCKETS;
+    use pgl::prelude::*;
+
+    #[derive(Persistent)]
+    #[repr(C)]
+    #[pgl(id = 0x1ed5_e011)]
+    pub struct HNode {
+        pub key: u64,
+        pub value: u64,
+        pub next: Oid<HNode>,
+    }
+
+    #[derive(Persistent)]
+    #[repr(C)]
+    #[pgl(id = 0x1ed5_e012)]
+    pub struct HRoot {
+        pub buckets: [Oid<HNode>; BUCKETS],
+    }
+
+    #[derive(Persistent)]
+    #[repr(C)]
+    #[pgl(id = 0x1ed5_e013)]
+    pub struct TNode {
+        pub key: u64,
+        pub value: u64,
+        pub left: Oid<TNode>,
+        pub right: Oid<TNode>,
+    }
+
+    #[derive(Persistent)]
+    #[repr(C)]
+    #[pgl(id = 0x1ed5_e014)]
+    pub struct TRoot {
+        pub top: Oid<TNode>,
+        pub count: u64,
+    }
+}
+
+/// Layout-Add as the Manual model stores it.
+mod native_add {
+    use super::BUCKETS;
+    use pgl::prelude::*;
+
+    #[derive(Persistent)]
+    #[repr(C)]
+    #[pgl(id = 0x1ed5_e021)]
+    pub struct HNode {
+        pub key: u32,
+        pub _pad: u32,
+        pub value: u64,
+        pub next: Oid<HNode>,
+        pub name: [u8; 16],
+    }
+
+    #[derive(Persistent)]
+    #[repr(C)]
+    #[pgl(id = 0x1ed5_e022)]
+    pub struct HRoot {
+        pub buckets: [Oid<HNode>; BUCKETS],
+    }
+
+    #[derive(Persistent)]
+    #[repr(C)]
+    #[pgl(id = 0x1ed5_e023)]
+    pub struct TNode {
+        pub key: u32,
+        pub _pad: u32,
+        pub value: u64,
+        pub left: Oid<TNode>,
+        pub right: Oid<TNode>,
+        pub name: [u8; 16],
+    }
+
+    #[derive(Persistent)]
+    #[repr(C)]
+    #[pgl(id = 0x1ed5_e024)]
+    pub struct TRoot {
+        pub top: Oid<TNode>,
+        pub count: u64,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The maps, written once over every version of their nodes.
+
+/// What the hash map needs of a version of its node and root.
+trait HashV {
+    type Node: Persistent;
+    type Root: Persistent;
+    fn key(tx: &Tx<'_>, n: Oid<Self::Node>) -> pgl::Result<u64>;
+    fn next(tx: &Tx<'_>, n: Oid<Self::Node>) -> pgl::Result<Oid<Self::Node>>;
+    fn set_next(tx: &Tx<'_>, n: Oid<Self::Node>, to: Oid<Self::Node>) -> pgl::Result<()>;
+    fn bucket(root: &Self::Root, b: usize) -> Oid<Self::Node>;
+}
+
+/// What the tree map needs of a version of its node and root.
+trait TreeV {
+    type Node: Persistent;
+    type Root: Persistent;
+    fn key(tx: &Tx<'_>, n: Oid<Self::Node>) -> pgl::Result<u64>;
+    fn left(tx: &Tx<'_>, n: Oid<Self::Node>) -> pgl::Result<Oid<Self::Node>>;
+    fn right(tx: &Tx<'_>, n: Oid<Self::Node>) -> pgl::Result<Oid<Self::Node>>;
+    fn set_left(tx: &Tx<'_>, n: Oid<Self::Node>, to: Oid<Self::Node>) -> pgl::Result<()>;
+    fn set_right(tx: &Tx<'_>, n: Oid<Self::Node>, to: Oid<Self::Node>) -> pgl::Result<()>;
+    fn top(root: &Self::Root) -> Oid<Self::Node>;
+}
+
+/// Implements both traits for the types of module `$m`, reading the key with `$key`.
+macro_rules! versions {
+    ($hash:ident, $tree:ident, $m:ident, |$tx:ident, $n:ident| $key:expr) => {
+        struct $hash;
+        impl HashV for $hash {
+            type Node = $m::HNode;
+            type Root = $m::HRoot;
+            fn key($tx: &Tx<'_>, $n: Oid<$m::HNode>) -> pgl::Result<u64> {
+                $key
+            }
+            fn next(tx: &Tx<'_>, n: Oid<$m::HNode>) -> pgl::Result<Oid<$m::HNode>> {
+                Ok(tx.get(n)?.next)
+            }
+            fn set_next(tx: &Tx<'_>, n: Oid<$m::HNode>, to: Oid<$m::HNode>) -> pgl::Result<()> {
+                tx.open(n)?.next = to;
+                Ok(())
+            }
+            fn bucket(root: &$m::HRoot, b: usize) -> Oid<$m::HNode> {
+                root.buckets[b]
+            }
+        }
+        struct $tree;
+        impl TreeV for $tree {
+            type Node = $m::TNode;
+            type Root = $m::TRoot;
+            fn key($tx: &Tx<'_>, $n: Oid<$m::TNode>) -> pgl::Result<u64> {
+                $key
+            }
+            fn left(tx: &Tx<'_>, n: Oid<$m::TNode>) -> pgl::Result<Oid<$m::TNode>> {
+                Ok(tx.get(n)?.left)
+            }
+            fn right(tx: &Tx<'_>, n: Oid<$m::TNode>) -> pgl::Result<Oid<$m::TNode>> {
+                Ok(tx.get(n)?.right)
+            }
+            fn set_left(tx: &Tx<'_>, n: Oid<$m::TNode>, to: Oid<$m::TNode>) -> pgl::Result<()> {
+                tx.open(n)?.left = to;
+                Ok(())
+            }
+            fn set_right(tx: &Tx<'_>, n: Oid<$m::TNode>, to: Oid<$m::TNode>) -> pgl::Result<()> {
+                tx.open(n)?.right = to;
+                Ok(())
+            }
+            fn top(root: &$m::TRoot) -> Oid<$m::TNode> {
+                root.top
+            }
+        }
+    };
+}
+
+versions!(
+    HashNativeChange,
+    TreeNativeChange,
+    native_change,
+    |tx, n| Ok(tx.get(n)?.key)
+);
+versions!(HashNativeAdd, TreeNativeAdd, native_add, |tx, n| Ok(
+    u64::from(tx.get(n)?.key)
+));
+versions!(HashAutoChange, TreeAutoChange, auto_change, |tx, n| Ok(*tx
+    .ext(n)?
+    .key()));
+versions!(HashAutoAdd, TreeAutoAdd, auto_add, |tx, n| Ok(u64::from(
+    tx.get(n)?.key
+)));
+
+fn bucket_of(key: u64) -> usize {
+    (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize % BUCKETS
+}
+
+/// Deletes `key` from the hash map; whether it was there.
+fn hash_delete<V: HashV>(tx: &Tx<'_>, root: Oid<V::Root>, key: u64) -> pgl::Result<bool> {
+    let b = bucket_of(key);
+    let mut prev = Oid::NULL;
+    let mut cur = V::bucket(&*tx.get(root)?, b);
+    while !cur.is_null() {
+        let next = V::next(tx, cur)?;
+        if V::key(tx, cur)? == key {
+            if prev.is_null() {
+                tx.open(root)?.write_at(b * 8, &next);
+            } else {
+                V::set_next(tx, prev, next)?;
+            }
+            tx.free(cur)?;
+            return Ok(true);
+        }
+        prev = cur;
+        cur = next;
+    }
+    Ok(false)
+}
+
+/// Deletes `key` from the tree map (the node is unlinked, its in-order successor moved
+/// into its place, no key copied); whether it was there.
+fn tree_delete<V: TreeV>(tx: &Tx<'_>, root: Oid<V::Root>, key: u64) -> pgl::Result<bool> {
+    let mut parent: Option<(Oid<V::Node>, bool)> = None;
+    let mut cur = V::top(&*tx.get(root)?);
+    loop {
+        if cur.is_null() {
+            return Ok(false);
+        }
+        let k = V::key(tx, cur)?;
+        if k == key {
+            break;
+        }
+        let left = key < k;
+        parent = Some((cur, left));
+        cur = if left {
+            V::left(tx, cur)?
+        } else {
+            V::right(tx, cur)?
+        };
+    }
+    let (l, r) = (V::left(tx, cur)?, V::right(tx, cur)?);
+    let replacement = if l.is_null() {
+        r
+    } else if r.is_null() {
+        l
+    } else {
+        let (mut sp, mut s) = (cur, r);
+        loop {
+            let sl = V::left(tx, s)?;
+            if sl.is_null() {
+                break;
+            }
+            sp = s;
+            s = sl;
+        }
+        if sp != cur {
+            V::set_left(tx, sp, V::right(tx, s)?)?;
+            V::set_right(tx, s, r)?;
+        }
+        V::set_left(tx, s, l)?;
+        s
+    };
+    match parent {
+        None => tx.open(root)?.write_at(0, &replacement),
+        Some((p, true)) => V::set_left(tx, p, replacement)?,
+        Some((p, false)) => V::set_right(tx, p, replacement)?,
+    }
+    tx.free(cur)?;
+    Ok(true)
+}
+
+// ---------------------------------------------------------------------------------------
+// The experiment.
+
+#[derive(Clone, Copy, PartialEq)]
+enum Map {
+    Hash,
+    Tree,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Change {
+    /// The key widened to 64 bits.
+    Change,
+    /// A 16-byte name added.
+    Add,
+}
+
+/// A small deterministic generator (xorshift64*), so every run sees the same keys.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// `n` distinct random 32-bit keys.
+    fn keys(&mut self, n: usize) -> Vec<u32> {
+        let mut seen = std::collections::HashSet::with_capacity(n);
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            let k = self.next() as u32;
+            if seen.insert(k) {
+                out.push(k);
+            }
+        }
+        out
+    }
+}
+
+struct Setup {
+    dir: PathBuf,
+    keys: Vec<u32>,
+}
+
+impl Setup {
+    fn config(&self) -> Config {
+        // One lane must hold the Manual migration of every node in one transaction.
+        let mut c = Config::new("leds-evolution").size(128 << 20);
+        c.lanes = 2;
+        c.lane_size = 16 << 20;
+        c.parity = std::env::var("PGL_BENCH_PARITY").map_or(true, |v| v != "0");
+        c
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir
+            .join(format!("pgl-leds-evolution-{}.pool", std::process::id()))
+    }
+
+    /// The v0 program: a fresh pool holding `map` with every key (not timed).
+    fn build(&self, map: Map) -> pgl::Result<Pool> {
+        let pool = Pool::reset(self.path(), &self.config())?;
+        match map {
+            Map::Hash => {
+                let root = pool.root::<v0::HRoot>()?;
+                for &key in &self.keys {
+                    pool.tx(|tx| {
+                        let b = bucket_of(u64::from(key));
+                        let head = tx.get(root)?.buckets[b];
+                        let n = tx.alloc_ext(v0::HNodeData {
+                            key,
+                            _pad: 0,
+                            value: u64::from(key) * 3,
+                            next: head,
+                        })?;
+                        tx.open(root)?.write_at(b * 8, &n);
+                        Ok(())
+                    })?;
+                }
+            }
+            Map::Tree => {
+                let root = pool.root::<v0::TRoot>()?;
+                for &key in &self.keys {
+                    pool.tx(|tx| {
+                        let n = tx.alloc_ext(v0::TNodeData {
+                            key,
+                            _pad: 0,
+                            value: u64::from(key) * 3,
+                            left: Oid::NULL,
+                            right: Oid::NULL,
+                        })?;
+                        let mut cur = tx.get(root)?.top;
+                        if cur.is_null() {
+                            tx.open(root)?.top = n;
+                        }
+                        while !cur.is_null() {
+                            let c = tx.get(cur)?;
+                            let (left, child) = if key < c.key {
+                                (true, c.left)
+                            } else {
+                                (false, c.right)
+                            };
+                            drop(c);
+                            if child.is_null() {
+                                let mut c = tx.open(cur)?;
+                                if left {
+                                    c.left = n;
+                                } else {
+                                    c.right = n;
+                                }
+                                break;
+                            }
+                            cur = child;
+                        }
+                        tx.open(root)?.count += 1;
+                        Ok(())
+                    })?;
+                }
+            }
+        }
+        Ok(pool)
+    }
+}
+
+/// NVMM bytes the pool has written since it was opened.
+fn nvmm_bytes(pool: &Pool) -> u64 {
+    let s = pool.stats();
+    s.bytes_written + s.bytes_logged
+}
+
+/// The v1 program's work: deletes each of `keys`, one transaction each; the time taken.
+fn workload<R: Persistent>(
+    pool: &Pool,
+    keys: &[u32],
+    delete: impl Fn(&Tx<'_>, Oid<R>, u64) -> pgl::Result<bool>,
+) -> pgl::Result<Duration> {
+    let root = pool.root::<R>()?;
+    let t = Instant::now();
+    for &key in keys {
+        let found = pool.tx(|tx| delete(tx, root, u64::from(key)))?;
+        assert!(found, "key {key} is missing: the retained data lost it");
+    }
+    Ok(t.elapsed())
+}
+
+/// One run of every program for one map, change and working set.
+struct Sample {
+    retain: Duration,
+    native: Duration,
+    auto: Duration,
+    retain_bytes: u64,
+    native_bytes: u64,
+    auto_bytes: u64,
+    upgrades: u64,
+}
+
+/// Manual: migrate every node and the root of `map` in one transaction.
+fn migrate(pool: &Pool, map: Map, change: Change) -> pgl::Result<usize> {
+    let m = pool.migration();
+    let remap = match (map, change) {
+        (Map::Hash, Change::Change) => m
+            .convert(|n: &v0::HNode, r| native_change::HNode {
+                key: u64::from(n.key),
+                value: n.value,
+                next: r.oid(n.next),
+            })
+            .convert(|h: &v0::HRoot, r| native_change::HRoot {
+                buckets: h.buckets.map(|b| r.oid(b)),
+            })
+            .run()?,
+        (Map::Hash, Change::Add) => m
+            .convert(|n: &v0::HNode, r| native_add::HNode {
+                key: n.key,
+                _pad: 0,
+                value: n.value,
+                next: r.oid(n.next),
+                name: [0; 16],
+            })
+            .convert(|h: &v0::HRoot, r| native_add::HRoot {
+                buckets: h.buckets.map(|b| r.oid(b)),
+            })
+            .run()?,
+        (Map::Tree, Change::Change) => m
+            .convert(|n: &v0::TNode, r| native_change::TNode {
+                key: u64::from(n.key),
+                value: n.value,
+                left: r.oid(n.left),
+                right: r.oid(n.right),
+            })
+            .convert(|t: &v0::TRoot, r| native_change::TRoot {
+                top: r.oid(t.top),
+                count: t.count,
+            })
+            .run()?,
+        (Map::Tree, Change::Add) => m
+            .convert(|n: &v0::TNode, r| native_add::TNode {
+                key: n.key,
+                _pad: 0,
+                value: n.value,
+                left: r.oid(n.left),
+                right: r.oid(n.right),
+                name: [0; 16],
+            })
+            .convert(|t: &v0::TRoot, r| native_add::TRoot {
+                top: r.oid(t.top),
+                count: t.count,
+            })
+            .run()?,
+    };
+    Ok(remap.len())
+}
+
+fn sample(setup: &Setup, map: Map, change: Change, work: &[u32]) -> pgl::Result<Sample> {
+    // Manual: P-Retain, then P-Manual on the converted data.
+    let pool = setup.build(map)?;
+    let before = nvmm_bytes(&pool);
+    let t = Instant::now();
+    let converted = migrate(&pool, map, change)?;
+    let retain = t.elapsed();
+    assert_eq!(converted, setup.keys.len() + 1, "every node and the root");
+    let retain_bytes = nvmm_bytes(&pool) - before;
+    let before = nvmm_bytes(&pool);
+    let native = match (map, change) {
+        (Map::Hash, Change::Change) => workload(&pool, work, hash_delete::<HashNativeChange>),
+        (Map::Hash, Change::Add) => workload(&pool, work, hash_delete::<HashNativeAdd>),
+        (Map::Tree, Change::Change) => workload(&pool, work, tree_delete::<TreeNativeChange>),
+        (Map::Tree, Change::Add) => workload(&pool, work, tree_delete::<TreeNativeAdd>),
+    }?;
+    let native_bytes = nvmm_bytes(&pool) - before;
+    drop(pool);
+
+    // Automatic: P-Auto on the v0 data.
+    let pool = setup.build(map)?;
+    let before = nvmm_bytes(&pool);
+    let upgrades = pool.stats().upgrades;
+    let auto = match (map, change) {
+        (Map::Hash, Change::Change) => workload(&pool, work, hash_delete::<HashAutoChange>),
+        (Map::Hash, Change::Add) => workload(&pool, work, hash_delete::<HashAutoAdd>),
+        (Map::Tree, Change::Change) => workload(&pool, work, tree_delete::<TreeAutoChange>),
+        (Map::Tree, Change::Add) => workload(&pool, work, tree_delete::<TreeAutoAdd>),
+    }?;
+    let auto_bytes = nvmm_bytes(&pool) - before;
+    let upgrades = pool.stats().upgrades - upgrades;
+    drop(pool);
+    Ok(Sample {
+        retain,
+        native,
+        auto,
+        retain_bytes,
+        native_bytes,
+        auto_bytes,
+        upgrades,
+    })
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn env_num(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// One row of the table.
+struct Row {
+    map: Map,
+    change: Change,
+    share: usize,
+    manual_pct: f64,
+    auto_pct: f64,
+    manual_bytes: u64,
+    auto_bytes: i64,
+    upgraded_pct: f64,
+}
+
+fn run(dir: &Path) -> pgl::Result<Vec<Row>> {
+    let n = env_num("PGL_LEDS_N", 20_000).max(100);
+    let runs = env_num("PGL_LEDS_RUNS", 5).max(1);
+    let keys = Rng(0x1ed5_2026).keys(n);
+    let setup = Setup {
+        dir: dir.to_owned(),
+        keys,
+    };
+    println!("# LEDS retention experiment: {n} keys per map, median of {runs} runs");
+    println!(
+        "{:<5} {:<6} {:>5} | {:>9} {:>9} {:>9} | {:>8} {:>8} | {:>11} {:>11} {:>7} | {:>8}",
+        "map",
+        "layout",
+        "work",
+        "retain ms",
+        "manual ms",
+        "auto ms",
+        "Manual%",
+        "LEDS%",
+        "Manual B",
+        "LEDS B",
+        "fewer",
+        "upgraded"
+    );
+    let mut rows = Vec::new();
+    for map in [Map::Hash, Map::Tree] {
+        for change in [Change::Change, Change::Add] {
+            for share in [10, 25, 50, 100] {
+                let mut order = setup.keys.clone();
+                let mut rng = Rng(0x5eed ^ share as u64);
+                for i in (1..order.len()).rev() {
+                    order.swap(i, rng.next() as usize % (i + 1));
+                }
+                order.truncate(n * share / 100);
+                let samples: Vec<Sample> = (0..runs)
+                    .map(|_| sample(&setup, map, change, &order))
+                    .collect::<pgl::Result<_>>()?;
+                let retain = median(samples.iter().map(|s| s.retain).collect());
+                let native = median(samples.iter().map(|s| s.native).collect());
+                let auto = median(samples.iter().map(|s| s.auto).collect());
+                let s = &samples[0];
+                let manual_pct = 100.0 * retain.as_secs_f64() / native.as_secs_f64();
+                let auto_pct =
+                    100.0 * (auto.as_secs_f64() - native.as_secs_f64()) / native.as_secs_f64();
+                let auto_bytes = s.auto_bytes as i64 - s.native_bytes as i64;
+                let fewer = if auto_bytes > 0 {
+                    format!("{:.1}x", s.retain_bytes as f64 / auto_bytes as f64)
+                } else {
+                    "all".to_string()
+                };
+                let upgraded_pct = 100.0 * s.upgrades as f64 / n as f64;
+                println!(
+                    "{:<5} {:<6} {:>4}% | {:>9.1} {:>9.1} {:>9.1} | {:>7.1}% {:>7.1}% | {:>11} {:>11} {:>7} | {:>7.1}%",
+                    if map == Map::Hash { "hash" } else { "tree" },
+                    if change == Change::Change { "Change" } else { "Add" },
+                    share,
+                    retain.as_secs_f64() * 1e3,
+                    native.as_secs_f64() * 1e3,
+                    auto.as_secs_f64() * 1e3,
+                    manual_pct,
+                    auto_pct,
+                    s.retain_bytes,
+                    auto_bytes,
+                    fewer,
+                    upgraded_pct,
+                );
+                rows.push(Row {
+                    map,
+                    change,
+                    share,
+                    manual_pct,
+                    auto_pct,
+                    manual_bytes: s.retain_bytes,
+                    auto_bytes,
+                    upgraded_pct,
+                });
+            }
+        }
+    }
+    let _ = std::fs::remove_file(setup.path());
+    Ok(rows)
+}
+
+/// Prints each target of the issue with whether this run met it.
+fn verdicts(rows: &[Row]) {
+    let full = |change| {
+        rows.iter()
+            .filter(move |r| r.change == change && r.share == 100)
+    };
+    let worst = |change| full(change).map(|r| r.auto_pct).fold(f64::MIN, f64::max);
+    let add = worst(Change::Add);
+    let chg = worst(Change::Change);
+    let ratio_at = |share: usize| {
+        rows.iter()
+            .filter(|r| r.share == share)
+            .map(|r| {
+                if r.auto_bytes <= 0 {
+                    f64::INFINITY
+                } else {
+                    r.manual_bytes as f64 / r.auto_bytes as f64
+                }
+            })
+            .fold(f64::INFINITY, f64::min)
+    };
+    let ratios: Vec<(usize, f64)> = [10, 25, 50, 100].map(|s| (s, ratio_at(s))).to_vec();
+    let ahead = rows
+        .iter()
+        .filter(|r| r.share <= 50)
+        .all(|r| r.auto_pct < r.manual_pct);
+    let mark = |ok: bool| if ok { "met" } else { "MISSED" };
+    println!();
+    println!("# targets (overheads: LEDS with 100 % of the keys deleted)");
+    println!(
+        "Layout-Add overhead <= 0.5 %: worst {add:.2} % ({})",
+        mark(add <= 0.5)
+    );
+    println!(
+        "Layout-Change overhead <= 8 %: worst {chg:.2} % ({})",
+        mark(chg <= 8.0)
+    );
+    let by_share: Vec<String> = ratios
+        .iter()
+        .map(|(s, r)| format!("{s} %: {r:.1}x"))
+        .collect();
+    println!(
+        "bytes written >= 7x fewer than Manual: least by keys deleted {} ({})",
+        by_share.join(", "),
+        mark(ratios.iter().all(|(_, r)| *r >= 7.0))
+    );
+    println!(
+        "LEDS ahead of Manual whenever <= 50 % of the keys are touched: {}",
+        mark(ahead)
+    );
+    let tree_touch = rows
+        .iter()
+        .filter(|r| r.map == Map::Tree && r.change == Change::Change)
+        .map(|r| format!("{} % -> {:.0} %", r.share, r.upgraded_pct))
+        .collect::<Vec<_>>()
+        .join(", ");
+    println!("(tree, Layout-Change: keys deleted -> nodes upgraded: {tree_touch})");
+}
+
+fn main() {
+    let dir = PathBuf::from(std::env::var("PGL_BENCH_DIR").unwrap_or_else(|_| "/dev/shm".into()));
+    let dir = if dir.is_dir() {
+        dir
+    } else {
+        std::env::temp_dir()
+    };
+    match run(&dir) {
+        Ok(rows) => verdicts(&rows),
+        Err(e) => {
+            eprintln!("leds_evolution: {e}");
+            std::process::exit(1);
+        }
+    }
+}
