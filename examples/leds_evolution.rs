@@ -23,6 +23,9 @@
 //! - *LEDS*: the v1 program (`P-Auto`) runs on the v0 data with `#[extendible]` nodes that
 //!   upgrade on first access. Overhead = `(T(P-Auto) - T(P-Manual)) / T(P-Manual)`.
 //!
+//! `loads%` is P-Auto's overhead on nodes upgraded beforehand: the extra loads alone;
+//! the rest of `LEDS%` is the upgrades (allocating and linking the groups).
+//!
 //! NVMM bytes are what the pool wrote to media, in place and to redo records
 //! (`stats().bytes_written + bytes_logged`): Manual's are the migration's, LEDS's the
 //! difference between its run and the native run. Times are medians of the repetitions.
@@ -33,6 +36,7 @@
 
 use auto_change::{HNodeExtFields as _, TNodeExtFields as _};
 use pgl::prelude::*;
+use pgl::Extendible;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -582,6 +586,8 @@ fn workload<R: Persistent>(
 
 /// One run of every program for one map, change and working set.
 struct Sample {
+    /// P-Auto on nodes upgraded beforehand.
+    access: Duration,
     retain: Duration,
     native: Duration,
     auto: Duration,
@@ -679,7 +685,30 @@ fn sample(setup: &Setup, map: Map, change: Change, work: &[u32]) -> pgl::Result<
     let auto_bytes = nvmm_bytes(&pool) - before;
     let upgrades = pool.stats().upgrades - upgrades;
     drop(pool);
+
+    // The same on data upgraded beforehand (untimed): what the extra loads alone cost.
+    let pool = setup.build(map)?;
+    let access = match (map, change) {
+        (Map::Hash, Change::Change) => {
+            upgrade_all::<auto_change::HNode>(&pool)?;
+            workload(&pool, work, hash_delete::<HashAutoChange>)
+        }
+        (Map::Hash, Change::Add) => {
+            upgrade_all::<auto_add::HNode>(&pool)?;
+            workload(&pool, work, hash_delete::<HashAutoAdd>)
+        }
+        (Map::Tree, Change::Change) => {
+            upgrade_all::<auto_change::TNode>(&pool)?;
+            workload(&pool, work, tree_delete::<TreeAutoChange>)
+        }
+        (Map::Tree, Change::Add) => {
+            upgrade_all::<auto_add::TNode>(&pool)?;
+            workload(&pool, work, tree_delete::<TreeAutoAdd>)
+        }
+    }?;
+    drop(pool);
     Ok(Sample {
+        access,
         retain,
         native,
         auto,
@@ -688,6 +717,25 @@ fn sample(setup: &Setup, map: Map, change: Change, work: &[u32]) -> pgl::Result<
         auto_bytes,
         upgrades,
     })
+}
+
+/// Upgrades every `T` of the pool, 256 to a transaction.
+fn upgrade_all<T: Extendible>(pool: &Pool) -> pgl::Result<()> {
+    let all: Vec<u64> = pool
+        .objects()?
+        .into_iter()
+        .filter(|(_, h)| h.type_id == T::TYPE_ID)
+        .map(|(off, _)| off)
+        .collect();
+    for batch in all.chunks(256) {
+        pool.tx(|tx| {
+            for &off in batch {
+                tx.upgrade(Oid::<T>::from_raw(off))?;
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -724,7 +772,7 @@ fn run(dir: &Path) -> pgl::Result<Vec<Row>> {
     };
     println!("# LEDS retention experiment: {n} keys per map, median of {runs} runs");
     println!(
-        "{:<5} {:<6} {:>5} | {:>9} {:>9} {:>9} | {:>8} {:>8} | {:>11} {:>11} {:>7} | {:>8}",
+        "{:<5} {:<6} {:>5} | {:>9} {:>9} {:>9} | {:>8} {:>8} {:>8} | {:>11} {:>11} {:>7} | {:>8}",
         "map",
         "layout",
         "work",
@@ -733,6 +781,7 @@ fn run(dir: &Path) -> pgl::Result<Vec<Row>> {
         "auto ms",
         "Manual%",
         "LEDS%",
+        "loads%",
         "Manual B",
         "LEDS B",
         "fewer",
@@ -754,10 +803,13 @@ fn run(dir: &Path) -> pgl::Result<Vec<Row>> {
                 let retain = median(samples.iter().map(|s| s.retain).collect());
                 let native = median(samples.iter().map(|s| s.native).collect());
                 let auto = median(samples.iter().map(|s| s.auto).collect());
+                let access = median(samples.iter().map(|s| s.access).collect());
                 let s = &samples[0];
                 let manual_pct = 100.0 * retain.as_secs_f64() / native.as_secs_f64();
-                let auto_pct =
-                    100.0 * (auto.as_secs_f64() - native.as_secs_f64()) / native.as_secs_f64();
+                let over = |t: Duration| {
+                    100.0 * (t.as_secs_f64() - native.as_secs_f64()) / native.as_secs_f64()
+                };
+                let auto_pct = over(auto);
                 let auto_bytes = s.auto_bytes as i64 - s.native_bytes as i64;
                 let fewer = if auto_bytes > 0 {
                     format!("{:.1}x", s.retain_bytes as f64 / auto_bytes as f64)
@@ -766,7 +818,7 @@ fn run(dir: &Path) -> pgl::Result<Vec<Row>> {
                 };
                 let upgraded_pct = 100.0 * s.upgrades as f64 / n as f64;
                 println!(
-                    "{:<5} {:<6} {:>4}% | {:>9.1} {:>9.1} {:>9.1} | {:>7.1}% {:>7.1}% | {:>11} {:>11} {:>7} | {:>7.1}%",
+                    "{:<5} {:<6} {:>4}% | {:>9.1} {:>9.1} {:>9.1} | {:>7.1}% {:>7.1}% {:>7.1}% | {:>11} {:>11} {:>7} | {:>7.1}%",
                     if map == Map::Hash { "hash" } else { "tree" },
                     if change == Change::Change { "Change" } else { "Add" },
                     share,
@@ -775,6 +827,7 @@ fn run(dir: &Path) -> pgl::Result<Vec<Row>> {
                     auto.as_secs_f64() * 1e3,
                     manual_pct,
                     auto_pct,
+                    over(access),
                     s.retain_bytes,
                     auto_bytes,
                     fewer,
