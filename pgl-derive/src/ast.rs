@@ -114,6 +114,21 @@ impl<'a> Container<'a> {
         }
     }
 
+    /// The struct as messages name it, quoted: an extension group struct `#[extendible]`
+    /// generated is named after its base (`` `Node` (extension group 1) ``).
+    pub(crate) fn display_name(&self) -> String {
+        match &self.attrs.group_of {
+            Some((base, k)) => format!(
+                "`{}` (extension group {})",
+                quote::ToTokens::to_token_stream(base)
+                    .to_string()
+                    .replace(' ', ""),
+                k.base10_digits()
+            ),
+            None => format!("`{}`", self.name),
+        }
+    }
+
     /// Whether the impl has type or const parameters, so that layout facts depend on them
     /// and can only be checked when the type is used.
     pub(crate) fn is_generic(&self) -> bool {

@@ -132,14 +132,14 @@ impl<'a> Layout<'a> {
     /// names the field; `LAYOUT` reads each field's layout through it, so that a field of a
     /// non-persistent type is reported once, by name, at its type.
     pub(crate) fn field_traits(&self) -> TokenStream {
-        let struct_name = &self.cont.name;
+        let struct_name = self.cont.display_name();
         self.fields
             .iter()
             .filter(|f| !self.verdict.rejected[f.index])
             .map(|field| {
                 let name = Self::field_trait(field);
                 let message = format!(
-                    "field `{}` of `{struct_name}` has type `{{Self}}`, which is not persistent",
+                    "field `{}` of {struct_name} has type `{{Self}}`, which is not persistent",
                     field.name
                 );
                 let [what, fix] = NOT_PERSISTENT_NOTES;
