@@ -106,6 +106,25 @@ fn commits_keep_parity_consistent_and_a_lost_page_can_be_rebuilt() {
 }
 
 #[test]
+fn the_shared_atomic_path_keeps_parity_consistent_beside_the_exclusive_one() {
+    // Updates of up to 256 bytes take the stripe shared with atomic XORs (the small
+    // objects' writes and every metadata word), longer ones exclusive (the 40 KB objects):
+    // both at once on two threads, over the same few page columns.
+    let path = path("atomic");
+    let mut cfg = Config::small("parity").size(Config::small("parity").geometry().pool_size(6));
+    cfg.parity_atomic_max = 256;
+    let pool = Pool::create(&path, &cfg).unwrap();
+    churn(&pool, 21, 600);
+    assert_eq!(pool.verify_parity().unwrap(), Vec::<u64>::new());
+    drop(pool);
+    let pool = Pool::open_with(&path, &cfg).unwrap();
+    churn(&pool, 22, 300);
+    assert_eq!(pool.verify_parity().unwrap(), Vec::<u64>::new());
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
 fn a_change_outside_a_transaction_is_seen_and_reopening_after_a_crash_recomputes() {
     let path = path("scribble");
     let pool = Pool::create(&path, &Config::small("parity")).unwrap();

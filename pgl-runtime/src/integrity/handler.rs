@@ -240,9 +240,8 @@ impl FaultCtx {
             .flatten()
             .map(|(p, _)| (p, parity.stripe_of(p)));
         if let Some((_, s)) = stripe {
-            while !s.try_lock() {
-                yield_now();
-            }
+            // Async-signal-safe: atomics, spinning and `sched_yield` (see `StripeLock`).
+            s.lock();
             while s.pending() != 0 {
                 yield_now();
             }

@@ -5,17 +5,22 @@ pub(crate) mod handler;
 pub(crate) mod parity;
 pub(crate) mod rebuild;
 pub(crate) mod reconcile;
+#[doc(hidden)]
+pub mod stripe;
 pub mod xor;
 
 pub(crate) use parity::{recompute_zone, verify_zone, Parity};
 pub(crate) use rebuild::rebuild_range;
 pub(crate) use reconcile::{block_verifies, reconcile_zone, Reconciled};
 
-/// Parity updates of changed ranges up to this many bytes use one atomic 8-byte XOR per
-/// word; longer ones take the column's lock and the vectorised kernel. Measured by
-/// `cargo bench --bench parity` on the project's machine (2 vCPU Zen 5): the locked AVX2
-/// kernel is no slower from 32 bytes with one thread and from 16 bytes with two threads
-/// updating the same parity line (an atomic XOR costs 2.6 ns per word alone, 6-40 ns
-/// contended; the lock plus kernel 9-11 ns up to 64 bytes). Far below the 8 KiB the
-/// Pangolin paper measured on Optane: on this machine only single words stay atomic.
-pub const ATOMIC_XOR_MAX_BYTES: usize = 16;
+/// The default of `Config::parity_atomic_max`: parity updates of changed ranges up to this
+/// many bytes take their stripe lock shared and XOR with one atomic 8-byte `fetch_xor` per
+/// word; longer ones take it exclusive and use the vectorised kernel. Measured by
+/// `cargo bench --bench parity` on the project's machine (2 vCPU Zen 5), with the stripe
+/// lock included: the locked AVX2 kernel is no slower from 8 bytes, with one thread
+/// (11.8 ns against 14.1 for one word), two threads on the same parity bytes (87 against
+/// 134) and two threads 2 KiB apart in one parity page (27 against 51): an atomic XOR
+/// costs ~8 ns a word here, and the shared lock two locked instructions more than the
+/// exclusive one. So by default every update is exclusive; raise it on machines where
+/// atomics are cheap (the Pangolin paper measured its crossover at 8 KiB on Optane).
+pub const ATOMIC_XOR_MAX_BYTES: usize = 0;

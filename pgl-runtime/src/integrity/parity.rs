@@ -4,58 +4,47 @@
 //!
 //! Kept at run time by `update`, called before every in-place write to the rows (applied
 //! redo entries, new objects, direct metadata stores): it XORs `old ^ new` into the parity
-//! bytes under the parity page's lock; the commit then `flush`es them with its data, so
-//! they become durable under the same ordering point. Every update takes the lock, even
-//! for one word: `ATOMIC_XOR_MAX_BYTES` records where atomics would pay (16 bytes), a
-//! path not built yet. Before a lane first writes a zone in place after the
-//! pool was opened, it makes a dirty mark for the zone durable in its lane (one fence, once
-//! per lane and zone); after a crash the pool recomputes the parity of the marked zones
+//! bytes under the parity page's stripe lock; the commit then `flush`es them with its data,
+//! so they become durable under the same ordering point. Ranges of up to
+//! `Config::parity_atomic_max` bytes take the lock shared and XOR with atomic 8-byte
+//! `fetch_xor`s, so commits writing other rows of the column go on at once; longer ones
+//! take it exclusive and use the vectorised kernel (the crossover `benches/parity.rs`
+//! measures). Before a lane first writes a zone in place after the pool was opened, it
+//! makes a dirty mark for the zone durable in its lane (one fence, once per lane and
+//! zone); after a crash the pool recomputes the parity of the marked zones
 //! (`recompute_zone`): XOR is not idempotent, recomputation is, and a crash may have left
 //! any subset of a commit's data and parity lines on media.
 //!
 //! Invariant: outside a commit's apply step, and when no crash intervened since the last
 //! recomputation, every zone's parity row equals the XOR of its data rows.
 
-use super::xor::{xor_delta_into, xor_into};
+use super::stripe::StripeLock;
+use super::xor::{xor_delta_atomic, xor_delta_into, xor_into};
 use crate::geometry::{Geometry, ZoneMap, PAGE};
 use crate::persist::Media;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Lock stripes over parity pages.
 const STRIPES: usize = 1024;
 
-/// A spin lock over a stripe of parity pages. Not a parking lock: the critical sections are
-/// a few hundred nanoseconds at most, and the media-error handler must be able to take it
-/// (a signal handler may not park or touch a parking lot's tables).
+/// A stripe of parity pages: its lock, and its new objects in flight.
 #[derive(Default)]
 pub(crate) struct Stripe {
-    locked: AtomicBool,
+    /// Shared for small updates (atomic XORs), exclusive for large ones and rebuilds.
+    lock: StripeLock,
     /// New objects whose parity is updated but whose bytes are not yet written: until it
     /// is back to 0, rebuilding a page of this stripe's columns would read them half done.
     pending: AtomicU32,
 }
 
 impl Stripe {
-    pub(crate) fn try_lock(&self) -> bool {
-        self.locked
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-    }
-
-    fn lock(&self) {
-        let mut spins = 0u32;
-        while !self.try_lock() {
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
+    /// Takes the stripe exclusive (async-signal-safe: atomics, spinning, `sched_yield`).
+    pub(crate) fn lock(&self) {
+        self.lock.lock();
     }
 
     pub(crate) fn unlock(&self) {
-        self.locked.store(false, Ordering::Release);
+        self.lock.unlock();
     }
 
     /// New objects in flight in this stripe's columns.
@@ -75,15 +64,18 @@ pub(crate) struct Parity {
     stripes: Box<[Stripe]>,
     /// Whether this pool keeps parity (`Config::parity`); when not, updates do nothing.
     enabled: bool,
+    /// Ranges up to this many bytes take the shared path (`Config::parity_atomic_max`).
+    atomic_max: usize,
     /// Where each data byte's parity lies.
     map: ZoneMap,
 }
 
 impl Parity {
-    pub(crate) fn new(enabled: bool, geo: &Geometry) -> Self {
+    pub(crate) fn new(enabled: bool, atomic_max: usize, geo: &Geometry) -> Self {
         Parity {
             stripes: (0..STRIPES).map(|_| Stripe::default()).collect(),
             enabled,
+            atomic_max,
             map: ZoneMap::new(geo),
         }
     }
@@ -189,24 +181,38 @@ impl Parity {
             // SAFETY: `at` lies in the pool (caller).
             unsafe { std::ptr::read_volatile(media.ptr(at)) };
             let stripe = self.stripe_of(parity);
-            stripe.lock();
+            let small = n as usize <= self.atomic_max;
+            if small {
+                stripe.lock.lock_shared();
+            } else {
+                stripe.lock.lock();
+            }
             // SAFETY: `at..at + n` lies in the pool (caller) and in one data row, whose
-            // parity `parity..parity + n` lies in the same zone's parity row; the stripe
-            // excludes every other updater of these parity bytes, and the caller excludes
-            // writers of the data bytes. The two ranges do not overlap.
+            // parity `parity..parity + n` lies in the same zone's parity row (a parity
+            // page, which holds every word overlapping it). Shared, every access to the
+            // stripe's parity bytes is an atomic XOR (exclusive holders are kept out);
+            // exclusive, none but ours. The caller excludes writers of the data bytes. The
+            // two ranges do not overlap.
             unsafe {
-                let p = std::slice::from_raw_parts_mut(media.ptr(parity), n as usize);
                 let old = std::slice::from_raw_parts(media.ptr(at) as *const u8, n as usize);
-                xor_delta_into(p, old, data);
+                if small {
+                    xor_delta_atomic(media.ptr(parity), old, data);
+                } else {
+                    let p = std::slice::from_raw_parts_mut(media.ptr(parity), n as usize);
+                    xor_delta_into(p, old, data);
+                }
                 match then {
                     Then::Write => media.write(at, data),
                     Then::Pending => {
-                        let c = &stripe.pending;
-                        c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                        stripe.pending.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }
-            stripe.unlock();
+            if small {
+                stripe.lock.unlock_shared();
+            } else {
+                stripe.lock.unlock();
+            }
         });
     }
 

@@ -8,6 +8,7 @@
 //! Invariant: every kernel computes exactly what the byte-by-byte definition does, for every
 //! length and alignment; the unit tests hold each one to that.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 type Xor2 = unsafe fn(&mut [u8], &[u8]);
@@ -65,6 +66,43 @@ pub fn xor_delta_into(dst: &mut [u8], a: &[u8], b: &[u8]) {
     );
     // SAFETY: as in `xor_into`.
     unsafe { (kernels().xor3)(dst, a, b) }
+}
+
+/// `parity ^= old ^ new` with one atomic `fetch_xor` per 8-byte word the range touches
+/// (the bytes of those words outside the range get 0): the parity update of a small range
+/// under a shared `StripeLock`, where other commits update other bytes of the same words
+/// at the same time.
+///
+/// # Safety
+/// Every 8-byte-aligned word that overlaps `parity .. parity + old.len()` lies in memory
+/// valid for reads and writes (a parity page holds them: words never cross pages), and
+/// every access to those words made while this runs is atomic.
+///
+/// # Panics
+/// If the lengths differ (a bug in the caller).
+pub unsafe fn xor_delta_atomic(parity: *mut u8, old: &[u8], new: &[u8]) {
+    assert!(old.len() == new.len(), "xor_delta_atomic: lengths differ");
+    let lead = parity as usize % 8;
+    let len = old.len();
+    let mut w = 0;
+    while w < lead + len {
+        let mut delta = [0u8; 8];
+        for (i, d) in delta.iter_mut().enumerate() {
+            if let Some(j) = (w + i).checked_sub(lead).filter(|&j| j < len) {
+                *d = old[j] ^ new[j];
+            }
+        }
+        let delta = u64::from_ne_bytes(delta);
+        if delta != 0 {
+            // SAFETY: `parity - lead + w` is 8-aligned and starts a word that overlaps the
+            // range, valid and accessed only atomically meanwhile (the caller's contract).
+            unsafe {
+                let word = parity.wrapping_sub(lead).wrapping_add(w) as *mut u64;
+                AtomicU64::from_ptr(word).fetch_xor(delta, Ordering::Relaxed);
+            }
+        }
+        w += 8;
+    }
 }
 
 fn word(b: &[u8]) -> u64 {
@@ -230,6 +268,25 @@ mod tests {
         xor_delta_into(&mut parity, &new, &old);
         assert_eq!(parity, vec![0xc3u8; 4096]);
         assert!(["avx2", "portable"].contains(&kernel_name()));
+    }
+
+    #[test]
+    fn the_atomic_delta_matches_the_kernels_at_every_offset_and_length() {
+        for at in 0..16 {
+            for len in 0..=17 {
+                let old: Vec<u8> = (0..len).map(|i| (i * 7 + at) as u8).collect();
+                let new: Vec<u8> = (0..len).map(|i| (i * 13 + 5) as u8).collect();
+                let mut words = [0x0123_4567_89ab_cdefu64; 6];
+                let mut want = words;
+                // SAFETY: u64s viewed as bytes.
+                let bytes =
+                    unsafe { std::slice::from_raw_parts_mut(want.as_mut_ptr() as *mut u8, 48) };
+                xor_delta_into(&mut bytes[at..at + len], &old, &new);
+                // SAFETY: every word the range overlaps lies in `words`; one thread.
+                unsafe { xor_delta_atomic((words.as_mut_ptr() as *mut u8).add(at), &old, &new) };
+                assert_eq!(words, want, "at {at}, len {len}");
+            }
+        }
     }
 
     #[test]

@@ -36,6 +36,12 @@ pub struct Config {
     /// lost page). Default `true`. A pool opened with `false` stops keeping it; opening it
     /// with `true` again recomputes it.
     pub parity: bool,
+    /// Parity updates of changed ranges up to this many bytes XOR with atomic 8-byte
+    /// operations under their stripe lock held shared, so that commits to other rows of
+    /// the same page column proceed at once; longer ones hold it exclusive and use the
+    /// vectorised kernel. Default [`ATOMIC_XOR_MAX_BYTES`](crate::integrity::ATOMIC_XOR_MAX_BYTES),
+    /// the crossover measured on the project's machine (0: atomics never paid there).
+    pub parity_atomic_max: usize,
 }
 
 impl Config {
@@ -53,6 +59,7 @@ impl Config {
             flush: None,
             verify: VerifyPolicy::Default,
             parity: true,
+            parity_atomic_max: crate::integrity::ATOMIC_XOR_MAX_BYTES,
         }
     }
 

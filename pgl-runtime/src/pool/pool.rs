@@ -400,7 +400,15 @@ impl Pool {
             offset: geo.lane_offset(0, 0),
             detail: "sequence numbers exhausted".into(),
         })?;
-        let eng = Engine::new(media, geo, heap, next_seq, config.verify, parity);
+        let eng = Engine::new(
+            media,
+            geo,
+            heap,
+            next_seq,
+            config.verify,
+            parity,
+            config.parity_atomic_max,
+        );
         let inner = Arc::new(Inner {
             eng,
             header: Mutex::new(header),

@@ -62,6 +62,7 @@ impl Engine {
         next_seq: u64,
         verify: VerifyPolicy,
         parity: bool,
+        parity_atomic_max: usize,
     ) -> Engine {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let t = std::time::SystemTime::now()
@@ -80,7 +81,7 @@ impl Engine {
             canary: 0x5a5a_c3c3_0f0f_9696_a5a5_3c3c_f0f0_6969 ^ t ^ ((id as u128) << 64),
             verify,
             types: super::TypeCache::new(),
-            parity: crate::integrity::Parity::new(parity, &geo),
+            parity: crate::integrity::Parity::new(parity, parity_atomic_max, &geo),
             map: ZoneMap::new(&geo),
             repairs: Default::default(),
             fault: std::sync::OnceLock::new(),
