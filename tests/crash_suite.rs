@@ -274,6 +274,29 @@ fn crash_overwrite() {
 }
 
 #[test]
+fn crash_overwrite_with_one_lane_copy() {
+    // `Config::replicate_lanes(false)`: commits write lane copy A alone and leave copy B as
+    // the pool's open left it; recovery must never let B's older record replay.
+    let mut suite = Suite::new("overwrite, one lane copy");
+    let mut seed = 700;
+    while !suite.done() {
+        seed += 1;
+        let mut cfg = config(3);
+        cfg.replicate_lanes = false;
+        let mut run = suite.run(format!("overwrite, one copy #{seed}"), cfg, seed);
+        fill(&mut run, &SIZES);
+        for slot in 0..SIZES.len() {
+            if run.done() {
+                break;
+            }
+            overwrite_op(&mut run, "overwrite", slot, Shape::Range);
+            overwrite_op(&mut run, "overwrite", slot, Shape::TwoRanges);
+        }
+    }
+    suite.assert_clean();
+}
+
+#[test]
 fn crash_free() {
     let mut suite = Suite::new("free");
     let mut seed = 200;

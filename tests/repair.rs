@@ -530,3 +530,60 @@ fn canary_smashes_are_injected_inside_the_transaction() {
     drop(pool);
     std::fs::remove_file(&p).unwrap();
 }
+
+#[test]
+fn without_lane_replication_a_stale_copy_b_never_replays() {
+    // Copy B's retire marks damaged while it holds the pool's last record; reopened
+    // without lane replication (commits write copy A alone), then copy A destroyed
+    // whole: recovery must not replay B's old record over the newer data.
+    let p = path("one-copy");
+    let cfg = Config::small("repair");
+    let lanes = cfg.lanes;
+    let lane_size = cfg.lane_size;
+    let pool = Pool::create(&p, &cfg).unwrap();
+    let root = pool.root::<[u64; 8]>().unwrap();
+    pool.tx(|tx| {
+        tx.open(root)?[0] = 1;
+        Ok(())
+    })
+    .unwrap();
+    for lane in 0..lanes {
+        pool.inject(&Fault::LaneScribble {
+            lane,
+            copy: 1,
+            at: 0,
+            len: 16,
+            seed: lane,
+        })
+        .unwrap();
+    }
+    drop(pool);
+
+    let mut one = cfg.clone();
+    one.replicate_lanes = false;
+    let pool = Pool::open_with(&p, &one).unwrap();
+    for v in [2, 3] {
+        pool.tx(|tx| {
+            tx.open(root)?[0] = v;
+            Ok(())
+        })
+        .unwrap();
+    }
+    for lane in 0..lanes {
+        pool.inject(&Fault::LaneScribble {
+            lane,
+            copy: 0,
+            at: 0,
+            len: lane_size,
+            seed: 10 + lane,
+        })
+        .unwrap();
+    }
+    drop(pool);
+
+    let pool = Pool::open_with(&p, &one).unwrap();
+    assert_eq!(pool.get(root).unwrap()[0], 3, "the newest committed value");
+    assert_eq!(pool.stats().records_replayed, 0);
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}

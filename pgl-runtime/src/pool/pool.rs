@@ -385,6 +385,11 @@ impl Pool {
         }
         // Parity is now consistent everywhere: no zone is dirty for this session yet.
         tx::clear_dirty_zones(&media, &geo);
+        // Without lane replication (`Config::replicate_lanes`) commits leave copy B as it
+        // is here, after recovery: equal to A, its record retired. Recovery takes the
+        // newest valid record and the newest retire mark of either copy, so such a B never
+        // replays; and a B left by a crash (record newer than its own retire mark) must not
+        // outlive this open, lest a later damaged A let it replay.
         let lane_repairs = tx::repair_lanes(&media, &geo);
         media.fence();
         media.check()?;
@@ -408,6 +413,7 @@ impl Pool {
             config.verify,
             parity,
             config.parity_atomic_max,
+            config.replicate_lanes,
         );
         let inner = Arc::new(Inner {
             eng,

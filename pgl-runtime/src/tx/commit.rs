@@ -401,8 +401,6 @@ impl Tx<'_> {
         let eng = self.eng;
         let media = &eng.media;
         let lane_size = eng.geo.lane_size as usize;
-        let a_off = eng.lane_off(self.lane.idx, 0);
-        let b_off = eng.lane_off(self.lane.idx, 1);
         // 3a. the record, built in DRAM (cache-hot for the checksum and the apply step)
         if stage.len() * 8 < lane_size {
             stage.resize(lane_size / 8, 0);
@@ -448,10 +446,10 @@ impl Tx<'_> {
         // Parity of the new objects before any write-back is issued: its locks are locked
         // instructions, which would each wait for pending flushes like a fence.
         self.new_objects_parity(news, hdrs);
-        // 3b. both lane copies (whole 16-byte granules: bytes past the record are ignored)
+        // 3b. the lane copies (whole 16-byte granules: bytes past the record are ignored)
         let sealed = &bytes[SEAL_OFFSET..SEAL_OFFSET + n.div_ceil(16) * 16];
-        for off in [a_off, b_off] {
-            // SAFETY: this transaction owns its lane (the lane mutex); both copies lie inside
+        for off in eng.lane_copies().map(|c| eng.lane_off(self.lane.idx, c)) {
+            // SAFETY: this transaction owns its lane (the lane mutex); its copies lie inside
             // the pool, and the record fits the lane (checked by the writer).
             unsafe { media.write_durable(off + SEAL_OFFSET as u64, sealed) };
         }
@@ -496,14 +494,14 @@ impl Tx<'_> {
         // reopening the pool replays it.
         eng.media.check()?;
         // 5. retire (no fence: see lane.rs)
-        for off in [a_off, b_off] {
+        for off in eng.lane_copies().map(|c| eng.lane_off(self.lane.idx, c)) {
             // SAFETY: the retired word of our own lane.
             unsafe { media.write(off + RETIRED_OFFSET as u64, &record::retire_mark(seq)) };
         }
         eng.lanes.retired(self.lane.idx, touched);
         let c = &self.lane.counters;
         c.add(Counter::Fences, 2);
-        c.add(Counter::BytesLogged, 2 * n as u64);
+        c.add(Counter::BytesLogged, eng.lane_copies().end * n as u64);
         c.add(Counter::BytesWritten, written);
         Ok(())
     }

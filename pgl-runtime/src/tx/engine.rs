@@ -47,6 +47,8 @@ pub(crate) struct Engine {
     pub types: super::TypeCache,
     /// Zone parity upkeep.
     pub parity: crate::integrity::Parity,
+    /// Lane copies commits write (2, or 1 without lane replication).
+    lane_copies: u64,
     /// What online repair did.
     pub repairs: super::RepairCounters,
     /// The media-error handler's view of this pool, once armed (`arm_fault_handler`).
@@ -63,6 +65,7 @@ impl Engine {
         verify: VerifyPolicy,
         parity: bool,
         parity_atomic_max: usize,
+        replicate_lanes: bool,
     ) -> Engine {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let t = std::time::SystemTime::now()
@@ -82,6 +85,7 @@ impl Engine {
             verify,
             types: super::TypeCache::new(),
             parity: crate::integrity::Parity::new(parity, parity_atomic_max, &geo),
+            lane_copies: if replicate_lanes { 2 } else { 1 },
             map: ZoneMap::new(&geo),
             repairs: Default::default(),
             fault: std::sync::OnceLock::new(),
@@ -115,9 +119,14 @@ impl Engine {
         self.geo.lane_offset(i as u64, c)
     }
 
-    /// Flushes the retire-mark lines of both copies of lane `i`.
+    /// The lane copies commits write: both (`Config::replicate_lanes`), or copy A alone.
+    pub(crate) fn lane_copies(&self) -> std::ops::Range<u64> {
+        0..self.lane_copies
+    }
+
+    /// Flushes the retire-mark lines of the written copies of lane `i`.
     pub(crate) fn flush_retire(&self, i: usize) {
-        for c in 0..2 {
+        for c in self.lane_copies() {
             self.media
                 .flush(self.lane_off(i, c) + RETIRED_OFFSET as u64, 16);
         }

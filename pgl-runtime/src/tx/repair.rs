@@ -247,7 +247,7 @@ impl Engine {
             for &(a, z) in &batch {
                 touched.add(start + a as u64, (z - a) as u64, self.map.chunk_shift());
             }
-            for copy in 0..2 {
+            for copy in self.lane_copies() {
                 let off = self.lane_off(0, copy) + SEAL_OFFSET as u64;
                 // SAFETY: lane 0 is ours (frozen); the record fits its copy.
                 unsafe { self.media.write_durable(off, sealed) };
@@ -263,7 +263,7 @@ impl Engine {
             }
             self.media.fence();
             self.media.check()?;
-            for copy in 0..2 {
+            for copy in self.lane_copies() {
                 let off = self.lane_off(0, copy) + RETIRED_OFFSET as u64;
                 // SAFETY: lane 0's retired word; the lane is ours.
                 unsafe { self.media.write(off, &record::retire_mark(seq)) };
