@@ -410,10 +410,12 @@ impl Pool {
             geo,
             heap,
             next_seq,
-            config.verify,
-            parity,
-            config.parity_atomic_max,
-            config.replicate_lanes,
+            tx::Options {
+                verify: config.verify,
+                parity,
+                parity_atomic_max: config.parity_atomic_max,
+                replicate_lanes: config.replicate_lanes,
+            },
         );
         let inner = Arc::new(Inner {
             eng,

@@ -56,17 +56,32 @@ pub(crate) struct Engine {
     fault_slot: std::sync::atomic::AtomicUsize,
 }
 
+/// The protections a pool runs with (from its `Config` and header).
+pub(crate) struct Options {
+    /// When objects are verified.
+    pub verify: VerifyPolicy,
+    /// Whether commits keep zone parity.
+    pub parity: bool,
+    /// Parity updates up to this many bytes take the shared atomic path.
+    pub parity_atomic_max: usize,
+    /// Whether commits write both copies of their redo lane.
+    pub replicate_lanes: bool,
+}
+
 impl Engine {
     pub(crate) fn new(
         media: Media,
         geo: Geometry,
         heap: Heap,
         next_seq: u64,
-        verify: VerifyPolicy,
-        parity: bool,
-        parity_atomic_max: usize,
-        replicate_lanes: bool,
+        opts: Options,
     ) -> Engine {
+        let Options {
+            verify,
+            parity,
+            parity_atomic_max,
+            replicate_lanes,
+        } = opts;
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -15,8 +15,8 @@ mod tail;
 #[allow(clippy::module_inception)]
 mod tx;
 
-pub(crate) use engine::Engine;
 pub use engine::VerifyPolicy;
+pub(crate) use engine::{Engine, Options};
 pub use handle::{Mut, Read, Ref};
 pub(crate) use locks::Held;
 pub use place::{AsPlace, Place};
