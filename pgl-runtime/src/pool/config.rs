@@ -47,6 +47,11 @@ pub struct Config {
     /// writes copy A alone: one fewer record write, and a lane damaged between a commit
     /// and its retirement loses that transaction. Opening with it again re-copies B from A.
     pub replicate_lanes: bool,
+    /// Whether commits keep each object's Adler-32 checksum (default `true`), which is what
+    /// detects damage (scribbles, bit flips) for repair from parity. Without it nothing is
+    /// verified and damage goes unnoticed; opening the pool with it again recomputes every
+    /// object's checksum (over the bytes as they are then).
+    pub checksums: bool,
 }
 
 impl Config {
@@ -66,6 +71,7 @@ impl Config {
             parity: true,
             parity_atomic_max: crate::integrity::ATOMIC_XOR_MAX_BYTES,
             replicate_lanes: true,
+            checksums: true,
         }
     }
 

@@ -6,7 +6,9 @@
 //!    0  magic           [u8; 8]  "PGLPOOL\0"
 //!    8  version         u32
 //!   12  flags           u32      bit 0 OPEN: a process has it open (set at open, cleared
-//!                                at a clean close); bit 1 PARITY: zone parity is maintained
+//!                                at a clean close); bit 1 PARITY: zone parity is maintained;
+//!                                bit 2 NO_CHECKSUMS: object checksums were not maintained
+//!                                (some may be stale) since they were last recomputed
 //!   16  generation      u64      bumped by every header update
 //!   24  uuid            [u8; 16]
 //!   40  layout          [u8; 64] NUL-padded UTF-8
@@ -32,14 +34,19 @@ pub const MAGIC: [u8; 8] = *b"PGLPOOL\0";
 /// The on-media format version this build writes. Version 2 added the header flags and
 /// zone parity; a version-1 pool is read as one whose parity was never kept (recomputed,
 /// then kept, on open) and is written back as version 2, which older builds refuse, so
-/// that none can change it without keeping parity.
-pub const FORMAT_VERSION: u32 = 2;
+/// that none can change it without keeping parity. Version 3 added NO_CHECKSUMS (a pool
+/// may run without object checksums); older pools always kept them, and older builds
+/// refuse version 3, which they would read as checksum damage.
+pub const FORMAT_VERSION: u32 = 3;
 /// The oldest format version this build reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
 /// Header flag: a process has the pool open; still set after a crash.
 pub const FLAG_OPEN: u32 = 1;
 /// Header flag: zone parity has been maintained since it was last recomputed.
 pub const FLAG_PARITY: u32 = 2;
+/// Header flag: object checksums were not maintained at some time since they were last
+/// recomputed, so they cannot be trusted until they are recomputed.
+pub const FLAG_NO_CHECKSUMS: u32 = 4;
 /// Longest layout name, in bytes.
 pub const LAYOUT_MAX: usize = 63;
 
@@ -75,7 +82,7 @@ pub struct Header {
     pub zones: u64,
     /// Creation time, seconds since the Unix epoch.
     pub created: u64,
-    /// `FLAG_OPEN` and `FLAG_PARITY` (other bits are zero).
+    /// `FLAG_OPEN`, `FLAG_PARITY` and `FLAG_NO_CHECKSUMS` (other bits are zero).
     pub flags: u32,
 }
 
@@ -181,7 +188,7 @@ impl Header {
             flags: if version < 2 {
                 0
             } else {
-                u32_at(b, FLAGS_OFFSET) & (FLAG_OPEN | FLAG_PARITY)
+                u32_at(b, FLAGS_OFFSET) & (FLAG_OPEN | FLAG_PARITY | FLAG_NO_CHECKSUMS)
             },
         })
     }

@@ -1,6 +1,7 @@
 //! The pool: a file holding a replicated header, redo lanes and zones; creation, opening
 //! (with header repair and crash recovery), the root object, growth.
 
+mod checksums;
 mod config;
 mod header;
 #[allow(clippy::module_inception)]

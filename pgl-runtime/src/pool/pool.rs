@@ -4,7 +4,9 @@
 //! redo records were replayed, and whose heap metadata loaded without inconsistency.
 
 use super::config::Config;
-use super::header::{Header, HeaderFault, FLAG_OPEN, FLAG_PARITY, FORMAT_VERSION};
+use super::header::{
+    Header, HeaderFault, FLAG_NO_CHECKSUMS, FLAG_OPEN, FLAG_PARITY, FORMAT_VERSION,
+};
 use crate::geometry::{Geometry, PAGE};
 use crate::heap::layout::{ObjectHeader, HEADER_SIZE, ROOT_OFFSET};
 use crate::heap::Heap;
@@ -132,7 +134,7 @@ impl Pool {
             config.flush_mode(),
         )?;
         Self::format(&media, &geo, zones, &config.layout, config.parity);
-        Self::from_media(media, Some(&config.layout), config, Some(config.parity))
+        Self::from_media(media, Some(&config.layout), config, false)
     }
 
     /// Opens the pool at `path`, checking that it holds layout `layout`. Repairs a damaged
@@ -145,15 +147,15 @@ impl Pool {
     /// `config` (its geometry is read from the pool).
     pub fn open_with(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
         let media = Media::open_file(path.as_ref(), config.max_size, config.flush_mode())?;
-        Self::from_media(media, Some(&config.layout), config, Some(config.parity))
+        Self::from_media(media, Some(&config.layout), config, false)
     }
 
     /// Opens the pool at `path` whatever its layout (for tools such as `pgl info`), keeping
-    /// parity as the pool has it.
+    /// parity and object checksums as the pool has them.
     pub fn open_any(path: impl AsRef<Path>) -> Result<Pool> {
         let config = Config::new("any");
         let media = Media::open_file(path.as_ref(), config.max_size, config.flush_mode())?;
-        Self::from_media(media, None, &config, None)
+        Self::from_media(media, None, &config, true)
     }
 
     /// Creates a pool on a crash-simulation device (tests).
@@ -174,7 +176,7 @@ impl Pool {
         sim.set_len(size);
         let media = Media::sim(sim.clone());
         Self::format(&media, &geo, zones, &config.layout, config.parity);
-        Self::from_media(media, Some(&config.layout), config, Some(config.parity))
+        Self::from_media(media, Some(&config.layout), config, false)
     }
 
     /// Opens the pool on a crash-simulation device (after a simulated crash), running
@@ -184,7 +186,7 @@ impl Pool {
             Media::sim(sim.clone()),
             Some(layout),
             &Config::new(layout),
-            None,
+            true,
         )
     }
 
@@ -210,13 +212,13 @@ impl Pool {
         media.fence();
     }
 
-    /// Opens the pool on `media`; `parity` says whether to keep zone parity (`None`: as the
-    /// pool has it).
+    /// Opens the pool on `media` with `config`; with `keep_modes`, zone parity and object
+    /// checksums are kept or not as the pool has them instead of as `config` says.
     fn from_media(
         media: Media,
         layout: Option<&str>,
         config: &Config,
-        parity: Option<bool>,
+        keep_modes: bool,
     ) -> Result<Pool> {
         let path = media.path();
         let len = media.len();
@@ -340,7 +342,13 @@ impl Pool {
         // parity can still rebuild is repaired first, see `integrity::reconcile`); a pool
         // whose parity was not kept gets every zone recomputed.
         let mut header = header;
-        let parity = parity.unwrap_or(header.flags & FLAG_PARITY != 0);
+        // Checksums are trusted only if they were kept since they were last recomputed.
+        let sums_valid = header.flags & FLAG_NO_CHECKSUMS == 0;
+        let (parity, checksums) = if keep_modes {
+            (header.flags & FLAG_PARITY != 0, sums_valid)
+        } else {
+            (config.parity, config.checksums)
+        };
         let mut reconciled = crate::integrity::Reconciled::default();
         if parity && (header.flags & FLAG_OPEN != 0 || header.flags & FLAG_PARITY == 0) {
             let all = header.flags & FLAG_PARITY == 0;
@@ -355,6 +363,8 @@ impl Pool {
                     unsafe { crate::integrity::recompute_zone(&media, &geo, z) };
                 }
             } else if !dirty.is_empty() {
+                // Without trusted checksums no object can be told damaged: the dirty
+                // zones' disagreeing columns are recomputed from the rows as they are.
                 let mut objects = vec![Vec::new(); header.zones as usize];
                 crate::heap::walk(
                     &geo,
@@ -365,7 +375,9 @@ impl Pool {
                     |off| unsafe { media.read_u64(off) },
                     |hdr, cap| {
                         if let Some(z) = geo.locate(hdr, header.zones).map(|p| p.zone) {
-                            objects[z as usize].push((hdr, cap));
+                            if sums_valid {
+                                objects[z as usize].push((hdr, cap));
+                            }
                         }
                     },
                 );
@@ -383,6 +395,14 @@ impl Pool {
             // The marks may be cleared only once the recomputed parity is durable.
             media.check()?;
         }
+        // Checksums kept again after a time without them: recomputed over the bytes as
+        // they are (with the parity of the zones that changed).
+        if checksums && !sums_valid {
+            // SAFETY: the pool's zones; nothing else runs while it opens.
+            unsafe { super::checksums::recompute(&media, &geo, header.zones, parity) };
+            media.fence();
+            media.check()?;
+        }
         // Parity is now consistent everywhere: no zone is dirty for this session yet.
         tx::clear_dirty_zones(&media, &geo);
         // Without lane replication (`Config::replicate_lanes`) commits leave copy B as it
@@ -393,7 +413,10 @@ impl Pool {
         let lane_repairs = tx::repair_lanes(&media, &geo);
         media.fence();
         media.check()?;
-        header.flags = FLAG_OPEN | if parity { FLAG_PARITY } else { 0 };
+        // NO_CHECKSUMS is durable before any commit leaves a checksum stale.
+        header.flags = FLAG_OPEN
+            | if parity { FLAG_PARITY } else { 0 }
+            | if checksums { 0 } else { FLAG_NO_CHECKSUMS };
         header.version = FORMAT_VERSION;
         header.generation += 1;
         Self::write_header_copy(&media, 0, &header);
@@ -415,6 +438,7 @@ impl Pool {
                 parity,
                 parity_atomic_max: config.parity_atomic_max,
                 replicate_lanes: config.replicate_lanes,
+                checksums,
             },
         );
         let inner = Arc::new(Inner {

@@ -51,8 +51,9 @@ fn for_each_write(
     }
 }
 
-/// The headers of the new objects `news`, in order, into `hdrs`.
-fn new_headers(news: &[NonNull<Buffer>], hdrs: &mut Vec<[u8; 16]>) {
+/// The headers of the new objects `news`, in order, into `hdrs` (checksum 0 without
+/// `checksums`: the pool's header says they are not kept).
+fn new_headers(news: &[NonNull<Buffer>], hdrs: &mut Vec<[u8; 16]>, checksums: bool) {
     hdrs.clear();
     hdrs.extend(news.iter().map(|b| {
         // SAFETY: buffers live until release.
@@ -60,7 +61,11 @@ fn new_headers(news: &[NonNull<Buffer>], hdrs: &mut Vec<[u8; 16]>) {
         ObjectHeader {
             size: buf.size as u64,
             type_id: buf.type_id,
-            checksum: object_checksum(buf.off, buf.type_id, buf.payload()),
+            checksum: if checksums {
+                object_checksum(buf.off, buf.type_id, buf.payload())
+            } else {
+                0
+            },
         }
         .to_bytes()
     }));
@@ -132,7 +137,9 @@ impl Tx<'_> {
                     let ranges = buf.dirty();
                     let dirty: usize = ranges.iter().map(|r| (r.1 - r.0) as usize).sum();
                     let payload = buf.payload();
-                    let sum = if dirty * 2 >= size {
+                    let sum = if !eng.checksums {
+                        old_sum
+                    } else if dirty * 2 >= size {
                         object_checksum(off, type_id, payload)
                     } else {
                         let mut s = old_sum;
@@ -278,7 +285,7 @@ impl Tx<'_> {
     ) -> Result<()> {
         let eng = self.eng;
         let media = &eng.media;
-        new_headers(news, hdrs);
+        new_headers(news, hdrs, self.eng.checksums);
         self.new_objects_parity(news, hdrs);
         let written = 8 + self.write_new_objects(news, hdrs);
         // The word may be covered by another lane's record that is not yet retired: that
@@ -422,7 +429,7 @@ impl Tx<'_> {
             needed += record::entry_size(8);
             fits = fits && w.push(off, &v.to_le_bytes());
         }
-        new_headers(news, hdrs);
+        new_headers(news, hdrs, self.eng.checksums);
         for (b, h) in news.iter().zip(hdrs.iter()) {
             // SAFETY: buffers live until release.
             let buf = unsafe { b.as_ref() };

@@ -49,6 +49,8 @@ pub(crate) struct Engine {
     pub parity: crate::integrity::Parity,
     /// Lane copies commits write (2, or 1 without lane replication).
     lane_copies: u64,
+    /// Whether commits keep object checksums and reads verify them (`Config::checksums`).
+    pub checksums: bool,
     /// What online repair did.
     pub repairs: super::RepairCounters,
     /// The media-error handler's view of this pool, once armed (`arm_fault_handler`).
@@ -66,6 +68,8 @@ pub(crate) struct Options {
     pub parity_atomic_max: usize,
     /// Whether commits write both copies of their redo lane.
     pub replicate_lanes: bool,
+    /// Whether commits keep object checksums (and reads verify them).
+    pub checksums: bool,
 }
 
 impl Engine {
@@ -81,6 +85,7 @@ impl Engine {
             parity,
             parity_atomic_max,
             replicate_lanes,
+            checksums,
         } = opts;
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let t = std::time::SystemTime::now()
@@ -101,6 +106,7 @@ impl Engine {
             types: super::TypeCache::new(),
             parity: crate::integrity::Parity::new(parity, parity_atomic_max, &geo),
             lane_copies: if replicate_lanes { 2 } else { 1 },
+            checksums,
             map: ZoneMap::new(&geo),
             repairs: Default::default(),
             fault: std::sync::OnceLock::new(),

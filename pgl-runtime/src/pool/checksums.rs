@@ -1,0 +1,60 @@
+//! Recomputing every object's checksum: what opening a pool with `Config::checksums` does
+//! when the pool ran without them (header flag NO_CHECKSUMS), so that from then on every
+//! checksum matches its object again.
+//!
+//! Invariant: it runs while the pool opens (nothing else reads or writes it), after
+//! recovery; it changes only checksum fields, and recomputes the parity of every zone it
+//! changed one in (when the pool keeps parity), all durable at the caller's next fence.
+
+use crate::geometry::Geometry;
+use crate::heap::layout::{object_checksum, ObjectHeader, HDR_CHECKSUM_OFFSET, HEADER_SIZE};
+use crate::persist::Media;
+
+/// Recomputes the checksum of every allocated object of the pool's `zones`; returns how
+/// many changed.
+///
+/// # Safety
+/// The zones lie in the pool and nothing else reads or writes it meanwhile.
+pub(super) unsafe fn recompute(media: &Media, geo: &Geometry, zones: u64, parity: bool) -> u64 {
+    let mut changed = 0;
+    let mut touched = vec![false; zones as usize];
+    crate::heap::walk(
+        geo,
+        &crate::heap::SizeClasses::new(geo.chunk_size),
+        zones,
+        // SAFETY: heap metadata words inside the pool; nothing else runs (caller).
+        |off| unsafe { media.read_u64(off) },
+        |hdr, cap| {
+            let mut h = [0u8; HEADER_SIZE as usize];
+            // SAFETY: an allocated block inside the pool (the walk's); nothing else runs.
+            unsafe { media.read(hdr, &mut h) };
+            let h = ObjectHeader::from_bytes(&h);
+            if h.size > cap {
+                // Not an object header (damage): its reads report it; nothing to compute.
+                return;
+            }
+            let off = hdr + HEADER_SIZE;
+            // SAFETY: the payload lies in the block (size <= capacity).
+            let payload =
+                unsafe { std::slice::from_raw_parts(media.ptr(off) as *const u8, h.size as usize) };
+            let sum = object_checksum(off, h.type_id, payload);
+            if sum != h.checksum {
+                let at = hdr + HDR_CHECKSUM_OFFSET;
+                // SAFETY: the checksum field of this block's header; nothing else runs.
+                unsafe { media.write(at, &sum.to_le_bytes()) };
+                media.flush(at, 4);
+                changed += 1;
+                if let Some(p) = geo.locate(hdr, zones) {
+                    touched[p.zone as usize] = true;
+                }
+            }
+        },
+    );
+    if parity {
+        for z in (0..zones).filter(|&z| touched[z as usize]) {
+            // SAFETY: zone `z` lies in the pool; nothing else runs (caller).
+            unsafe { crate::integrity::recompute_zone(media, geo, z) };
+        }
+    }
+    changed
+}
