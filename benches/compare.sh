@@ -7,8 +7,10 @@
 #
 # Needs ../shared/peers/pmdk/run.sh (the peer kit; it installs PMDK's Debian packages).
 # Environment: PGL_BENCH_N (ops per thread, default 100000), PGL_BENCH_RUNS (default 5),
-# PGL_BENCH_SIZES, PGL_BENCH_THREADS, PGL_BENCH_DIR (default /dev/shm), PEER_KIT (path to
-# run.sh). Output: the combined CSV on stdout, then a markdown table of ratios.
+# PGL_BENCH_SIZES, PGL_BENCH_THREADS, PGL_BENCH_CONFIGS (pgl's protection configurations,
+# default "pangolin ML MLP MLPC"; see benches/micro.rs), PGL_BENCH_DIR (default /dev/shm),
+# PEER_KIT (path to run.sh). Output: the combined CSV on stdout, then a markdown table of
+# ratios, one row per pgl configuration.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -18,6 +20,7 @@ runs=${PGL_BENCH_RUNS:-5}
 sizes=${PGL_BENCH_SIZES:-64 256 1024 4096}
 threads=${PGL_BENCH_THREADS:-1 2}
 dir=${PGL_BENCH_DIR:-/dev/shm}
+configs=${PGL_BENCH_CONFIGS:-pangolin ML MLP MLPC}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -28,7 +31,8 @@ echo "[compare] building pgl's bench" >&2
 
 echo "[compare] pgl" >&2
 (cd "$here" && PGL_BENCH_N=$n PGL_BENCH_RUNS=$runs PGL_BENCH_SIZES="$sizes" \
-	PGL_BENCH_THREADS="$threads" PGL_BENCH_DIR=$dir cargo bench --bench micro -q) \
+	PGL_BENCH_THREADS="$threads" PGL_BENCH_CONFIGS="$configs" PGL_BENCH_DIR=$dir \
+	cargo bench --bench micro -q) \
 	>"$out/pgl.csv" 2>"$out/pgl.err"
 
 echo "[compare] pmemobj (peer kit)" >&2
@@ -44,16 +48,18 @@ import csv, sys
 rows = {}
 for f in sys.argv[1:]:
     for r in csv.DictReader(open(f)):
-        rows[(r["suite"], r["bench"], r["system"], r["size"], r["threads"])] = float(r["ns_per_op"])
-keys = sorted({(s, b, z, t) for (s, b, sy, z, t) in rows if sy == "pgl"},
-              key=lambda k: (k[1], int(k[2]), int(k[3])))
-print("\n| bench | size | threads | pgl ns | pmemobj ns | pgl/pmemobj | pmemobj-R ns | pgl/pmemobj-R |")
-print("|---|---|---|---|---|---|---|---|")
-for s, b, z, t in keys:
-    p = rows[(s, b, "pgl", z, t)]
-    o = rows.get((s, b, "pmemobj", z, t))
-    r = rows.get((s, b, "pmemobj-R", z, t))
+        config = r["config"] if r["system"] == "pgl" else ""
+        rows[(r["bench"], r["system"], config, r["size"], r["threads"])] = float(r["ns_per_op"])
+order = {"pangolin": 0, "ML": 1, "MLP": 2, "MLPC": 3}
+keys = sorted({(b, c, z, t) for (b, sy, c, z, t) in rows if sy == "pgl"},
+              key=lambda k: (k[0], int(k[2]), int(k[3]), order.get(k[1], 9)))
+print("\n| bench | size | threads | config | pgl ns | pmemobj ns | pgl/pmemobj | pmemobj-R ns | pgl/pmemobj-R |")
+print("|---|---|---|---|---|---|---|---|---|")
+for b, c, z, t in keys:
+    p = rows[(b, "pgl", c, z, t)]
+    o = rows.get((b, "pmemobj", "", z, t))
+    r = rows.get((b, "pmemobj-R", "", z, t))
     fmt = lambda v: f"{v:.0f}" if v else "-"
     rat = lambda v: f"{p / v:.2f}" if v else "-"
-    print(f"| {b} | {z} | {t} | {p:.0f} | {fmt(o)} | {rat(o)} | {fmt(r)} | {rat(r)} |")
+    print(f"| {b} | {z} | {t} | {c} | {p:.0f} | {fmt(o)} | {rat(o)} | {fmt(r)} | {rat(r)} |")
 PY

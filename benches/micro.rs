@@ -7,8 +7,17 @@
 //!
 //! Environment: `PGL_BENCH_DIR` (default /dev/shm), `PGL_BENCH_N` (default 100000),
 //! `PGL_BENCH_RUNS` (timed runs after one warm-up, median; default 5), `PGL_BENCH_SIZES`,
-//! `PGL_BENCH_THREADS`, `PGL_BENCH_PARITY` (0: pools without zone parity upkeep, printed as
-//! config=noparity; the default keeps it, as `Config::new` does).
+//! `PGL_BENCH_THREADS`, `PGL_BENCH_CONFIGS` (default `MLPC`): the Pangolin paper's
+//! protection configurations, each printed in the config column:
+//!
+//! | config | lane replication | zone parity | object checksums |
+//! |---|---|---|---|
+//! | `pangolin` | no | no | no (micro-buffering only) |
+//! | `ML` | yes | no | no |
+//! | `MLP` | yes | yes | no |
+//! | `MLPC` | yes | yes | yes (`Config::new`, the default) |
+//!
+//! (The pool header is always replicated; zone metadata is covered by parity.)
 
 use pgl::{Config, Oid, Persistent, Pool};
 use std::sync::{Arc, Barrier};
@@ -97,15 +106,35 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn bench_size<const S: usize>(dir: &str, n: usize, runs: usize, threads: usize) -> Phases
+/// The pool configuration named `name` (see the module docs), if it is one.
+fn protection(name: &str, cfg: Config) -> Option<Config> {
+    let (lanes, parity, checksums) = match name {
+        "pangolin" => (false, false, false),
+        "ML" => (true, false, false),
+        "MLP" => (true, true, false),
+        "MLPC" => (true, true, true),
+        _ => return None,
+    };
+    let mut cfg = cfg.parity(parity);
+    cfg.replicate_lanes = lanes;
+    cfg.checksums = checksums;
+    Some(cfg)
+}
+
+fn bench_size<const S: usize>(
+    dir: &str,
+    config: &str,
+    n: usize,
+    runs: usize,
+    threads: usize,
+) -> Phases
 where
     [u8; S]: Persistent,
 {
     let path = format!("{dir}/pgl_bench_{}_{S}_{threads}", std::process::id());
     let _ = std::fs::remove_file(&path);
     let need = (n * threads * (S + 64)) as u64 * 2 + (256 << 20);
-    let parity = std::env::var("PGL_BENCH_PARITY").map_or(true, |v| v != "0");
-    let cfg = Config::new("fig3").size(need).parity(parity);
+    let cfg = protection(config, Config::new("fig3").size(need)).expect("a known config");
     let pool = Pool::create(&path, &cfg).expect("create bench pool");
     run_once::<S>(&pool, n.min(10_000), threads); // warm-up
     let mut a = Vec::new();
@@ -132,39 +161,46 @@ fn main() {
     let runs = env_num("PGL_BENCH_RUNS", 5).max(1);
     let sizes = env_list("PGL_BENCH_SIZES", &[64, 256, 1024, 4096]);
     let threads = env_list("PGL_BENCH_THREADS", &[1, 2]);
-    // config=default is `Config::new` (zone parity on); PGL_BENCH_PARITY=0 measures the
-    // same without parity upkeep (config=noparity).
-    let config = if std::env::var("PGL_BENCH_PARITY").is_ok_and(|v| v == "0") {
-        "noparity"
-    } else {
-        "default"
-    };
+    let configs: Vec<String> = std::env::var("PGL_BENCH_CONFIGS")
+        .unwrap_or_else(|_| "MLPC".into())
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    if let Some(bad) = configs
+        .iter()
+        .find(|c| protection(c, Config::new("x")).is_none())
+    {
+        eprintln!("unknown config {bad:?} in PGL_BENCH_CONFIGS (pangolin ML MLP MLPC)");
+        std::process::exit(2);
+    }
     println!("suite,bench,system,config,size,threads,n,ns_per_op");
     let mut rows = Vec::new();
-    for &s in &sizes {
-        for &t in &threads {
-            let p = match s {
-                64 => bench_size::<64>(&dir, n, runs, t),
-                256 => bench_size::<256>(&dir, n, runs, t),
-                1024 => bench_size::<1024>(&dir, n, runs, t),
-                4096 => bench_size::<4096>(&dir, n, runs, t),
-                other => {
-                    eprintln!("unsupported size {other} (64 256 1024 4096)");
-                    continue;
+    for config in &configs {
+        for &s in &sizes {
+            for &t in &threads {
+                let p = match s {
+                    64 => bench_size::<64>(&dir, config, n, runs, t),
+                    256 => bench_size::<256>(&dir, config, n, runs, t),
+                    1024 => bench_size::<1024>(&dir, config, n, runs, t),
+                    4096 => bench_size::<4096>(&dir, config, n, runs, t),
+                    other => {
+                        eprintln!("unsupported size {other} (64 256 1024 4096)");
+                        continue;
+                    }
+                };
+                for (bench, v) in [
+                    ("alloc", p.alloc),
+                    ("overwrite", p.overwrite),
+                    ("free", p.free),
+                ] {
+                    println!("fig3,{bench},pgl,{config},{s},{t},{n},{v:.0}");
+                    rows.push((bench, config.clone(), s, t, v));
                 }
-            };
-            for (bench, v) in [
-                ("alloc", p.alloc),
-                ("overwrite", p.overwrite),
-                ("free", p.free),
-            ] {
-                println!("fig3,{bench},pgl,{config},{s},{t},{n},{v:.0}");
-                rows.push((bench, s, t, v));
             }
         }
     }
-    eprintln!("\n| bench | size | threads | pgl ns/op |\n|---|---|---|---|");
-    for (b, s, t, v) in rows {
-        eprintln!("| {b} | {s} | {t} | {v:.0} |");
+    eprintln!("\n| bench | config | size | threads | pgl ns/op |\n|---|---|---|---|---|");
+    for (b, c, s, t, v) in rows {
+        eprintln!("| {b} | {c} | {s} | {t} | {v:.0} |");
     }
 }
