@@ -280,8 +280,10 @@ fn crash_overwrite_with_protections_off() {
     // cannot tell damage, so reconciling recomputes the dirty columns), and neither nor
     // parity (the paper's bare "pangolin" configuration).
     type Switch = fn(&mut pgl::Config);
-    let modes: [(&str, Switch); 3] = [
+    let modes: [(&str, Switch); 4] = [
         ("one lane copy", |c| c.replicate_lanes = false),
+        // Not a protection off: parity updates up to 256 bytes on the shared atomic path.
+        ("atomic parity updates", |c| c.parity_atomic_max = 256),
         ("no checksums", |c| c.checksums = false),
         ("no replication, checksums or parity", |c| {
             c.replicate_lanes = false;

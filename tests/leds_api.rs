@@ -285,3 +285,41 @@ fn a_changed_group_or_base_is_a_layout_mismatch_naming_it() {
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
+
+#[test]
+fn a_damaged_extension_group_is_repaired_through_ext_mut() {
+    use v1::NodeExtFields as _;
+    let (pool, path) = pool("damaged-group");
+    let a: Oid<v1::Node> = pool
+        .tx(|tx| {
+            tx.alloc_ext(v0::NodeData {
+                key: 9,
+                value: 90,
+                next: Oid::NULL,
+            })
+        })
+        .unwrap()
+        .cast();
+    pool.tx(|tx| tx.upgrade(a)).unwrap();
+    let group = pool
+        .objects()
+        .unwrap()
+        .into_iter()
+        .find(|(_, h)| h.type_id != <v1::Node as Persistent>::TYPE_ID)
+        .map(|(off, _)| off)
+        .expect("the group");
+    pool.inject(&pgl::Fault::ObjectScribble {
+        oid: group,
+        at: 16,
+        len: 8,
+        seed: 3,
+    })
+    .unwrap();
+    let name = pool
+        .tx(|tx| Ok(tx.ext_mut(a)?.name().as_str().to_owned()))
+        .unwrap();
+    assert_eq!(name, "node9", "the group rebuilt from parity");
+    assert_eq!(pool.stats().objects_repaired, 1);
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}

@@ -142,6 +142,32 @@ fn converting_one_old_type_twice_is_refused_and_changes_nothing() {
 }
 
 #[test]
+fn a_migration_chaining_types_is_refused() {
+    // old -> new, then new -> changed: the new objects would be converted again.
+    let p = path("chain");
+    let pool = Pool::create(&p, &Config::small("retain")).unwrap();
+    pool.root::<old::Node>().unwrap();
+    let e = pool
+        .migration()
+        .convert(|o: &old::Node, r| new::Node {
+            key: u64::from(o.key),
+            next: r.oid(o.next),
+            value: o.value,
+            _pad: 0,
+        })
+        .convert(|n: &new::Node, r| changed::Node {
+            key: n.key,
+            next: r.oid(n.next),
+        })
+        .run()
+        .unwrap_err();
+    assert!(e.to_string().contains("produces objects"), "{e}");
+    assert_eq!(pool.objects().unwrap().len(), 1);
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
 fn reset_on_mismatch_discards_a_pool_whose_types_changed() {
     let p = path("reset");
     let cfg = Config::small("retain");

@@ -99,8 +99,13 @@ fn without_checksums_nothing_is_verified_and_turning_them_on_recomputes_them() {
     .unwrap();
     let seen = pool.tx(|tx| Ok(tx.open(objs[7])?[0])).unwrap();
     assert_ne!(seen, 7, "the scribbled word is read as it is");
-    let report = pool.scrub(false, |_, _| {}).unwrap();
+    let report = pool.scrub(true, |_, _| {}).unwrap();
     assert!(report.damaged.is_empty(), "{report:?}");
+    assert_eq!(report.objects_checked, 0, "nothing can be verified");
+    assert!(matches!(
+        pool.verify_objects(|_, _| {}),
+        Err(pgl::Error::InvalidConfig { .. })
+    ));
     drop(pool);
 
     // Opened with checksums: every one recomputed over the bytes as they are now.

@@ -25,6 +25,17 @@ pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
     let verdict = check::check(&cx, &cont);
     if let Data::Struct(fields) = &cont.data {
         handle::check(&cx, &cont, fields);
+        // The hidden key makes `Tx::free` follow the last 8 bytes as a link: only the
+        // struct `#[extendible]` rewrote (which ends with its link) may carry it.
+        let linked = fields.last().is_some_and(|f| f.name == "__pgl_ext");
+        if cont.attrs.extendible && !linked {
+            cx.error_spanned_by(
+                cont.ident,
+                "`#[pgl(__extendible)]` is set by `#[extendible]`, not by hand: remove it, \
+                 and put `#[extendible]` above `#[derive(Persistent)]` if the struct is to \
+                 gain fields later",
+            );
+        }
     }
     let guard = type_id_guard(&cont);
     let error = cx.into_error();

@@ -51,6 +51,15 @@ fn in_part<T: Extendible>(e: Error, group: usize) -> Error {
     }
 }
 
+/// For the fast paths of `ext`/`ext_mut`: a group of another layout is left to the walk,
+/// which reports it with its group number; every other error stands.
+fn walk_instead<R>(e: Error) -> Result<Option<R>> {
+    match e {
+        Error::LayoutMismatch { .. } | Error::TypeMismatch { .. } => Ok(None),
+        e => Err(e),
+    }
+}
+
 /// A chain found incomplete right after the upgrade completed it: only a concurrent
 /// scribble of the pool can do that.
 fn incomplete<T: Extendible>(oid: Oid<T>) -> Error {
@@ -129,10 +138,11 @@ impl<'p> Tx<'p> {
     /// The base object is never moved: every oid of it stays valid.
     pub fn ext<T: Extendible>(&self, oid: Oid<T>) -> Result<Ext<'_, T>> {
         // An upgraded object is read by following its links once; one that lacks groups,
-        // or whose groups do not read, takes the walk, which upgrades it or names the
-        // group at fault.
+        // or whose group has another layout, takes the walk, which upgrades it or names
+        // the group at fault. Other errors (damage, conflicts) go up as they are, for the
+        // transaction to repair or retry.
         let base = self.get(oid).map_err(|e| in_part::<T>(e, 0))?;
-        if let Ok(Some(groups)) = T::__reads(self, base.__link()) {
+        if let Some(groups) = T::__reads(self, base.__link()).or_else(walk_instead)? {
             return Ok(Ext::new(oid, base, groups));
         }
         drop(base);
@@ -146,7 +156,7 @@ impl<'p> Tx<'p> {
     /// update (micro-buffers, like [`Tx::open`]), upgrading it first as [`Tx::ext`] does.
     pub fn ext_mut<T: Extendible>(&self, oid: Oid<T>) -> Result<ExtMut<'_, T>> {
         let base = self.open(oid).map_err(|e| in_part::<T>(e, 0))?;
-        if let Ok(Some(groups)) = T::__muts(self, base.__link()) {
+        if let Some(groups) = T::__muts(self, base.__link()).or_else(walk_instead)? {
             return Ok(ExtMut::new(base, groups));
         }
         drop(base);
@@ -183,7 +193,7 @@ impl<'p> Tx<'p> {
     pub fn copy_ext<T: Extendible>(&self, oid: Oid<T>) -> Result<Oid<T>> {
         drop(self.get(oid).map_err(|e| in_part::<T>(e, 0))?);
         let (_, mut base) = self.object_bytes(oid.raw())?;
-        let chain = self.tail(&base)?;
+        let chain = self.tail(oid.raw(), &base)?;
         let mut next = 0;
         for (_, type_id, mut bytes) in chain.into_iter().rev() {
             ExtLink::set_at_end_of(&mut bytes, next);

@@ -44,6 +44,8 @@ impl Remap {
 trait Step {
     /// The old type's id and payload size, which pick its objects out of the heap.
     fn old(&self) -> (u32, u64);
+    /// The new type's id.
+    fn new_id(&self) -> u32;
     fn alloc_new(&self, tx: &Tx<'_>) -> Result<u64>;
     fn convert(&mut self, tx: &Tx<'_>, remap: &Remap, old: u64, new: u64) -> Result<()>;
     fn free_old(&self, tx: &Tx<'_>, old: u64) -> Result<()>;
@@ -59,6 +61,10 @@ impl<Old: Persistent, New: Persistent, F: FnMut(&Old, &Remap) -> New> Step
 {
     fn old(&self) -> (u32, u64) {
         (Old::TYPE_ID, core::mem::size_of::<Old>() as u64)
+    }
+
+    fn new_id(&self) -> u32 {
+        New::TYPE_ID
     }
 
     fn alloc_new(&self, tx: &Tx<'_>) -> Result<u64> {
@@ -96,20 +102,31 @@ impl<'a> Migration<'a> {
         mut self,
         convert: impl FnMut(&Old, &Remap) -> New + 'a,
     ) -> Self {
-        let clash = if Old::TYPE_ID == New::TYPE_ID {
-            Some("both have type id")
-        } else if self.steps.iter().any(|s| s.old().0 == Old::TYPE_ID) {
-            Some("this migration already converts type id")
+        // Each type is either converted or produced, once: a chain (A to B, B to C) would
+        // convert the new B objects again and hand B-typed oids C objects.
+        let (old, new) = (Old::TYPE_ID, New::TYPE_ID);
+        let clash = if old == new {
+            Some(("both have type id", old))
+        } else if self.steps.iter().any(|s| s.old().0 == old) {
+            Some(("this migration already converts type id", old))
+        } else if self.steps.iter().any(|s| s.new_id() == old) {
+            Some(("this migration produces objects of type id", old))
+        } else if self
+            .steps
+            .iter()
+            .any(|s| s.old().0 == new || s.new_id() == new)
+        {
+            Some(("this migration already converts to or from type id", new))
         } else {
             None
         };
-        if let Some(why) = clash {
+        if let Some((why, id)) = clash {
             self.error.get_or_insert(Error::config(format!(
-                "migrating `{}` to `{}`: {why} {:#010x}; give the new definition another name \
-                 or `#[pgl(id = N)]`, and convert each old type once",
+                "migrating `{}` to `{}`: {why} {id:#010x}; give the new definition another \
+                 name or `#[pgl(id = N)]`, and convert each old type once, to a type no \
+                 other step converts",
                 Old::TYPE_NAME,
                 New::TYPE_NAME,
-                Old::TYPE_ID
             )));
         }
         self.steps.push(Box::new(Conversion {
@@ -124,6 +141,10 @@ impl<'a> Migration<'a> {
     /// them, frees the old ones and moves the root if it was one of them. Oids of old
     /// objects held by objects of types it does not convert are the caller's to remap
     /// (with the returned map); convert those types too to keep it one transaction.
+    ///
+    /// The old objects are listed before the transaction starts: run it while no other
+    /// thread creates or frees objects of the old types (as a program upgrading its data
+    /// at start-up does).
     pub fn run(self) -> Result<Remap> {
         let Migration {
             pool,

@@ -3,8 +3,11 @@
 //! checksum matches its object again.
 //!
 //! Invariant: it runs while the pool opens (nothing else reads or writes it), after
-//! recovery; it changes only checksum fields, and recomputes the parity of every zone it
-//! changed one in (when the pool keeps parity), all durable at the caller's next fence.
+//! recovery; it changes only checksum fields (without parity updates), then recomputes
+//! the parity of every zone when the pool keeps parity, all durable at the caller's next
+//! fence. Every zone, not just the ones it changed: a crash before the header loses
+//! NO_CHECKSUMS makes the next open run it again, which then finds the checksums right
+//! and would leave the parity of the first run's changes stale.
 
 use crate::geometry::Geometry;
 use crate::heap::layout::{object_checksum, ObjectHeader, HDR_CHECKSUM_OFFSET, HEADER_SIZE};
@@ -17,7 +20,6 @@ use crate::persist::Media;
 /// The zones lie in the pool and nothing else reads or writes it meanwhile.
 pub(super) unsafe fn recompute(media: &Media, geo: &Geometry, zones: u64, parity: bool) -> u64 {
     let mut changed = 0;
-    let mut touched = vec![false; zones as usize];
     crate::heap::walk(
         geo,
         &crate::heap::SizeClasses::new(geo.chunk_size),
@@ -44,14 +46,11 @@ pub(super) unsafe fn recompute(media: &Media, geo: &Geometry, zones: u64, parity
                 unsafe { media.write(at, &sum.to_le_bytes()) };
                 media.flush(at, 4);
                 changed += 1;
-                if let Some(p) = geo.locate(hdr, zones) {
-                    touched[p.zone as usize] = true;
-                }
             }
         },
     );
     if parity {
-        for z in (0..zones).filter(|&z| touched[z as usize]) {
+        for z in 0..zones {
             // SAFETY: zone `z` lies in the pool; nothing else runs (caller).
             unsafe { crate::integrity::recompute_zone(media, geo, z) };
         }

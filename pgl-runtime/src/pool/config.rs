@@ -42,10 +42,11 @@ pub struct Config {
     /// vectorised kernel. Default [`ATOMIC_XOR_MAX_BYTES`](crate::integrity::ATOMIC_XOR_MAX_BYTES),
     /// the crossover measured on the project's machine (0: atomics never paid there).
     pub parity_atomic_max: usize,
-    /// Whether commits write both copies of their redo lane (default `true`), so that a
-    /// damaged copy is rebuilt from the other when the pool opens. Without it a commit
-    /// writes copy A alone: one fewer record write, and a lane damaged between a commit
-    /// and its retirement loses that transaction. Opening with it again re-copies B from A.
+    /// Whether commits write their redo record to both copies of their lane (default
+    /// `true`), so that a damaged copy is rebuilt from the other when the pool opens.
+    /// Without it a commit writes the record to copy A alone (retire marks still go to
+    /// both): one fewer record write, and a lane damaged between a commit and its
+    /// retirement loses that transaction. Opening with it again re-copies B from A.
     pub replicate_lanes: bool,
     /// Whether commits keep each object's Adler-32 checksum (default `true`), which is what
     /// detects damage (scribbles, bit flips) for repair from parity. Without it nothing is

@@ -398,13 +398,20 @@ impl Pool {
         // Checksums kept again after a time without them: recomputed over the bytes as
         // they are (with the parity of the zones that changed).
         if checksums && !sums_valid {
+            // Parity recomputed too if the header still says it is kept, even by an open
+            // that drops it: a crash before the header says otherwise leaves it trusted.
+            let kept = parity || header.flags & FLAG_PARITY != 0;
             // SAFETY: the pool's zones; nothing else runs while it opens.
-            unsafe { super::checksums::recompute(&media, &geo, header.zones, parity) };
+            unsafe { super::checksums::recompute(&media, &geo, header.zones, kept) };
             media.fence();
             media.check()?;
         }
-        // Parity is now consistent everywhere: no zone is dirty for this session yet.
-        tx::clear_dirty_zones(&media, &geo);
+        // Parity is now consistent everywhere: no zone is dirty for this session yet. (An
+        // open that drops parity keeps the marks: until its header says parity is not kept,
+        // a crash must leave the next open the zones to reconcile.)
+        if parity {
+            tx::clear_dirty_zones(&media, &geo);
+        }
         // Without lane replication (`Config::replicate_lanes`) commits leave copy B as it
         // is here, after recovery: equal to A, its record retired. Recovery takes the
         // newest valid record and the newest retire mark of either copy, so such a B never
@@ -852,7 +859,15 @@ impl Pool {
     /// Verifies the checksum of every allocated object; returns the problems found, each as
     /// `(offset, error)`. Each object is verified under its read lock; not inside a
     /// transaction.
+    /// `Error::InvalidConfig` if the pool does not keep checksums (`Config::checksums`).
     pub fn verify_objects(&self, mut progress: impl FnMut(u64, u64)) -> Result<Vec<(u64, Error)>> {
+        if !self.inner.eng.checksums {
+            return Err(Error::config(
+                "this pool does not keep object checksums (it was opened with \
+                 Config::checksums false): nothing can be verified; open it with checksums \
+                 on, which recomputes them",
+            ));
+        }
         let objs = self.objects()?;
         let total = objs.len() as u64;
         let mut bad = Vec::new();

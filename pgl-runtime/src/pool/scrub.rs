@@ -54,10 +54,15 @@ impl Pool {
         }
         let mut report = ScrubReport::default();
         let mut checked = 0;
-        let found = self.verify_objects(|d, t| {
-            checked = t;
-            progress(d, t)
-        })?;
+        // Without checksums no object can be verified; parity still can.
+        let found = if eng.checksums {
+            self.verify_objects(|d, t| {
+                checked = t;
+                progress(d, t)
+            })?
+        } else {
+            Vec::new()
+        };
         report.objects_checked = checked;
         for (off, e) in found {
             if repair && tx::repairable(&e).is_some() {
@@ -81,7 +86,9 @@ impl Pool {
                 // SAFETY: zone `z` lies in the pool; the pool is held exclusively.
                 let bad = unsafe { crate::integrity::verify_zone(&eng.media, &eng.geo, z) };
                 let mut fixed = 0;
-                if repair && !bad.is_empty() && report.damaged.is_empty() {
+                // Recomputed only when every object verified: without checksums nothing
+                // says whether the rows or the parity are right, so it is only reported.
+                if repair && eng.checksums && !bad.is_empty() && report.damaged.is_empty() {
                     // SAFETY: as above.
                     unsafe { crate::integrity::recompute_zone(&eng.media, &eng.geo, z) };
                     eng.media.fence();

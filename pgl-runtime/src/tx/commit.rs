@@ -500,8 +500,8 @@ impl Tx<'_> {
         // A failed write-back of the applied bytes: the record must stay unretired, so that
         // reopening the pool replays it.
         eng.media.check()?;
-        // 5. retire (no fence: see lane.rs)
-        for off in eng.lane_copies().map(|c| eng.lane_off(self.lane.idx, c)) {
+        // 5. retire, in both copies whatever `lane_copies` (no fence: see lane.rs)
+        for off in [0, 1].map(|c| eng.lane_off(self.lane.idx, c)) {
             // SAFETY: the retired word of our own lane.
             unsafe { media.write(off + RETIRED_OFFSET as u64, &record::retire_mark(seq)) };
         }

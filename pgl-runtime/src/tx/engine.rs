@@ -140,14 +140,17 @@ impl Engine {
         self.geo.lane_offset(i as u64, c)
     }
 
-    /// The lane copies commits write: both (`Config::replicate_lanes`), or copy A alone.
+    /// The lane copies commits write their records to: both (`Config::replicate_lanes`),
+    /// or copy A alone. Retire marks always go to both: recovery takes the newer of the
+    /// two, so a damaged mark in A must not fall back to an older one in B (which would
+    /// replay A's retired record over newer data).
     pub(crate) fn lane_copies(&self) -> std::ops::Range<u64> {
         0..self.lane_copies
     }
 
-    /// Flushes the retire-mark lines of the written copies of lane `i`.
+    /// Flushes the retire-mark lines of both copies of lane `i`.
     pub(crate) fn flush_retire(&self, i: usize) {
-        for c in self.lane_copies() {
+        for c in 0..2 {
             self.media
                 .flush(self.lane_off(i, c) + RETIRED_OFFSET as u64, 16);
         }

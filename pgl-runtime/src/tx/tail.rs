@@ -29,13 +29,13 @@ pub(crate) fn link_at_end(bytes: &[u8]) -> Option<u64> {
 }
 
 impl<'p> Tx<'p> {
-    /// The tail of the object whose payload is `owner`: `(offset, type id, bytes)` of
-    /// each object, in order, each verified like any read.
-    pub(crate) fn tail(&self, owner: &[u8]) -> Result<Vec<(u64, u32, Vec<u8>)>> {
+    /// The tail of the object at `owner` whose payload is `bytes`: `(offset, type id,
+    /// bytes)` of each object, in order, each verified like any read.
+    pub(crate) fn tail(&self, owner: u64, bytes: &[u8]) -> Result<Vec<(u64, u32, Vec<u8>)>> {
         let mut out: Vec<(u64, u32, Vec<u8>)> = Vec::new();
-        let mut link = link_at_end(owner).unwrap_or(0);
+        let mut link = link_at_end(bytes).unwrap_or(0);
         while link != 0 {
-            if out.len() >= MAX_TAIL || out.iter().any(|(o, _, _)| *o == link) {
+            if out.len() >= MAX_TAIL || link == owner || out.iter().any(|(o, _, _)| *o == link) {
                 return Err(Error::Corrupt {
                     what: "extension chain",
                     offset: link,

@@ -351,32 +351,38 @@ impl<'p> Tx<'p> {
     /// Frees the object when the transaction commits (an `#[extendible]` object with its
     /// extension groups).
     pub fn free<T: Persistent>(&self, oid: Oid<T>) -> Result<()> {
-        if T::__OWNS_TAIL {
+        let off = oid.raw();
+        // The tail is found first (it is read through the owner) and freed last, once the
+        // owner's own checks passed: an error never leaves an owner linking freed groups.
+        let tail = if T::__OWNS_TAIL {
             let owner = self.get(oid)?;
             // SAFETY: a `Persistent` value has no padding: all its bytes are initialised.
             let bytes = unsafe {
                 core::slice::from_raw_parts(&*owner as *const T as *const u8, size_of::<T>())
             };
-            let tail = if super::tail::link_at_end(bytes).unwrap_or(0) == 0 {
+            if super::tail::link_at_end(bytes).unwrap_or(0) == 0 {
                 Vec::new()
             } else {
-                self.tail(bytes)?
-            };
-            drop(owner);
-            for (off, _, _) in tail {
-                self.free_raw(off)?;
+                self.tail(off, bytes)?
+            }
+        } else {
+            Vec::new()
+        };
+        {
+            let mut guard = self.st.borrow_mut();
+            let st = &mut *guard;
+            match self.buffer_of::<T>(st, off)? {
+                // SAFETY: see `open`.
+                Some(mut b) => self.free_buffered(st, off, unsafe { b.as_mut() })?,
+                None => self.free_unbuffered(st, off, |h, capacity| {
+                    Self::check_type::<T>(off, h, capacity).map(|()| T::TYPE_ID)
+                })?,
             }
         }
-        let mut guard = self.st.borrow_mut();
-        let st = &mut *guard;
-        let off = oid.raw();
-        match self.buffer_of::<T>(st, off)? {
-            // SAFETY: see `open`.
-            Some(mut b) => self.free_buffered(st, off, unsafe { b.as_mut() }),
-            None => self.free_unbuffered(st, off, |h, capacity| {
-                Self::check_type::<T>(off, h, capacity).map(|()| T::TYPE_ID)
-            }),
+        for (group, _, _) in tail {
+            self.free_raw(group)?;
         }
+        Ok(())
     }
 
     /// Frees the object at `off`, which this transaction has buffered as `buf`.
