@@ -772,8 +772,9 @@ impl Pool {
 
     /// The parity pages that disagree with their zone's rows (pool offsets): empty when
     /// every zone's parity is consistent. `Error::InvalidConfig` if the pool does not keep
-    /// parity. Run it while no transaction commits (a commit
-    /// between updating parity and data shows as a disagreement); not inside one.
+    /// parity. Each zone is compared with the pool briefly frozen (transactions wait), so
+    /// it may run beside them; not inside one (`Error::InTransaction`), nor while this
+    /// thread holds a `Ref` (`Error::Conflict`).
     pub fn verify_parity(&self) -> Result<Vec<u64>> {
         let eng = &self.inner.eng;
         if tx::in_tx(eng) {
@@ -791,8 +792,18 @@ impl Pool {
         let zones = self.inner.header.lock().zones;
         let mut bad = Vec::new();
         for z in 0..zones {
-            // SAFETY: zone `z` lies in the pool; reads only.
-            bad.extend(unsafe { crate::integrity::verify_zone(&eng.media, &eng.geo, z) });
+            // Each zone with the pool briefly frozen: a commit's rows and parity are never
+            // read half updated (nor raced with its atomic parity updates).
+            let found = eng.exclusive(|| {
+                // SAFETY: zone `z` lies in the pool; reads only, with no commit running.
+                unsafe { crate::integrity::verify_zone(&eng.media, &eng.geo, z) }
+            });
+            let Some(found) = found else {
+                return Err(Error::Conflict {
+                    offset: eng.geo.zone_offset(z),
+                });
+            };
+            bad.extend(found);
         }
         Ok(bad)
     }
