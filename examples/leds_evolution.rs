@@ -43,10 +43,30 @@ use std::time::{Duration, Instant};
 /// Buckets of the hash map (its root is the bucket array).
 const BUCKETS: usize = 4096;
 
+/// The roots of both maps in a version module: the hash map's bucket array and the
+/// tree's top, over that module's `HNode` and `TNode`, with the type ids given.
+macro_rules! roots {
+    ($hash:tt, $tree:tt) => {
+        #[derive(Persistent)]
+        #[repr(C)]
+        #[pgl(id = $hash)]
+        pub struct HRoot {
+            pub buckets: [Oid<HNode>; super::BUCKETS],
+        }
+
+        #[derive(Persistent)]
+        #[repr(C)]
+        #[pgl(id = $tree)]
+        pub struct TRoot {
+            pub top: Oid<TNode>,
+            pub count: u64,
+        }
+    };
+}
+
 /// The program that built the data: 32-bit keys. Its nodes are `#[extendible]` from the
 /// start, as LEDS requires of a struct that may gain fields.
 mod v0 {
-    use super::BUCKETS;
     use pgl::prelude::*;
 
     #[extendible]
@@ -58,13 +78,6 @@ mod v0 {
         pub _pad: u32,
         pub value: u64,
         pub next: Oid<HNode>,
-    }
-
-    #[derive(Persistent)]
-    #[repr(C)]
-    #[pgl(id = 0x1ed5_e002)]
-    pub struct HRoot {
-        pub buckets: [Oid<HNode>; BUCKETS],
     }
 
     #[extendible]
@@ -79,18 +92,11 @@ mod v0 {
         pub right: Oid<TNode>,
     }
 
-    #[derive(Persistent)]
-    #[repr(C)]
-    #[pgl(id = 0x1ed5_e004)]
-    pub struct TRoot {
-        pub top: Oid<TNode>,
-        pub count: u64,
-    }
+    roots!(0x1ed5_e002, 0x1ed5_e004);
 }
 
 /// Layout-Change under LEDS: the same types (same ids), the key widened by group 1.
 mod auto_change {
-    use super::BUCKETS;
     use pgl::prelude::*;
 
     #[extendible]
@@ -104,13 +110,6 @@ mod auto_change {
         pub next: Oid<HNode>,
         #[extension(1, replaces = key, init = |old| u64::from(old.key()))]
         pub key64: u64,
-    }
-
-    #[derive(Persistent)]
-    #[repr(C)]
-    #[pgl(id = 0x1ed5_e002)]
-    pub struct HRoot {
-        pub buckets: [Oid<HNode>; BUCKETS],
     }
 
     #[extendible]
@@ -127,18 +126,11 @@ mod auto_change {
         pub key64: u64,
     }
 
-    #[derive(Persistent)]
-    #[repr(C)]
-    #[pgl(id = 0x1ed5_e004)]
-    pub struct TRoot {
-        pub top: Oid<TNode>,
-        pub count: u64,
-    }
+    roots!(0x1ed5_e002, 0x1ed5_e004);
 }
 
 /// Layout-Add under LEDS: the same types, a name added by group 1.
 mod auto_add {
-    use super::BUCKETS;
     use pgl::prelude::*;
 
     #[extendible]
@@ -152,13 +144,6 @@ mod auto_add {
         pub next: Oid<HNode>,
         #[extension(1, init = [0u8; 16])]
         pub name: [u8; 16],
-    }
-
-    #[derive(Persistent)]
-    #[repr(C)]
-    #[pgl(id = 0x1ed5_e002)]
-    pub struct HRoot {
-        pub buckets: [Oid<HNode>; BUCKETS],
     }
 
     #[extendible]
@@ -175,18 +160,11 @@ mod auto_add {
         pub name: [u8; 16],
     }
 
-    #[derive(Persistent)]
-    #[repr(C)]
-    #[pgl(id = 0x1ed5_e004)]
-    pub struct TRoot {
-        pub top: Oid<TNode>,
-        pub count: u64,
-    }
+    roots!(0x1ed5_e002, 0x1ed5_e004);
 }
 
 /// Layout-Change as the Manual model stores it: new types, written contiguously.
 mod native_change {
-    use super::BUCKETS;
     use pgl::prelude::*;
 
     #[derive(Persistent)]
@@ -200,13 +178,6 @@ mod native_change {
 
     #[derive(Persistent)]
     #[repr(C)]
-    #[pgl(id = 0x1ed5_e012)]
-    pub struct HRoot {
-        pub buckets: [Oid<HNode>; BUCKETS],
-    }
-
-    #[derive(Persistent)]
-    #[repr(C)]
     #[pgl(id = 0x1ed5_e013)]
     pub struct TNode {
         pub key: u64,
@@ -215,18 +186,11 @@ mod native_change {
         pub right: Oid<TNode>,
     }
 
-    #[derive(Persistent)]
-    #[repr(C)]
-    #[pgl(id = 0x1ed5_e014)]
-    pub struct TRoot {
-        pub top: Oid<TNode>,
-        pub count: u64,
-    }
+    roots!(0x1ed5_e012, 0x1ed5_e014);
 }
 
 /// Layout-Add as the Manual model stores it.
 mod native_add {
-    use super::BUCKETS;
     use pgl::prelude::*;
 
     #[derive(Persistent)]
@@ -242,13 +206,6 @@ mod native_add {
 
     #[derive(Persistent)]
     #[repr(C)]
-    #[pgl(id = 0x1ed5_e022)]
-    pub struct HRoot {
-        pub buckets: [Oid<HNode>; BUCKETS],
-    }
-
-    #[derive(Persistent)]
-    #[repr(C)]
     #[pgl(id = 0x1ed5_e023)]
     pub struct TNode {
         pub key: u32,
@@ -259,13 +216,7 @@ mod native_add {
         pub name: [u8; 16],
     }
 
-    #[derive(Persistent)]
-    #[repr(C)]
-    #[pgl(id = 0x1ed5_e024)]
-    pub struct TRoot {
-        pub top: Oid<TNode>,
-        pub count: u64,
-    }
+    roots!(0x1ed5_e022, 0x1ed5_e024);
 }
 
 // ---------------------------------------------------------------------------------------

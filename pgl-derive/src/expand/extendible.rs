@@ -397,29 +397,25 @@ impl<'m, 'a> Gen<'m, 'a> {
                 self.glue("Refs"),
                 self.glue("Places"),
             );
+            // Each group's handle (`get` or `open`), found by following the links from the
+            // base's; `None` where the chain ends early.
+            let follow = |method: &str, handles: &Ident| {
+                let method = Ident::new(method, proc_macro2::Span::call_site());
+                quote! {
+                    #(
+                        if __pgl_link == 0 {
+                            return Ok(None);
+                        }
+                        let #gs = __pgl_tx.#method(#oid::<#tys>::from_raw(__pgl_link))?;
+                        let __pgl_link = #gs.__pgl_next.get();
+                    )*
+                    let _ = __pgl_link;
+                    Ok(Some(#handles { #(#gs,)* }))
+                }
+            };
             (
-                quote! {
-                    #(
-                        if __pgl_link == 0 {
-                            return Ok(None);
-                        }
-                        let #gs = __pgl_tx.get(#oid::<#tys>::from_raw(__pgl_link))?;
-                        let __pgl_link = #gs.__pgl_next.get();
-                    )*
-                    let _ = __pgl_link;
-                    Ok(Some(#r { #(#gs,)* }))
-                },
-                quote! {
-                    #(
-                        if __pgl_link == 0 {
-                            return Ok(None);
-                        }
-                        let #gs = __pgl_tx.open(#oid::<#tys>::from_raw(__pgl_link))?;
-                        let __pgl_link = #gs.__pgl_next.get();
-                    )*
-                    let _ = __pgl_link;
-                    Ok(Some(#m { #(#gs,)* }))
-                },
+                follow("get", &r),
+                follow("open", &m),
                 quote!(#f { #(#gs: &*__pgl_h.#gs,)* }),
                 quote!(#f { #(#gs: &*__pgl_h.#gs,)* }),
                 quote!(#p { #(#gs: __pgl_h.#gs.place(),)* }),
