@@ -14,8 +14,9 @@
 //!   every zone's parity compared with its rows. CSV `scrub,objects,pgl,MLPC,4000,1,N,ns`
 //!   (per object) and MB/s on stderr.
 //! - **space**: the parity rows, the second copies of the header and the redo lanes, and
-//!   the zone metadata chunks of a 1 GiB pool with the default geometry, as a share of the
-//!   file; the file is created to check the arithmetic against its real size.
+//!   the zone metadata chunks (which hold both copies of each zone's metadata) of a 1 GiB
+//!   pool with the default geometry, as a share of the file; the file is created to check
+//!   the arithmetic against its real size.
 //!
 //! Environment: `PGL_BENCH_DIR` (default /dev/shm), `PGL_BENCH_N` (repairs, default 400),
 //! `PGL_BENCH_RUNS` (scrubs, median; default 5).

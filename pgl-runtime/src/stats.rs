@@ -33,6 +33,8 @@ pub struct Stats {
     pub header_repairs: u64,
     /// Redo-lane copies rewritten from the other copy when the pool was opened.
     pub lane_repairs: u64,
+    /// Zone metadata copies rewritten from the other copy when the pool was opened.
+    pub metadata_repairs: u64,
     /// Damaged objects rebuilt from zone parity and written back (online repair).
     pub objects_repaired: u64,
     /// Pages whose bytes online repair changed.

@@ -520,6 +520,16 @@ fn check(file: &Path) -> Result<(String, bool)> {
         "  lanes     valid; {} committed record(s) replayed",
         s.records_replayed
     );
+    if s.metadata_repairs == 0 {
+        let _ = writeln!(out, "  metadata  both copies valid in every zone");
+    } else {
+        problems += s.metadata_repairs;
+        let _ = writeln!(
+            out,
+            "  metadata  {} damaged zone metadata cop(ies) rewritten from the other",
+            s.metadata_repairs
+        );
+    }
     match pool.types() {
         Ok(t) => {
             let _ = writeln!(out, "  types     {} registered, all entries valid", t.len());

@@ -7,13 +7,15 @@
 //!   8  type_id   u32
 //!  12  checksum  u32   Adler-32 of [payload offset u64][size u64][type_id u32] ++ payload
 //!
-//! zone metadata (chunk 0 of every zone):
+//! zone metadata (chunk 0 of every zone), two copies: A at the chunk's start, B at its
+//! middle (other page columns), each `meta_len` bytes:
 //!   0     root oid   u64   (zone 0 only; 0 = no root yet)
-//!   8     (reserved)
+//!   8     checksum   u64   Adler-32 of the copy with this word read as zero, XOR the
+//!                          Adler-32 of as many zero bytes (so a zeroed copy is valid)
 //!   1024  chunk table: one u64 entry per chunk of the zone (entry 0 unused)
 //!   R     type registry (zone 0 only): R = the end of the chunk table, rounded up to a
 //!         line; its first line holds the entry count (u64), entries follow, 64 bytes each,
-//!         up to the end of the chunk or REGISTRY_MAX_TYPES (see `tx::registry`)
+//!         up to the middle of the chunk or REGISTRY_MAX_TYPES (see `tx::registry`)
 //!
 //! chunk-table entry:
 //!   bits 0..8   kind: 0 free, 1 run, 2 large head, 3 large continuation
@@ -41,6 +43,8 @@ pub const CHECKSUM_PREFIX: usize = 20;
 
 /// Offset of the root oid in zone 0's metadata chunk.
 pub const ROOT_OFFSET: u64 = 0;
+/// Offset of a zone metadata copy's checksum word.
+pub const META_SUM_OFFSET: u64 = 8;
 /// Bytes of one type-registry entry (and of the registry's count line).
 pub const REGISTRY_ENTRY: u64 = 64;
 /// The most types one pool registers.
@@ -55,11 +59,23 @@ pub const fn registry_offset(geo: &crate::geometry::Geometry) -> u64 {
     table_end.div_ceil(REGISTRY_ENTRY) * REGISTRY_ENTRY
 }
 
-/// Entries the type registry of a pool of this geometry holds.
+/// Offset of zone metadata copy B within the metadata chunk: its middle.
+pub const fn meta_copy_offset(geo: &crate::geometry::Geometry) -> u64 {
+    geo.chunk_size / 2
+}
+
+/// Bytes of one zone metadata copy (root word, checksum, chunk table, registry room).
+pub const fn meta_len(geo: &crate::geometry::Geometry) -> u64 {
+    registry_offset(geo) + REGISTRY_ENTRY * (1 + registry_capacity(geo))
+}
+
+/// Entries the type registry of a pool of this geometry holds (within copy A, which
+/// ends where copy B starts).
 pub const fn registry_capacity(geo: &crate::geometry::Geometry) -> u64 {
     let start = registry_offset(geo);
-    let room = if geo.chunk_size > start + REGISTRY_ENTRY {
-        (geo.chunk_size - start - REGISTRY_ENTRY) / REGISTRY_ENTRY
+    let half = meta_copy_offset(geo);
+    let room = if half > start + REGISTRY_ENTRY {
+        (half - start - REGISTRY_ENTRY) / REGISTRY_ENTRY
     } else {
         0
     };

@@ -5,6 +5,7 @@ pub(crate) mod handler;
 pub(crate) mod parity;
 pub(crate) mod rebuild;
 pub(crate) mod reconcile;
+pub(crate) mod replica;
 #[doc(hidden)]
 pub mod stripe;
 pub mod xor;

@@ -36,8 +36,10 @@ pub const MAGIC: [u8; 8] = *b"PGLPOOL\0";
 /// then kept, on open) and is written back as version 2, which older builds refuse, so
 /// that none can change it without keeping parity. Version 3 added NO_CHECKSUMS (a pool
 /// may run without object checksums); older pools always kept them, and older builds
-/// refuse version 3, which they would read as checksum damage.
-pub const FORMAT_VERSION: u32 = 3;
+/// refuse version 3, which they would read as checksum damage. Version 4 keeps every
+/// zone's metadata twice, with checksums (`integrity::replica`); older pools get their
+/// copies on open.
+pub const FORMAT_VERSION: u32 = 4;
 /// The oldest format version this build reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
 /// Header flag: a process has the pool open; still set after a crash.

@@ -39,6 +39,8 @@ pub(super) struct Inner {
     replayed: u64,
     header_repairs: u64,
     lane_repairs: u64,
+    /// Zone metadata copies rewritten from the other copy while opening.
+    metadata_repairs: u64,
     /// What reconciling parity found when the pool was opened.
     reconciled: crate::integrity::Reconciled,
     /// Scrubs the background scrubber completed.
@@ -336,6 +338,26 @@ impl Pool {
         }
         let geo = header.geo;
         let rec = tx::recover(&media, &geo, size)?;
+        // Zone metadata replicas, now that replay has written its records to both copies,
+        // and before reconciling parity (which must see the repaired bytes, not bake the
+        // damage in): a pool of an older format gets its copies B made from A.
+        let metadata_repairs = if header.version < 4 {
+            Self::check_registry_fits(&media, &geo)?;
+            let kept = header.flags & FLAG_PARITY != 0;
+            // SAFETY: the pool's zones; nothing else runs while it opens.
+            unsafe { crate::integrity::replica::create_replicas(&media, &geo, header.zones, kept) };
+            media.fence();
+            media.check()?;
+            0
+        } else {
+            // SAFETY: as above.
+            let c = unsafe { crate::integrity::replica::check_zones(&media, &geo, header.zones)? };
+            if c.repaired > 0 {
+                media.fence();
+                media.check()?;
+            }
+            c.repaired
+        };
         // After a crash (the OPEN flag is still set) any subset of the last commits' data
         // and parity lines may have reached media: the zones the lanes marked dirty are
         // reconciled with their parity (replay is done, so the rows are final; damage
@@ -456,6 +478,7 @@ impl Pool {
             replayed: rec.replayed,
             header_repairs: repairs,
             lane_repairs,
+            metadata_repairs,
             reconciled,
             scrubs: Default::default(),
         });
@@ -465,6 +488,29 @@ impl Pool {
             super::scrub::spawn(Arc::downgrade(&inner), every_n_tx);
         }
         Ok(Pool { inner })
+    }
+
+    /// A pool of a format before zone metadata replicas may hold more registry entries
+    /// than copy A (half the metadata chunk) has room for.
+    fn check_registry_fits(media: &Media, geo: &Geometry) -> Result<()> {
+        use crate::heap::layout::{registry_capacity, registry_offset};
+        let count_at = geo.chunk_offset(0, 0) + registry_offset(geo);
+        // SAFETY: the registry's count word lies in zone 0's metadata chunk; the pool is
+        // opening, nothing else runs.
+        let count = unsafe { media.read_u64(count_at) };
+        let cap = registry_capacity(geo);
+        if count > cap {
+            return Err(Error::Corrupt {
+                what: "type registry",
+                offset: count_at,
+                detail: format!(
+                    "{count} registered types, but this format keeps zone metadata twice and \
+                     has room for {cap} in this geometry; open the pool with an older pgl \
+                     and copy its data to a pool with bigger chunks"
+                ),
+            });
+        }
+        Ok(())
     }
 
     fn write_header_copy(media: &Media, off: u64, h: &Header) {
@@ -641,6 +687,7 @@ impl Pool {
         s.records_replayed = self.inner.replayed;
         s.header_repairs = self.inner.header_repairs;
         s.lane_repairs = self.inner.lane_repairs;
+        s.metadata_repairs = self.inner.metadata_repairs;
         let r = &self.inner.eng.repairs;
         let opened = &self.inner.reconciled;
         s.objects_repaired = r.repaired.load(Ordering::Relaxed) + opened.repaired;

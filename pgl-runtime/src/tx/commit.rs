@@ -14,8 +14,10 @@ use super::record::{self, RecordWriter, ENTRIES_OFFSET, RETIRED_OFFSET, SEAL_OFF
 use super::tx::{Tx, TxState};
 use crate::checksum::adler32_patch;
 use crate::heap::layout::{
-    object_checksum, ObjectHeader, CHECKSUM_PREFIX, HDR_CHECKSUM_OFFSET, HEADER_SIZE,
+    meta_copy_offset, meta_len, object_checksum, ObjectHeader, CHECKSUM_PREFIX,
+    HDR_CHECKSUM_OFFSET, HEADER_SIZE, META_SUM_OFFSET,
 };
+use crate::integrity::replica;
 use crate::stats::Counter;
 use crate::{Error, Result};
 use std::ptr::NonNull;
@@ -72,6 +74,48 @@ fn new_headers(news: &[NonNull<Buffer>], hdrs: &mut Vec<[u8; 16]>, checksums: bo
 }
 
 impl Tx<'_> {
+    /// Adds to `vals` (sorted by offset) what keeps the zone metadata replicas equal: for
+    /// every word of a zone's copy A, the same word of copy B, and both copies' checksums
+    /// patched, each from its own copy's old bytes (so damage to one copy stays visible in
+    /// its checksum instead of being blessed). Call it under the metadata locks of `vals`
+    /// and of the zones' checksum words.
+    fn replicate_meta(&self, vals: &mut Vec<(u64, u64)>) {
+        let eng = self.eng;
+        let geo = &eng.geo;
+        let len = meta_len(geo) as usize;
+        let half = meta_copy_offset(geo);
+        let n = vals.len();
+        let mut i = 0;
+        while i < n {
+            let Some(base) = replica::zone_of_meta(geo, vals[i].0) else {
+                i += 1;
+                continue;
+            };
+            // SAFETY: the checksum words of the zone's two copies, in the pool, under the
+            // metadata lock of copy A's.
+            let (mut sum_a, mut sum_b) = unsafe {
+                (
+                    eng.media.read_u64(base + META_SUM_OFFSET),
+                    eng.media.read_u64(base + half + META_SUM_OFFSET),
+                )
+            };
+            while i < n && replica::zone_of_meta(geo, vals[i].0) == Some(base) {
+                let (off, new) = vals[i];
+                let pos = (off - base) as usize;
+                // SAFETY: the word in both copies, under its metadata lock (copy B's word
+                // is written only by commits holding copy A's).
+                let (old_a, old_b) =
+                    unsafe { (eng.media.read_u64(off), eng.media.read_u64(off + half)) };
+                sum_a = replica::patch(sum_a, len, pos, old_a, new);
+                sum_b = replica::patch(sum_b, len, pos, old_b, new);
+                vals.push((off + half, new));
+                i += 1;
+            }
+            vals.push((base + META_SUM_OFFSET, sum_a));
+            vals.push((base + half + META_SUM_OFFSET, sum_b));
+        }
+    }
+
     /// Commits the transaction (see the module docs). On error, everything is discarded.
     pub(crate) fn commit(&self) -> Result<()> {
         let r = {
@@ -187,7 +231,18 @@ impl Tx<'_> {
         let mut vals = std::mem::take(&mut lane.meta_vals);
         vals.clear();
         st.sc.meta.sort();
-        eng.meta.lock(st.sc.meta.iter().map(|(o, _)| o), &mut held);
+        // A zone's metadata checksums change with any of its words: copy A's checksum word
+        // is locked too (it guards copy B's as well).
+        let meta_sums = st
+            .sc
+            .meta
+            .iter()
+            .filter_map(|(o, _)| replica::zone_of_meta(&eng.geo, o))
+            .map(|base| base + META_SUM_OFFSET);
+        eng.meta.lock(
+            st.sc.meta.iter().map(|(o, _)| o).chain(meta_sums),
+            &mut held,
+        );
         for (off, ch) in st.sc.meta.iter() {
             // SAFETY: heap metadata word inside the pool, protected by its metadata lock.
             let cur = unsafe { eng.media.read_u64(off) };
@@ -196,6 +251,7 @@ impl Tx<'_> {
                 vals.push((off, new));
             }
         }
+        self.replicate_meta(&mut vals);
         // The chunks this commit writes: whose older, unretired records it must order.
         // One walk over what this commit writes in place: the chunks (whose older,
         // unretired records it must order) and the zones (whose parity a crash may leave
