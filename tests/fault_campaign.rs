@@ -1,15 +1,16 @@
 //! The fault campaign: thousands of injected faults at random moments of a 2-thread
 //! transactional workload. Every fault within what pgl promises to survive (at most one bad
-//! page per page column between repairs, at most one bad copy of a header or lane) must be
+//! page per page column between repairs, at most one bad copy of a header, lane or zone
+//! metadata) must be
 //! repaired byte-exact with no committed data lost; every fault beyond it must be reported
 //! as a typed error; none may go unnoticed or panic. It prints
 //! `faults injected: N, repaired: R, detected-unrecoverable: D, silent: 0`.
 //!
 //! Faults: media errors (through the signal handler), 1-3-bit flips and 8-64-byte
-//! scribbles on objects (header or payload), scribbles on redo-lane copies and pool header
-//! copies (repaired when the pool is next opened), canary smashes (the transaction aborts,
-//! NVMM unchanged), and — beyond parity — the same bytes of an object and of its parity
-//! page damaged together. `PGL_FAULTS` sets the number of faults (default 5,000).
+//! scribbles on objects (header or payload), scribbles on redo-lane copies, pool header
+//! copies and one zone metadata copy per round (repaired when the pool is next opened),
+//! canary smashes (the transaction aborts, NVMM unchanged), and — beyond parity — the same
+//! bytes of an object and of its parity page damaged together. `PGL_FAULTS` sets the number of faults (default 5,000).
 
 mod support;
 
@@ -260,12 +261,26 @@ fn fault_campaign() {
         });
         audit(&pool, &models, &tally);
         assert_eq!(pool.verify_parity().unwrap(), Vec::<u64>::new());
-        // Reopen: damaged header and lane copies are rewritten from the good ones.
+        // One copy of one zone's metadata scribbled (found when the pool next opens).
+        let zones = pool.info().header.zones;
+        let meta_len = geo.chunk_size / 2;
+        let len = rng.range(8, 65);
+        pool.inject(&Fault::MetadataScribble {
+            zone: rng.below(zones),
+            at: rng.below(2) * meta_len + rng.below(1024 + 8 * geo.rows * geo.chunks_per_row - len),
+            len,
+            seed: rng.next(),
+        })
+        .unwrap();
+        tally.injected.fetch_add(1, Ordering::Relaxed);
+        // Reopen: damaged header, lane and metadata copies are rewritten from the good ones.
         let lane_faults = lanes_hit.len();
         drop(pool);
         pool = Pool::open(&path, "campaign").unwrap();
         let s = pool.stats();
         assert!(s.lane_repairs <= lane_faults as u64);
+        assert_eq!(s.metadata_repairs, 1, "the metadata copy rewritten");
+        tally.repaired.fetch_add(1, Ordering::Relaxed);
         let file = std::fs::read(&path).unwrap();
         let page = |off: u64| &file[off as usize..(off + 4096) as usize];
         assert_eq!(
@@ -280,7 +295,9 @@ fn fault_campaign() {
             };
             assert_eq!(copy(0), copy(1), "lane {lane}'s copies equal again");
         }
-        // Both copies of every lane and of the header are equal again (asserted above).
+        // Both copies of every lane and of the header are equal again (asserted above), and
+        // parity agrees with the rewritten metadata copy.
+        assert_eq!(pool.verify_parity().unwrap(), Vec::<u64>::new());
         tally.repaired.fetch_add(copy_faults, Ordering::Relaxed);
         audit(&pool, &models, &tally);
     }
