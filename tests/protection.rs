@@ -289,3 +289,56 @@ fn a_pool_of_format_3_gets_its_zone_metadata_copies_on_open() {
     drop(pool);
     std::fs::remove_file(&p).unwrap();
 }
+
+#[test]
+fn scrub_finds_and_rewrites_a_damaged_zone_metadata_copy_while_the_pool_runs() {
+    let p = path("meta-scrub");
+    let cfg = Config::small("meta").size(Config::small("meta").geometry().pool_size(2));
+    let pool = Pool::create(&p, &cfg).unwrap();
+    let root = pool.root::<[u64; 4]>().unwrap();
+    let big = pool.tx(|tx| tx.alloc([3u8; 40_000])).unwrap();
+    for copy in [1, 0] {
+        pool.inject(&Fault::MetadataScribble {
+            zone: 0,
+            at: table_at(&pool, copy),
+            len: 16,
+            seed: 7 + copy,
+        })
+        .unwrap();
+        let found = pool.scrub(false, |_, _| {}).unwrap();
+        assert_eq!(found.metadata_copies_bad, 1, "copy {copy}");
+        assert!(!found.is_clean());
+        let fixed = pool.scrub(true, |_, _| {}).unwrap();
+        assert_eq!(fixed.metadata_copies_fixed, 1);
+        assert!(fixed.is_clean(), "{fixed:?}");
+        assert!(pool.scrub(false, |_, _| {}).unwrap().is_clean());
+    }
+    assert!(pool.verify_parity().unwrap().is_empty());
+    assert_eq!(pool.get(big).unwrap()[7], 3);
+    drop(pool);
+    let pool = Pool::open_with(&p, &cfg).unwrap();
+    assert_eq!(
+        pool.stats().metadata_repairs,
+        0,
+        "nothing left for the open to repair"
+    );
+    assert_eq!(pool.root::<[u64; 4]>().unwrap(), root);
+    // Both copies damaged: reported, never "repaired" from garbage.
+    for copy in [0, 1] {
+        pool.inject(&Fault::MetadataScribble {
+            zone: 1,
+            at: table_at(&pool, copy),
+            len: 8,
+            seed: 20 + copy,
+        })
+        .unwrap();
+    }
+    let r = pool.scrub(true, |_, _| {}).unwrap();
+    assert_eq!(r.metadata_copies_bad, 2);
+    assert!(
+        matches!(r.damaged[..], [(_, pgl::Error::Corrupt { .. })]),
+        "{r:?}"
+    );
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}

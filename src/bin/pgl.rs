@@ -223,6 +223,11 @@ fn scrub(file: &Path, repair: bool) -> Result<(String, bool)> {
         "  parity    {} page column(s) disagreed, {} recomputed",
         r.parity_columns_bad, r.parity_columns_fixed
     );
+    let _ = writeln!(
+        out,
+        "  metadata  {} zone metadata cop(ies) damaged, {} rewritten from the other",
+        r.metadata_copies_bad, r.metadata_copies_fixed
+    );
     let clean = r.is_clean();
     let _ = writeln!(
         out,

@@ -57,56 +57,82 @@ pub(crate) fn zone_of_meta(geo: &Geometry, off: u64) -> Option<u64> {
     (within < meta_len(geo)).then(|| off - within)
 }
 
-/// What `check_zones` did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Checked {
-    /// Copies rewritten from the other copy.
-    pub repaired: u64,
+/// The state of one zone's metadata copies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Copies {
+    /// Both verify and agree.
+    Sound,
+    /// One was damaged; `fixed` if it was rewritten from the other.
+    OneBad { fixed: bool },
+    /// Neither verifies.
+    BothBad,
+}
+
+/// Verifies both metadata copies of zone `z`; with `repair`, rewrites a damaged one from
+/// the other (flushed; durable at the caller's next fence). A rewrite changes no parity:
+/// the good copy's bytes are the ones parity accounts for (damage never updated it).
+///
+/// # Safety
+/// Zone `z` lies in the pool, and nothing else reads or writes its metadata meanwhile
+/// (the pool opens, or is frozen with every metadata lock held).
+pub(crate) unsafe fn check_zone(media: &Media, geo: &Geometry, z: u64, repair: bool) -> Copies {
+    let len = meta_len(geo) as usize;
+    let a_off = geo.chunk_offset(z, 0);
+    let b_off = a_off + meta_copy_offset(geo);
+    // SAFETY: both copies lie in zone `z`'s metadata chunk (caller); nothing writes.
+    let (a, b) = unsafe {
+        (
+            std::slice::from_raw_parts(media.ptr(a_off) as *const u8, len),
+            std::slice::from_raw_parts(media.ptr(b_off) as *const u8, len),
+        )
+    };
+    let (to, from) = match (verifies(a), verifies(b)) {
+        (true, true) if a == b => return Copies::Sound,
+        // Equal checksums over different bytes: not one of our states; A is the copy the
+        // heap reads.
+        (true, _) => (b_off, a.to_vec()),
+        (false, true) => (a_off, b.to_vec()),
+        (false, false) => return Copies::BothBad,
+    };
+    if repair {
+        // SAFETY: the damaged copy's bytes, in the pool; nothing else uses them (caller).
+        unsafe { media.write(to, &from) };
+        media.flush(to, len as u64);
+    }
+    Copies::OneBad { fixed: repair }
+}
+
+/// The error of a zone whose metadata copies are both damaged.
+pub(crate) fn both_bad(geo: &Geometry, z: u64) -> Error {
+    let a = geo.chunk_offset(z, 0);
+    let b = a + meta_copy_offset(geo);
+    Error::Corrupt {
+        what: "zone metadata",
+        offset: a,
+        detail: format!(
+            "both copies of zone {z}'s metadata (at {a:#x} and {b:#x}) fail their \
+             checksums: the chunk table cannot be trusted; restore the pool from a backup"
+        ),
+    }
 }
 
 /// Verifies both metadata copies of every zone and rewrites a damaged one from the other
-/// (flushed; durable at the caller's next fence). `Error::Corrupt` if both copies of a
-/// zone are damaged.
+/// (flushed; durable at the caller's next fence); returns how many it rewrote.
+/// `Error::Corrupt` if both copies of a zone are damaged.
 ///
 /// # Safety
 /// The zones lie in the pool and nothing else reads or writes it meanwhile (it opens).
-pub(crate) unsafe fn check_zones(media: &Media, geo: &Geometry, zones: u64) -> Result<Checked> {
-    let mut out = Checked::default();
-    let len = meta_len(geo) as usize;
+pub(crate) unsafe fn check_zones(media: &Media, geo: &Geometry, zones: u64) -> Result<u64> {
+    let mut repaired = 0;
     for z in 0..zones {
-        let a_off = geo.chunk_offset(z, 0);
-        let b_off = a_off + meta_copy_offset(geo);
-        // SAFETY: both copies lie in zone `z`'s metadata chunk (caller); nothing writes.
-        let (a, b) = unsafe {
-            (
-                std::slice::from_raw_parts(media.ptr(a_off) as *const u8, len),
-                std::slice::from_raw_parts(media.ptr(b_off) as *const u8, len),
-            )
-        };
-        let (to, from) = match (verifies(a), verifies(b)) {
-            (true, true) if a == b => continue,
-            // Equal checksums over different bytes: not one of our states; A is the copy
-            // the heap reads.
-            (true, _) => (b_off, a.to_vec()),
-            (false, true) => (a_off, b.to_vec()),
-            (false, false) => {
-                return Err(Error::Corrupt {
-                    what: "zone metadata",
-                    offset: a_off,
-                    detail: format!(
-                        "both copies of zone {z}'s metadata (at {a_off:#x} and {b_off:#x}) \
-                         fail their checksums: the chunk table cannot be trusted; restore \
-                         the pool from a backup"
-                    ),
-                });
-            }
-        };
-        // SAFETY: the damaged copy's bytes, in the pool; nothing else runs.
-        unsafe { media.write(to, &from) };
-        media.flush(to, len as u64);
-        out.repaired += 1;
+        // SAFETY: the caller's contract.
+        match unsafe { check_zone(media, geo, z, true) } {
+            Copies::Sound => {}
+            Copies::OneBad { .. } => repaired += 1,
+            Copies::BothBad => return Err(both_bad(geo, z)),
+        }
     }
-    Ok(out)
+    Ok(repaired)
 }
 
 /// Makes copy B of every zone a copy of A and writes both checksums (a pool of a format

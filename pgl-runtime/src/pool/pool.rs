@@ -34,7 +34,7 @@ pub struct Pool {
 pub(super) struct Inner {
     pub(super) eng: Engine,
     pub(super) header: Mutex<Header>,
-    root_lock: Mutex<()>,
+    pub(super) root_lock: Mutex<()>,
     grow_lock: Mutex<()>,
     replayed: u64,
     header_repairs: u64,
@@ -351,12 +351,13 @@ impl Pool {
             0
         } else {
             // SAFETY: as above.
-            let c = unsafe { crate::integrity::replica::check_zones(&media, &geo, header.zones)? };
-            if c.repaired > 0 {
+            let repaired =
+                unsafe { crate::integrity::replica::check_zones(&media, &geo, header.zones)? };
+            if repaired > 0 {
                 media.fence();
                 media.check()?;
             }
-            c.repaired
+            repaired
         };
         // After a crash (the OPEN flag is still set) any subset of the last commits' data
         // and parity lines may have reached media: the zones the lanes marked dirty are

@@ -28,12 +28,18 @@ pub struct ScrubReport {
     pub parity_columns_bad: u64,
     /// Of those, recomputed (when repairing).
     pub parity_columns_fixed: u64,
+    /// Zone metadata copies that failed their checksum (or disagreed with a valid twin).
+    pub metadata_copies_bad: u64,
+    /// Of those, rewritten from the other copy (when repairing).
+    pub metadata_copies_fixed: u64,
 }
 
 impl ScrubReport {
     /// Whether the pool is sound now: nothing damaged left, parity consistent.
     pub fn is_clean(&self) -> bool {
-        self.damaged.is_empty() && self.parity_columns_bad == self.parity_columns_fixed
+        self.damaged.is_empty()
+            && self.parity_columns_bad == self.parity_columns_fixed
+            && self.metadata_copies_bad == self.metadata_copies_fixed
     }
 }
 
@@ -77,10 +83,11 @@ impl Pool {
             }
             report.damaged.push((off, e));
         }
+        let zones = self.inner.header.lock().zones;
+        self.scrub_metadata(zones, repair, &mut report)?;
         if !eng.parity.enabled() {
             return Ok(report);
         }
-        let zones = self.inner.header.lock().zones;
         for z in 0..zones {
             let r = eng.exclusive(|| {
                 // SAFETY: zone `z` lies in the pool; the pool is held exclusively.
@@ -106,6 +113,50 @@ impl Pool {
         }
         eng.media.check()?;
         Ok(report)
+    }
+}
+
+impl Pool {
+    /// Verifies both metadata copies of every zone, rewriting a damaged one from the other
+    /// when repairing; a zone whose copies are both damaged is reported in `damaged`. Each
+    /// zone with the pool frozen and every metadata word (and the root word) locked.
+    fn scrub_metadata(&self, zones: u64, repair: bool, report: &mut ScrubReport) -> Result<()> {
+        let eng = &self.inner.eng;
+        for z in 0..zones {
+            let _root = self.inner.root_lock.lock();
+            let r = eng.exclusive(|| {
+                eng.meta.with_all(|| {
+                    // SAFETY: zone `z` lies in the pool; no commit runs and every metadata
+                    // reader (metadata locks, root lock) waits.
+                    unsafe {
+                        crate::integrity::replica::check_zone(&eng.media, &eng.geo, z, repair)
+                    }
+                })
+            });
+            let Some(copies) = r else {
+                return Err(Error::Conflict {
+                    offset: eng.geo.zone_offset(z),
+                });
+            };
+            match copies {
+                crate::integrity::replica::Copies::Sound => {}
+                crate::integrity::replica::Copies::OneBad { fixed } => {
+                    report.metadata_copies_bad += 1;
+                    if fixed {
+                        eng.media.fence();
+                        report.metadata_copies_fixed += 1;
+                    }
+                }
+                crate::integrity::replica::Copies::BothBad => {
+                    report.metadata_copies_bad += 2;
+                    report.damaged.push((
+                        eng.geo.chunk_offset(z, 0),
+                        crate::integrity::replica::both_bad(&eng.geo, z),
+                    ));
+                }
+            }
+        }
+        eng.media.check()
     }
 }
 

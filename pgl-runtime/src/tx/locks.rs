@@ -168,6 +168,20 @@ impl MetaLocks {
         r
     }
 
+    /// Runs `f` holding every stripe (in ascending order, as `lock` takes them): no
+    /// metadata word is read or written meanwhile.
+    pub(crate) fn with_all<R>(&self, f: impl FnOnce() -> R) -> R {
+        for s in self.stripes.iter() {
+            s.lock();
+        }
+        let r = f();
+        for s in self.stripes.iter() {
+            // SAFETY: locked just above by this thread.
+            unsafe { s.unlock() };
+        }
+        r
+    }
+
     /// Unlocks stripes taken by `lock`.
     pub(crate) fn unlock(&self, stripes: &[u32]) {
         for &s in stripes {
