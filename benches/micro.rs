@@ -175,9 +175,11 @@ fn main() {
     }
     println!("suite,bench,system,config,size,threads,n,ns_per_op");
     let mut rows = Vec::new();
-    for config in &configs {
-        for &s in &sizes {
-            for &t in &threads {
+    // Configurations innermost: the ones compared with each other run next to each other
+    // in time (the machine's state drifts over a long run).
+    for &s in &sizes {
+        for &t in &threads {
+            for config in &configs {
                 let p = match s {
                     64 => bench_size::<64>(&dir, config, n, runs, t),
                     256 => bench_size::<256>(&dir, config, n, runs, t),
