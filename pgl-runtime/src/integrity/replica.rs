@@ -117,18 +117,20 @@ pub(crate) fn both_bad(geo: &Geometry, z: u64) -> Error {
 }
 
 /// Verifies both metadata copies of every zone and rewrites a damaged one from the other
-/// (flushed; durable at the caller's next fence); returns how many it rewrote.
-/// `Error::Corrupt` if both copies of a zone are damaged.
+/// (flushed; durable at the caller's next fence); returns the zones it rewrote one in.
+/// Their parity is the caller's to reconcile: a commit over a damaged word computed its
+/// parity update from the damaged bytes. `Error::Corrupt` if both copies of a zone are
+/// damaged.
 ///
 /// # Safety
 /// The zones lie in the pool and nothing else reads or writes it meanwhile (it opens).
-pub(crate) unsafe fn check_zones(media: &Media, geo: &Geometry, zones: u64) -> Result<u64> {
-    let mut repaired = 0;
+pub(crate) unsafe fn check_zones(media: &Media, geo: &Geometry, zones: u64) -> Result<Vec<u64>> {
+    let mut repaired = Vec::new();
     for z in 0..zones {
         // SAFETY: the caller's contract.
         match unsafe { check_zone(media, geo, z, true) } {
             Copies::Sound => {}
-            Copies::OneBad { .. } => repaired += 1,
+            Copies::OneBad { .. } => repaired.push(z),
             Copies::BothBad => return Err(both_bad(geo, z)),
         }
     }
@@ -136,12 +138,14 @@ pub(crate) unsafe fn check_zones(media: &Media, geo: &Geometry, zones: u64) -> R
 }
 
 /// Makes copy B of every zone a copy of A and writes both checksums (a pool of a format
-/// without replicas), XORing the changes into parity when `parity` says it is kept.
+/// without replicas; damage copy A had then is copied too). Parity is not updated: the
+/// caller has made durable that the pool's parity is not kept, so that it is recomputed
+/// (a delta XORed in would not survive a crash halfway: the rerun would apply it twice).
 /// Flushed; durable at the caller's next fence. Idempotent.
 ///
 /// # Safety
 /// As for `check_zones`.
-pub(crate) unsafe fn create_replicas(media: &Media, geo: &Geometry, zones: u64, parity: bool) {
+pub(crate) unsafe fn create_replicas(media: &Media, geo: &Geometry, zones: u64) {
     let len = meta_len(geo) as usize;
     let sum_at = META_SUM_OFFSET as usize;
     for z in 0..zones {
@@ -153,18 +157,6 @@ pub(crate) unsafe fn create_replicas(media: &Media, geo: &Geometry, zones: u64, 
         let sum = stored_sum(&copy);
         copy[sum_at..sum_at + 8].copy_from_slice(&sum.to_le_bytes());
         for off in [a_off, b_off] {
-            if parity {
-                // Both copies lie in data row 0, whose parity is at the same column offset
-                // in the zone's parity row.
-                let p = geo.parity_offset(z) + (off - geo.zone_offset(z));
-                // SAFETY: the parity bytes of these columns, in the pool; nothing writes.
-                unsafe {
-                    let old = std::slice::from_raw_parts(media.ptr(off) as *const u8, len);
-                    let par = std::slice::from_raw_parts_mut(media.ptr(p), len);
-                    super::xor::xor_delta_into(par, old, &copy);
-                }
-                media.flush(p, len as u64);
-            }
             // SAFETY: a metadata copy of zone `z`; nothing else runs.
             unsafe { media.write(off, &copy) };
             media.flush(off, len as u64);

@@ -175,7 +175,7 @@ impl Header {
             lane_size: u64_at(b, LANE_SIZE_OFFSET),
         };
         let zones = u64_at(b, ZONES_OFFSET);
-        check_geometry(&geo, zones).map_err(HeaderFault::Geometry)?;
+        check_geometry_of(&geo, zones, version >= 4).map_err(HeaderFault::Geometry)?;
         let mut uuid = [0u8; 16];
         uuid.copy_from_slice(&b[UUID_OFFSET..UUID_OFFSET + 16]);
         Ok(Header {
@@ -220,6 +220,12 @@ pub(crate) const HEADER_B_LIMIT: u64 = 4 << 30;
 
 /// Limits that keep every offset computation far from overflow.
 pub(crate) fn check_geometry(g: &Geometry, zones: u64) -> Result<(), String> {
+    check_geometry_of(g, zones, true)
+}
+
+/// `check_geometry` as a pool of a format with (`replicated`) or without two copies of
+/// zone metadata needs it: before version 4 the registry could use the whole chunk.
+fn check_geometry_of(g: &Geometry, zones: u64, replicated: bool) -> Result<(), String> {
     let pow2 = |v: u64| v.is_power_of_two();
     if !pow2(g.chunk_size) || !(16 << 10..=64 << 20).contains(&g.chunk_size) {
         return Err(format!(
@@ -237,7 +243,14 @@ pub(crate) fn check_geometry(g: &Geometry, zones: u64) -> Result<(), String> {
         return Err(format!("rows {} must be 2..=10000", g.rows));
     }
     let table = crate::heap::layout::CHUNK_TABLE_OFFSET + g.rows * g.chunks_per_row * 8;
-    let types = crate::heap::layout::registry_capacity(g);
+    let types = if replicated {
+        crate::heap::layout::registry_capacity(g)
+    } else {
+        let start = crate::heap::layout::registry_offset(g);
+        let entry = crate::heap::layout::REGISTRY_ENTRY;
+        (g.chunk_size.saturating_sub(start + entry) / entry)
+            .min(crate::heap::layout::REGISTRY_MAX_TYPES)
+    };
     if table > g.chunk_size || types < crate::heap::layout::REGISTRY_MIN_TYPES {
         return Err(format!(
             "a zone of {} chunks needs a {table}-byte chunk table, which leaves too little of \

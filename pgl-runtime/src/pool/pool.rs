@@ -338,27 +338,6 @@ impl Pool {
         }
         let geo = header.geo;
         let rec = tx::recover(&media, &geo, size)?;
-        // Zone metadata replicas, now that replay has written its records to both copies,
-        // and before reconciling parity (which must see the repaired bytes, not bake the
-        // damage in): a pool of an older format gets its copies B made from A.
-        let metadata_repairs = if header.version < 4 {
-            Self::check_registry_fits(&media, &geo)?;
-            let kept = header.flags & FLAG_PARITY != 0;
-            // SAFETY: the pool's zones; nothing else runs while it opens.
-            unsafe { crate::integrity::replica::create_replicas(&media, &geo, header.zones, kept) };
-            media.fence();
-            media.check()?;
-            0
-        } else {
-            // SAFETY: as above.
-            let repaired =
-                unsafe { crate::integrity::replica::check_zones(&media, &geo, header.zones)? };
-            if repaired > 0 {
-                media.fence();
-                media.check()?;
-            }
-            repaired
-        };
         // After a crash (the OPEN flag is still set) any subset of the last commits' data
         // and parity lines may have reached media: the zones the lanes marked dirty are
         // reconciled with their parity (replay is done, so the rows are final; damage
@@ -372,12 +351,46 @@ impl Pool {
         } else {
             (config.parity, config.checksums)
         };
+        // Zone metadata replicas, now that replay has written its records to both copies,
+        // and before reconciling parity (which must see the repaired bytes, not bake the
+        // damage in). A pool of an older format gets its copies B made from A, after its
+        // header says durably that its parity is not kept (so it is recomputed below, and
+        // again if a crash cuts this short). Zones whose copy was repaired are reconciled.
+        let mut meta_repaired = Vec::new();
+        if header.version < 4 {
+            Self::check_registry_fits(&media, &geo)?;
+            if header.flags & FLAG_PARITY != 0 {
+                header.flags &= !FLAG_PARITY;
+                Self::write_header_copy(&media, 0, &header);
+                Self::write_header_copy(&media, geo.header_offset(1), &header);
+                media.check()?;
+            }
+            // SAFETY: the pool's zones; nothing else runs while it opens.
+            unsafe { crate::integrity::replica::create_replicas(&media, &geo, header.zones) };
+            media.fence();
+            media.check()?;
+        } else {
+            // SAFETY: as above.
+            meta_repaired =
+                unsafe { crate::integrity::replica::check_zones(&media, &geo, header.zones)? };
+            if !meta_repaired.is_empty() {
+                media.fence();
+                media.check()?;
+            }
+        }
+        let metadata_repairs = meta_repaired.len() as u64;
         let mut reconciled = crate::integrity::Reconciled::default();
-        if parity && (header.flags & FLAG_OPEN != 0 || header.flags & FLAG_PARITY == 0) {
+        if parity
+            && (header.flags & FLAG_OPEN != 0
+                || header.flags & FLAG_PARITY == 0
+                || !meta_repaired.is_empty())
+        {
             let all = header.flags & FLAG_PARITY == 0;
             let dirty = tx::dirty_zones(&media, &geo);
             let dirty: Vec<u64> = (0..header.zones)
-                .filter(|&z| all || tx::zone_is_dirty(&dirty, z))
+                .filter(|&z| {
+                    all || tx::zone_is_dirty(&dirty, z) || meta_repaired.binary_search(&z).is_ok()
+                })
                 .collect();
             if all {
                 for &z in &dirty {
@@ -494,8 +507,21 @@ impl Pool {
     /// A pool of a format before zone metadata replicas may hold more registry entries
     /// than copy A (half the metadata chunk) has room for.
     fn check_registry_fits(media: &Media, geo: &Geometry) -> Result<()> {
-        use crate::heap::layout::{registry_capacity, registry_offset};
+        use crate::heap::layout::{registry_capacity, registry_offset, REGISTRY_MIN_TYPES};
         let count_at = geo.chunk_offset(0, 0) + registry_offset(geo);
+        if registry_capacity(geo) < REGISTRY_MIN_TYPES {
+            return Err(Error::Corrupt {
+                what: "zone metadata",
+                offset: geo.chunk_offset(0, 0),
+                detail: format!(
+                    "this pool's chunk table ({} chunks a zone) leaves no room for a second \
+                     copy of zone metadata in its {}-byte chunks; open it with an older pgl \
+                     and copy its data to a pool with bigger chunks",
+                    geo.rows * geo.chunks_per_row,
+                    geo.chunk_size
+                ),
+            });
+        }
         // SAFETY: the registry's count word lies in zone 0's metadata chunk; the pool is
         // opening, nothing else runs.
         let count = unsafe { media.read_u64(count_at) };

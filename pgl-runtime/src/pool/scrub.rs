@@ -123,14 +123,18 @@ impl Pool {
     fn scrub_metadata(&self, zones: u64, repair: bool, report: &mut ScrubReport) -> Result<()> {
         let eng = &self.inner.eng;
         for z in 0..zones {
-            let _root = self.inner.root_lock.lock();
+            // The root word lives in zone 0 and is read under the root lock.
+            let _root = (z == 0).then(|| self.inner.root_lock.lock());
             let r = eng.exclusive(|| {
                 eng.meta.with_all(|| {
                     // SAFETY: zone `z` lies in the pool; no commit runs and every metadata
                     // reader (metadata locks, root lock) waits.
-                    unsafe {
+                    let c = unsafe {
                         crate::integrity::replica::check_zone(&eng.media, &eng.geo, z, repair)
-                    }
+                    };
+                    // The rewrite is durable before the pool thaws.
+                    eng.media.fence();
+                    c
                 })
             });
             let Some(copies) = r else {
@@ -143,7 +147,6 @@ impl Pool {
                 crate::integrity::replica::Copies::OneBad { fixed } => {
                     report.metadata_copies_bad += 1;
                     if fixed {
-                        eng.media.fence();
                         report.metadata_copies_fixed += 1;
                     }
                 }

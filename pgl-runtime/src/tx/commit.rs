@@ -1,9 +1,11 @@
 //! The commit protocol (DESIGN.md, "Transactions"): canaries, checksums, ONE fence for the
 //! redo record (both lane copies, new objects, pending retire marks), ONE fence for applying
 //! it in place (with its parity), then a retire mark with no fence of its own. A commit that
-//! only frees (one metadata word) takes one fence and writes no record; one that only
-//! allocates from a run it uses takes two and writes none. The first commit of a lane to
-//! write a zone after the pool was opened takes one more fence, for the zone's dirty mark.
+//! only frees a small object (one run-bitmap word) takes one fence and writes no record; one
+//! that only allocates from a run it uses takes two and writes none. A change to a zone's
+//! metadata (chunk table, root, registry) always goes through the record: it is written to
+//! both copies with both checksums. The first commit of a lane to write a zone after the
+//! pool was opened takes one more fence, for the zone's dirty mark.
 //!
 //! Invariant: when the log fence completes the transaction is committed (its sealed record
 //! replays after a crash); before it, NVMM holds nothing a recovery would act on.
