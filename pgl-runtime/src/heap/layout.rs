@@ -8,7 +8,7 @@
 //!  12  checksum  u32   Adler-32 of [payload offset u64][size u64][type_id u32] ++ payload
 //!
 //! zone metadata (chunk 0 of every zone), two copies: A at the chunk's start, B at its
-//! middle (other page columns), each `meta_len` bytes:
+//! middle (other page columns), each `meta_len` bytes (zone 0's include the registry):
 //!   0     root oid   u64   (zone 0 only; 0 = no root yet)
 //!   8     checksum   u64   Adler-32 of the copy with this word read as zero, XOR the
 //!                          Adler-32 of as many zero bytes (so a zeroed copy is valid)
@@ -64,9 +64,14 @@ pub const fn meta_copy_offset(geo: &crate::geometry::Geometry) -> u64 {
     geo.chunk_size / 2
 }
 
-/// Bytes of one zone metadata copy (root word, checksum, chunk table, registry room).
-pub const fn meta_len(geo: &crate::geometry::Geometry) -> u64 {
-    registry_offset(geo) + REGISTRY_ENTRY * (1 + registry_capacity(geo))
+/// Bytes of one zone metadata copy of zone `zone`: root word, checksum, chunk table, and
+/// in zone 0 the registry's room.
+pub const fn meta_len(geo: &crate::geometry::Geometry, zone: u64) -> u64 {
+    if zone == 0 {
+        registry_offset(geo) + REGISTRY_ENTRY * (1 + registry_capacity(geo))
+    } else {
+        registry_offset(geo)
+    }
 }
 
 /// Entries the type registry of a pool of this geometry holds (within copy A, which

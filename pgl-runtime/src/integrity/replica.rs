@@ -50,11 +50,13 @@ pub(crate) fn verifies(copy: &[u8]) -> bool {
     word == stored_sum(copy)
 }
 
-/// The zone base (chunk 0's offset) whose metadata copy A holds the word at `off`, if any.
-pub(crate) fn zone_of_meta(geo: &Geometry, off: u64) -> Option<u64> {
+/// The zone base (chunk 0's offset) whose metadata copy A holds the word at `off`, and
+/// the copy's length, if any.
+pub(crate) fn zone_of_meta(geo: &Geometry, off: u64) -> Option<(u64, usize)> {
     let rel = off.checked_sub(geo.zones_offset())?;
-    let within = rel % geo.zone_size();
-    (within < meta_len(geo)).then(|| off - within)
+    let (zone, within) = (rel / geo.zone_size(), rel % geo.zone_size());
+    let len = meta_len(geo, zone);
+    (within < len).then(|| (off - within, len as usize))
 }
 
 /// The state of one zone's metadata copies.
@@ -76,7 +78,7 @@ pub(crate) enum Copies {
 /// Zone `z` lies in the pool, and nothing else reads or writes its metadata meanwhile
 /// (the pool opens, or is frozen with every metadata lock held).
 pub(crate) unsafe fn check_zone(media: &Media, geo: &Geometry, z: u64, repair: bool) -> Copies {
-    let len = meta_len(geo) as usize;
+    let len = meta_len(geo, z) as usize;
     let a_off = geo.chunk_offset(z, 0);
     let b_off = a_off + meta_copy_offset(geo);
     // SAFETY: both copies lie in zone `z`'s metadata chunk (caller); nothing writes.
@@ -146,9 +148,9 @@ pub(crate) unsafe fn check_zones(media: &Media, geo: &Geometry, zones: u64) -> R
 /// # Safety
 /// As for `check_zones`.
 pub(crate) unsafe fn create_replicas(media: &Media, geo: &Geometry, zones: u64) {
-    let len = meta_len(geo) as usize;
     let sum_at = META_SUM_OFFSET as usize;
     for z in 0..zones {
+        let len = meta_len(geo, z) as usize;
         let a_off = geo.chunk_offset(z, 0);
         let b_off = a_off + meta_copy_offset(geo);
         // SAFETY: copy A lies in zone `z`'s metadata chunk; nothing writes meanwhile.

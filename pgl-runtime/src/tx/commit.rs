@@ -16,8 +16,8 @@ use super::record::{self, RecordWriter, ENTRIES_OFFSET, RETIRED_OFFSET, SEAL_OFF
 use super::tx::{Tx, TxState};
 use crate::checksum::adler32_patch;
 use crate::heap::layout::{
-    meta_copy_offset, meta_len, object_checksum, ObjectHeader, CHECKSUM_PREFIX,
-    HDR_CHECKSUM_OFFSET, HEADER_SIZE, META_SUM_OFFSET,
+    meta_copy_offset, object_checksum, ObjectHeader, CHECKSUM_PREFIX, HDR_CHECKSUM_OFFSET,
+    HEADER_SIZE, META_SUM_OFFSET,
 };
 use crate::integrity::replica;
 use crate::stats::Counter;
@@ -84,12 +84,11 @@ impl Tx<'_> {
     fn replicate_meta(&self, vals: &mut Vec<(u64, u64)>) {
         let eng = self.eng;
         let geo = &eng.geo;
-        let len = meta_len(geo) as usize;
         let half = meta_copy_offset(geo);
         let n = vals.len();
         let mut i = 0;
         while i < n {
-            let Some(base) = replica::zone_of_meta(geo, vals[i].0) else {
+            let Some((base, len)) = replica::zone_of_meta(geo, vals[i].0) else {
                 i += 1;
                 continue;
             };
@@ -101,7 +100,7 @@ impl Tx<'_> {
                     eng.media.read_u64(base + half + META_SUM_OFFSET),
                 )
             };
-            while i < n && replica::zone_of_meta(geo, vals[i].0) == Some(base) {
+            while i < n && replica::zone_of_meta(geo, vals[i].0) == Some((base, len)) {
                 let (off, new) = vals[i];
                 let pos = (off - base) as usize;
                 // SAFETY: the word in both copies, under its metadata lock (copy B's word
@@ -240,7 +239,7 @@ impl Tx<'_> {
             .meta
             .iter()
             .filter_map(|(o, _)| replica::zone_of_meta(&eng.geo, o))
-            .map(|base| base + META_SUM_OFFSET);
+            .map(|(base, _)| base + META_SUM_OFFSET);
         eng.meta.lock(
             st.sc.meta.iter().map(|(o, _)| o).chain(meta_sums),
             &mut held,
