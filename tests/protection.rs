@@ -323,7 +323,7 @@ fn scrub_finds_and_rewrites_a_damaged_zone_metadata_copy_while_the_pool_runs() {
         "nothing left for the open to repair"
     );
     assert_eq!(pool.root::<[u64; 4]>().unwrap(), root);
-    // Both copies damaged: reported, never "repaired" from garbage.
+    // Both copies damaged: rebuilt from parity (they lie in other page columns)...
     for copy in [0, 1] {
         pool.inject(&Fault::MetadataScribble {
             zone: 1,
@@ -334,7 +334,24 @@ fn scrub_finds_and_rewrites_a_damaged_zone_metadata_copy_while_the_pool_runs() {
         .unwrap();
     }
     let r = pool.scrub(true, |_, _| {}).unwrap();
-    assert_eq!(r.metadata_copies_bad, 2);
+    assert_eq!((r.metadata_copies_bad, r.metadata_copies_fixed), (2, 2));
+    assert!(r.is_clean(), "{r:?}");
+    drop(pool);
+    // ... and, in a pool without parity, reported: never "repaired" from garbage.
+    let mut no_parity = cfg.clone();
+    no_parity.parity = false;
+    let pool = Pool::open_with(&p, &no_parity).unwrap();
+    for copy in [0, 1] {
+        pool.inject(&Fault::MetadataScribble {
+            zone: 1,
+            at: table_at(&pool, copy),
+            len: 8,
+            seed: 40 + copy,
+        })
+        .unwrap();
+    }
+    let r = pool.scrub(true, |_, _| {}).unwrap();
+    assert_eq!((r.metadata_copies_bad, r.metadata_copies_fixed), (2, 0));
     assert!(
         matches!(r.damaged[..], [(_, pgl::Error::Corrupt { .. })]),
         "{r:?}"

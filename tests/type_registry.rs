@@ -201,13 +201,30 @@ fn a_damaged_registry_entry_is_repaired_from_the_other_copy_or_refused() {
     assert_eq!(*pool.get(oid).unwrap(), 7);
     drop(pool);
 
-    // The same bit in both copies: the zone's metadata cannot be trusted, the pool is
-    // refused with a typed error.
+    // The same bit in both copies (other page columns): both are rebuilt from parity.
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[at] ^= 0x10;
     bytes[at + copy_b] ^= 0x10;
     std::fs::write(&path, &bytes).unwrap();
-    match Pool::open(&path, "reg") {
+    let pool = Pool::open(&path, "reg").unwrap();
+    assert_eq!(
+        pool.stats().metadata_repairs,
+        1,
+        "one zone, both copies rebuilt"
+    );
+    assert_eq!(pool.types().unwrap().len(), 1);
+    drop(pool);
+
+    // Without parity nothing can rebuild them: the zone's metadata cannot be trusted, the
+    // pool is refused with a typed error.
+    let mut no_parity = Config::small("reg");
+    no_parity.parity = false;
+    drop(Pool::open_with(&path, &no_parity).unwrap());
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[at] ^= 0x10;
+    bytes[at + copy_b] ^= 0x10;
+    std::fs::write(&path, &bytes).unwrap();
+    match Pool::open_with(&path, &no_parity) {
         Err(Error::Corrupt { what, offset, .. }) => {
             assert_eq!(what, "zone metadata");
             assert_eq!(offset, geo.chunk_offset(0, 0));

@@ -66,18 +66,29 @@ pub(crate) enum Copies {
     Sound,
     /// One was damaged; `fixed` if it was rewritten from the other.
     OneBad { fixed: bool },
-    /// Neither verifies.
+    /// Neither verified; both were rebuilt from parity.
+    BothRebuilt,
+    /// Neither verifies (nor, when repairing, could be rebuilt).
     BothBad,
 }
 
 /// Verifies both metadata copies of zone `z`; with `repair`, rewrites a damaged one from
-/// the other (flushed; durable at the caller's next fence). A rewrite changes no parity:
-/// the good copy's bytes are the ones parity accounts for (damage never updated it).
+/// the other (flushed; durable at the caller's next fence). When both are damaged and
+/// `parity` says the zone's parity can be trusted, each copy is rebuilt from parity (the
+/// copies lie in other page columns) and the first that verifies is written to both. A
+/// rewrite changes no parity: the good bytes are the ones parity accounts for (damage
+/// never updated it).
 ///
 /// # Safety
-/// Zone `z` lies in the pool, and nothing else reads or writes its metadata meanwhile
-/// (the pool opens, or is frozen with every metadata lock held).
-pub(crate) unsafe fn check_zone(media: &Media, geo: &Geometry, z: u64, repair: bool) -> Copies {
+/// Zone `z` lies in the pool, and nothing else reads or writes it meanwhile (the pool
+/// opens, or is frozen with every metadata lock held).
+pub(crate) unsafe fn check_zone(
+    media: &Media,
+    geo: &Geometry,
+    z: u64,
+    repair: bool,
+    parity: bool,
+) -> Copies {
     let len = meta_len(geo, z) as usize;
     let a_off = geo.chunk_offset(z, 0);
     let b_off = a_off + meta_copy_offset(geo);
@@ -94,7 +105,25 @@ pub(crate) unsafe fn check_zone(media: &Media, geo: &Geometry, z: u64, repair: b
         // heap reads.
         (true, _) => (b_off, a.to_vec()),
         (false, true) => (a_off, b.to_vec()),
-        (false, false) => return Copies::BothBad,
+        (false, false) => {
+            if !(repair && parity) {
+                return Copies::BothBad;
+            }
+            let rebuilt = [a_off, b_off].into_iter().find_map(|off| {
+                // SAFETY: the copy lies in zone `z`'s data row 0; nothing writes (caller).
+                unsafe { super::rebuild_range(media, geo, off, len as u64) }
+                    .filter(|bytes| verifies(bytes))
+            });
+            let Some(good) = rebuilt else {
+                return Copies::BothBad;
+            };
+            for off in [a_off, b_off] {
+                // SAFETY: the zone's metadata copies; nothing else uses them (caller).
+                unsafe { media.write(off, &good) };
+                media.flush(off, len as u64);
+            }
+            return Copies::BothRebuilt;
+        }
     };
     if repair {
         // SAFETY: the damaged copy's bytes, in the pool; nothing else uses them (caller).
@@ -126,13 +155,18 @@ pub(crate) fn both_bad(geo: &Geometry, z: u64) -> Error {
 ///
 /// # Safety
 /// The zones lie in the pool and nothing else reads or writes it meanwhile (it opens).
-pub(crate) unsafe fn check_zones(media: &Media, geo: &Geometry, zones: u64) -> Result<Vec<u64>> {
+pub(crate) unsafe fn check_zones(
+    media: &Media,
+    geo: &Geometry,
+    zones: u64,
+    parity: bool,
+) -> Result<Vec<u64>> {
     let mut repaired = Vec::new();
     for z in 0..zones {
         // SAFETY: the caller's contract.
-        match unsafe { check_zone(media, geo, z, true) } {
+        match unsafe { check_zone(media, geo, z, true, parity) } {
             Copies::Sound => {}
-            Copies::OneBad { .. } => repaired.push(z),
+            Copies::OneBad { .. } | Copies::BothRebuilt => repaired.push(z),
             Copies::BothBad => return Err(both_bad(geo, z)),
         }
     }

@@ -370,9 +370,13 @@ impl Pool {
             media.fence();
             media.check()?;
         } else {
+            // Parity may rebuild a zone whose copies are both damaged (if it was kept; a
+            // rebuilt copy is used only if it verifies).
+            let kept = header.flags & FLAG_PARITY != 0;
             // SAFETY: as above.
-            meta_repaired =
-                unsafe { crate::integrity::replica::check_zones(&media, &geo, header.zones)? };
+            meta_repaired = unsafe {
+                crate::integrity::replica::check_zones(&media, &geo, header.zones, kept)?
+            };
             if !meta_repaired.is_empty() {
                 media.fence();
                 media.check()?;

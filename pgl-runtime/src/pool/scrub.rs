@@ -130,7 +130,13 @@ impl Pool {
                     // SAFETY: zone `z` lies in the pool; no commit runs and every metadata
                     // reader (metadata locks, root lock) waits.
                     let c = unsafe {
-                        crate::integrity::replica::check_zone(&eng.media, &eng.geo, z, repair)
+                        crate::integrity::replica::check_zone(
+                            &eng.media,
+                            &eng.geo,
+                            z,
+                            repair,
+                            eng.parity.enabled(),
+                        )
                     };
                     // The rewrite is durable before the pool thaws.
                     eng.media.fence();
@@ -149,6 +155,10 @@ impl Pool {
                     if fixed {
                         report.metadata_copies_fixed += 1;
                     }
+                }
+                crate::integrity::replica::Copies::BothRebuilt => {
+                    report.metadata_copies_bad += 2;
+                    report.metadata_copies_fixed += 2;
                 }
                 crate::integrity::replica::Copies::BothBad => {
                     report.metadata_copies_bad += 2;
