@@ -211,7 +211,15 @@ fn an_aborted_transaction_discards_what_the_setters_wrote() {
 #[test]
 #[should_panic(expected = "out of bounds")]
 fn an_index_past_the_end_panics_like_slice_indexing() {
-    let (pool, _path) = pool("oob");
+    /// Removes the pool file when the expected panic unwinds through the test.
+    struct RemoveOnDrop(std::path::PathBuf);
+    impl Drop for RemoveOnDrop {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let (pool, path) = pool("oob");
+    let _cleanup = RemoveOnDrop(path);
     let oid = pool.tx(|tx| tx.alloc(zero_shape())).unwrap();
     let _ = pool.tx(|tx| {
         tx.open(oid)?.set_corners_at(4, Point::default());
