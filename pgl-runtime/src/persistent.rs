@@ -41,6 +41,14 @@ pub unsafe trait Persistent: Send + Sync + Sized + 'static {
     const __OWNS_TAIL: bool = false;
 }
 
+/// The bytes of a persistent value (its in-pool representation).
+pub(crate) fn bytes_of<T: Persistent>(value: &T) -> &[u8] {
+    // SAFETY: a `Persistent` type has no padding (trait contract), so all
+    // `size_of::<T>()` bytes behind a valid reference are initialised; the slice borrows
+    // `value` and lives no longer.
+    unsafe { core::slice::from_raw_parts(value as *const T as *const u8, size_of::<T>()) }
+}
+
 /// FNV-1a over bytes; `const` so that type ids of built-in types are computed at compile time.
 #[doc(hidden)]
 pub const fn fnv1a64(bytes: &[u8], seed: u64) -> u64 {

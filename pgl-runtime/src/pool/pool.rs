@@ -358,7 +358,7 @@ impl Pool {
         // again if a crash cuts this short). Zones whose copy was repaired are reconciled.
         let mut meta_repaired = Vec::new();
         if header.version < 4 {
-            Self::check_registry_fits(&media, &geo)?;
+            Self::check_registry_fits(&media, &geo, header.zones)?;
             if header.flags & FLAG_PARITY != 0 {
                 header.flags &= !FLAG_PARITY;
                 Self::write_header_copy(&media, 0, &header);
@@ -510,22 +510,18 @@ impl Pool {
 
     /// A pool of a format before zone metadata replicas may hold more registry entries
     /// than copy A (half the metadata chunk) has room for.
-    fn check_registry_fits(media: &Media, geo: &Geometry) -> Result<()> {
-        use crate::heap::layout::{registry_capacity, registry_offset, REGISTRY_MIN_TYPES};
+    fn check_registry_fits(media: &Media, geo: &Geometry, zones: u64) -> Result<()> {
+        use crate::heap::layout::{registry_capacity, registry_offset};
         let count_at = geo.chunk_offset(0, 0) + registry_offset(geo);
-        if registry_capacity(geo) < REGISTRY_MIN_TYPES {
-            return Err(Error::Corrupt {
-                what: "zone metadata",
-                offset: geo.chunk_offset(0, 0),
-                detail: format!(
-                    "this pool's chunk table ({} chunks a zone) leaves no room for a second \
-                     copy of zone metadata in its {}-byte chunks; open it with an older pgl \
-                     and copy its data to a pool with bigger chunks",
-                    geo.rows * geo.chunks_per_row,
-                    geo.chunk_size
-                ),
-            });
-        }
+        // The geometry must be one this format accepts (room for both copies).
+        super::header::check_geometry(geo, zones).map_err(|why| Error::Corrupt {
+            what: "zone metadata",
+            offset: geo.chunk_offset(0, 0),
+            detail: format!(
+                "this pool cannot keep a second copy of zone metadata: {why}; open it with an \
+                 older pgl and copy its data to a pool with bigger chunks"
+            ),
+        })?;
         // SAFETY: the registry's count word lies in zone 0's metadata chunk; the pool is
         // opening, nothing else runs.
         let count = unsafe { media.read_u64(count_at) };

@@ -67,10 +67,7 @@ impl<'tx, T: Persistent> Mut<'tx, T> {
     /// If the value does not fit inside the object (a bug in the caller, like an index out
     /// of bounds).
     pub fn write_at<F: Persistent>(&mut self, offset: usize, value: &F) {
-        let size = core::mem::size_of::<F>();
-        // SAFETY: a `Persistent` value has no padding, so all its bytes are initialised.
-        let bytes = unsafe { core::slice::from_raw_parts(value as *const F as *const u8, size) };
-        self.write_bytes(offset, bytes);
+        self.write_bytes(offset, crate::persistent::bytes_of(value));
     }
 
     /// Writes `bytes` at byte `offset` of the object and marks them modified.

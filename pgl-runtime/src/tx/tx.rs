@@ -305,10 +305,8 @@ impl<'p> Tx<'p> {
     /// crash) only if the transaction commits. Store the oid somewhere reachable.
     pub fn alloc<T: Persistent>(&self, value: T) -> Result<Oid<T>> {
         self.check_layout::<T>(true)?;
-        let size = core::mem::size_of::<T>();
-        // SAFETY: `Persistent` values have no padding: all bytes are initialised.
-        let bytes = unsafe { core::slice::from_raw_parts(&value as *const T as *const u8, size) };
-        self.alloc_raw(size, T::TYPE_ID, |p| p.copy_from_slice(bytes))
+        let bytes = crate::persistent::bytes_of(&value);
+        self.alloc_raw(bytes.len(), T::TYPE_ID, |p| p.copy_from_slice(bytes))
             .map(Oid::from_raw)
     }
 
@@ -356,10 +354,7 @@ impl<'p> Tx<'p> {
         // owner's own checks passed: an error never leaves an owner linking freed groups.
         let tail = if T::__OWNS_TAIL {
             let owner = self.get(oid)?;
-            // SAFETY: a `Persistent` value has no padding: all its bytes are initialised.
-            let bytes = unsafe {
-                core::slice::from_raw_parts(&*owner as *const T as *const u8, size_of::<T>())
-            };
+            let bytes = crate::persistent::bytes_of(&*owner);
             if super::tail::link_at_end(bytes).unwrap_or(0) == 0 {
                 Vec::new()
             } else {
