@@ -17,23 +17,56 @@ fn zone_of(off: u64) -> u64 {
     (off - g.zones_offset()) / g.zone_size()
 }
 
-/// One transaction: allocate `data` (by value or through a handle) into `slot`.
+/// How an allocation fills its object.
+#[derive(Clone, Debug)]
+enum Fill {
+    /// `tx.alloc(value)`.
+    Value,
+    /// `tx.alloc_zeroed` then one `write_bytes` of everything.
+    ZeroedThenWrite,
+    /// `tx.alloc_unzeroed` then `write_bytes` of these ranges only: the rest keeps the
+    /// block's earlier bytes.
+    Unzeroed(Vec<(usize, usize)>),
+}
+
+impl Fill {
+    /// A random way to fill an `n`-byte object.
+    fn random(rng: &mut Rng, n: usize) -> Fill {
+        match rng.below(10) {
+            0..=3 => Fill::Value,
+            4..=6 => Fill::ZeroedThenWrite,
+            _ => {
+                // Up to three ranges, perhaps none, perhaps overlapping.
+                let ranges = (0..rng.below(4))
+                    .map(|_| {
+                        let a = rng.below(n);
+                        (a, rng.range(a + 1, n))
+                    })
+                    .collect();
+                Fill::Unzeroed(ranges)
+            }
+        }
+    }
+}
+
+/// One transaction: allocate `data` (filled as `fill` says) into `slot`; returns the oid
+/// and the object's contents.
 fn alloc_tx(
     pool: &Pool,
     root: Oid<Root>,
     slot: usize,
     data: &[u8],
-    via_handle: bool,
+    fill: &Fill,
     whole_root: bool,
-) -> pgl::Result<u64> {
+) -> pgl::Result<(u64, Vec<u8>)> {
     pool.tx(|tx| {
-        let o = if via_handle {
-            tx_alloc_then_write(tx, data)?
-        } else {
-            tx_alloc(tx, data)?
+        let (o, contents) = match fill {
+            Fill::Value => (tx_alloc(tx, data)?, data.to_vec()),
+            Fill::ZeroedThenWrite => (tx_alloc_then_write(tx, data)?, data.to_vec()),
+            Fill::Unzeroed(ranges) => tx_alloc_unzeroed(tx, data, ranges)?,
         };
         tx_set_slot(tx, root, slot, o, whole_root)?;
-        Ok(o)
+        Ok((o, contents))
     })
 }
 
@@ -44,7 +77,7 @@ fn fill(run: &mut Run<'_>, sizes: &[usize]) {
         for n in sizes {
             let slot = m.free_slot();
             let data = rng.bytes(n);
-            alloc_tx(pool, root, slot, &data, false, false).expect("setup alloc");
+            alloc_tx(pool, root, slot, &data, &Fill::Value, false).expect("setup alloc");
             m.put(slot, data);
         }
     });
@@ -54,15 +87,10 @@ fn fill(run: &mut Run<'_>, sizes: &[usize]) {
 fn alloc_op(run: &mut Run<'_>, kind: &str, n: usize, why: &str) -> u64 {
     let slot = run.model.free_slot();
     let data = run.rng.bytes(n);
-    let via_handle = run.rng.chance(300);
+    let fill = Fill::random(&mut run.rng, n);
     let whole_root = run.rng.chance(300);
     let label = format!(
-        "alloc {n} B into slot {slot} ({why}; {}, root slot set {})",
-        if via_handle {
-            "alloc_zeroed + write_bytes"
-        } else {
-            "alloc(value)"
-        },
+        "alloc {n} B into slot {slot} ({why}; {fill:?}, root slot set {})",
         if whole_root {
             "via DerefMut"
         } else {
@@ -71,8 +99,9 @@ fn alloc_op(run: &mut Run<'_>, kind: &str, n: usize, why: &str) -> u64 {
     );
     let mut oid = 0;
     run.op(kind, label, |pool, root, m, _| {
-        oid = alloc_tx(pool, root, slot, &data, via_handle, whole_root).expect("alloc tx");
-        m.put(slot, data);
+        let (o, contents) = alloc_tx(pool, root, slot, &data, &fill, whole_root).expect("alloc tx");
+        oid = o;
+        m.put(slot, contents);
     });
     oid
 }
@@ -81,19 +110,27 @@ fn alloc_op(run: &mut Run<'_>, kind: &str, n: usize, why: &str) -> u64 {
 /// commit, no record), then one that links the new object into a slot.
 fn orphan_then_link_ops(run: &mut Run<'_>, n: usize) {
     let data = run.rng.bytes(n);
+    let fill = Fill::random(&mut run.rng, n);
     let mut oid = 0;
-    let d = data.clone();
+    let mut contents = Vec::new();
     run.op(
         "alloc",
-        format!("alloc {n} B and store the oid nowhere (direct commit)"),
+        format!("alloc {n} B ({fill:?}) and store the oid nowhere (direct commit)"),
         |pool, _, m, _| {
             let direct = pool.stats().direct_commits;
-            oid = pool.tx(|tx| tx_alloc(tx, &d)).expect("alloc-only tx");
+            let (o, d) = pool
+                .tx(|tx| match &fill {
+                    Fill::Unzeroed(ranges) => tx_alloc_unzeroed(tx, &data, ranges),
+                    _ => Ok((tx_alloc(tx, &data)?, data.clone())),
+                })
+                .expect("alloc-only tx");
             assert_eq!(
                 pool.stats().direct_commits,
                 direct + 1,
                 "an allocation from an existing run commits without a record"
             );
+            oid = o;
+            contents = d.clone();
             m.orphans.push(d);
         },
     );
@@ -107,7 +144,7 @@ fn orphan_then_link_ops(run: &mut Run<'_>, n: usize) {
             let i = m
                 .orphans
                 .iter()
-                .position(|o| *o == data)
+                .position(|o| *o == contents)
                 .expect("model orphan");
             let data = m.orphans.swap_remove(i);
             m.put(slot, data);
@@ -731,7 +768,7 @@ fn fill_chunks(run: &mut Run<'_>) {
     run.setup(|pool, root, m, rng| loop {
         let slot = m.free_slot();
         let data = rng.bytes(16384);
-        match alloc_tx(pool, root, slot, &data, false, false) {
+        match alloc_tx(pool, root, slot, &data, &Fill::Value, false) {
             Ok(_) => m.put(slot, data),
             Err(Error::PoolFull { .. }) => break,
             Err(e) => panic!("setup alloc: {e}"),

@@ -175,6 +175,24 @@ pub fn tx_alloc_then_write(tx: &Tx<'_>, data: &[u8]) -> pgl::Result<u64> {
     })
 }
 
+/// Allocates an unfilled object of `data.len()` bytes and writes `data`'s bytes at
+/// `ranges` only, through a handle in the same transaction; returns its oid and its
+/// contents (elsewhere the bytes its block held before).
+pub fn tx_alloc_unzeroed(
+    tx: &Tx<'_>,
+    data: &[u8],
+    ranges: &[(usize, usize)],
+) -> pgl::Result<(u64, Vec<u8>)> {
+    by_size!(data.len(), N => {
+        let o = tx.alloc_unzeroed::<[u8; N]>()?;
+        let mut h = tx.open(o)?;
+        for &(a, z) in ranges {
+            h.write_bytes(a, &data[a..z]);
+        }
+        Ok((o.raw(), h.as_bytes().to_vec()))
+    })
+}
+
 /// Writes `bytes` at `at` into the `size`-byte object `oid` (marks only that range).
 pub fn tx_write(tx: &Tx<'_>, oid: u64, size: usize, at: usize, bytes: &[u8]) -> pgl::Result<()> {
     by_size!(size, N => {

@@ -35,7 +35,8 @@ pub(crate) struct Item {
 }
 
 /// Calls `f(offset, len)` for every range a commit writes in place: logged items, metadata
-/// words, and new objects (header and payload).
+/// words, and new objects (header and whole payload: the ranges a commit orders and marks
+/// dirty cover the object even where its unchanged bytes are not rewritten).
 fn for_each_write(
     items: &[Item],
     vals: &[(u64, u64)],
@@ -52,6 +53,18 @@ fn for_each_write(
         // SAFETY: buffers live until release.
         let buf = unsafe { b.as_ref() };
         f(buf.off - HEADER_SIZE, HEADER_SIZE + buf.size as u64);
+    }
+}
+
+/// Calls `f(offset, bytes)` for the pieces of new object `buf` a commit writes: its header
+/// `hdr` and the payload ranges marked (all of it when allocated with a value or zeroed;
+/// only what was changed when allocated unfilled, whose other bytes already hold its
+/// contents). Call it after `Buffer::ranges`.
+fn new_pieces(buf: &Buffer, hdr: &[u8; 16], mut f: impl FnMut(u64, &[u8])) {
+    f(buf.off - HEADER_SIZE, hdr);
+    let payload = buf.payload();
+    for &(a, z) in buf.dirty() {
+        f(buf.off + a as u64, &payload[a as usize..z as usize]);
     }
 }
 
@@ -169,7 +182,10 @@ impl Tx<'_> {
             // SAFETY: as above.
             let buf = unsafe { &mut *b.as_ptr() };
             match buf.kind {
-                BufKind::New => news.push(*b),
+                BufKind::New => {
+                    buf.ranges(MERGE_GAP);
+                    news.push(*b);
+                }
                 BufKind::Freed => {}
                 BufKind::Open if !buf.is_dirty() => {}
                 BufKind::Open => {
@@ -348,7 +364,7 @@ impl Tx<'_> {
         // The word may be covered by another lane's record that is not yet retired: that
         // retire mark must be durable before the word is (see `fence_with_retires`).
         self.eng.fence_with_retires(None, touched);
-        self.new_objects_written(news);
+        self.new_objects_written(news, hdrs);
         // The objects (and the retire marks the word must follow) may not be durable after
         // a failed write-back: the word must not be stored then.
         eng.media.check()?;
@@ -410,26 +426,24 @@ impl Tx<'_> {
         for (b, h) in news.iter().zip(hdrs) {
             // SAFETY: buffers live until release.
             let buf = unsafe { b.as_ref() };
-            // SAFETY: the block was reserved for this transaction by the heap (no one else
-            // uses it) and lies inside the pool.
-            unsafe {
-                eng.parity.update_new(&eng.media, buf.off - HEADER_SIZE, h);
-                eng.parity.update_new(&eng.media, buf.off, buf.payload());
-            }
+            new_pieces(buf, h, |off, bytes| {
+                // SAFETY: the block was reserved for this transaction by the heap (no one
+                // else uses it) and lies inside the pool.
+                unsafe { eng.parity.update_new(&eng.media, off, bytes) };
+            });
         }
     }
 
     /// Tells parity that the new objects of `new_objects_parity` are written (their
     /// columns may be rebuilt again). Call it after the fence that follows their writes:
     /// it is a locked instruction.
-    fn new_objects_written(&self, news: &[NonNull<Buffer>]) {
-        for b in news {
+    fn new_objects_written(&self, news: &[NonNull<Buffer>], hdrs: &[[u8; 16]]) {
+        for (b, h) in news.iter().zip(hdrs) {
             // SAFETY: buffers live until release.
             let buf = unsafe { b.as_ref() };
-            self.eng
-                .parity
-                .new_written(buf.off - HEADER_SIZE, HEADER_SIZE);
-            self.eng.parity.new_written(buf.off, buf.size as u64);
+            new_pieces(buf, h, |off, bytes| {
+                self.eng.parity.new_written(off, bytes.len() as u64);
+            });
         }
     }
 
@@ -441,14 +455,12 @@ impl Tx<'_> {
         for (b, h) in news.iter().zip(hdrs) {
             // SAFETY: buffers live until release.
             let buf = unsafe { b.as_ref() };
-            let len = HEADER_SIZE + buf.size as u64;
-            // SAFETY: as in `new_objects_parity`.
-            unsafe {
-                eng.media.write_durable(buf.off - HEADER_SIZE, h);
-                eng.media.write_durable(buf.off, buf.payload());
-            }
-            eng.parity.flush(&eng.media, buf.off - HEADER_SIZE, len);
-            written += len;
+            new_pieces(buf, h, |off, bytes| {
+                // SAFETY: as in `new_objects_parity`.
+                unsafe { eng.media.write_durable(off, bytes) };
+                eng.parity.flush(&eng.media, off, bytes.len() as u64);
+                written += bytes.len() as u64;
+            });
         }
         written
     }
@@ -521,7 +533,7 @@ impl Tx<'_> {
         let mut written = self.write_new_objects(news, hdrs);
         // 3d. retire marks that may not be durable yet, and the ordering point
         self.eng.fence_with_retires(Some(self.lane.idx), touched);
-        self.new_objects_written(news);
+        self.new_objects_written(news, hdrs);
         // ---- committed ---- unless the record's write-back failed: then it may not be
         // durable, and applying it in place would leave changes no record protects.
         eng.media.check()?;

@@ -317,6 +317,42 @@ impl<'p> Tx<'p> {
             .map(Oid::from_raw)
     }
 
+    /// Allocates a new object without filling it: its bytes are whatever its block holds
+    /// (zeros in space never used, else bytes of an object freed earlier; every
+    /// `Persistent` type is valid for any bytes). The commit writes the object's header and
+    /// only the bytes changed through `tx.open`, so this is the cheapest way to allocate a
+    /// large object that is filled in part or later. It is `pmemobj_tx_alloc` to
+    /// [`alloc_zeroed`](Self::alloc_zeroed)'s `pmemobj_tx_zalloc`.
+    ///
+    /// The bytes may be another object's, freed earlier in this pool: allocate with
+    /// `alloc`/`alloc_zeroed` when that matters.
+    ///
+    /// ```
+    /// # use pgl_runtime::{Config, Pool};
+    /// # let path = std::env::temp_dir().join(format!("pgl-doc-unzeroed-{}", std::process::id()));
+    /// # let _ = std::fs::remove_file(&path);
+    /// let pool = Pool::create(&path, &Config::new("doc"))?;
+    /// let page = pool.tx(|tx| {
+    ///     let page = tx.alloc_unzeroed::<[u8; 4096]>()?;
+    ///     tx.open(page)?.write_bytes(0, b"hello"); // only these 5 bytes are written
+    ///     Ok(page)
+    /// })?;
+    /// assert_eq!(&pool.get(page)?[..5], b"hello");
+    /// # drop(pool); std::fs::remove_file(&path).unwrap();
+    /// # Ok::<(), pgl_runtime::Error>(())
+    /// ```
+    pub fn alloc_unzeroed<T: Persistent>(&self) -> Result<Oid<T>> {
+        self.check_layout::<T>(true)?;
+        let mut st = self.st.borrow_mut();
+        let (off, mut p) = self.alloc_block(&mut st, core::mem::size_of::<T>(), T::TYPE_ID)?;
+        // SAFETY: just created; no handle to it exists yet.
+        let buf = unsafe { p.as_mut() };
+        // SAFETY: the payload lies inside the pool, in a block the heap reserved for this
+        // transaction (no one else writes it) and that it write-locked.
+        unsafe { self.eng.media.read(off, buf.payload_mut()) };
+        Ok(Oid::from_raw(off))
+    }
+
     /// Allocates `size` payload bytes of type `type_id`, filled by `fill`.
     pub(crate) fn alloc_raw(
         &self,
@@ -324,11 +360,26 @@ impl<'p> Tx<'p> {
         type_id: u32,
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<u64> {
+        let mut st = self.st.borrow_mut();
+        let (off, mut p) = self.alloc_block(&mut st, size, type_id)?;
+        // SAFETY: just created; no handle to it exists yet.
+        let buf = unsafe { p.as_mut() };
+        fill(buf.payload_mut());
+        buf.mark_all();
+        Ok(off)
+    }
+
+    /// Reserves a block for `size` payload bytes of type `type_id`, write-locks it and
+    /// gives it a new (unfilled, unmarked) buffer.
+    fn alloc_block(
+        &self,
+        st: &mut TxState<'p>,
+        size: usize,
+        type_id: u32,
+    ) -> Result<(u64, NonNull<Buffer>)> {
         if size == 0 {
             return Err(Error::config("zero-sized objects cannot be allocated"));
         }
-        let mut guard = self.st.borrow_mut();
-        let st = &mut *guard;
         let place = self.eng.heap.alloc(
             &mut st.lane.arena,
             size as u64,
@@ -337,13 +388,9 @@ impl<'p> Tx<'p> {
         )?;
         let off = place.hdr + HEADER_SIZE;
         self.lock(st, off, Held::Write)?;
-        let mut p = self.new_buffer(st, off, size, type_id, BufKind::New);
-        // SAFETY: just created; no handle to it exists yet.
-        let buf = unsafe { p.as_mut() };
-        fill(buf.payload_mut());
-        buf.mark_all();
+        let p = self.new_buffer(st, off, size, type_id, BufKind::New);
         st.allocs += 1;
-        Ok(off)
+        Ok((off, p))
     }
 
     /// Frees the object when the transaction commits (an `#[extendible]` object with its
