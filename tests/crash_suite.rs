@@ -35,18 +35,24 @@ impl Fill {
         match rng.below(10) {
             0..=3 => Fill::Value,
             4..=6 => Fill::ZeroedThenWrite,
-            _ => {
-                // Up to three ranges, perhaps none, perhaps overlapping.
-                let ranges = (0..rng.below(4))
-                    .map(|_| {
-                        let a = rng.below(n);
-                        (a, rng.range(a + 1, n))
-                    })
-                    .collect();
-                Fill::Unzeroed(ranges)
-            }
+            _ => Fill::unzeroed(rng, n),
         }
     }
+
+    /// Unfilled, with random ranges written (see `written_ranges`).
+    fn unzeroed(rng: &mut Rng, n: usize) -> Fill {
+        Fill::Unzeroed(written_ranges(rng, n))
+    }
+}
+
+/// Up to three random ranges of an `n`-byte object (perhaps none, perhaps overlapping).
+fn written_ranges(rng: &mut Rng, n: usize) -> Vec<(usize, usize)> {
+    (0..rng.below(4))
+        .map(|_| {
+            let a = rng.below(n);
+            (a, rng.range(a + 1, n))
+        })
+        .collect()
 }
 
 /// One transaction: allocate `data` (filled as `fill` says) into `slot`; returns the oid
@@ -83,11 +89,12 @@ fn fill(run: &mut Run<'_>, sizes: &[usize]) {
     });
 }
 
-/// A checked op: allocate a random `n`-byte object into a free slot; returns its oid.
-fn alloc_op(run: &mut Run<'_>, kind: &str, n: usize, why: &str) -> u64 {
+/// A checked op: allocate a random `n`-byte object into a free slot, filled as `fill`
+/// says (at random when `None`); returns its oid.
+fn alloc_op(run: &mut Run<'_>, kind: &str, n: usize, why: &str, fill: Option<Fill>) -> u64 {
     let slot = run.model.free_slot();
     let data = run.rng.bytes(n);
-    let fill = Fill::random(&mut run.rng, n);
+    let fill = fill.unwrap_or_else(|| Fill::random(&mut run.rng, n));
     let whole_root = run.rng.chance(300);
     let label = format!(
         "alloc {n} B into slot {slot} ({why}; {fill:?}, root slot set {})",
@@ -174,11 +181,11 @@ fn crash_alloc() {
             if !whole && run.done() {
                 break;
             }
-            alloc_op(&mut run, "alloc", n, "first of its class");
+            alloc_op(&mut run, "alloc", n, "first of its class", None);
             let small: Vec<usize> = sizes[..=i].iter().copied().filter(|&s| s <= 4096).collect();
             if i == existing_at && !small.is_empty() {
                 let n = run.rng.pick(&small);
-                alloc_op(&mut run, "alloc", n, "into an existing run");
+                alloc_op(&mut run, "alloc", n, "into an existing run", None);
                 let n = run.rng.pick(&small);
                 orphan_then_link_ops(&mut run, n);
             }
@@ -194,7 +201,9 @@ fn crash_alloc() {
                     .expect("setup free");
                     m.take(slot);
                 });
-                alloc_op(&mut run, "alloc", n, "into space freed earlier");
+                // Unfilled: the stale bytes it keeps must be durable and checksummed.
+                let fill = Fill::unzeroed(&mut run.rng, n);
+                alloc_op(&mut run, "alloc", n, "into space freed earlier", Some(fill));
             }
         }
     }
@@ -402,9 +411,12 @@ fn crash_free() {
 /// One part of a multi-object transaction.
 #[derive(Clone, Debug)]
 enum Part {
+    /// Allocate by value, or (`unzeroed`) unfilled with only these ranges of `data`
+    /// written.
     Alloc {
         slot: usize,
         data: Vec<u8>,
+        unzeroed: Option<Vec<(usize, usize)>>,
     },
     /// Allocate, then free again in the same transaction: nothing remains.
     AllocFree {
@@ -444,9 +456,11 @@ fn plan_multi(run: &mut Run<'_>) -> Vec<Part> {
         let pool = if large < 3 { &SIZES[..5] } else { &SIZES[..4] };
         let n = rng.pick(pool);
         let slot = free_slots.next().expect("free slot");
+        let unzeroed = rng.chance(400).then(|| written_ranges(rng, n));
         parts.push(Part::Alloc {
             slot,
             data: rng.bytes(n),
+            unzeroed,
         });
     }
     if rng.chance(300) {
@@ -516,8 +530,18 @@ fn crash_multi_object_tx() {
                 parts
                     .iter()
                     .map(|p| match p {
-                        Part::Alloc { slot, data } =>
-                            format!("alloc {} B -> slot {slot}", data.len()),
+                        Part::Alloc {
+                            slot,
+                            data,
+                            unzeroed,
+                        } => format!(
+                            "alloc {} B -> slot {slot}{}",
+                            data.len(),
+                            match unzeroed {
+                                Some(r) => format!(" (unzeroed, writes {r:?})"),
+                                None => String::new(),
+                            }
+                        ),
                         Part::AllocFree { size } => format!("alloc+free {size} B"),
                         Part::Write { slot, at, data } =>
                             format!("write slot {slot} [{at}, {})", at + data.len()),
@@ -533,11 +557,27 @@ fn crash_multi_object_tx() {
                 let sizes: Vec<usize> = (0..SLOTS)
                     .map(|s| m.slots[s].as_ref().map_or(0, |d| d.len()))
                     .collect();
+                // What each unfilled allocation holds, by slot (known once it is made).
+                let mut contents = std::collections::BTreeMap::new();
                 let r = pool.tx(|tx| {
+                    contents.clear();
                     for p in &parts {
                         match p {
-                            Part::Alloc { slot, data } => {
+                            Part::Alloc {
+                                slot,
+                                data,
+                                unzeroed: None,
+                            } => {
                                 let o = tx_alloc(tx, data)?;
+                                tx_set_slot(tx, root, *slot, o, false)?;
+                            }
+                            Part::Alloc {
+                                slot,
+                                data,
+                                unzeroed: Some(ranges),
+                            } => {
+                                let (o, c) = tx_alloc_unzeroed(tx, data, ranges)?;
+                                contents.insert(*slot, c);
                                 tx_set_slot(tx, root, *slot, o, false)?;
                             }
                             Part::AllocFree { size } => {
@@ -572,7 +612,10 @@ fn crash_multi_object_tx() {
                     Ok(()) => {
                         for p in &parts {
                             match p {
-                                Part::Alloc { slot, data } => m.put(*slot, data.clone()),
+                                Part::Alloc { slot, data, .. } => m.put(
+                                    *slot,
+                                    contents.get(slot).cloned().unwrap_or_else(|| data.clone()),
+                                ),
                                 Part::Write { slot, at, data } => m.write(*slot, *at, data),
                                 Part::Whole { slot, data } => m.write(*slot, 0, data),
                                 Part::Free { slot } | Part::WriteFree { slot, .. } => {
@@ -817,6 +860,7 @@ fn crash_grow() {
                 "alloc after grow",
                 n,
                 "the first object in a new zone",
+                None,
             );
             assert!(
                 zone_of(oid) >= zones - add,

@@ -323,3 +323,58 @@ fn a_damaged_extension_group_is_repaired_through_ext_mut() {
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
+
+#[test]
+fn an_unzeroed_extendible_object_owns_no_stale_groups() {
+    // An unfilled allocation reuses a freed object's block, stale bytes and all; its
+    // extension link must not be one of them, or freeing it would free whatever now
+    // lives where the freed object's group was.
+    let (pool, path) = pool("unzeroed");
+    let root = pool.root::<[u64; 2]>().unwrap();
+    let a = pool
+        .tx(|tx| {
+            tx.alloc_ext(v1::NodeData {
+                key: 1,
+                value: 2,
+                next: Oid::NULL,
+                name: PStr::truncating("a"),
+            })
+        })
+        .unwrap();
+    let group = pool
+        .objects()
+        .unwrap()
+        .into_iter()
+        .map(|(off, _)| off)
+        .find(|&off| off != a.raw() && off != root.raw())
+        .expect("a's extension group");
+    pool.tx(|tx| tx.free(a)).unwrap();
+    // Something else takes the group's block (the same class: 24 payload bytes whose last
+    // 8 are zero, like a null link).
+    let y = pool
+        .tx(|tx| {
+            let y = tx.alloc([
+                9u8, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 0, 0, 0, 0, 0, 0, 0, 0,
+            ])?;
+            tx.open(root)?[0] = y.raw();
+            Ok(y)
+        })
+        .unwrap();
+    assert_eq!(
+        y.raw(),
+        group,
+        "the group's block is reused (the test needs it)"
+    );
+    let b = pool.tx(|tx| tx.alloc_unzeroed::<v1::Node>()).unwrap();
+    assert_eq!(b.raw(), a.raw(), "a's block is reused (the test needs it)");
+    assert_eq!(pool.tx(|tx| tx.groups_present(b)).unwrap(), 0);
+    pool.tx(|tx| tx.free(b)).unwrap();
+    assert_eq!(
+        pool.get(y).unwrap()[..16],
+        [9u8; 16],
+        "y is still allocated and whole"
+    );
+    assert_eq!(pool.objects().unwrap().len(), 2, "the root and y");
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}

@@ -129,11 +129,19 @@ impl Parity {
         }
         self.each_page(off, len, |parity, _, _| {
             if let Some(parity) = parity {
-                self.stripe_of(parity)
+                let before = self
+                    .stripe_of(parity)
                     .pending
                     .fetch_sub(1, Ordering::Release);
+                debug_assert!(before > 0, "a new object's bytes announced written twice");
             }
         });
+    }
+
+    /// Whether no stripe counts a new object in flight (true whenever no commit runs:
+    /// every `update_new` was matched by its `new_written`).
+    pub(crate) fn quiet(&self) -> bool {
+        self.stripes.iter().all(|s| s.pending() == 0)
     }
 
     /// Calls `f(parity offset, data offset, bytes)` for each piece of `[off, off + len)`

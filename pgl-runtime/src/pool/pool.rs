@@ -869,6 +869,10 @@ impl Pool {
             // Each zone with the pool briefly frozen: a commit's rows and parity are never
             // read half updated (nor raced with its atomic parity updates).
             let found = eng.exclusive(|| {
+                debug_assert!(
+                    eng.parity.quiet(),
+                    "no commit runs, yet a stripe counts new objects in flight"
+                );
                 // SAFETY: zone `z` lies in the pool; reads only, with no commit running.
                 unsafe { crate::integrity::verify_zone(&eng.media, &eng.geo, z) }
             });

@@ -325,7 +325,11 @@ impl<'p> Tx<'p> {
     /// [`alloc_zeroed`](Self::alloc_zeroed)'s `pmemobj_tx_zalloc`.
     ///
     /// The bytes may be another object's, freed earlier in this pool: allocate with
-    /// `alloc`/`alloc_zeroed` when that matters.
+    /// `alloc`/`alloc_zeroed` when that matters, and set every [`Oid`] field before
+    /// following it. The one exception is the hidden extension link of an `#[extendible]`
+    /// struct, which the object owns (`tx.free` frees what it links): it is set to null,
+    /// so the new object carries no extension groups yet (use `tx.alloc_ext` for a full
+    /// chain).
     ///
     /// ```
     /// # use pgl_runtime::{Config, Pool};
@@ -350,6 +354,13 @@ impl<'p> Tx<'p> {
         // SAFETY: the payload lies inside the pool, in a block the heap reserved for this
         // transaction (no one else writes it) and that it write-locked.
         unsafe { self.eng.media.read(off, buf.payload_mut()) };
+        if T::__OWNS_TAIL {
+            // A stale link would make the new object own a freed object's groups (or
+            // whatever now lives in their blocks).
+            let size = buf.size;
+            buf.payload_mut()[size - super::TAIL_LINK..].fill(0);
+            buf.mark(size - super::TAIL_LINK, size);
+        }
         Ok(Oid::from_raw(off))
     }
 
