@@ -101,7 +101,6 @@ impl<K: Copy + Eq + Hash, V> SmallMap<K, V> {
         self.items.len()
     }
 
-    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.items.is_empty()
     }

@@ -39,6 +39,11 @@ pub(crate) struct MetaOps {
 }
 
 impl MetaOps {
+    /// Whether no word changes.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.words.is_empty()
+    }
+
     /// Sets the word at `off` to `value`.
     pub(crate) fn set(&mut self, off: u64, value: u64) {
         debug_assert!(!self.sorted);

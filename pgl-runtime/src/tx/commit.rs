@@ -161,8 +161,13 @@ impl Tx<'_> {
         }
         // A failed write-back earlier: nothing can be promised durable any more.
         eng.media.check()?;
+        if st.lane.scratch.bufs.is_empty() && st.lane.scratch.meta.is_empty() {
+            // Read-only: nothing to write, no fence.
+            self.lane.counters.add(Counter::Commits, 1);
+            return Ok(());
+        }
         // 1. canaries
-        for b in &st.sc.bufs {
+        for b in &st.lane.scratch.bufs {
             // SAFETY: buffers live until release; no handle is alive during commit.
             let buf = unsafe { b.as_ref() };
             if buf.kind != BufKind::Freed && !buf.canaries_ok() {
@@ -177,8 +182,8 @@ impl Tx<'_> {
         items.clear();
         sums.clear();
         news.clear();
-        sums.reserve(st.sc.bufs.len());
-        for b in &st.sc.bufs {
+        sums.reserve(st.lane.scratch.bufs.len());
+        for b in &st.lane.scratch.bufs {
             // SAFETY: as above.
             let buf = unsafe { &mut *b.as_ptr() };
             match buf.kind {
@@ -247,20 +252,20 @@ impl Tx<'_> {
         let mut held = std::mem::take(&mut lane.meta_held);
         let mut vals = std::mem::take(&mut lane.meta_vals);
         vals.clear();
-        st.sc.meta.sort();
+        lane.scratch.meta.sort();
         // A zone's metadata checksums change with any of its words: copy A's checksum word
         // is locked too (it guards copy B's as well).
-        let meta_sums = st
-            .sc
+        let meta_sums = lane
+            .scratch
             .meta
             .iter()
             .filter_map(|(o, _)| replica::zone_of_meta(&eng.geo, o))
             .map(|(base, _)| base + META_SUM_OFFSET);
         eng.meta.lock(
-            st.sc.meta.iter().map(|(o, _)| o).chain(meta_sums),
+            lane.scratch.meta.iter().map(|(o, _)| o).chain(meta_sums),
             &mut held,
         );
-        for (off, ch) in st.sc.meta.iter() {
+        for (off, ch) in lane.scratch.meta.iter() {
             // SAFETY: heap metadata word inside the pool, protected by its metadata lock.
             let cur = unsafe { eng.media.read_u64(off) };
             let new = ch.apply(cur);
@@ -311,11 +316,11 @@ impl Tx<'_> {
         lane.news = news;
         r?;
         // the volatile heap follows
-        st.sc.undo.clear();
+        st.lane.scratch.undo.clear();
         self.lane
             .counters
-            .add(Counter::Frees, st.sc.frees.len() as u64);
-        for f in st.sc.frees.drain(..) {
+            .add(Counter::Frees, st.lane.scratch.frees.len() as u64);
+        for f in st.lane.scratch.frees.drain(..) {
             eng.heap.finish_free(f);
         }
         let c = &self.lane.counters;

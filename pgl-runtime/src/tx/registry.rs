@@ -301,9 +301,9 @@ pub(crate) fn check_in_tx<T: Persistent>(tx: &Tx<'_>) -> Result<()> {
     let at = first + slot * REGISTRY_ENTRY;
     for (i, w) in bytes.chunks_exact(8).enumerate() {
         let w = u64::from_le_bytes(w.try_into().expect("8-byte chunk"));
-        st.sc.meta.set(at + 8 * i as u64, w);
+        st.lane.scratch.meta.set(at + 8 * i as u64, w);
     }
-    st.sc.meta.set(count_word, slot + 1);
+    st.lane.scratch.meta.set(count_word, slot + 1);
     st.registered.push((T::TYPE_ID, T::LAYOUT, name));
     Ok(())
 }

@@ -7,7 +7,7 @@
 use super::buffer::{BufKind, Buffer};
 use super::engine::{Engine, VerifyPolicy};
 use super::handle::{Mut, Read, ReadSource, Ref};
-use super::lane::{Lane, LaneState, Scratch};
+use super::lane::{Lane, LaneState};
 use super::locks::{Held, ObjectLocks};
 use crate::heap::layout::{object_checksum, ObjectHeader, HEADER_SIZE};
 use crate::persistent::{Oid, Persistent};
@@ -18,9 +18,9 @@ use std::cell::{Cell, RefCell};
 use std::ptr::NonNull;
 
 pub(crate) struct TxState<'p> {
+    /// The lane, with the transaction's containers (`lane.scratch`, kept there: a
+    /// transaction reuses its lane's allocations and moves nothing).
     pub lane: MutexGuard<'p, LaneState>,
-    /// The transaction's containers, borrowed from the lane for its duration.
-    pub sc: Scratch,
     pub poison: Option<Error>,
     pub allocs: u64,
     /// Extendible objects this transaction upgraded (`leds`), counted at commit.
@@ -42,14 +42,12 @@ pub struct Tx<'p> {
 
 impl<'p> Tx<'p> {
     pub(crate) fn begin(eng: &'p Engine) -> Tx<'p> {
-        let (lane, mut guard) = eng.lanes.acquire();
-        let sc = std::mem::take(&mut guard.scratch);
+        let (lane, guard) = eng.lanes.acquire();
         Tx {
             eng,
             lane,
             st: RefCell::new(TxState {
                 lane: guard,
-                sc,
                 poison: None,
                 allocs: 0,
                 upgrades: 0,
@@ -62,14 +60,14 @@ impl<'p> Tx<'p> {
 
     fn lock(&self, st: &mut TxState<'p>, off: u64, want: Held) -> Result<()> {
         let stripe = ObjectLocks::stripe(off);
-        let held = st.sc.held.get(&stripe).copied();
+        let held = st.lane.scratch.held.get(&stripe).copied();
         let ok = match (want, held) {
             (_, Some(Held::Write)) | (Held::Read, Some(Held::Read)) => return Ok(()),
             (Held::Write, h) => self.eng.objects.try_write(stripe, h),
             (Held::Read, None) => self.eng.objects.try_read(stripe),
         };
         if ok {
-            st.sc.held.insert(stripe, want);
+            st.lane.scratch.held.insert(stripe, want);
             Ok(())
         } else {
             if want == Held::Write && ref_held(self.eng.id, stripe) {
@@ -124,7 +122,7 @@ impl<'p> Tx<'p> {
     /// This transaction's buffer of the object at `off`, whatever its type, if it has one
     /// (an error if the object failed verification or was freed in this transaction).
     fn buffered(&self, st: &TxState<'p>, off: u64) -> Result<Option<NonNull<Buffer>>> {
-        let Some(&i) = st.sc.index.get(&off) else {
+        let Some(&i) = st.lane.scratch.index.get(&off) else {
             return Ok(None);
         };
         if i == usize::MAX {
@@ -133,7 +131,7 @@ impl<'p> Tx<'p> {
                 "failed verification earlier in this transaction",
             ));
         }
-        let b = st.sc.bufs[i];
+        let b = st.lane.scratch.bufs[i];
         // SAFETY: buffers live until the transaction ends; only handles alias them, and
         // those are checked through `borrow` before any access.
         if unsafe { b.as_ref() }.kind == BufKind::Freed {
@@ -183,8 +181,9 @@ impl<'p> Tx<'p> {
             None => Box::new(Buffer::new(off, size, type_id, self.eng.canary, kind)),
         };
         let p = NonNull::from(Box::leak(buf));
-        st.sc.index.insert(off, st.sc.bufs.len());
-        st.sc.bufs.push(p);
+        let sc = &mut st.lane.scratch;
+        sc.index.insert(off, sc.bufs.len());
+        sc.bufs.push(p);
         p
     }
 
@@ -217,7 +216,7 @@ impl<'p> Tx<'p> {
                     // Not ours to keep: forget the buffer so a retry re-reads NVMM.
                     buf.kind = BufKind::Freed;
                     buf.size = 0;
-                    st.sc.index.insert(off, usize::MAX);
+                    st.lane.scratch.index.insert(off, usize::MAX);
                     return Err(Error::ChecksumMismatch {
                         offset: off,
                         type_id: h.type_id,
@@ -283,8 +282,8 @@ impl<'p> Tx<'p> {
             });
         };
         let st = self.st.borrow_mut();
-        let buf = match st.sc.index.get(&oid) {
-            Some(&i) if i != usize::MAX => st.sc.bufs[i],
+        let buf = match st.lane.scratch.index.get(&oid) {
+            Some(&i) if i != usize::MAX => st.lane.scratch.bufs[i],
             _ => {
                 return Err(Error::invalid_oid(
                     oid,
@@ -391,11 +390,12 @@ impl<'p> Tx<'p> {
         if size == 0 {
             return Err(Error::config("zero-sized objects cannot be allocated"));
         }
+        let lane = &mut *st.lane;
         let place = self.eng.heap.alloc(
-            &mut st.lane.arena,
+            &mut lane.arena,
             size as u64,
-            &mut st.sc.meta,
-            &mut st.sc.undo,
+            &mut lane.scratch.meta,
+            &mut lane.scratch.undo,
         )?;
         let off = place.hdr + HEADER_SIZE;
         self.lock(st, off, Held::Write)?;
@@ -443,8 +443,8 @@ impl<'p> Tx<'p> {
         if buf.borrow != 0 {
             return Err(Error::AlreadyBorrowed { offset: off });
         }
-        let f = self.eng.heap.free(off, &mut st.sc.meta)?;
-        st.sc.frees.push(f);
+        let f = self.eng.heap.free(off, &mut st.lane.scratch.meta)?;
+        st.lane.scratch.frees.push(f);
         buf.kind = BufKind::Freed;
         Ok(())
     }
@@ -461,8 +461,8 @@ impl<'p> Tx<'p> {
         self.lock(st, off, Held::Write)?;
         let place = self.eng.heap.locate(off)?;
         let type_id = check(&self.header(off), place.capacity)?;
-        let f = self.eng.heap.free(off, &mut st.sc.meta)?;
-        st.sc.frees.push(f);
+        let f = self.eng.heap.free(off, &mut st.lane.scratch.meta)?;
+        st.lane.scratch.frees.push(f);
         self.new_buffer(st, off, 0, type_id, BufKind::Freed);
         Ok(())
     }
@@ -525,7 +525,7 @@ impl<'p> Tx<'p> {
 
     /// Sets a heap metadata word (the root oid) at commit.
     pub(crate) fn set_meta_word(&self, off: u64, value: u64) {
-        self.st.borrow_mut().sc.meta.set(off, value);
+        self.st.borrow_mut().lane.scratch.meta.set(off, value);
     }
 
     /// Marks this transaction failed (by a nested transaction).
@@ -549,14 +549,14 @@ impl<'p> Tx<'p> {
         let mut st = self.st.borrow_mut();
         // Runs this transaction created die first, so releasing their blocks below cannot
         // publish them to other transactions.
-        for u in &st.sc.undo {
+        for u in &st.lane.scratch.undo {
             self.eng.heap.kill_new_run(u);
         }
-        while let Some(u) = st.sc.undo.pop() {
+        while let Some(u) = st.lane.scratch.undo.pop() {
             self.eng.heap.undo(u);
         }
-        st.sc.frees.clear();
-        st.sc.meta.clear();
+        st.lane.scratch.frees.clear();
+        st.lane.scratch.meta.clear();
         self.lane.counters.add(Counter::Aborts, 1);
         self.release(&mut st);
     }
@@ -567,22 +567,23 @@ impl<'p> Tx<'p> {
             st.owns_registry = false;
         }
         st.registered.clear();
-        for (stripe, h) in st.sc.held.drain() {
+        let lane = &mut *st.lane;
+        let sc = &mut lane.scratch;
+        for (stripe, h) in sc.held.drain() {
             self.eng.objects.release(stripe, h);
         }
-        for b in st.sc.bufs.drain(..) {
+        for b in sc.bufs.drain(..) {
             // SAFETY: created by Box::leak in new_buffer, reclaimed once here; no handle is
             // alive (handles borrow the transaction, which is ending).
             let b = unsafe { Box::from_raw(b.as_ptr()) };
-            if st.lane.spare.len() < 64 && b.capacity() <= 64 << 10 {
-                st.lane.spare.push(b);
+            if lane.spare.len() < 64 && b.capacity() <= 64 << 10 {
+                lane.spare.push(b);
             }
         }
-        st.sc.index.clear();
-        st.sc.meta.clear();
-        st.sc.undo.clear();
-        st.sc.frees.clear();
-        st.lane.scratch = std::mem::take(&mut st.sc);
+        sc.index.clear();
+        sc.meta.clear();
+        sc.undo.clear();
+        sc.frees.clear();
     }
 }
 
@@ -686,7 +687,7 @@ fn held_by_this_thread(eng: &Engine, stripe: u32) -> bool {
         Some(p) => unsafe { &*(p as *const Tx<'_>) }
             .st
             .try_borrow()
-            .map(|st| st.sc.held.contains_key(&stripe))
+            .map(|st| st.lane.scratch.held.contains_key(&stripe))
             .unwrap_or(true),
         None => false,
     }
