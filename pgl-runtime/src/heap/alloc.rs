@@ -30,11 +30,14 @@ pub(crate) struct Run {
     block: u64,
     nblocks: u32,
     header: u64,
+    /// One bit per block, set while the block is allocated or reserved. Written under
+    /// `st`'s lock; read without it by `Heap::locate` (a reader holding an object's lock
+    /// sees every change to that object's bit made before the lock was taken).
+    bits: Box<[AtomicU64]>,
     st: Mutex<RunState>,
 }
 
 struct RunState {
-    bits: Vec<u64>,
     used: u32,
     owned: bool,
     pooled: bool,
@@ -238,8 +241,8 @@ impl Heap {
             block: self.classes.block(class),
             nblocks,
             header: self.classes.header(class),
+            bits: bits.into_iter().map(AtomicU64::new).collect(),
             st: Mutex::new(RunState {
-                bits,
                 used,
                 owned: false,
                 pooled: false,
@@ -302,8 +305,7 @@ impl Heap {
                 if idx >= run.nblocks {
                     return bad("past the last block of its run");
                 }
-                let st = run.st.lock();
-                if st.bits[idx as usize / 64] & (1 << (idx % 64)) == 0 {
+                if run.bits[idx as usize / 64].load(Ordering::Acquire) & (1 << (idx % 64)) == 0 {
                     return bad("not allocated (freed, or never allocated)");
                 }
                 Ok(ObjPlace {
@@ -360,7 +362,7 @@ impl Heap {
                     arena.current[class as usize] = None;
                     continue;
                 }
-                if let Some(idx) = take_bit(&mut st, run.nblocks) {
+                if let Some(idx) = take_bit(&run.bits, &mut st, run.nblocks) {
                     drop(st);
                     meta.set_bits(run.word_offset(idx), 1 << (idx % 64));
                     undo.push(HeapUndo::Block(run.clone(), idx));
@@ -421,8 +423,10 @@ impl Heap {
             block,
             nblocks,
             header: self.classes.header(class),
+            bits: (0..nblocks.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             st: Mutex::new(RunState {
-                bits: vec![0; nblocks.div_ceil(64) as usize],
                 used: 0,
                 owned: true,
                 pooled: false,
@@ -653,8 +657,9 @@ impl Heap {
     fn release_block(&self, run: &Arc<Run>, idx: u32) {
         let mut st = run.st.lock();
         let w = idx as usize / 64;
-        if st.bits[w] & (1 << (idx % 64)) != 0 {
-            st.bits[w] &= !(1 << (idx % 64));
+        let word = run.bits[w].load(Ordering::Relaxed);
+        if word & (1 << (idx % 64)) != 0 {
+            run.bits[w].store(word & !(1 << (idx % 64)), Ordering::Release);
             st.used -= 1;
             st.hint = st.hint.min(w);
         }
@@ -708,14 +713,16 @@ impl Heap {
     }
 }
 
-fn take_bit(st: &mut RunState, nblocks: u32) -> Option<u32> {
+/// Reserves a free block of a run (`bits`, `st` its state, locked by the caller).
+fn take_bit(bits: &[AtomicU64], st: &mut RunState, nblocks: u32) -> Option<u32> {
     if st.used >= nblocks {
         return None;
     }
-    let words = st.bits.len();
+    let words = bits.len();
     for i in 0..words {
         let w = (st.hint + i) % words;
-        let free = !st.bits[w];
+        let word = bits[w].load(Ordering::Relaxed);
+        let free = !word;
         if free == 0 {
             continue;
         }
@@ -724,7 +731,7 @@ fn take_bit(st: &mut RunState, nblocks: u32) -> Option<u32> {
         if idx >= nblocks {
             continue;
         }
-        st.bits[w] |= 1 << bit;
+        bits[w].store(word | 1 << bit, Ordering::Release);
         st.used += 1;
         st.hint = w;
         return Some(idx);
