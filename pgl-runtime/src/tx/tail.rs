@@ -10,6 +10,7 @@
 //! Invariant: a walk ends at a null link; a chain longer than `MAX_TAIL` or one that
 //! revisits an object is reported as `Error::Corrupt`, never followed forever.
 
+use super::buffer::Buffer;
 use super::Tx;
 use crate::{Error, Result};
 
@@ -26,6 +27,17 @@ pub(crate) fn link_at_end(bytes: &[u8]) -> Option<u64> {
     let mut b = [0u8; TAIL_LINK];
     b.copy_from_slice(&bytes[start..]);
     Some(u64::from_le_bytes(b))
+}
+
+/// Nulls the link that ends `buf`'s payload and marks it modified: the object owns no
+/// tail (a new object whose bytes were not filled must not own a freed object's).
+pub(crate) fn clear_link(buf: &mut Buffer) {
+    let Some(start) = buf.size.checked_sub(TAIL_LINK) else {
+        return;
+    };
+    let end = buf.size;
+    buf.payload_mut()[start..].fill(0);
+    buf.mark(start, end);
 }
 
 impl<'p> Tx<'p> {

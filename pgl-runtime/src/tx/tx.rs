@@ -356,9 +356,7 @@ impl<'p> Tx<'p> {
         if T::__OWNS_TAIL {
             // A stale link would make the new object own a freed object's groups (or
             // whatever now lives in their blocks).
-            let size = buf.size;
-            buf.payload_mut()[size - super::TAIL_LINK..].fill(0);
-            buf.mark(size - super::TAIL_LINK, size);
+            super::tail::clear_link(buf);
         }
         Ok(Oid::from_raw(off))
     }
@@ -555,8 +553,6 @@ impl<'p> Tx<'p> {
         while let Some(u) = st.lane.scratch.undo.pop() {
             self.eng.heap.undo(u);
         }
-        st.lane.scratch.frees.clear();
-        st.lane.scratch.meta.clear();
         self.lane.counters.add(Counter::Aborts, 1);
         self.release(&mut st);
     }
