@@ -1,5 +1,6 @@
 //! Crash consistency of the log on `CrashSim`: two threads append (building records in
-//! place, so a record's bytes are a function of its LSN) while one of them also reclaims;
+//! place, so a record's bytes are a function of its LSN, or, every other record of one
+//! thread, with `append` and a tag naming them) while one of them also reclaims;
 //! a crash point is captured at every fence of either thread. From each point the suite
 //! builds crash images (nothing pending reached media, everything did, random subsets of
 //! the pending 8-byte words), recovers each with `Log::open_sim` and requires:
@@ -61,6 +62,18 @@ fn fill(lsn: Lsn, buf: &mut [u8]) {
     buf[..8].copy_from_slice(&lsn.to_le_bytes());
 }
 
+/// Marks the first word of a record written with `append` (its LSN is not known before).
+const TAGGED: u64 = 1 << 63;
+
+/// The bytes of the `i`-th record thread `t` appends with `append`: a tag naming them
+/// first, so a stale one is caught by its order among its thread's tags.
+fn tagged(t: u64, i: u64, len: usize) -> Vec<u8> {
+    let tag = TAGGED | t << 32 | i;
+    let mut buf = vec![0; len];
+    fill(tag, &mut buf);
+    buf
+}
+
 /// What had been acknowledged when a point was captured.
 #[derive(Clone, Copy, Debug)]
 struct Acked {
@@ -105,15 +118,30 @@ fn check(log: &Log, a: Acked) -> Result<(), String> {
         ));
     }
     let mut want = r.start_lsn;
+    let mut last_tag = [None::<u64>; 2];
     for rec in log.iter() {
         let rec = rec.map_err(|e| format!("iter: {e}"))?;
         if rec.lsn != want {
             return Err(format!("LSN {} read where {want} was due", rec.lsn));
         }
+        let first = u64::from_le_bytes(rec.payload[..8].try_into().expect("8 bytes"));
+        // Built in place from its LSN, or appended with a tag.
+        let key = if first & TAGGED != 0 { first } else { rec.lsn };
         let mut bytes = vec![0; rec.payload.len()];
-        fill(rec.lsn, &mut bytes);
+        fill(key, &mut bytes);
         if rec.payload != bytes {
             return Err(format!("LSN {}: wrong bytes (a stale record?)", rec.lsn));
+        }
+        if first & TAGGED != 0 {
+            let t = ((first >> 32) & 1) as usize;
+            let i = first & 0xffff_ffff;
+            if last_tag[t].is_some_and(|l| l >= i) {
+                return Err(format!(
+                    "LSN {}: thread {t}'s append {i} after its append {:?} (a stale record?)",
+                    rec.lsn, last_tag[t]
+                ));
+            }
+            last_tag[t] = Some(i);
         }
         want += 1;
     }
@@ -186,10 +214,20 @@ fn suite(policy: ForcePolicy, per_thread: u64) -> u64 {
             let (log, p) = (&log, &progress);
             s.spawn(move || {
                 for i in 0..per_thread {
+                    // Every other record of thread 1 goes through `append` (under Sync, the
+                    // writer makes it durable itself); the rest are built in place.
+                    let appends = t == 1 && i % 2 == 0;
+                    let payload = tagged(t, i, len_of(t * 7 + i));
                     let lsn = loop {
+                        let got = if appends {
+                            log.append(&payload).map(Err)
+                        } else {
+                            log.reserve(len_of(t * 7 + i)).map(Ok)
+                        };
                         // Build in place: the bytes depend on the LSN reserve hands out.
-                        let mut res = match log.reserve(len_of(t * 7 + i)) {
-                            Ok(r) => r,
+                        let mut res = match got {
+                            Ok(Ok(r)) => r,
+                            Ok(Err(lsn)) => break lsn,
                             Err(pgl::Error::LogFull { .. }) => {
                                 // Full: force what is complete and free all but the last.
                                 let done = log.completed_lsn();

@@ -334,12 +334,34 @@ impl Media {
     /// As for [`Media::write`].
     #[inline]
     pub(crate) unsafe fn write_durable(&self, off: u64, src: &[u8]) {
+        // SAFETY: the caller's contract.
+        unsafe { self.write_durable_from(off, src, STREAM_MIN) }
+    }
+
+    /// [`Media::write_durable`] streaming at any length: for bytes nothing will read back
+    /// soon, into lines probably not cached (streaming skips reading them in first). Pieces
+    /// of 16-byte granules that `src` only partly covers are stored and flushed instead.
+    ///
+    /// # Safety
+    /// As for [`Media::write`].
+    #[inline]
+    pub(crate) unsafe fn write_streamed(&self, off: u64, src: &[u8]) {
+        // SAFETY: the caller's contract.
+        unsafe { self.write_durable_from(off, src, 0) }
+    }
+
+    /// `write_durable`, streaming copies of at least `min` bytes.
+    ///
+    /// # Safety
+    /// As for [`Media::write`].
+    #[inline]
+    unsafe fn write_durable_from(&self, off: u64, src: &[u8], min: usize) {
         let streams = matches!(self.backing, Backing::File { .. })
             && matches!(
                 self.mode,
                 FlushMode::Clwb | FlushMode::Clflushopt | FlushMode::Clflush
             );
-        if streams && src.len() >= STREAM_MIN {
+        if streams && src.len() >= min {
             // SAFETY: bounds and ownership are the caller's contract.
             let parts = unsafe { stream_copy(self.ptr(off), src) };
             for (p, n) in parts {
