@@ -224,6 +224,19 @@ impl Parity {
         });
     }
 
+    /// Prefetches the parity bytes of `[off, off + len)`: issued while a commit's log
+    /// record drains, so that `write` finds them cached after the fence.
+    pub(crate) fn prefetch(&self, media: &Media, off: u64, len: u64) {
+        if !self.enabled {
+            return;
+        }
+        self.each_page(off, len, |parity, _, n| {
+            if let Some(parity) = parity {
+                media.prefetch(parity, n);
+            }
+        });
+    }
+
     /// Flushes the parity bytes of `[off, off + len)` (updated by `write` or `update_new`).
     pub(crate) fn flush(&self, media: &Media, off: u64, len: u64) {
         if !self.enabled {

@@ -154,6 +154,19 @@ pub(crate) unsafe fn flush_lines(mode: FlushMode, p: *const u8, len: usize) {
     }
 }
 
+/// Asks the CPU to bring the lines of `[p, p + len)` into its cache, without waiting.
+/// A hint: it never faults and changes no memory, whatever the address.
+#[inline]
+pub(crate) fn prefetch_lines(p: *const u8, len: usize) {
+    let start = (p as usize) & !63;
+    let end = p as usize + len;
+    let mut line = start;
+    while line < end {
+        cpu::prefetch(line as *const u8);
+        line += 64;
+    }
+}
+
 /// Copies `src` to `dst` with non-temporal (streaming) stores where both are 16-byte
 /// granules, plain stores elsewhere; returns the ranges `(ptr, len)` of up to two partial
 /// head/tail pieces that went through the cache and still need a cache-line flush.
@@ -248,6 +261,14 @@ mod cpu {
         unsafe { core::arch::x86_64::_mm_sfence() }
     }
 
+    #[inline(always)]
+    pub(super) fn prefetch(p: *const u8) {
+        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: prefetch is a hint that never faults, whatever the address, and is
+        // baseline on x86_64 (SSE).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) }
+    }
+
     /// Streams `len` bytes (a multiple of 16) from `src` to the 16-byte aligned `dst`.
     ///
     /// # Safety
@@ -282,6 +303,8 @@ mod cpu {
     pub(super) fn detect() -> FlushMode {
         FlushMode::Msync
     }
+    #[inline(always)]
+    pub(super) fn prefetch(_p: *const u8) {}
     #[inline(always)]
     pub(super) unsafe fn write_back(_mode: FlushMode, _p: *const u8) {}
     #[inline(always)]

@@ -230,6 +230,15 @@ impl Media {
         unsafe { self.base.add(off as usize) }
     }
 
+    /// Asks the CPU to bring `[off, off + len)` into its cache without waiting (a hint for
+    /// bytes about to be read; nothing happens to ranges outside the pool).
+    #[inline]
+    pub(crate) fn prefetch(&self, off: u64, len: u64) {
+        if off.saturating_add(len) <= self.len() {
+            super::flush::prefetch_lines(self.ptr(off), len as usize);
+        }
+    }
+
     /// Writes back `[off, off + len)` towards media (durable after the next `fence`).
     #[inline]
     pub(crate) fn flush(&self, off: u64, len: u64) {

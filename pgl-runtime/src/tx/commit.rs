@@ -536,6 +536,11 @@ impl Tx<'_> {
         }
         // 3c. new objects, straight into their still-free space
         let mut written = self.write_new_objects(news, hdrs);
+        // The parity the apply step reads, fetched while the record drains (a 4 KiB
+        // object's parity is 64 lines nobody has read lately).
+        for it in items {
+            eng.parity.prefetch(media, it.off, it.len as u64);
+        }
         // 3d. retire marks that may not be durable yet, and the ordering point
         self.eng.fence_with_retires(Some(self.lane.idx), touched);
         self.new_objects_written(news, hdrs);
