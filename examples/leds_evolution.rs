@@ -436,7 +436,7 @@ struct Setup {
 
 impl Setup {
     fn config(&self) -> Config {
-        // One lane must hold the Manual migration of every node in one transaction.
+        // Large lanes: the Manual migration runs in a handful of big transactions.
         let mut c = Config::new("leds-evolution").size(128 << 20);
         c.lanes = 2;
         c.lane_size = 16 << 20;
@@ -548,7 +548,7 @@ struct Sample {
     upgrades: u64,
 }
 
-/// Manual: migrate every node and the root of `map` in one transaction.
+/// Manual: migrate every node and the root of `map`.
 fn migrate(pool: &Pool, map: Map, change: Change) -> pgl::Result<usize> {
     let m = pool.migration();
     let remap = match (map, change) {

@@ -1,6 +1,6 @@
 //! The Reset and Manual retention models: `Pool::reset` / `Pool::open_or_reset`, and
 //! `Pool::migrate` / `Pool::migration`, which rewrite every object of the old types as
-//! new types in one transaction (root included).
+//! new types (root included), in as many transactions as their size needs.
 
 mod support;
 
@@ -96,6 +96,70 @@ fn manual_migration_rewrites_every_object_and_moves_the_root() {
     assert!(pool
         .objects()
         .unwrap()
+        .iter()
+        .all(|(_, h)| h.type_id == <new::Node as Persistent>::TYPE_ID));
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
+fn a_migration_many_times_larger_than_a_lane_runs_in_batches() {
+    let p = path("batches");
+    let mut cfg = Config::small("retain");
+    cfg.lane_size = 16 << 10; // a small lane: about 200 new objects' worth of record
+    let pool = Pool::create(&p, &cfg).unwrap();
+    let root = pool.root::<old::Node>().unwrap();
+    const N: u32 = 2000;
+    for lo in (1..N).step_by(40).rev() {
+        pool.tx(|tx| {
+            let mut next = tx.get(root)?.next;
+            for key in (lo..(lo + 40).min(N)).rev() {
+                next = tx.alloc(old::Node {
+                    key,
+                    value: key * 3,
+                    next,
+                })?;
+            }
+            tx.open(root)?.next = next;
+            Ok(())
+        })
+        .unwrap();
+    }
+    let commits = pool.stats().commits;
+    let remap = pool
+        .migrate::<old::Node, new::Node>(|o, r| new::Node {
+            key: u64::from(o.key),
+            next: r.oid(o.next),
+            value: o.value,
+            _pad: 0,
+        })
+        .unwrap();
+    assert_eq!(remap.len(), N as usize, "every node and the root");
+    assert!(
+        pool.stats().commits - commits > 20,
+        "{} commits",
+        pool.stats().commits - commits
+    );
+    drop(pool);
+
+    let pool = Pool::open(&p, "retain").unwrap();
+    let root = pool.root::<new::Node>().unwrap();
+    let mut cur = pool.get(root).unwrap().next;
+    let mut key = 1u64;
+    while !cur.is_null() {
+        let n = pool.get(cur).unwrap();
+        assert_eq!((n.key, n.value), (key, key as u32 * 3));
+        cur = n.next;
+        key += 1;
+    }
+    assert_eq!(key, u64::from(N));
+    let objects = pool.objects().unwrap();
+    assert_eq!(
+        objects.len(),
+        N as usize,
+        "no old node, no journal page left"
+    );
+    assert!(objects
         .iter()
         .all(|(_, h)| h.type_id == <new::Node as Persistent>::TYPE_ID));
     drop(pool);

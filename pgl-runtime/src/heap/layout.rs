@@ -12,6 +12,8 @@
 //!   0     root oid   u64   (zone 0 only; 0 = no root yet)
 //!   8     checksum   u64   Adler-32 of the copy with this word read as zero, XOR the
 //!                          Adler-32 of as many zero bytes (so a zeroed copy is valid)
+//!   16    journal    u64   (zone 0 only) the Manual migration under way (`leds::journal`);
+//!                          0 = none
 //!   1024  chunk table: one u64 entry per chunk of the zone (entry 0 unused)
 //!   R     type registry (zone 0 only): R = the end of the chunk table, rounded up to a
 //!         line; its first line holds the entry count (u64), entries follow, 64 bytes each,
@@ -45,6 +47,9 @@ pub const CHECKSUM_PREFIX: usize = 20;
 pub const ROOT_OFFSET: u64 = 0;
 /// Offset of a zone metadata copy's checksum word.
 pub const META_SUM_OFFSET: u64 = 8;
+/// Offset of the migration-journal word in zone 0's metadata chunk (0 in pools that never
+/// ran a migration in several transactions, as in older pools).
+pub const JOURNAL_OFFSET: u64 = 16;
 /// Bytes of one type-registry entry (and of the registry's count line).
 pub const REGISTRY_ENTRY: u64 = 64;
 /// The most types one pool registers.

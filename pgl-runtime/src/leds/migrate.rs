@@ -2,12 +2,16 @@
 //! of an old type is rewritten as a new type, oids between them remapped, the old ones
 //! freed and the root moved.
 //!
-//! Invariant: a migration is one transaction, however many types it converts: new objects
-//! allocated, converted, references remapped, old objects freed, the root moved. A crash
-//! leaves the pool wholly before or wholly after it, so no object of a new type ever holds
-//! the oid of a freed old one. Its size is bounded by what one transaction may log
-//! (`Error::TxTooLarge` otherwise, with nothing changed).
+//! A migration runs in as many transactions as its size needs, recorded in a journal
+//! (`leds::journal`): new objects are allocated, then converted, while nothing reachable
+//! points to them; one transaction moves the root and marks the journal "freeing"; the old
+//! objects are then freed. Invariant: after a crash the pool's reachable data is wholly
+//! old (before the switch) or wholly new (after it), and the next `run` of the migration
+//! first rolls the interrupted one back (freeing its new objects) or finishes it (freeing
+//! the old ones), so no object is leaked and no object of a new type ever holds the oid
+//! of a freed old one.
 
+use super::journal::{Journal, State};
 use crate::persistent::{Oid, Persistent};
 use crate::pool::Pool;
 use crate::tx::Tx;
@@ -38,6 +42,10 @@ impl Remap {
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
+
+    pub(crate) fn insert(&mut self, old: u64, new: u64) {
+        self.map.insert(old, new);
+    }
 }
 
 /// One old-type-to-new-type conversion of a migration.
@@ -46,9 +54,12 @@ trait Step {
     fn old(&self) -> (u32, u64);
     /// The new type's id.
     fn new_id(&self) -> u32;
+    /// Payload bytes of a new object (what converting one logs).
+    fn new_size(&self) -> u64;
     fn alloc_new(&self, tx: &Tx<'_>) -> Result<u64>;
     fn convert(&mut self, tx: &Tx<'_>, remap: &Remap, old: u64, new: u64) -> Result<()>;
     fn free_old(&self, tx: &Tx<'_>, old: u64) -> Result<()>;
+    fn free_new(&self, tx: &Tx<'_>, new: u64) -> Result<()>;
 }
 
 struct Conversion<Old, New, F> {
@@ -67,8 +78,13 @@ impl<Old: Persistent, New: Persistent, F: FnMut(&Old, &Remap) -> New> Step
         New::TYPE_ID
     }
 
+    fn new_size(&self) -> u64 {
+        core::mem::size_of::<New>() as u64
+    }
+
     fn alloc_new(&self, tx: &Tx<'_>) -> Result<u64> {
-        tx.alloc_zeroed::<New>().map(Oid::raw)
+        // Every byte is written by `convert` before anything points to it.
+        tx.alloc_unzeroed::<New>().map(Oid::raw)
     }
 
     fn convert(&mut self, tx: &Tx<'_>, remap: &Remap, old: u64, new: u64) -> Result<()> {
@@ -80,17 +96,22 @@ impl<Old: Persistent, New: Persistent, F: FnMut(&Old, &Remap) -> New> Step
     fn free_old(&self, tx: &Tx<'_>, old: u64) -> Result<()> {
         tx.free(Oid::<Old>::from_raw(old))
     }
+
+    fn free_new(&self, tx: &Tx<'_>, new: u64) -> Result<()> {
+        tx.free(Oid::<New>::from_raw(new))
+    }
 }
 
 /// A Manual-model migration under construction: [`Pool::migration`], one
 /// [`convert`](Migration::convert) per type that changes, then [`run`](Migration::run).
 /// Converting several types in one migration lets each remap oids of the others (a root
-/// holding nodes, nodes holding nodes) in the same crash-atomic transaction.
+/// holding nodes, nodes holding nodes), all made reachable by one crash-atomic switch.
 #[must_use = "a migration does nothing until `run`"]
 pub struct Migration<'a> {
     pool: &'a Pool,
     steps: Vec<Box<dyn Step + 'a>>,
     error: Option<Error>,
+    batch: Option<usize>,
 }
 
 impl<'a> Migration<'a> {
@@ -136,61 +157,248 @@ impl<'a> Migration<'a> {
         self
     }
 
-    /// Runs the migration in one transaction (holding the pool's root lock, so
-    /// `pool.root` waits for it): allocates a new object for every old one, converts
-    /// them, frees the old ones and moves the root if it was one of them. Oids of old
-    /// objects held by objects of types it does not convert are the caller's to remap
-    /// (with the returned map); convert those types too to keep it one transaction.
+    /// Converts at most `n` objects per transaction (default: as many as half a lane
+    /// holds). Smaller batches log less per commit; any size is crash-safe.
+    pub fn batch(mut self, n: usize) -> Self {
+        self.batch = Some(n.max(1));
+        self
+    }
+
+    /// Runs the migration, holding the pool's root lock (so `pool.root` waits for it):
+    /// allocates a new object for every old one, converts them, moves the root if it was
+    /// one of them, frees the old ones. It takes as many transactions as its size needs
+    /// (see [`batch`](Self::batch)); a crash anywhere leaves the pool's reachable data
+    /// wholly old or wholly new, and the next `run` of the same conversions first rolls
+    /// the interrupted migration back (before its switch) or finishes it (after), then
+    /// converts whatever is still old. Oids of old objects held by objects of types it
+    /// does not convert are the caller's to remap (with the returned map); convert those
+    /// types too to keep them consistent.
     ///
-    /// The old objects are listed before the transaction starts: run it while no other
-    /// thread creates or frees objects of the old types (as a program upgrading its data
-    /// at start-up does).
+    /// The old objects are listed when it starts: run it while no other thread creates or
+    /// frees objects of the old types (as a program upgrading its data at start-up does).
     pub fn run(self) -> Result<Remap> {
         let Migration {
             pool,
             mut steps,
             error,
+            batch,
         } = self;
         if let Some(e) = error {
             return Err(e);
         }
-        let objects = pool.objects()?;
-        let olds: Vec<Vec<u64>> = steps
-            .iter()
-            .map(|s| {
-                let (id, size) = s.old();
-                objects
-                    .iter()
-                    .filter(|(_, h)| h.type_id == id && h.size == size)
-                    .map(|&(off, _)| off)
-                    .collect()
-            })
-            .collect();
-        pool.with_root_word(|root_word, root| {
+        let lane = pool.lane_capacity();
+        let anchor = pool.journal_word_offset();
+        pool.with_root_word(|root_word, _| {
+            if let Some(remap) = resume(pool, &steps, anchor, batch, lane)? {
+                return Ok(remap);
+            }
+            let root = pool.meta_word(root_word);
+            let objects = pool.objects()?;
+            let olds: Vec<Vec<u64>> = steps
+                .iter()
+                .map(|s| {
+                    let (id, size) = s.old();
+                    objects
+                        .iter()
+                        .filter(|(_, h)| h.type_id == id && h.size == size)
+                        .map(|&(off, _)| off)
+                        .collect()
+                })
+                .collect();
+            if olds.iter().all(Vec::is_empty) {
+                return Ok(Remap::default());
+            }
+            // New objects, recorded as they are made: nothing reachable points to them.
+            let mut journal = pool.tx(|tx| Journal::create(tx, anchor))?;
+            for (step, olds) in steps.iter().zip(&olds) {
+                let n = batch.unwrap_or_else(|| fit(lane, 96));
+                in_batches(pool, olds, n, &mut journal, |tx, j, chunk| {
+                    for &old in chunk {
+                        let new = step.alloc_new(tx)?;
+                        j.push(tx, old, new)?;
+                    }
+                    Ok(())
+                })?;
+            }
+            let remap = pool.tx(|tx| journal.remap(tx))?;
+            // Converted, with every oid of the migration remapped.
+            for (step, olds) in steps.iter_mut().zip(&olds) {
+                let n = batch.unwrap_or_else(|| fit(lane, 2 * step.new_size() + 128));
+                in_batches(pool, olds, n, &mut journal, |tx, _, chunk| {
+                    for &old in chunk {
+                        step.convert(tx, &remap, old, remap.map[&old])?;
+                    }
+                    Ok(())
+                })?;
+            }
+            // The switch: the new objects become the reachable ones.
             pool.tx(|tx| {
-                let mut remap = Remap::default();
-                for (step, olds) in steps.iter().zip(&olds) {
-                    for &off in olds {
-                        remap.map.insert(off, step.alloc_new(tx)?);
-                    }
-                }
-                for (step, olds) in steps.iter_mut().zip(&olds) {
-                    for &off in olds {
-                        step.convert(tx, &remap, off, remap.map[&off])?;
-                    }
-                }
-                for (step, olds) in steps.iter().zip(&olds) {
-                    for &off in olds {
-                        step.free_old(tx, off)?;
-                    }
-                }
+                journal.switch(tx)?;
                 if let Some(&new) = remap.map.get(&root) {
                     tx.set_meta_word(root_word, new);
                 }
-                Ok(remap)
-            })
+                Ok(())
+            })?;
+            let by_old: HashMap<u64, usize> = olds
+                .iter()
+                .enumerate()
+                .flat_map(|(k, olds)| olds.iter().map(move |&o| (o, k)))
+                .collect();
+            finish(pool, &steps, &journal, 0, &by_old, batch, lane, anchor)?;
+            Ok(remap)
         })
     }
+}
+
+/// Objects per transaction when each logs about `per_object` bytes: half a lane's worth.
+fn fit(lane: u64, per_object: u64) -> usize {
+    (lane / 2 / per_object.max(1)).clamp(1, 4096) as usize
+}
+
+/// Runs `f` over `items` in transactions of up to `n` items; a batch too large for a lane
+/// is split (its transaction aborted, nothing of it done) and the journal's DRAM position
+/// restored.
+fn in_batches(
+    pool: &Pool,
+    items: &[u64],
+    mut n: usize,
+    journal: &mut Journal,
+    mut f: impl FnMut(&Tx<'_>, &mut Journal, &[u64]) -> Result<()>,
+) -> Result<()> {
+    let mut i = 0;
+    while i < items.len() {
+        let k = n.min(items.len() - i);
+        let mark = journal.mark();
+        match pool.tx(|tx| {
+            journal.reset(mark);
+            f(tx, journal, &items[i..i + k])
+        }) {
+            Ok(()) => i += k,
+            Err(e) => {
+                journal.reset(mark);
+                match e {
+                    Error::TxTooLarge { .. } if k > 1 => n = k / 2,
+                    e => return Err(e),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The step converting or producing each object of `offs`, by its type.
+fn steps_by_type(
+    pool: &Pool,
+    steps: &[Box<dyn Step + '_>],
+    offs: impl Iterator<Item = u64>,
+    new: bool,
+) -> Result<HashMap<u64, usize>> {
+    let types: HashMap<u64, u32> = pool
+        .objects()?
+        .into_iter()
+        .map(|(off, h)| (off, h.type_id))
+        .collect();
+    offs.map(|off| {
+        let id = types.get(&off).copied();
+        steps
+            .iter()
+            .position(|s| Some(if new { s.new_id() } else { s.old().0 }) == id)
+            .map(|k| (off, k))
+            .ok_or_else(|| {
+                Error::config(format!(
+                    "a migration interrupted by a crash holds the object at {off:#x} (type id \
+                     {id:#x?}), which none of this migration's conversions {}; run the \
+                     interrupted migration's conversions to finish it",
+                    if new { "produces" } else { "converts" }
+                ))
+            })
+    })
+    .collect()
+}
+
+/// Deals with a migration a crash interrupted: rolls it back if it had not switched
+/// (`None`: this migration then runs), finishes it if it had (its remap).
+fn resume(
+    pool: &Pool,
+    steps: &[Box<dyn Step + '_>],
+    anchor: u64,
+    batch: Option<usize>,
+    lane: u64,
+) -> Result<Option<Remap>> {
+    let head = pool.meta_word(anchor);
+    if head == 0 {
+        return Ok(None);
+    }
+    let (journal, state, freed) = pool.tx(|tx| Journal::load(tx, head))?;
+    let pairs = pool.tx(|tx| journal.pairs(tx, 0, journal.len()))?;
+    match state {
+        State::Freeing => {
+            let remap = pool.tx(|tx| journal.remap(tx))?;
+            let olds = pairs[freed..].iter().map(|p| p.0);
+            let by_old = steps_by_type(pool, steps, olds, false)?;
+            finish(pool, steps, &journal, freed, &by_old, batch, lane, anchor)?;
+            Ok(Some(remap))
+        }
+        State::Building => {
+            let news = pairs.iter().map(|p| p.1).filter(|&n| n != 0);
+            let by_new = steps_by_type(pool, steps, news, true)?;
+            let todo: Vec<usize> = (0..pairs.len()).filter(|&i| pairs[i].1 != 0).collect();
+            let mut n = batch.unwrap_or_else(|| fit(lane, 64));
+            let mut at = 0;
+            while at < todo.len() {
+                let k = n.min(todo.len() - at);
+                let r = pool.tx(|tx| {
+                    for &i in &todo[at..at + k] {
+                        let new = pairs[i].1;
+                        steps[by_new[&new]].free_new(tx, new)?;
+                        journal.clear_new(tx, i)?;
+                    }
+                    Ok(())
+                });
+                match r {
+                    Ok(()) => at += k,
+                    Err(Error::TxTooLarge { .. }) if k > 1 => n = k / 2,
+                    Err(e) => return Err(e),
+                }
+            }
+            pool.tx(|tx| journal.delete(tx, anchor))?;
+            Ok(None)
+        }
+    }
+}
+
+/// Frees the old objects of the journal's pairs from `from` on (each by the step that
+/// converted it, `by_old`), recording the progress in the journal, then deletes the
+/// journal.
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    pool: &Pool,
+    steps: &[Box<dyn Step + '_>],
+    journal: &Journal,
+    from: usize,
+    by_old: &HashMap<u64, usize>,
+    batch: Option<usize>,
+    lane: u64,
+    anchor: u64,
+) -> Result<()> {
+    let total = journal.len();
+    let mut n = batch.unwrap_or_else(|| fit(lane, 64));
+    let mut at = from;
+    while at < total {
+        let k = n.min(total - at);
+        let r = pool.tx(|tx| {
+            for (old, _) in journal.pairs(tx, at, at + k)? {
+                steps[by_old[&old]].free_old(tx, old)?;
+            }
+            journal.set_freed(tx, at + k)
+        });
+        match r {
+            Ok(()) => at += k,
+            Err(Error::TxTooLarge { .. }) if k > 1 => n = k / 2,
+            Err(e) => return Err(e),
+        }
+    }
+    pool.tx(|tx| journal.delete(tx, anchor))
 }
 
 impl Pool {
@@ -201,11 +409,12 @@ impl Pool {
             pool: self,
             steps: Vec::new(),
             error: None,
+            batch: None,
         }
     }
 
     /// The Manual model for one type: rewrites every object of type `Old` as a `New`
-    /// computed by `convert`, in one transaction; see [`Migration`]. Returns the map.
+    /// computed by `convert`; see [`Migration`]. Returns the map.
     pub fn migrate<Old: Persistent, New: Persistent>(
         &self,
         convert: impl FnMut(&Old, &Remap) -> New,

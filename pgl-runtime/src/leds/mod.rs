@@ -4,6 +4,7 @@
 
 mod chain;
 mod extendible;
+mod journal;
 mod link;
 mod migrate;
 mod reset;

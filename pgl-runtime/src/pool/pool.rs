@@ -656,6 +656,24 @@ impl Pool {
         self.inner.eng.geo.chunk_offset(0, 0) + ROOT_OFFSET
     }
 
+    /// Offset of zone 0's migration-journal word (see `leds::journal`).
+    pub(crate) fn journal_word_offset(&self) -> u64 {
+        self.inner.eng.geo.chunk_offset(0, 0) + crate::heap::layout::JOURNAL_OFFSET
+    }
+
+    /// The zone metadata word at `off` (the root or journal word), read in place. Call it
+    /// under `root_lock` (`with_root_word`), where those words change.
+    pub(crate) fn meta_word(&self, off: u64) -> u64 {
+        // SAFETY: callers pass a metadata word of zone 0 (inside the pool, 8-byte aligned);
+        // it changes only under root_lock, which they hold.
+        unsafe { self.inner.eng.media.read_u64(off) }
+    }
+
+    /// Bytes one transaction's redo record may hold.
+    pub(crate) fn lane_capacity(&self) -> u64 {
+        self.inner.eng.geo.lane_size
+    }
+
     /// Runs `f` with the root word's offset and the root oid it holds, under `root_lock`:
     /// the root changes only there, so `f`'s transaction may move it (`leds`'s migration
     /// moves the root with the objects it converts), as `root` does when creating it.

@@ -1,0 +1,236 @@
+//! The journal of a Manual migration: what a migration run in many transactions has done,
+//! so that one a crash interrupted is rolled back or finished by the next `run`.
+//!
+//! ```text
+//! anchor: zone 0's metadata word JOURNAL_OFFSET (0 = no migration under way), set and
+//!         cleared in transactions like the root word
+//! head page (a JournalPage object, 512 u64 words):
+//!   0  magic    u64   JOURNAL_MAGIC
+//!   1  state    u64   1 = building (new objects being allocated and converted; nothing
+//!                     reachable points to them), 2 = freeing (the switch committed: the
+//!                     old objects are unreachable and being freed)
+//!   2  pairs    u64   (old, new) pairs recorded
+//!   3  freed    u64   while freeing: old objects of the first `freed` pairs are freed
+//!   4  first    u64   offset of the first pair page (0 = none)
+//! pair page (a JournalPage object):
+//!   0  next     u64   offset of the next pair page (0 = none)
+//!   1  (zero)
+//!   2… pairs: old u64, new u64; new = 0 once a roll-back freed it
+//! ```
+//!
+//! Invariant: every change to the journal is made in the transaction whose work it
+//! records, so the journal and the heap never disagree after a crash.
+
+use super::migrate::Remap;
+use crate::persistent::{fnv1a64, fold_type_id, Oid, Persistent};
+use crate::tx::Tx;
+use crate::{Error, Result};
+
+/// Words of a journal page (4 KiB).
+const WORDS: usize = 512;
+/// Pairs a pair page holds.
+const PER_PAGE: usize = (WORDS - 2) / 2;
+/// "PGLMIGR1".
+const JOURNAL_MAGIC: u64 = u64::from_le_bytes(*b"PGLMIGR1");
+const MAGIC: usize = 0;
+const STATE: usize = 1;
+const PAIRS: usize = 2;
+const FREED: usize = 3;
+const FIRST: usize = 4;
+const NEXT: usize = 0;
+
+/// The two states of a journal (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum State {
+    Building = 1,
+    Freeing = 2,
+}
+
+/// One page of a migration journal.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub(crate) struct JournalPage([u64; WORDS]);
+
+// SAFETY: a transparent array of u64: valid for every bit pattern, no padding, no pointers
+// (offsets, checked on use like oids), alignment 8 <= MAX_ALIGN, size 4096.
+unsafe impl Persistent for JournalPage {
+    const TYPE_ID: u32 = fold_type_id(fnv1a64(b"pgl::MigrationJournal", 0));
+    const LAYOUT: u64 = fnv1a64(b"pgl::MigrationJournal", WORDS as u64);
+    const TYPE_NAME: &'static str = "MigrationJournal";
+}
+
+/// A journal and where its next pair goes (the DRAM side; `mark`/`reset` undo what an
+/// aborted transaction added).
+pub(crate) struct Journal {
+    head: Oid<JournalPage>,
+    /// The pair pages, in order.
+    pages: Vec<Oid<JournalPage>>,
+    /// Pairs recorded.
+    pairs: usize,
+}
+
+/// The journal's DRAM position, to go back to when a transaction aborts.
+#[derive(Clone, Copy)]
+pub(crate) struct Mark(usize, usize);
+
+fn corrupt(head: u64, detail: String) -> Error {
+    Error::Corrupt {
+        what: "migration journal",
+        offset: head,
+        detail,
+    }
+}
+
+impl Journal {
+    /// Starts a journal in `tx` (building, no pairs) and names it in the anchor word.
+    pub(crate) fn create(tx: &Tx<'_>, anchor: u64) -> Result<Journal> {
+        let mut words = [0u64; WORDS];
+        words[MAGIC] = JOURNAL_MAGIC;
+        words[STATE] = State::Building as u64;
+        let head = tx.alloc(JournalPage(words))?;
+        tx.set_meta_word(anchor, head.raw());
+        Ok(Journal {
+            head,
+            pages: Vec::new(),
+            pairs: 0,
+        })
+    }
+
+    /// Reads the journal the anchor names (`head`, not 0): its state and its pages.
+    pub(crate) fn load(tx: &Tx<'_>, head: u64) -> Result<(Journal, State, usize)> {
+        let h = tx.get(Oid::<JournalPage>::from_raw(head))?;
+        if h.0[MAGIC] != JOURNAL_MAGIC {
+            return Err(corrupt(head, "its magic word is wrong".into()));
+        }
+        let state = match h.0[STATE] {
+            1 => State::Building,
+            2 => State::Freeing,
+            s => return Err(corrupt(head, format!("unknown state {s}"))),
+        };
+        let (pairs, freed) = (h.0[PAIRS] as usize, h.0[FREED] as usize);
+        let mut pages = Vec::new();
+        let mut next = h.0[FIRST];
+        drop(h);
+        while next != 0 {
+            if pages.len() * PER_PAGE > pairs {
+                return Err(corrupt(
+                    head,
+                    format!("more pages than its {pairs} pairs need"),
+                ));
+            }
+            let p = Oid::<JournalPage>::from_raw(next);
+            next = tx.get(p)?.0[NEXT];
+            pages.push(p);
+        }
+        if pages.len() * PER_PAGE < pairs || freed > pairs {
+            return Err(corrupt(
+                head,
+                format!(
+                    "{pairs} pairs ({freed} freed) in {} pages of {PER_PAGE}",
+                    pages.len()
+                ),
+            ));
+        }
+        Ok((
+            Journal {
+                head: Oid::from_raw(head),
+                pages,
+                pairs,
+            },
+            state,
+            freed,
+        ))
+    }
+
+    /// Pairs recorded.
+    pub(crate) fn len(&self) -> usize {
+        self.pairs
+    }
+
+    /// Where the journal stands, for `reset` after an aborted transaction.
+    pub(crate) fn mark(&self) -> Mark {
+        Mark(self.pages.len(), self.pairs)
+    }
+
+    /// Goes back to `m` (the transaction that went past it aborted).
+    pub(crate) fn reset(&mut self, m: Mark) {
+        self.pages.truncate(m.0);
+        self.pairs = m.1;
+    }
+
+    /// Records the pair (old, new) in `tx`.
+    pub(crate) fn push(&mut self, tx: &Tx<'_>, old: u64, new: u64) -> Result<()> {
+        let (page, slot) = (self.pairs / PER_PAGE, self.pairs % PER_PAGE);
+        if page == self.pages.len() {
+            let p = tx.alloc(JournalPage([0; WORDS]))?;
+            match self.pages.last() {
+                Some(&last) => tx.open(last)?.0[NEXT] = p.raw(),
+                None => tx.open(self.head)?.0[FIRST] = p.raw(),
+            }
+            self.pages.push(p);
+        }
+        let mut p = tx.open(self.pages[page])?;
+        p.0[2 + 2 * slot] = old;
+        p.0[3 + 2 * slot] = new;
+        drop(p);
+        self.pairs += 1;
+        tx.open(self.head)?.0[PAIRS] = self.pairs as u64;
+        Ok(())
+    }
+
+    /// Pairs `[from, to)`.
+    pub(crate) fn pairs(&self, tx: &Tx<'_>, from: usize, to: usize) -> Result<Vec<(u64, u64)>> {
+        let mut out = Vec::with_capacity(to - from);
+        let mut i = from;
+        while i < to {
+            let (page, slot) = (i / PER_PAGE, i % PER_PAGE);
+            let p = tx.get(self.pages[page])?;
+            let n = (PER_PAGE - slot).min(to - i);
+            for k in slot..slot + n {
+                out.push((p.0[2 + 2 * k], p.0[3 + 2 * k]));
+            }
+            i += n;
+        }
+        Ok(out)
+    }
+
+    /// Every pair, as the migration's remap.
+    pub(crate) fn remap(&self, tx: &Tx<'_>) -> Result<Remap> {
+        let mut r = Remap::default();
+        for (old, new) in self.pairs(tx, 0, self.pairs)? {
+            r.insert(old, new);
+        }
+        Ok(r)
+    }
+
+    /// Forgets the new object of pair `i` (a roll-back freed it), in `tx`.
+    pub(crate) fn clear_new(&self, tx: &Tx<'_>, i: usize) -> Result<()> {
+        let (page, slot) = (i / PER_PAGE, i % PER_PAGE);
+        tx.open(self.pages[page])?.0[3 + 2 * slot] = 0;
+        Ok(())
+    }
+
+    /// Moves to the freeing state, in `tx` (the transaction that moves the root).
+    pub(crate) fn switch(&self, tx: &Tx<'_>) -> Result<()> {
+        let mut h = tx.open(self.head)?;
+        h.0[STATE] = State::Freeing as u64;
+        h.0[FREED] = 0;
+        Ok(())
+    }
+
+    /// Records, in `tx`, that the old objects of the first `n` pairs are freed.
+    pub(crate) fn set_freed(&self, tx: &Tx<'_>, n: usize) -> Result<()> {
+        tx.open(self.head)?.0[FREED] = n as u64;
+        Ok(())
+    }
+
+    /// Frees the journal and clears the anchor, in `tx`.
+    pub(crate) fn delete(&self, tx: &Tx<'_>, anchor: u64) -> Result<()> {
+        for &p in &self.pages {
+            tx.free(p)?;
+        }
+        tx.free(self.head)?;
+        tx.set_meta_word(anchor, 0);
+        Ok(())
+    }
+}
