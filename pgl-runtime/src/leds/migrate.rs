@@ -89,7 +89,8 @@ impl<Old: Persistent, New: Persistent, F: FnMut(&Old, &Remap) -> New> Step
 
     fn convert(&mut self, tx: &Tx<'_>, remap: &Remap, old: u64, new: u64) -> Result<()> {
         let value = (self.convert)(&*tx.get(Oid::<Old>::from_raw(old))?, remap);
-        *tx.open(Oid::<New>::from_raw(new))? = value;
+        // Unreachable until the switch: written in place, not logged.
+        *tx.rewrite(Oid::<New>::from_raw(new))? = value;
         Ok(())
     }
 
@@ -223,7 +224,7 @@ impl<'a> Migration<'a> {
             let remap = pool.tx(|tx| journal.remap(tx))?;
             // Converted, with every oid of the migration remapped.
             for (step, olds) in steps.iter_mut().zip(&olds) {
-                let n = batch.unwrap_or_else(|| fit(lane, 2 * step.new_size() + 128));
+                let n = batch.unwrap_or_else(|| fit(lane, 96 + step.new_size() / 64));
                 in_batches(pool, olds, n, &mut journal, |tx, _, chunk| {
                     for &old in chunk {
                         step.convert(tx, &remap, old, remap.map[&old])?;
