@@ -57,7 +57,7 @@ fn len_of(k: u64) -> usize {
 /// The bytes of record `lsn`: its LSN first, so a record can never pass for another.
 fn fill(lsn: Lsn, buf: &mut [u8]) {
     for (i, b) in buf.iter_mut().enumerate() {
-        *b = (lsn as usize * 13 + i) as u8;
+        *b = (lsn as usize).wrapping_mul(13).wrapping_add(i) as u8;
     }
     buf[..8].copy_from_slice(&lsn.to_le_bytes());
 }
