@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::crash::{config, target_states, Rng, LAYOUT};
+use common::crash::{config, target_states, Rng};
 use pgl::{CrashPoint, CrashSim, Oid, PStr, Persistent, Pool};
 
 mod v0 {
@@ -88,6 +88,9 @@ mod manual {
         pub first: Oid<Item1>,
         pub count: u64,
     }
+    /// `#[extendible]`: a new object owns a tail, which the roll-back of an interrupted
+    /// migration must neither walk nor verify through a torn object.
+    #[pgl::extendible]
     #[derive(Persistent)]
     #[pgl(id = 0x1ed5_c104)]
     #[repr(C)]
@@ -95,6 +98,15 @@ mod manual {
         pub key: u64,
         pub next: Oid<Item1>,
         pub value: u64,
+    }
+
+    pub fn item1(key: u64, next: Oid<Item1>, value: u64) -> Item1 {
+        Item1 {
+            key,
+            next,
+            value,
+            __pgl_ext: pgl::__private::ExtLink::NULL,
+        }
     }
 }
 
@@ -104,7 +116,7 @@ const MARK: usize = 7;
 const NODES: usize = 3;
 
 /// A pool on a fresh device with `NODES` v0 nodes (keys 1, 2, 3) in root slots 0..3.
-fn setup() -> (std::sync::Arc<CrashSim>, Pool, Oid<Root>, u64) {
+fn setup() -> (std::sync::Arc<CrashSim>, Pool, Oid<Root>, pgl::Config) {
     let cfg = config(1);
     let capacity = cfg.size;
     let sim = CrashSim::new(capacity);
@@ -123,7 +135,7 @@ fn setup() -> (std::sync::Arc<CrashSim>, Pool, Oid<Root>, u64) {
         Ok(())
     })
     .unwrap();
-    (sim, pool, root, capacity)
+    (sim, pool, root, cfg)
 }
 
 /// What one node is after recovery: how many groups it carries, checked for content.
@@ -159,7 +171,7 @@ fn explore(
     what: &str,
     sim: &CrashSim,
     pool: &Pool,
-    capacity: u64,
+    cfg: &pgl::Config,
     op: impl FnOnce(&Pool),
     check: impl Fn(&Pool) -> Result<(), String>,
 ) {
@@ -177,12 +189,12 @@ fn explore(
     for (k, cp) in points.iter().enumerate() {
         for j in 0..per_point {
             let image = match j {
-                0 => cp.device(capacity, |_| false),
-                1 => cp.device(capacity, |_| true),
-                _ => cp.device(capacity, |_| rng.chance(500)),
+                0 => cp.device(cfg.size, |_| false),
+                1 => cp.device(cfg.size, |_| true),
+                _ => cp.device(cfg.size, |_| rng.chance(500)),
             };
             states += 1;
-            let verdict = match Pool::open_sim(&image, LAYOUT) {
+            let verdict = match Pool::open_sim_with(&image, cfg) {
                 Ok(p) => check(&p).and_then(|()| match p.verify_objects(|_, _| {}) {
                     Ok(bad) if bad.is_empty() => Ok(()),
                     Ok(bad) => Err(format!("damaged objects: {bad:?}")),
@@ -213,14 +225,14 @@ fn explore(
 
 #[test]
 fn crash_during_an_upgrade_leaves_the_object_unupgraded_or_fully_upgraded() {
-    let (sim, pool, root, capacity) = setup();
+    let (sim, pool, root, cfg) = setup();
     // One transaction upgrades node 0 from v0 to v2 (two groups), changes an extension
     // field of it, and sets a root word.
     explore(
         "upgrade v0 -> v2",
         &sim,
         &pool,
-        capacity,
+        &cfg,
         |pool| {
             pool.tx(|tx| {
                 let oid: Oid<v2::Node> = Oid::from_raw(tx.get(root)?[0]);
@@ -248,7 +260,7 @@ fn crash_during_an_upgrade_leaves_the_object_unupgraded_or_fully_upgraded() {
 
 #[test]
 fn crash_during_a_partial_upgrade_and_during_copy_and_free() {
-    let (sim, pool, root, capacity) = setup();
+    let (sim, pool, root, cfg) = setup();
     // Node 1 carries group 1 (written by a v1 program) before the op.
     pool.tx(|tx| {
         let oid: Oid<v1::Node> = Oid::from_raw(tx.get(root)?[1]);
@@ -259,7 +271,7 @@ fn crash_during_a_partial_upgrade_and_during_copy_and_free() {
         "upgrade v1 -> v2",
         &sim,
         &pool,
-        capacity,
+        &cfg,
         |pool| {
             pool.tx(|tx| {
                 let oid: Oid<v2::Node> = Oid::from_raw(tx.get(root)?[1]);
@@ -287,7 +299,7 @@ fn crash_during_a_partial_upgrade_and_during_copy_and_free() {
         "copy_ext",
         &sim,
         &pool,
-        capacity,
+        &cfg,
         |pool| {
             pool.tx(|tx| {
                 let oid: Oid<v2::Node> = Oid::from_raw(tx.get(root)?[1]);
@@ -320,7 +332,7 @@ fn crash_during_a_partial_upgrade_and_during_copy_and_free() {
         "free (with the chain)",
         &sim,
         &pool,
-        capacity,
+        &cfg,
         |pool| {
             pool.tx(|tx| {
                 let oid: Oid<v2::Node> = Oid::from_raw(tx.get(root)?[4]);
@@ -381,7 +393,8 @@ fn manual_state(p: &Pool) -> Result<(u8, Vec<u64>), String> {
 #[test]
 fn crash_during_a_manual_migration_leaves_it_old_or_new_and_the_next_run_completes_it() {
     use manual::*;
-    let cfg = config(1);
+    // Every read verifies its object: a torn object would fail the run after the crash.
+    let cfg = config(1).verify(pgl::VerifyPolicy::Conservative);
     let capacity = cfg.size;
     let sim = CrashSim::new(capacity);
     let pool = Pool::create_sim(&sim, &cfg).unwrap();
@@ -405,7 +418,7 @@ fn crash_during_a_manual_migration_leaves_it_old_or_new_and_the_next_run_complet
         "manual migration of a head and its list, two objects a transaction",
         &sim,
         &pool,
-        capacity,
+        &cfg,
         |pool| {
             let remap = migrate_manual(pool).unwrap();
             assert_eq!(remap.len(), 5);
@@ -452,10 +465,6 @@ fn migrate_manual(pool: &Pool) -> pgl::Result<pgl::Remap> {
             first: r.oid(h.first),
             count: h.count,
         })
-        .convert(|n: &Item0, r| Item1 {
-            key: u64::from(n.key) << 32,
-            next: r.oid(n.next),
-            value: u64::from(n.value),
-        })
+        .convert(|n: &Item0, r| item1(u64::from(n.key) << 32, r.oid(n.next), u64::from(n.value)))
         .run()
 }

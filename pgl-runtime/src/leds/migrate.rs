@@ -12,6 +12,7 @@
 //! of a freed old one.
 
 use super::journal::{Journal, State};
+use super::link::{ExtLink, LINK_SIZE};
 use crate::persistent::{Oid, Persistent};
 use crate::pool::Pool;
 use crate::tx::Tx;
@@ -89,8 +90,14 @@ impl<Old: Persistent, New: Persistent, F: FnMut(&Old, &Remap) -> New> Step
 
     fn convert(&mut self, tx: &Tx<'_>, remap: &Remap, old: u64, new: u64) -> Result<()> {
         let value = (self.convert)(&*tx.get(Oid::<Old>::from_raw(old))?, remap);
-        // Unreachable until the switch: written in place, not logged.
-        *tx.rewrite(Oid::<New>::from_raw(new))? = value;
+        let mut n = tx.open(Oid::<New>::from_raw(new))?;
+        *n = value;
+        if New::__OWNS_TAIL {
+            // A new object starts without extension groups (they are made on first
+            // access): a link the converter copied would share the old object's, which
+            // the roll-back or the freeing of the old objects then frees.
+            n.write_at(core::mem::size_of::<New>() - LINK_SIZE, &ExtLink::new(0));
+        }
         Ok(())
     }
 
@@ -119,7 +126,8 @@ impl<'a> Migration<'a> {
     /// Adds the conversion of every object of type `Old` to a `New` computed by `convert`
     /// (which gets the old-to-new [`Remap`] of the whole migration to translate the oids
     /// it holds). `Old` must be the definition the pool stored (same type id and layout);
-    /// `New` needs another type id.
+    /// `New` needs another type id. An `#[extendible]` `New` object starts without
+    /// extension groups: they are created, from their `init`s, on first access.
     pub fn convert<Old: Persistent, New: Persistent>(
         mut self,
         convert: impl FnMut(&Old, &Remap) -> New + 'a,
@@ -224,7 +232,7 @@ impl<'a> Migration<'a> {
             let remap = pool.tx(|tx| journal.remap(tx))?;
             // Converted, with every oid of the migration remapped.
             for (step, olds) in steps.iter_mut().zip(&olds) {
-                let n = batch.unwrap_or_else(|| fit(lane, 96 + step.new_size() / 64));
+                let n = batch.unwrap_or_else(|| fit(lane, 2 * step.new_size() + 128));
                 in_batches(pool, olds, n, &mut journal, |tx, _, chunk| {
                     for &old in chunk {
                         step.convert(tx, &remap, old, remap.map[&old])?;

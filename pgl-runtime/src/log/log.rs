@@ -554,6 +554,12 @@ impl Log {
     /// offset `from`) that their writers did not make durable themselves, in runs of
     /// neighbours; returns whether it flushed any.
     fn flush_others(&self, durable: Lsn, target: Lsn, from: u64) -> bool {
+        if self.policy != ForcePolicy::Sync {
+            // Only Sync appends make their own records durable: flush everything.
+            let end = self.ends[(target % RING) as usize].load(Ordering::Acquire);
+            self.flush_virtual(from, end);
+            return true;
+        }
         let mut flushed = false;
         let mut run: Option<u64> = None; // virtual start of the run being gathered
         let mut prev = from;

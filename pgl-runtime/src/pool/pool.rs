@@ -192,6 +192,12 @@ impl Pool {
         )
     }
 
+    /// [`Pool::open_sim`] with `config`'s run-time settings (verify policy, scrubbing,
+    /// flush mode); the pool keeps the parity and checksum modes it was created with.
+    pub fn open_sim_with(sim: &Arc<CrashSim>, config: &Config) -> Result<Pool> {
+        Self::from_media(Media::sim(sim.clone()), Some(&config.layout), config, true)
+    }
+
     fn format(media: &Media, geo: &Geometry, zones: u64, layout: &str, parity: bool) {
         let h = Header {
             version: FORMAT_VERSION,

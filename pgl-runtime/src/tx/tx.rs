@@ -361,33 +361,6 @@ impl<'p> Tx<'p> {
         Ok(Oid::from_raw(off))
     }
 
-    /// Opens an object that nothing reachable points to for rewriting, like a new one:
-    /// its changed ranges are written in place at commit, not logged (the record only
-    /// checks them, as for a new object). For an object allocated by an earlier
-    /// transaction and made reachable by a later one (a Manual migration's new objects):
-    /// a crash before this transaction commits may leave it torn, which is harmless only
-    /// while nothing reaches it. The handle starts with the object's bytes.
-    pub(crate) fn rewrite<T: Persistent>(&self, oid: Oid<T>) -> Result<Mut<'_, T>> {
-        self.check_layout::<T>(false)?;
-        let off = oid.raw();
-        {
-            let mut st = self.st.borrow_mut();
-            if self.buffer_of::<T>(&st, off)?.is_none() {
-                self.lock(&mut st, off, Held::Write)?;
-                let place = self.eng.heap.locate(off)?;
-                let h = self.header(off);
-                Self::check_type::<T>(off, &h, place.capacity)?;
-                let mut p = self.new_buffer(&mut st, off, h.size as usize, h.type_id, BufKind::New);
-                // SAFETY: just created; no handle to it exists yet.
-                let buf = unsafe { p.as_mut() };
-                // SAFETY: the payload lies inside the pool (size <= capacity) and our write
-                // lock excludes concurrent commits to it.
-                unsafe { self.eng.media.read(off, buf.payload_mut()) };
-            }
-        }
-        self.open(oid)
-    }
-
     /// Allocates `size` payload bytes of type `type_id`, filled by `fill`.
     pub(crate) fn alloc_raw(
         &self,
