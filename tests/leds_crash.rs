@@ -455,6 +455,87 @@ fn crash_during_a_manual_migration_leaves_it_old_or_new_and_the_next_run_complet
     );
 }
 
+#[test]
+fn an_interrupted_migration_is_rolled_back_by_any_migration_but_finished_only_by_its_own() {
+    use manual::*;
+    let cfg = config(1);
+    let sim = CrashSim::new(cfg.size);
+    let pool = Pool::create_sim(&sim, &cfg).unwrap();
+    let head = pool.root::<Head0>().unwrap();
+    pool.tx(|tx| {
+        let mut next = Oid::NULL;
+        for key in (1..=4u32).rev() {
+            next = tx.alloc(Item0 {
+                key,
+                value: key * 10,
+                next,
+            })?;
+        }
+        let mut h = tx.open(head)?;
+        h.first = next;
+        h.count = 4;
+        Ok(())
+    })
+    .unwrap();
+    let points = std::sync::Arc::new(std::sync::Mutex::new(Vec::<CrashPoint>::new()));
+    let sink = points.clone();
+    sim.set_fence_hook(move |s: &CrashSim| sink.lock().unwrap().push(s.crash_point()));
+    migrate_manual(&pool).unwrap();
+    sim.clear_fence_hook();
+    let ours = [
+        Head0::TYPE_ID,
+        Item0::TYPE_ID,
+        Head1::TYPE_ID,
+        Item1::TYPE_ID,
+    ];
+    let census = |p: &Pool| {
+        let objects = p.objects().unwrap();
+        let journal = objects
+            .iter()
+            .filter(|(_, h)| !ours.contains(&h.type_id))
+            .count();
+        (objects.len(), journal)
+    };
+    let (mut rolled_back, mut refused) = (0, 0);
+    for cp in points.lock().unwrap().iter() {
+        let image = cp.device(cfg.size, |_| false);
+        let p = Pool::open_sim_with(&image, &cfg).unwrap();
+        let (version, keys) = manual_state(&p).unwrap();
+        assert_eq!(keys, [1, 2, 3, 4]);
+        let (objects, journal) = census(&p);
+        if journal == 0 {
+            continue; // before the migration began, or after it ended
+        }
+        // A migration with no conversions at all: it can still undo an unswitched one...
+        let other = p.migration().run();
+        if version == 0 {
+            assert!(other.is_ok(), "{other:?}");
+            assert_eq!(census(&p), (5, 0), "only the old head and items are left");
+            assert_eq!(manual_state(&p).unwrap(), (0, vec![1, 2, 3, 4]));
+            rolled_back += 1;
+        } else if objects > 5 + journal {
+            // ...but not free the old objects of a switched one, which needs their types.
+            assert!(
+                matches!(other, Err(pgl::Error::InvalidConfig { .. })),
+                "{other:?}"
+            );
+            assert_eq!(census(&p), (objects, journal), "nothing changed");
+            migrate_manual(&p).unwrap();
+            assert_eq!(census(&p), (5, 0));
+            assert_eq!(manual_state(&p).unwrap(), (1, vec![1, 2, 3, 4]));
+            refused += 1;
+        } else {
+            // Switched, every old object freed: only the journal is left to delete.
+            assert!(other.is_ok(), "{other:?}");
+            assert_eq!(census(&p), (5, 0));
+        }
+    }
+    assert!(
+        rolled_back > 0 && refused > 0,
+        "crash points before ({rolled_back}) and after ({refused}) the switch"
+    );
+}
+
 /// The Manual migration of the test's head and list, two objects per transaction (so a
 /// crash can fall between any of its steps).
 fn migrate_manual(pool: &Pool) -> pgl::Result<pgl::Remap> {

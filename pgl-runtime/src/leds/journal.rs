@@ -69,6 +69,16 @@ pub(crate) struct Journal {
     pairs: usize,
 }
 
+/// A journal read back after a crash (`Journal::load`).
+pub(crate) struct Loaded {
+    pub journal: Journal,
+    pub state: State,
+    /// Old objects of the first `freed` pairs are freed.
+    pub freed: usize,
+    /// Every (old, new) pair.
+    pub pairs: Vec<(u64, u64)>,
+}
+
 /// The journal's DRAM position, to go back to when a transaction aborts.
 #[derive(Clone, Copy)]
 pub(crate) struct Mark(usize, usize);
@@ -96,9 +106,12 @@ impl Journal {
         })
     }
 
-    /// Reads the journal the anchor names (`head`, not 0): its state and its pages.
-    pub(crate) fn load(tx: &Tx<'_>, head: u64) -> Result<(Journal, State, usize)> {
-        let h = tx.get(Oid::<JournalPage>::from_raw(head))?;
+    /// Reads the journal the anchor names (`head`, not 0), verifying the checksum of every
+    /// page (whatever the pool's verify policy: it says which objects to free): its state,
+    /// how many old objects are freed, and its pairs.
+    pub(crate) fn load(tx: &Tx<'_>, head: u64) -> Result<Loaded> {
+        // `open` verifies an object's checksum as it buffers it.
+        let h = tx.open(Oid::<JournalPage>::from_raw(head))?;
         if h.0[MAGIC] != JOURNAL_MAGIC {
             return Err(corrupt(head, "its magic word is wrong".into()));
         }
@@ -107,39 +120,45 @@ impl Journal {
             2 => State::Freeing,
             s => return Err(corrupt(head, format!("unknown state {s}"))),
         };
-        let (pairs, freed) = (h.0[PAIRS] as usize, h.0[FREED] as usize);
-        let mut pages = Vec::new();
+        let (count, freed) = (h.0[PAIRS] as usize, h.0[FREED] as usize);
         let mut next = h.0[FIRST];
         drop(h);
+        let mut pages = Vec::new();
+        let mut pairs = Vec::with_capacity(count.min(1 << 20));
         while next != 0 {
-            if pages.len() * PER_PAGE > pairs {
+            if pages.len() * PER_PAGE >= count {
                 return Err(corrupt(
                     head,
-                    format!("more pages than its {pairs} pairs need"),
+                    format!("more pages than its {count} pairs need"),
                 ));
             }
             let p = Oid::<JournalPage>::from_raw(next);
-            next = tx.get(p)?.0[NEXT];
+            let page = tx.open(p)?;
+            let n = PER_PAGE.min(count - pages.len() * PER_PAGE);
+            pairs.extend((0..n).map(|k| (page.0[2 + 2 * k], page.0[3 + 2 * k])));
+            next = page.0[NEXT];
             pages.push(p);
         }
-        if pages.len() * PER_PAGE < pairs || freed > pairs {
+        if pairs.len() != count || freed > count {
             return Err(corrupt(
                 head,
                 format!(
-                    "{pairs} pairs ({freed} freed) in {} pages of {PER_PAGE}",
+                    "{count} pairs ({freed} freed) in {} pages of {PER_PAGE}",
                     pages.len()
                 ),
             ));
         }
-        Ok((
-            Journal {
-                head: Oid::from_raw(head),
-                pages,
-                pairs,
-            },
+        let journal = Journal {
+            head: Oid::from_raw(head),
+            pages,
+            pairs: count,
+        };
+        Ok(Loaded {
+            journal,
             state,
             freed,
-        ))
+            pairs,
+        })
     }
 
     /// Pairs recorded.

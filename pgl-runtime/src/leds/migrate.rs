@@ -11,7 +11,7 @@
 //! the old ones), so no object is leaked and no object of a new type ever holds the oid
 //! of a freed old one.
 
-use super::journal::{Journal, State};
+use super::journal::{Journal, Loaded, State};
 use super::link::{ExtLink, LINK_SIZE};
 use crate::persistent::{Oid, Persistent};
 use crate::pool::Pool;
@@ -60,7 +60,6 @@ trait Step {
     fn alloc_new(&self, tx: &Tx<'_>) -> Result<u64>;
     fn convert(&mut self, tx: &Tx<'_>, remap: &Remap, old: u64, new: u64) -> Result<()>;
     fn free_old(&self, tx: &Tx<'_>, old: u64) -> Result<()>;
-    fn free_new(&self, tx: &Tx<'_>, new: u64) -> Result<()>;
 }
 
 struct Conversion<Old, New, F> {
@@ -103,10 +102,6 @@ impl<Old: Persistent, New: Persistent, F: FnMut(&Old, &Remap) -> New> Step
 
     fn free_old(&self, tx: &Tx<'_>, old: u64) -> Result<()> {
         tx.free(Oid::<Old>::from_raw(old))
-    }
-
-    fn free_new(&self, tx: &Tx<'_>, new: u64) -> Result<()> {
-        tx.free(Oid::<New>::from_raw(new))
     }
 }
 
@@ -177,9 +172,11 @@ impl<'a> Migration<'a> {
     /// allocates a new object for every old one, converts them, moves the root if it was
     /// one of them, frees the old ones. It takes as many transactions as its size needs
     /// (see [`batch`](Self::batch)); a crash anywhere leaves the pool's reachable data
-    /// wholly old or wholly new, and the next `run` of the same conversions first rolls
-    /// the interrupted migration back (before its switch) or finishes it (after), then
-    /// converts whatever is still old. Oids of old objects held by objects of types it
+    /// wholly old or wholly new. The next `run` first deals with the interrupted
+    /// migration: before its switch, any migration rolls it back (frees its new
+    /// objects); after it, a migration with its conversions finishes it (frees the old
+    /// objects, returning its map), and one without them is refused with
+    /// [`Error::InvalidConfig`], changing nothing. Then it converts whatever is still old. Oids of old objects held by objects of types it
     /// does not convert are the caller's to remap (with the returned map); convert those
     /// types too to keep them consistent.
     ///
@@ -295,12 +292,11 @@ fn in_batches(
     Ok(())
 }
 
-/// The step converting or producing each object of `offs`, by its type.
+/// The step converting each old object of `offs`, by its type.
 fn steps_by_type(
     pool: &Pool,
     steps: &[Box<dyn Step + '_>],
     offs: impl Iterator<Item = u64>,
-    new: bool,
 ) -> Result<HashMap<u64, usize>> {
     let types: HashMap<u64, u32> = pool
         .objects()?
@@ -311,14 +307,14 @@ fn steps_by_type(
         let id = types.get(&off).copied();
         steps
             .iter()
-            .position(|s| Some(if new { s.new_id() } else { s.old().0 }) == id)
+            .position(|s| Some(s.old().0) == id)
             .map(|k| (off, k))
             .ok_or_else(|| {
                 Error::config(format!(
-                    "a migration interrupted by a crash holds the object at {off:#x} (type id \
-                     {id:#x?}), which none of this migration's conversions {}; run the \
-                     interrupted migration's conversions to finish it",
-                    if new { "produces" } else { "converts" }
+                    "a migration a crash interrupted after its switch still has to free the \
+                     old object at {off:#x} (type id {id:#x?}), which none of this \
+                     migration's conversions converts; run the interrupted migration's \
+                     conversions to finish it"
                 ))
             })
     })
@@ -338,19 +334,26 @@ fn resume(
     if head == 0 {
         return Ok(None);
     }
-    let (journal, state, freed) = pool.tx(|tx| Journal::load(tx, head))?;
-    let pairs = pool.tx(|tx| journal.pairs(tx, 0, journal.len()))?;
+    let Loaded {
+        journal,
+        state,
+        freed,
+        pairs,
+    } = pool.tx(|tx| Journal::load(tx, head))?;
     match state {
         State::Freeing => {
-            let remap = pool.tx(|tx| journal.remap(tx))?;
-            let olds = pairs[freed..].iter().map(|p| p.0);
-            let by_old = steps_by_type(pool, steps, olds, false)?;
+            let mut remap = Remap::default();
+            for &(old, new) in &pairs {
+                remap.insert(old, new);
+            }
+            let by_old = steps_by_type(pool, steps, pairs[freed..].iter().map(|p| p.0))?;
             finish(pool, steps, &journal, freed, &by_old, batch, lane, anchor)?;
             Ok(Some(remap))
         }
         State::Building => {
-            let news = pairs.iter().map(|p| p.1).filter(|&n| n != 0);
-            let by_new = steps_by_type(pool, steps, news, true)?;
+            // The new objects own no tail (an unfilled allocation starts without one and a
+            // conversion clears any it copies), so each is freed alone, whatever its type,
+            // without reading it: a conversions-agnostic roll-back.
             let todo: Vec<usize> = (0..pairs.len()).filter(|&i| pairs[i].1 != 0).collect();
             let mut n = batch.unwrap_or_else(|| fit(lane, 64));
             let mut at = 0;
@@ -358,8 +361,7 @@ fn resume(
                 let k = n.min(todo.len() - at);
                 let r = pool.tx(|tx| {
                     for &i in &todo[at..at + k] {
-                        let new = pairs[i].1;
-                        steps[by_new[&new]].free_new(tx, new)?;
+                        tx.free_raw(pairs[i].1)?;
                         journal.clear_new(tx, i)?;
                     }
                     Ok(())
