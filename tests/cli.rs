@@ -334,3 +334,90 @@ fn inject_then_scrub_finds_and_repairs() {
     assert_eq!(bad.code, 2);
     assert!(bad.stderr.contains("lane 99"), "{}", bad.stderr);
 }
+
+/// A list whose nodes become `NodeWide` in the Manual migration below.
+#[derive(Persistent)]
+#[repr(C)]
+#[pgl(id = 0x0c11_0001)]
+struct Node {
+    value: u64,
+    next: Oid<Node>,
+}
+
+#[derive(Persistent)]
+#[repr(C)]
+#[pgl(id = 0x0c11_0002)]
+struct NodeWide {
+    value: u64,
+    next: Oid<NodeWide>,
+    extra: u64,
+}
+
+#[test]
+fn check_and_info_name_a_migration_a_crash_interrupted() {
+    let dir = TempDir::new("migration");
+    let cfg = Config::small(LAYOUT);
+    let sim = pgl::CrashSim::new(cfg.size);
+    let pool = Pool::create_sim(&sim, &cfg).unwrap();
+    let root = pool.root::<Node>().unwrap();
+    pool.tx(|tx| {
+        let mut next = Oid::NULL;
+        for value in 0..6 {
+            next = tx.alloc(Node { value, next })?;
+        }
+        tx.open(root)?.next = next;
+        Ok(())
+    })
+    .unwrap();
+    let points = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = points.clone();
+    sim.set_fence_hook(move |s: &pgl::CrashSim| sink.lock().unwrap().push(s.crash_point()));
+    pool.migration()
+        .batch(2)
+        .convert(|n: &Node, r| NodeWide {
+            value: n.value,
+            next: r.oid(n.next),
+            extra: 0,
+        })
+        .run()
+        .unwrap();
+    sim.clear_fence_hook();
+    // The last crash point before the switch: new objects made, nothing reachable moved.
+    let path = dir.join("interrupted.pool");
+    let points = points.lock().unwrap();
+    let interrupted = points.iter().rev().find_map(|cp| {
+        let dev = cp.device(cfg.size, |_| false);
+        let p = Pool::open_sim(&dev, LAYOUT).ok()?;
+        let m = p.pending_migration().ok()??;
+        (!m.switched && m.to_free > 0).then(|| cp.image(|_| false))
+    });
+    let image = interrupted.expect("a crash point before the switch");
+    let bytes: Vec<u8> = image
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .take(sim.len() as usize)
+        .collect();
+    std::fs::write(&path, bytes).unwrap();
+
+    let p = path.to_str().unwrap();
+    let check = pgl(&dir, &["check", p]);
+    assert_eq!(
+        check.code, 0,
+        "not a problem: {}{}",
+        check.stdout, check.stderr
+    );
+    assert!(
+        check
+            .stdout
+            .contains("migration interrupted before its switch: 7 unreachable new objects"),
+        "{}",
+        check.stdout
+    );
+    let info = pgl(&dir, &["info", p]);
+    assert!(
+        info.stdout
+            .contains("migration interrupted before its switch"),
+        "{}",
+        info.stdout
+    );
+}

@@ -503,8 +503,31 @@ fn an_interrupted_migration_is_rolled_back_by_any_migration_but_finished_only_by
         let (version, keys) = manual_state(&p).unwrap();
         assert_eq!(keys, [1, 2, 3, 4]);
         let (objects, journal) = census(&p);
+        let pending = p.pending_migration().unwrap();
         if journal == 0 {
+            assert_eq!(pending, None);
             continue; // before the migration began, or after it ended
+        }
+        let pending = pending.expect("a journal in the pool is a pending migration");
+        assert_eq!(pending.switched, version == 1);
+        let news = p
+            .objects()
+            .unwrap()
+            .iter()
+            .filter(|(_, h)| h.type_id == Head1::TYPE_ID || h.type_id == Item1::TYPE_ID)
+            .count() as u64;
+        if pending.switched {
+            assert_eq!(
+                pending.objects, 5,
+                "every pair was recorded before the switch"
+            );
+            assert_eq!(
+                pending.to_free,
+                (objects - journal - 5) as u64,
+                "old objects left"
+            );
+        } else {
+            assert_eq!(pending.to_free, news, "the new objects to roll back");
         }
         // A migration with no conversions at all: it can still undo an unswitched one...
         let other = p.migration().run();

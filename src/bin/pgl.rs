@@ -403,6 +403,9 @@ fn info(file: &Path) -> Result<String> {
     line("used", bytes(info.heap_capacity.saturating_sub(info.free)));
     line("free", bytes(info.free));
     line("flush", info.flush.to_string());
+    if let Some(m) = migration_line(&pool)? {
+        line("migration", m);
+    }
 
     let _ = writeln!(out, "\ngeometry");
     let _ = writeln!(out, "  chunk size      {}", bytes(g.chunk_size));
@@ -497,6 +500,26 @@ fn is_damage(e: &Error) -> bool {
 }
 
 /// `pgl check`: the report, and whether it found problems.
+/// What `check` and `info` say of a Manual migration a crash interrupted (not a problem:
+/// the program's next migration run deals with it).
+fn migration_line(pool: &Pool) -> Result<Option<String>> {
+    Ok(pool.pending_migration()?.map(|m| {
+        if m.switched {
+            format!(
+                "interrupted after its switch: {} of {} old objects still to free; the \
+                 program's migration (same conversions) finishes it",
+                m.to_free, m.objects
+            )
+        } else {
+            format!(
+                "interrupted before its switch: {} unreachable new objects; the program's \
+                 next migration run rolls it back",
+                m.to_free
+            )
+        }
+    }))
+}
+
 fn check(file: &Path) -> Result<(String, bool)> {
     let mut out = String::new();
     let _ = writeln!(out, "checking {}", file.display());
@@ -534,6 +557,9 @@ fn check(file: &Path) -> Result<(String, bool)> {
             "  metadata  {} damaged zone metadata cop(ies) rewritten from the other",
             s.metadata_repairs
         );
+    }
+    if let Some(line) = migration_line(&pool)? {
+        let _ = writeln!(out, "  migration {line}");
     }
     match pool.types() {
         Ok(t) => {

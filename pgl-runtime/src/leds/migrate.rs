@@ -412,7 +412,45 @@ fn finish(
     pool.tx(|tx| journal.delete(tx, anchor))
 }
 
+/// A Manual migration a crash interrupted, as [`Pool::pending_migration`] finds it: the
+/// next [`Migration::run`] deals with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PendingMigration {
+    /// Whether it had switched (made its new objects the reachable ones): then a
+    /// migration with its conversions finishes it; else any migration rolls it back.
+    pub switched: bool,
+    /// Objects it converts (old/new pairs recorded).
+    pub objects: u64,
+    /// Before the switch: new objects still to free when rolling back. After: old
+    /// objects still to free when finishing.
+    pub to_free: u64,
+}
+
 impl Pool {
+    /// The Manual migration a crash interrupted, if any (its journal is in the pool).
+    /// Reading it changes nothing.
+    pub fn pending_migration(&self) -> Result<Option<PendingMigration>> {
+        let anchor = self.journal_word_offset();
+        self.with_root_word(|_, _| {
+            let head = self.meta_word(anchor);
+            if head == 0 {
+                return Ok(None);
+            }
+            let l = self.tx(|tx| Journal::load(tx, head))?;
+            let switched = l.state == State::Freeing;
+            let to_free = if switched {
+                l.pairs.len() - l.freed
+            } else {
+                l.pairs.iter().filter(|p| p.1 != 0).count()
+            };
+            Ok(Some(PendingMigration {
+                switched,
+                objects: l.pairs.len() as u64,
+                to_free: to_free as u64,
+            }))
+        })
+    }
+
     /// Starts a Manual-model migration: add a [`Migration::convert`] per changed type,
     /// then [`Migration::run`] it.
     pub fn migration(&self) -> Migration<'_> {

@@ -14,6 +14,6 @@ mod view;
 pub use extendible::{run_init, zeroed, ExtGroups, ExtPlaces};
 pub use extendible::{Extendible, ExtendibleData, MAX_GROUPS};
 pub use link::ExtLink;
-pub use migrate::{Migration, Remap};
+pub use migrate::{Migration, PendingMigration, Remap};
 pub use reset::type_key;
 pub use view::{Ext, ExtMut};
