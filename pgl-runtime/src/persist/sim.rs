@@ -192,9 +192,18 @@ impl CrashSim {
 
     /// Captures the crash state of this instant: the persisted image and every word that
     /// differs from the volatile image.
+    ///
+    /// Both are read under the persisted image's lock, which every fence takes to persist
+    /// its lines: a fence of another thread cannot complete between the two reads (it
+    /// would leave a persisted image newer than the volatile one read before it, a state
+    /// no crash can produce). Plain stores of other threads may still land meanwhile:
+    /// they are pending words, as the crash model has them.
     pub fn crash_point(&self) -> CrashPoint {
+        let persisted = self.persisted.lock();
+        let len = (self.len() as usize).div_ceil(8);
         let vol = self.volatile_image();
-        let base = self.persisted_image();
+        let base = persisted[..len].to_vec();
+        drop(persisted);
         let diffs = base
             .iter()
             .zip(&vol)
@@ -263,6 +272,47 @@ mod tests {
     fn store(sim: &CrashSim, word: usize, v: u64) {
         // SAFETY: test-only single-threaded store inside the allocation.
         unsafe { sim.mem.add(word).write(v) };
+    }
+
+    #[test]
+    fn a_crash_point_never_holds_a_persisted_word_newer_than_its_pending_value() {
+        // One thread writes an increasing counter to two lines, fencing after each write;
+        // the other captures crash points meanwhile. A word pending in a point must be at
+        // least as new as the persisted one: a persisted image read after the volatile one
+        // (a fence completing in between) would hand a crash an older value than media
+        // already holds.
+        // A large image, so that reading it takes long enough for fences to interleave.
+        const SIZE: u64 = 4 << 20;
+        let sim = CrashSim::new(SIZE);
+        sim.set_len(SIZE);
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let mut bad = 0;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut i = 0u64;
+                while !done.load(Ordering::Acquire) {
+                    i += 1;
+                    for w in [0, (SIZE / 8 - 8) as usize] {
+                        // SAFETY: inside the allocation; the other thread only reads these
+                        // words (volatile), as a crash point does.
+                        unsafe { std::ptr::write_volatile(sim.mem.add(w), i) };
+                    }
+                    sim.flush(0, 64);
+                    sim.flush(SIZE - 64, 64);
+                    sim.fence();
+                }
+            });
+            for _ in 0..40 {
+                let cp = sim.crash_point();
+                for &(w, v) in &cp.diffs {
+                    if v < cp.base[w as usize] {
+                        bad += 1;
+                    }
+                }
+            }
+            done.store(true, Ordering::Release);
+        });
+        assert_eq!(bad, 0, "pending words older than their persisted value");
     }
 
     #[test]
