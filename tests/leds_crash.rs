@@ -395,25 +395,7 @@ fn crash_during_a_manual_migration_leaves_it_old_or_new_and_the_next_run_complet
     use manual::*;
     // Every read verifies its object: a torn object would fail the run after the crash.
     let cfg = config(1).verify(pgl::VerifyPolicy::Conservative);
-    let capacity = cfg.size;
-    let sim = CrashSim::new(capacity);
-    let pool = Pool::create_sim(&sim, &cfg).unwrap();
-    let head = pool.root::<Head0>().unwrap();
-    pool.tx(|tx| {
-        let mut next = Oid::NULL;
-        for key in (1..=4u32).rev() {
-            next = tx.alloc(Item0 {
-                key,
-                value: key * 10,
-                next,
-            })?;
-        }
-        let mut h = tx.open(head)?;
-        h.first = next;
-        h.count = 4;
-        Ok(())
-    })
-    .unwrap();
+    let (sim, pool) = manual_pool(&cfg);
     explore(
         "manual migration of a head and its list, two objects a transaction",
         &sim,
@@ -459,24 +441,7 @@ fn crash_during_a_manual_migration_leaves_it_old_or_new_and_the_next_run_complet
 fn an_interrupted_migration_is_rolled_back_by_any_migration_but_finished_only_by_its_own() {
     use manual::*;
     let cfg = config(1);
-    let sim = CrashSim::new(cfg.size);
-    let pool = Pool::create_sim(&sim, &cfg).unwrap();
-    let head = pool.root::<Head0>().unwrap();
-    pool.tx(|tx| {
-        let mut next = Oid::NULL;
-        for key in (1..=4u32).rev() {
-            next = tx.alloc(Item0 {
-                key,
-                value: key * 10,
-                next,
-            })?;
-        }
-        let mut h = tx.open(head)?;
-        h.first = next;
-        h.count = 4;
-        Ok(())
-    })
-    .unwrap();
+    let (sim, pool) = manual_pool(&cfg);
     let points = std::sync::Arc::new(std::sync::Mutex::new(Vec::<CrashPoint>::new()));
     let sink = points.clone();
     sim.set_fence_hook(move |s: &CrashSim| sink.lock().unwrap().push(s.crash_point()));
@@ -557,6 +522,30 @@ fn an_interrupted_migration_is_rolled_back_by_any_migration_but_finished_only_by
         rolled_back > 0 && refused > 0,
         "crash points before ({rolled_back}) and after ({refused}) the switch"
     );
+}
+
+/// A pool on a fresh device whose root is a v0 head of four v0 items (keys 1 to 4).
+fn manual_pool(cfg: &pgl::Config) -> (std::sync::Arc<CrashSim>, Pool) {
+    use manual::*;
+    let sim = CrashSim::new(cfg.size);
+    let pool = Pool::create_sim(&sim, cfg).unwrap();
+    let head = pool.root::<Head0>().unwrap();
+    pool.tx(|tx| {
+        let mut next = Oid::NULL;
+        for key in (1..=4u32).rev() {
+            next = tx.alloc(Item0 {
+                key,
+                value: key * 10,
+                next,
+            })?;
+        }
+        let mut h = tx.open(head)?;
+        h.first = next;
+        h.count = 4;
+        Ok(())
+    })
+    .unwrap();
+    (sim, pool)
 }
 
 /// The Manual migration of the test's head and list, two objects per transaction (so a

@@ -126,13 +126,17 @@ fn a_migration_many_times_larger_than_a_lane_runs_in_batches() {
         .unwrap();
     }
     let commits = pool.stats().commits;
+    // No cap on the batches: each that is too large for the lane is split until it fits.
     let remap = pool
-        .migrate::<old::Node, new::Node>(|o, r| new::Node {
+        .migration()
+        .batch(usize::MAX)
+        .convert(|o: &old::Node, r| new::Node {
             key: u64::from(o.key),
             next: r.oid(o.next),
             value: o.value,
             _pad: 0,
         })
+        .run()
         .unwrap();
     assert_eq!(remap.len(), N as usize, "every node and the root");
     assert!(

@@ -59,7 +59,7 @@ unsafe impl Persistent for JournalPage {
     const TYPE_NAME: &'static str = "MigrationJournal";
 }
 
-/// A journal and where its next pair goes (the DRAM side; `mark`/`reset` undo what an
+/// A journal and where its next pair goes (the DRAM side; `truncate` forgets what an
 /// aborted transaction added).
 pub(crate) struct Journal {
     head: Oid<JournalPage>,
@@ -78,10 +78,6 @@ pub(crate) struct Loaded {
     /// Every (old, new) pair.
     pub pairs: Vec<(u64, u64)>,
 }
-
-/// The journal's DRAM position, to go back to when a transaction aborts.
-#[derive(Clone, Copy)]
-pub(crate) struct Mark(usize, usize);
 
 fn corrupt(head: u64, detail: String) -> Error {
     Error::Corrupt {
@@ -166,15 +162,10 @@ impl Journal {
         self.pairs
     }
 
-    /// Where the journal stands, for `reset` after an aborted transaction.
-    pub(crate) fn mark(&self) -> Mark {
-        Mark(self.pages.len(), self.pairs)
-    }
-
-    /// Goes back to `m` (the transaction that went past it aborted).
-    pub(crate) fn reset(&mut self, m: Mark) {
-        self.pages.truncate(m.0);
-        self.pairs = m.1;
+    /// Forgets the pairs from `n` on in DRAM (an aborted transaction recorded them).
+    pub(crate) fn truncate(&mut self, n: usize) {
+        self.pages.truncate(n.div_ceil(PER_PAGE));
+        self.pairs = n;
     }
 
     /// Records the pair (old, new) in `tx`.

@@ -19,6 +19,7 @@ use crate::tx::Tx;
 use crate::{Error, Result};
 use std::collections::HashMap;
 use std::marker::PhantomData;
+use std::ops::Range;
 
 /// The old-to-new oid map of a migration: converters use it to remap the oids an old
 /// object holds (`remap.oid(old.next)`), whichever of the migration's types they point to.
@@ -218,10 +219,13 @@ impl<'a> Migration<'a> {
             let mut journal = pool.tx(|tx| Journal::create(tx, anchor))?;
             for (step, olds) in steps.iter().zip(&olds) {
                 let n = batch.unwrap_or_else(|| fit(lane, 96));
-                in_batches(pool, olds, n, &mut journal, |tx, j, chunk| {
-                    for &old in chunk {
+                let before = journal.len();
+                in_batches(pool, 0..olds.len(), n, |tx, r| {
+                    // What an aborted attempt recorded in DRAM is forgotten.
+                    journal.truncate(before + r.start);
+                    for &old in &olds[r] {
                         let new = step.alloc_new(tx)?;
-                        j.push(tx, old, new)?;
+                        journal.push(tx, old, new)?;
                     }
                     Ok(())
                 })?;
@@ -230,8 +234,8 @@ impl<'a> Migration<'a> {
             // Converted, with every oid of the migration remapped.
             for (step, olds) in steps.iter_mut().zip(&olds) {
                 let n = batch.unwrap_or_else(|| fit(lane, 2 * step.new_size() + 128));
-                in_batches(pool, olds, n, &mut journal, |tx, _, chunk| {
-                    for &old in chunk {
+                in_batches(pool, 0..olds.len(), n, |tx, r| {
+                    for &old in &olds[r] {
                         step.convert(tx, &remap, old, remap.map[&old])?;
                     }
                     Ok(())
@@ -261,32 +265,22 @@ fn fit(lane: u64, per_object: u64) -> usize {
     (lane / 2 / per_object.max(1)).clamp(1, 4096) as usize
 }
 
-/// Runs `f` over `items` in transactions of up to `n` items; a batch too large for a lane
-/// is split (its transaction aborted, nothing of it done) and the journal's DRAM position
-/// restored.
+/// Runs `f` over the index range `todo` in transactions of up to `n` indices; a batch too
+/// large for a lane is split (its transaction aborted, nothing of it done). `f` may run more
+/// than once for a batch (a split, or a conflict retried): it starts from the same state.
 fn in_batches(
     pool: &Pool,
-    items: &[u64],
+    todo: Range<usize>,
     mut n: usize,
-    journal: &mut Journal,
-    mut f: impl FnMut(&Tx<'_>, &mut Journal, &[u64]) -> Result<()>,
+    mut f: impl FnMut(&Tx<'_>, Range<usize>) -> Result<()>,
 ) -> Result<()> {
-    let mut i = 0;
-    while i < items.len() {
-        let k = n.min(items.len() - i);
-        let mark = journal.mark();
-        match pool.tx(|tx| {
-            journal.reset(mark);
-            f(tx, journal, &items[i..i + k])
-        }) {
-            Ok(()) => i += k,
-            Err(e) => {
-                journal.reset(mark);
-                match e {
-                    Error::TxTooLarge { .. } if k > 1 => n = k / 2,
-                    e => return Err(e),
-                }
-            }
+    let mut at = todo.start;
+    while at < todo.end {
+        let k = n.min(todo.end - at);
+        match pool.tx(|tx| f(tx, at..at + k)) {
+            Ok(()) => at += k,
+            Err(Error::TxTooLarge { .. }) if k > 1 => n = k / 2,
+            Err(e) => return Err(e),
         }
     }
     Ok(())
@@ -355,23 +349,14 @@ fn resume(
             // conversion clears any it copies), so each is freed alone, whatever its type,
             // without reading it: a conversions-agnostic roll-back.
             let todo: Vec<usize> = (0..pairs.len()).filter(|&i| pairs[i].1 != 0).collect();
-            let mut n = batch.unwrap_or_else(|| fit(lane, 64));
-            let mut at = 0;
-            while at < todo.len() {
-                let k = n.min(todo.len() - at);
-                let r = pool.tx(|tx| {
-                    for &i in &todo[at..at + k] {
-                        tx.free_raw(pairs[i].1)?;
-                        journal.clear_new(tx, i)?;
-                    }
-                    Ok(())
-                });
-                match r {
-                    Ok(()) => at += k,
-                    Err(Error::TxTooLarge { .. }) if k > 1 => n = k / 2,
-                    Err(e) => return Err(e),
+            let n = batch.unwrap_or_else(|| fit(lane, 64));
+            in_batches(pool, 0..todo.len(), n, |tx, r| {
+                for &i in &todo[r] {
+                    tx.free_raw(pairs[i].1)?;
+                    journal.clear_new(tx, i)?;
                 }
-            }
+                Ok(())
+            })?;
             pool.tx(|tx| journal.delete(tx, anchor))?;
             Ok(None)
         }
@@ -392,23 +377,13 @@ fn finish(
     lane: u64,
     anchor: u64,
 ) -> Result<()> {
-    let total = journal.len();
-    let mut n = batch.unwrap_or_else(|| fit(lane, 64));
-    let mut at = from;
-    while at < total {
-        let k = n.min(total - at);
-        let r = pool.tx(|tx| {
-            for (old, _) in journal.pairs(tx, at, at + k)? {
-                steps[by_old[&old]].free_old(tx, old)?;
-            }
-            journal.set_freed(tx, at + k)
-        });
-        match r {
-            Ok(()) => at += k,
-            Err(Error::TxTooLarge { .. }) if k > 1 => n = k / 2,
-            Err(e) => return Err(e),
+    let n = batch.unwrap_or_else(|| fit(lane, 64));
+    in_batches(pool, from..journal.len(), n, |tx, r| {
+        for (old, _) in journal.pairs(tx, r.start, r.end)? {
+            steps[by_old[&old]].free_old(tx, old)?;
         }
-    }
+        journal.set_freed(tx, r.end)
+    })?;
     pool.tx(|tx| journal.delete(tx, anchor))
 }
 
