@@ -206,7 +206,17 @@ fn suite(policy: ForcePolicy, per_thread: u64) -> u64 {
         sim.set_fence_hook(move |sim: &CrashSim| {
             // Acknowledgements first: whatever was acknowledged is durable in the image.
             let a = p.snapshot();
-            sink.lock().unwrap().push((sim.crash_point(), a));
+            let cp = sim.crash_point();
+            // The reclaims begun are an upper bound: read after the image, which may hold
+            // the stores of a reclaim the other thread began while it was captured.
+            let begun = p.reclaiming.load(Ordering::SeqCst).max(1);
+            sink.lock().unwrap().push((
+                cp,
+                Acked {
+                    reclaiming: begun,
+                    ..a
+                },
+            ));
         });
     }
     std::thread::scope(|s| {
