@@ -124,17 +124,12 @@ impl Parity {
 
     /// The bytes of `[off, off + len)` announced by `update_new` are written.
     pub(crate) fn new_written(&self, off: u64, len: u64) {
-        if !self.enabled {
-            return;
-        }
-        self.each_page(off, len, |parity, _, _| {
-            if let Some(parity) = parity {
-                let before = self
-                    .stripe_of(parity)
-                    .pending
-                    .fetch_sub(1, Ordering::Release);
-                debug_assert!(before > 0, "a new object's bytes announced written twice");
-            }
+        self.each_parity_page(off, len, |parity, _| {
+            let before = self
+                .stripe_of(parity)
+                .pending
+                .fetch_sub(1, Ordering::Release);
+            debug_assert!(before > 0, "a new object's bytes announced written twice");
         });
     }
 
@@ -142,6 +137,19 @@ impl Parity {
     /// every `update_new` was matched by its `new_written`).
     pub(crate) fn quiet(&self) -> bool {
         self.stripes.iter().all(|s| s.pending() == 0)
+    }
+
+    /// Calls `f(parity offset, bytes)` for each piece of `[off, off + len)` that parity
+    /// covers (see `each_page`); nothing without parity.
+    fn each_parity_page(&self, off: u64, len: u64, mut f: impl FnMut(u64, u64)) {
+        if !self.enabled {
+            return;
+        }
+        self.each_page(off, len, |parity, _, n| {
+            if let Some(parity) = parity {
+                f(parity, n);
+            }
+        });
     }
 
     /// Calls `f(parity offset, data offset, bytes)` for each piece of `[off, off + len)`
@@ -227,26 +235,12 @@ impl Parity {
     /// Prefetches the parity bytes of `[off, off + len)`: issued while a commit's log
     /// record drains, so that `write` finds them cached after the fence.
     pub(crate) fn prefetch(&self, media: &Media, off: u64, len: u64) {
-        if !self.enabled {
-            return;
-        }
-        self.each_page(off, len, |parity, _, n| {
-            if let Some(parity) = parity {
-                media.prefetch(parity, n);
-            }
-        });
+        self.each_parity_page(off, len, |parity, n| media.prefetch(parity, n));
     }
 
     /// Flushes the parity bytes of `[off, off + len)` (updated by `write` or `update_new`).
     pub(crate) fn flush(&self, media: &Media, off: u64, len: u64) {
-        if !self.enabled {
-            return;
-        }
-        self.each_page(off, len, |parity, _, n| {
-            if let Some(parity) = parity {
-                media.flush(parity, n);
-            }
-        });
+        self.each_parity_page(off, len, |parity, n| media.flush(parity, n));
     }
 }
 

@@ -21,7 +21,6 @@
 //! Invariant: every change to the journal is made in the transaction whose work it
 //! records, so the journal and the heap never disagree after a crash.
 
-use super::migrate::Remap;
 use crate::persistent::{fnv1a64, fold_type_id, Oid, Persistent};
 use crate::tx::Tx;
 use crate::{Error, Result};
@@ -38,6 +37,12 @@ const PAIRS: usize = 2;
 const FREED: usize = 3;
 const FIRST: usize = 4;
 const NEXT: usize = 0;
+
+/// Where pair `i` lies: its page's index in the chain and the word of its old oid in
+/// that page (the new oid follows).
+const fn pair_at(i: usize) -> (usize, usize) {
+    (i / PER_PAGE, 2 + 2 * (i % PER_PAGE))
+}
 
 /// The two states of a journal (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,8 +135,12 @@ impl Journal {
             }
             let p = Oid::<JournalPage>::from_raw(next);
             let page = tx.open(p)?;
-            let n = PER_PAGE.min(count - pages.len() * PER_PAGE);
-            pairs.extend((0..n).map(|k| (page.0[2 + 2 * k], page.0[3 + 2 * k])));
+            let first = pages.len() * PER_PAGE;
+            let n = PER_PAGE.min(count - first);
+            pairs.extend((first..first + n).map(|i| {
+                let w = pair_at(i).1;
+                (page.0[w], page.0[w + 1])
+            }));
             next = page.0[NEXT];
             pages.push(p);
         }
@@ -170,7 +179,7 @@ impl Journal {
 
     /// Records the pair (old, new) in `tx`.
     pub(crate) fn push(&mut self, tx: &Tx<'_>, old: u64, new: u64) -> Result<()> {
-        let (page, slot) = (self.pairs / PER_PAGE, self.pairs % PER_PAGE);
+        let (page, w) = pair_at(self.pairs);
         if page == self.pages.len() {
             let p = tx.alloc(JournalPage([0; WORDS]))?;
             match self.pages.last() {
@@ -180,8 +189,8 @@ impl Journal {
             self.pages.push(p);
         }
         let mut p = tx.open(self.pages[page])?;
-        p.0[2 + 2 * slot] = old;
-        p.0[3 + 2 * slot] = new;
+        p.0[w] = old;
+        p.0[w + 1] = new;
         drop(p);
         self.pairs += 1;
         tx.open(self.head)?.0[PAIRS] = self.pairs as u64;
@@ -193,30 +202,21 @@ impl Journal {
         let mut out = Vec::with_capacity(to - from);
         let mut i = from;
         while i < to {
-            let (page, slot) = (i / PER_PAGE, i % PER_PAGE);
-            let p = tx.get(self.pages[page])?;
-            let n = (PER_PAGE - slot).min(to - i);
-            for k in slot..slot + n {
-                out.push((p.0[2 + 2 * k], p.0[3 + 2 * k]));
-            }
+            let p = tx.get(self.pages[pair_at(i).0])?;
+            let n = (PER_PAGE - i % PER_PAGE).min(to - i);
+            out.extend((i..i + n).map(|i| {
+                let w = pair_at(i).1;
+                (p.0[w], p.0[w + 1])
+            }));
             i += n;
         }
         Ok(out)
     }
 
-    /// Every pair, as the migration's remap.
-    pub(crate) fn remap(&self, tx: &Tx<'_>) -> Result<Remap> {
-        let mut r = Remap::default();
-        for (old, new) in self.pairs(tx, 0, self.pairs)? {
-            r.insert(old, new);
-        }
-        Ok(r)
-    }
-
     /// Forgets the new object of pair `i` (a roll-back freed it), in `tx`.
     pub(crate) fn clear_new(&self, tx: &Tx<'_>, i: usize) -> Result<()> {
-        let (page, slot) = (i / PER_PAGE, i % PER_PAGE);
-        tx.open(self.pages[page])?.0[3 + 2 * slot] = 0;
+        let (page, w) = pair_at(i);
+        tx.open(self.pages[page])?.0[w + 1] = 0;
         Ok(())
     }
 

@@ -45,8 +45,11 @@ impl Remap {
         self.map.is_empty()
     }
 
-    pub(crate) fn insert(&mut self, old: u64, new: u64) {
-        self.map.insert(old, new);
+    /// The map of (old, new) pairs.
+    pub(crate) fn from_pairs(pairs: impl IntoIterator<Item = (u64, u64)>) -> Remap {
+        Remap {
+            map: pairs.into_iter().collect(),
+        }
     }
 }
 
@@ -177,9 +180,9 @@ impl<'a> Migration<'a> {
     /// migration: before its switch, any migration rolls it back (frees its new
     /// objects); after it, a migration with its conversions finishes it (frees the old
     /// objects, returning its map), and one without them is refused with
-    /// [`Error::InvalidConfig`], changing nothing. Then it converts whatever is still old. Oids of old objects held by objects of types it
-    /// does not convert are the caller's to remap (with the returned map); convert those
-    /// types too to keep them consistent.
+    /// [`Error::InvalidConfig`], changing nothing. Then it converts whatever is still old.
+    /// Oids of old objects held by objects of types it does not convert are the caller's
+    /// to remap (with the returned map); convert those types too to keep them consistent.
     ///
     /// The old objects are listed when it starts: run it while no other thread creates or
     /// frees objects of the old types (as a program upgrading its data at start-up does).
@@ -230,7 +233,8 @@ impl<'a> Migration<'a> {
                     Ok(())
                 })?;
             }
-            let remap = pool.tx(|tx| journal.remap(tx))?;
+            let remap = pool.tx(|tx| journal.pairs(tx, 0, journal.len()))?;
+            let remap = Remap::from_pairs(remap);
             // Converted, with every oid of the migration remapped.
             for (step, olds) in steps.iter_mut().zip(&olds) {
                 let n = batch.unwrap_or_else(|| fit(lane, 2 * step.new_size() + 128));
@@ -336,10 +340,7 @@ fn resume(
     } = pool.tx(|tx| Journal::load(tx, head))?;
     match state {
         State::Freeing => {
-            let mut remap = Remap::default();
-            for &(old, new) in &pairs {
-                remap.insert(old, new);
-            }
+            let remap = Remap::from_pairs(pairs.iter().copied());
             let by_old = steps_by_type(pool, steps, pairs[freed..].iter().map(|p| p.0))?;
             finish(pool, steps, &journal, freed, &by_old, batch, lane, anchor)?;
             Ok(Some(remap))

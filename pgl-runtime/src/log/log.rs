@@ -11,6 +11,8 @@
 //!   the superline naming the new start is durable.
 //! - LSNs `lsn` and `lsn + RING` never both have a slot in use: a record is reserved only
 //!   while `lsn < durable + RING`.
+//! - A record marked own was flushed and fenced by its writer before it was completed:
+//!   `force` flushes only the others.
 
 use super::config::LogConfig;
 use super::format::{
@@ -98,7 +100,7 @@ pub struct Log {
     slots: Box<[AtomicU64]>,
     /// `own[slot(lsn)] == lsn`: record `lsn` was made durable by its writer (flushed and
     /// fenced by the thread that wrote it, before it was completed), so `force` need not
-    /// flush it.
+    /// flush it. Only `Sync` appends do that: empty under the other policies.
     own: Box<[AtomicU64]>,
     done: Padded,
     durable: Padded,
@@ -229,7 +231,8 @@ impl Log {
 
         let slots: Box<[AtomicU64]> = (0..RING).map(|_| AtomicU64::new(0)).collect();
         let ends: Box<[AtomicU64]> = (0..RING).map(|_| AtomicU64::new(0)).collect();
-        let own: Box<[AtomicU64]> = (0..RING).map(|_| AtomicU64::new(0)).collect();
+        let own_slots = if policy == ForcePolicy::Sync { RING } else { 0 };
+        let own: Box<[AtomicU64]> = (0..own_slots).map(|_| AtomicU64::new(0)).collect();
         Ok(Log {
             cap,
             policy,
@@ -536,7 +539,7 @@ impl Log {
         }
         let target = self.completed_lsn();
         let end = self.ends[(target % RING) as usize].load(Ordering::Acquire);
-        if self.flush_others(durable, target, f.end_voff) {
+        if self.flush_others(durable, target, f.end_voff, end) {
             self.media.fence();
         }
         self.media.check()?;
@@ -550,13 +553,12 @@ impl Log {
         Ok(())
     }
 
-    /// Flushes the records `durable + 1 ..= target` (complete; the first starts at virtual
-    /// offset `from`) that their writers did not make durable themselves, in runs of
+    /// Flushes the records `durable + 1 ..= target` (complete; they span virtual offsets
+    /// `from..end`) that their writers did not make durable themselves, in runs of
     /// neighbours; returns whether it flushed any.
-    fn flush_others(&self, durable: Lsn, target: Lsn, from: u64) -> bool {
-        if self.policy != ForcePolicy::Sync {
+    fn flush_others(&self, durable: Lsn, target: Lsn, from: u64, end: u64) -> bool {
+        if self.own.is_empty() {
             // Only Sync appends make their own records durable: flush everything.
-            let end = self.ends[(target % RING) as usize].load(Ordering::Acquire);
             self.flush_virtual(from, end);
             return true;
         }
@@ -564,7 +566,7 @@ impl Log {
         let mut run: Option<u64> = None; // virtual start of the run being gathered
         let mut prev = from;
         for l in durable + 1..=target {
-            let end = self.ends[(l % RING) as usize].load(Ordering::Acquire);
+            let next = self.ends[(l % RING) as usize].load(Ordering::Acquire);
             if self.own[slot(l)].load(Ordering::Acquire) == l {
                 if let Some(s) = run.take() {
                     self.flush_virtual(s, prev);
@@ -573,7 +575,7 @@ impl Log {
             } else if run.is_none() {
                 run = Some(prev);
             }
-            prev = end;
+            prev = next;
         }
         if let Some(s) = run {
             self.flush_virtual(s, prev);
