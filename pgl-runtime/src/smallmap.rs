@@ -55,10 +55,6 @@ impl<K: Copy + Eq + Hash, V> SmallMap<K, V> {
         self.position(k).map(|i| &self.items[i].1)
     }
 
-    pub(crate) fn contains_key(&self, k: &K) -> bool {
-        self.position(k).is_some()
-    }
-
     /// Inserts or replaces.
     pub(crate) fn insert(&mut self, k: K, v: V) {
         if let Some(i) = self.position(&k) {
@@ -110,12 +106,6 @@ impl<K: Copy + Eq + Hash, V> SmallMap<K, V> {
         self.items.clear();
         self.index.clear();
     }
-
-    /// Removes and yields everything.
-    pub(crate) fn drain(&mut self) -> impl Iterator<Item = (K, V)> + '_ {
-        self.index.clear();
-        self.items.drain(..)
-    }
 }
 
 #[cfg(test)]
@@ -135,7 +125,7 @@ mod tests {
             }
             assert_eq!(m.len(), model.len());
         }
-        assert!(!m.contains_key(&1000));
+        assert!(m.get(&1000).is_none());
         *m.entry_or_insert_with(1000, || 5) += 1;
         assert_eq!(m.get(&1000), Some(&6));
         m.clear();

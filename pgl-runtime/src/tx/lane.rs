@@ -17,7 +17,6 @@
 //! completed, or the older mark would have been durable).
 
 use super::buffer::Buffer;
-use super::locks::Held;
 use crate::heap::{Arena, HeapUndo, MetaOps, PendingFree};
 use crate::smallmap::SmallMap;
 use crate::stats::LaneCounters;
@@ -32,7 +31,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 pub(crate) struct Scratch {
     pub bufs: Vec<NonNull<Buffer>>,
     pub index: SmallMap<u64, usize>,
-    pub held: SmallMap<u32, Held>,
+    pub held: super::held::HeldStripes,
     pub meta: MetaOps,
     pub undo: Vec<HeapUndo>,
     pub frees: Vec<PendingFree>,

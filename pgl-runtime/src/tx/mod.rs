@@ -4,6 +4,7 @@ mod buffer;
 mod commit;
 mod engine;
 mod handle;
+mod held;
 mod lane;
 mod locks;
 mod place;

@@ -60,7 +60,7 @@ impl<'p> Tx<'p> {
 
     fn lock(&self, st: &mut TxState<'p>, off: u64, want: Held) -> Result<()> {
         let stripe = ObjectLocks::stripe(off);
-        let held = st.lane.scratch.held.get(&stripe).copied();
+        let held = st.lane.scratch.held.get(stripe);
         let ok = match (want, held) {
             (_, Some(Held::Write)) | (Held::Read, Some(Held::Read)) => return Ok(()),
             (Held::Write, h) => self.eng.objects.try_write(stripe, h),
@@ -565,9 +565,8 @@ impl<'p> Tx<'p> {
         st.registered.clear();
         let lane = &mut *st.lane;
         let sc = &mut lane.scratch;
-        for (stripe, h) in sc.held.drain() {
-            self.eng.objects.release(stripe, h);
-        }
+        let objects = &self.eng.objects;
+        sc.held.release_all(|stripe, h| objects.release(stripe, h));
         for b in sc.bufs.drain(..) {
             // SAFETY: created by Box::leak in new_buffer, reclaimed once here; no handle is
             // alive (handles borrow the transaction, which is ending).
@@ -683,7 +682,7 @@ fn held_by_this_thread(eng: &Engine, stripe: u32) -> bool {
         Some(p) => unsafe { &*(p as *const Tx<'_>) }
             .st
             .try_borrow()
-            .map(|st| st.lane.scratch.held.contains_key(&stripe))
+            .map(|st| st.lane.scratch.held.contains(stripe))
             .unwrap_or(true),
         None => false,
     }
