@@ -138,7 +138,7 @@ impl Geometry {
 /// `n = a·d + b` (`b < d`), `n·m / 2^64 = a + b/d + n·e/(d·2^64)`; when `n, d <= 2^32` the last
 /// term is below `1/d`, and `b/d <= (d-1)/d`, so the floor is `a`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct FastDiv {
+pub(crate) struct FastDiv {
     d: u64,
     m: u128,
     /// Numerators below this take the multiplication (0 if `d` is too large for it).
@@ -146,7 +146,7 @@ struct FastDiv {
 }
 
 impl FastDiv {
-    const fn new(d: u64) -> Self {
+    pub(crate) const fn new(d: u64) -> Self {
         assert!(d > 0, "division by zero");
         FastDiv {
             d,
@@ -156,7 +156,7 @@ impl FastDiv {
     }
 
     #[inline]
-    const fn div(self, n: u64) -> u64 {
+    pub(crate) const fn div(self, n: u64) -> u64 {
         if n < self.limit {
             ((n as u128 * self.m) >> 64) as u64
         } else {

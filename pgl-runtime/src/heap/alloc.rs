@@ -13,7 +13,7 @@
 use super::class::SizeClasses;
 use super::layout::*;
 use super::meta::MetaOps;
-use crate::geometry::{Geometry, ZoneMap, ZonePos};
+use crate::geometry::{FastDiv, Geometry, ZoneMap, ZonePos};
 use crate::persist::Media;
 use crate::{Error, Result};
 use parking_lot::Mutex;
@@ -28,6 +28,9 @@ pub(crate) struct Run {
     chunk: u64,
     class: u16,
     block: u64,
+    /// Divides by `block` without a division instruction (`Heap::locate` runs on every
+    /// first access to an object in a transaction).
+    per_block: FastDiv,
     nblocks: u32,
     header: u64,
     /// One bit per block, set while the block is allocated or reserved. Written under
@@ -54,6 +57,15 @@ impl RunState {
 }
 
 impl Run {
+    /// The block whose payload starts `within` bytes into the run's chunk, if one could
+    /// (not checked against `nblocks`).
+    #[inline]
+    fn block_at(&self, within: u64) -> Option<u32> {
+        let rel = within.checked_sub(self.header + HEADER_SIZE)?;
+        let idx = self.per_block.div(rel);
+        (idx * self.block == rel).then_some(idx as u32)
+    }
+
     fn block_offset(&self, idx: u32) -> u64 {
         self.off + self.header + idx as u64 * self.block
     }
@@ -239,6 +251,7 @@ impl Heap {
             chunk,
             class,
             block: self.classes.block(class),
+            per_block: FastDiv::new(self.classes.block(class)),
             nblocks,
             header: self.classes.header(class),
             bits: bits.into_iter().map(AtomicU64::new).collect(),
@@ -295,13 +308,9 @@ impl Heap {
                 let Some(run) = slot.as_ref() else {
                     return bad("run not loaded");
                 };
-                let rel = pos.within;
-                if rel < run.header + HEADER_SIZE
-                    || (rel - run.header - HEADER_SIZE) % run.block != 0
-                {
+                let Some(idx) = run.block_at(pos.within) else {
                     return bad("not the start of an object");
-                }
-                let idx = ((rel - run.header - HEADER_SIZE) / run.block) as u32;
+                };
                 if idx >= run.nblocks {
                     return bad("past the last block of its run");
                 }
@@ -421,6 +430,7 @@ impl Heap {
             chunk,
             class,
             block,
+            per_block: FastDiv::new(block),
             nblocks,
             header: self.classes.header(class),
             bits: (0..nblocks.div_ceil(64))
@@ -597,7 +607,9 @@ impl Heap {
                     .lock()
                     .clone()
                     .ok_or_else(|| Error::invalid_oid(payload, "run not loaded"))?;
-                let idx = ((pos.within - run.header - HEADER_SIZE) / run.block) as u32;
+                let idx = run
+                    .block_at(pos.within)
+                    .ok_or_else(|| Error::invalid_oid(payload, "not the start of an object"))?;
                 meta.clear_bits(run.word_offset(idx), 1 << (idx % 64));
                 Ok(PendingFree::Block(run, idx))
             }
