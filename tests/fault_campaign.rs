@@ -8,7 +8,8 @@
 //!
 //! Faults: media errors (through the signal handler), 1-3-bit flips and 8-64-byte
 //! scribbles on objects (header or payload), scribbles on redo-lane copies, pool header
-//! copies and one zone metadata copy per round (repaired when the pool is next opened),
+//! copies, one zone metadata copy and one word of the workers' run bitmaps per round
+//! (repaired when the pool is next opened),
 //! canary smashes (the transaction aborts, NVMM unchanged), and — beyond parity — the same
 //! bytes of an object and of its parity page damaged together. `PGL_FAULTS` sets the number of faults (default 5,000).
 
@@ -96,6 +97,12 @@ fn audit(pool: &Pool, models: &[Model], tally: &Tally) {
             }
         }
     }
+}
+
+/// The 8-byte word at `off` of the pool file.
+fn word_at(path: &std::path::Path, off: u64) -> u64 {
+    let file = std::fs::read(path).unwrap();
+    u64::from_le_bytes(file[off as usize..off as usize + 8].try_into().unwrap())
 }
 
 #[test]
@@ -275,6 +282,34 @@ fn fault_campaign() {
         })
         .unwrap();
         tally.injected.fetch_add(1, Ordering::Relaxed);
+        // One word of the bitmap of a run holding worker objects: a scribble or 1-3 bit
+        // flips (rebuilt from parity when the pool next opens).
+        let (word, sealed) = {
+            let m = models[rng.below(2) as usize].lock().unwrap();
+            let oid = m[rng.below(m.len() as u64) as usize].0.raw();
+            let pos = geo.locate(oid, zones).unwrap();
+            let run = geo.chunk_offset(pos.zone, pos.chunk);
+            let classes = pgl::SizeClasses::new(geo.chunk_size);
+            let class = classes.class_for(OBJ_BLOCK).unwrap();
+            let block = (oid - 16 - run - classes.header(class)) / classes.block(class);
+            let word = run + block / 32 * 8;
+            (word, word_at(&path, word))
+        };
+        let fault = if rng.below(2) == 0 {
+            Fault::Scribble {
+                offset: word,
+                len: 8,
+                seed: rng.next(),
+            }
+        } else {
+            Fault::BitFlips {
+                offset: word,
+                bits: rng.range(1, 4) as u32,
+                seed: rng.next(),
+            }
+        };
+        pool.inject(&fault).unwrap();
+        tally.injected.fetch_add(1, Ordering::Relaxed);
         // Reopen: damaged header, lane and metadata copies are rewritten from the good ones.
         let lane_faults = lanes_hit.len();
         drop(pool);
@@ -282,6 +317,9 @@ fn fault_campaign() {
         let s = pool.stats();
         assert!(s.lane_repairs <= lane_faults as u64);
         assert_eq!(s.metadata_repairs, 1, "the metadata copy rewritten");
+        tally.repaired.fetch_add(1, Ordering::Relaxed);
+        assert_eq!(s.bitmap_repairs, 1, "the bitmap word rebuilt: {fault:?}");
+        assert_eq!(word_at(&path, word), sealed, "byte-exact");
         tally.repaired.fetch_add(1, Ordering::Relaxed);
         let file = std::fs::read(&path).unwrap();
         let page = |off: u64| &file[off as usize..(off + 4096) as usize];

@@ -188,6 +188,18 @@ pub enum Error {
         computed: u32,
     },
 
+    /// A word of a run's allocation bitmap does not match its check (a scribble or a
+    /// media error in the allocator's metadata) and zone parity could not rebuild it.
+    #[error("allocation bitmap word at {offset:#x} does not verify: stored check {stored:#010x}, computed {computed:#010x}; the allocator's metadata was changed outside a transaction (a scribble or a media error) and zone parity could not rebuild it (the pool keeps no parity, or another page of its page column is damaged too); no allocation or free in that run is committed until it is repaired: `pgl check` reports it, `pgl scrub --repair` rebuilds what parity can")]
+    BitmapMismatch {
+        /// Pool offset of the word.
+        offset: u64,
+        /// The check the word holds.
+        stored: u32,
+        /// The check of the bits it holds.
+        computed: u32,
+    },
+
     /// A micro-buffer's guard word was overwritten: the transaction was aborted, NVMM is unchanged.
     #[error("canary of the micro-buffer of object at {offset:#x} was overwritten (a buffer overrun in this program); the transaction was aborted and the pool is unchanged")]
     CanaryMismatch {

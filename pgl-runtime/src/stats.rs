@@ -35,6 +35,9 @@ pub struct Stats {
     pub lane_repairs: u64,
     /// Zone metadata copies rewritten from the other copy when the pool was opened.
     pub metadata_repairs: u64,
+    /// Words of run allocation bitmaps that did not verify and were rebuilt from zone
+    /// parity (when the pool was opened, by a commit that found one, or by a scrub).
+    pub bitmap_repairs: u64,
     /// Damaged objects rebuilt from zone parity and written back (online repair).
     pub objects_repaired: u64,
     /// Pages whose bytes online repair changed.

@@ -228,6 +228,11 @@ fn scrub(file: &Path, repair: bool) -> Result<(String, bool)> {
         "  metadata  {} zone metadata cop(ies) damaged, {} rewritten from the other",
         r.metadata_copies_bad, r.metadata_copies_fixed
     );
+    let _ = writeln!(
+        out,
+        "  bitmaps   {} allocation bitmap word(s) damaged, {} rebuilt from parity",
+        r.bitmap_words_bad, r.bitmap_words_fixed
+    );
     let clean = r.is_clean();
     let _ = writeln!(
         out,
@@ -496,6 +501,7 @@ fn is_damage(e: &Error) -> bool {
             | Error::Corrupt { .. }
             | Error::Truncated { .. }
             | Error::ChecksumMismatch { .. }
+            | Error::BitmapMismatch { .. }
     )
 }
 
@@ -556,6 +562,16 @@ fn check(file: &Path) -> Result<(String, bool)> {
             out,
             "  metadata  {} damaged zone metadata cop(ies) rewritten from the other",
             s.metadata_repairs
+        );
+    }
+    if s.bitmap_repairs == 0 {
+        let _ = writeln!(out, "  bitmaps   every allocation bitmap word valid");
+    } else {
+        problems += s.bitmap_repairs;
+        let _ = writeln!(
+            out,
+            "  bitmaps   {} damaged allocation bitmap word(s) rebuilt from parity",
+            s.bitmap_repairs
         );
     }
     if let Some(line) = migration_line(&pool)? {

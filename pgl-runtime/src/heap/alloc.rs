@@ -21,6 +21,35 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::sync::OnceLock;
 
+/// Rebuilds a damaged checked bitmap word (its pool offset) from parity and writes it
+/// back; the rebuilt word, if there is one (see `Heap::add_zones`).
+pub(crate) type BitmapFix<'a> = dyn Fn(u64) -> Option<u64> + 'a;
+
+/// The error for the checked bitmap word `word` at `off`, which does not verify.
+pub(crate) fn bitmap_mismatch(off: u64, word: u64) -> Error {
+    Error::BitmapMismatch {
+        offset: off,
+        stored: (word >> 32) as u32,
+        computed: bitmap_check(off, word as u32),
+    }
+}
+
+/// Whether new runs get checked bitmaps: always, except in tests that make runs as
+/// builds before format 5 did (`PLAIN_RUNS`), to prove such runs keep working.
+fn make_checked_runs() -> bool {
+    #[cfg(test)]
+    if PLAIN_RUNS.with(|p| p.get()) {
+        return false;
+    }
+    true
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test-only: runs this thread makes get plain bitmaps.
+    pub(crate) static PLAIN_RUNS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// One run chunk.
 pub(crate) struct Run {
     off: u64,
@@ -33,7 +62,11 @@ pub(crate) struct Run {
     per_block: FastDiv,
     nblocks: u32,
     header: u64,
-    /// One bit per block, set while the block is allocated or reserved. Written under
+    /// Whether the persistent bitmap is checked (32 blocks a word, sealed with a CRC; see
+    /// `layout`) or plain (64 a word: runs of pools made before format 5).
+    checked: bool,
+    /// One bit per block, set while the block is allocated or reserved (64 blocks a word,
+    /// whatever the persistent format). Written under
     /// `st`'s lock; read without it by `Heap::locate` (a reader holding an object's lock
     /// sees every change to that object's bit made before the lock was taken).
     bits: Box<[AtomicU64]>,
@@ -69,8 +102,19 @@ impl Run {
     fn block_offset(&self, idx: u32) -> u64 {
         self.off + self.header + idx as u64 * self.block
     }
-    fn word_offset(&self, idx: u32) -> u64 {
-        self.off + (idx as u64 / 64) * 8
+    /// Blocks per persistent bitmap word.
+    fn per_word(&self) -> u32 {
+        if self.checked {
+            CHECKED_BITS
+        } else {
+            PLAIN_BITS
+        }
+    }
+
+    /// The persistent bitmap word of block `idx` and the block's bit in it.
+    fn word_of(&self, idx: u32) -> (u64, u64) {
+        let per = self.per_word();
+        (self.off + u64::from(idx / per) * 8, 1 << (idx % per))
     }
 }
 
@@ -121,8 +165,14 @@ pub(crate) struct Heap {
 }
 
 impl Heap {
-    /// Rebuilds the volatile state from the persistent metadata of `zones` zones.
-    pub(crate) fn open(media: &Media, geo: Geometry, zones: u64) -> Result<Heap> {
+    /// Rebuilds the volatile state from the persistent metadata of `zones` zones (`fix`:
+    /// see `add_zones`).
+    pub(crate) fn open(
+        media: &Media,
+        geo: Geometry,
+        zones: u64,
+        fix: &BitmapFix<'_>,
+    ) -> Result<Heap> {
         let classes = SizeClasses::new(geo.chunk_size);
         let heap = Heap {
             geo,
@@ -136,7 +186,7 @@ impl Heap {
             zone_count: AtomicU64::new(0),
             chunk_lock: Mutex::new(Vec::new()),
         };
-        heap.add_zones(media, zones)?;
+        heap.add_zones(media, zones, fix)?;
         Ok(heap)
     }
 
@@ -150,8 +200,11 @@ impl Heap {
         self.zone_count.load(Ordering::Acquire)
     }
 
-    /// Loads zones `zone_count()..total` from media (on open, and after `grow`).
-    pub(crate) fn add_zones(&self, media: &Media, total: u64) -> Result<()> {
+    /// Loads zones `zone_count()..total` from media (on open, and after `grow`). A checked
+    /// bitmap word that does not verify is handed to `fix`, which returns the word parity
+    /// rebuilt (and wrote back), if it could; else the load fails with
+    /// `Error::BitmapMismatch`.
+    pub(crate) fn add_zones(&self, media: &Media, total: u64, fix: &BitmapFix<'_>) -> Result<()> {
         let _g = self.grow_lock.lock();
         if total > self.zones.len() as u64 {
             return Err(Error::config(format!(
@@ -180,10 +233,11 @@ impl Heap {
                         let class = entry_class(e);
                         if class as usize >= self.classes.len()
                             || entry_arg(e) != self.classes.block(class)
+                            || (e >> 25) & 0x7f != 0
                         {
                             return Err(corrupt(format!("run of unknown class {class}")));
                         }
-                        let run = self.load_run(media, z, c, class);
+                        let run = self.load_run(media, z, c, class, entry_checked(e), fix)?;
                         kinds[c as usize].store(e, Ordering::Relaxed);
                         let free = run.st.lock().used < run.nblocks;
                         if free {
@@ -230,14 +284,33 @@ impl Heap {
         Ok(())
     }
 
-    fn load_run(&self, media: &Media, zone: u64, chunk: u64, class: u16) -> Arc<Run> {
+    fn load_run(
+        &self,
+        media: &Media,
+        zone: u64,
+        chunk: u64,
+        class: u16,
+        checked: bool,
+        fix: &BitmapFix<'_>,
+    ) -> Result<Arc<Run>> {
         let off = self.geo.chunk_offset(zone, chunk);
-        let nblocks = self.classes.nblocks(class);
-        let words = nblocks.div_ceil(64) as usize;
-        let mut bits = vec![0u64; words];
-        for (i, w) in bits.iter_mut().enumerate() {
+        let nblocks = self.classes.nblocks_in(class, checked);
+        let per = if checked { CHECKED_BITS } else { PLAIN_BITS };
+        let mut bits = vec![0u64; nblocks.div_ceil(64) as usize];
+        for w in 0..nblocks.div_ceil(per) {
+            let at = off + u64::from(w) * 8;
             // SAFETY: the bitmap lies at the start of this run chunk, inside the pool.
-            *w = unsafe { media.read_u64(off + i as u64 * 8) };
+            let word = unsafe { media.read_u64(at) };
+            let value = if checked {
+                match bitmap_bits(at, word).or_else(|| fix(at).and_then(|v| bitmap_bits(at, v))) {
+                    Some(b) => u64::from(b),
+                    None => return Err(bitmap_mismatch(at, word)),
+                }
+            } else {
+                word
+            };
+            let first = w * per;
+            bits[first as usize / 64] |= value << (first % 64);
         }
         if nblocks % 64 != 0 {
             if let Some(last) = bits.last_mut() {
@@ -245,7 +318,7 @@ impl Heap {
             }
         }
         let used = bits.iter().map(|w| w.count_ones()).sum();
-        Arc::new(Run {
+        Ok(Arc::new(Run {
             off,
             zone,
             chunk,
@@ -253,7 +326,8 @@ impl Heap {
             block: self.classes.block(class),
             per_block: FastDiv::new(self.classes.block(class)),
             nblocks,
-            header: self.classes.header(class),
+            header: self.classes.header_in(class, checked),
+            checked,
             bits: bits.into_iter().map(AtomicU64::new).collect(),
             st: Mutex::new(RunState {
                 used,
@@ -262,7 +336,7 @@ impl Heap {
                 dead: false,
                 hint: 0,
             }),
-        })
+        }))
     }
 
     fn zone(&self, z: u64) -> Option<&Zone> {
@@ -373,7 +447,8 @@ impl Heap {
                 }
                 if let Some(idx) = take_bit(&run.bits, &mut st, run.nblocks) {
                     drop(st);
-                    meta.set_bits(run.word_offset(idx), 1 << (idx % 64));
+                    let (word, bit) = run.word_of(idx);
+                    meta.set_bits(word, bit, run.checked);
                     undo.push(HeapUndo::Block(run.clone(), idx));
                     return Ok(ObjPlace {
                         hdr: run.block_offset(idx),
@@ -422,7 +497,8 @@ impl Heap {
         };
         drop(free);
         let zone = self.zone(zone_idx).expect("claimed zone exists");
-        let nblocks = self.classes.nblocks(class);
+        let checked = make_checked_runs();
+        let nblocks = self.classes.nblocks_in(class, checked);
         let block = self.classes.block(class);
         let run = Arc::new(Run {
             off: self.geo.chunk_offset(zone_idx, chunk),
@@ -432,7 +508,8 @@ impl Heap {
             block,
             per_block: FastDiv::new(block),
             nblocks,
-            header: self.classes.header(class),
+            header: self.classes.header_in(class, checked),
+            checked,
             bits: (0..nblocks.div_ceil(64))
                 .map(|_| AtomicU64::new(0))
                 .collect(),
@@ -444,10 +521,11 @@ impl Heap {
                 hint: 0,
             }),
         });
-        let entry = run_entry(class, block);
+        let entry = run_entry(class, block) & !(if checked { 0 } else { ENTRY_CHECKED });
         meta.set(self.table_entry(zone_idx, chunk), entry);
-        for w in 0..nblocks.div_ceil(64) as u64 {
-            meta.set(run.off + w * 8, 0);
+        for w in 0..u64::from(nblocks.div_ceil(run.per_word())) {
+            let at = run.off + w * 8;
+            meta.set(at, if checked { bitmap_word(at, 0) } else { 0 });
         }
         *zone.runs[chunk as usize].lock() = Some(run.clone());
         zone.kinds[chunk as usize].store(entry, Ordering::Release);
@@ -610,7 +688,8 @@ impl Heap {
                 let idx = run
                     .block_at(pos.within)
                     .ok_or_else(|| Error::invalid_oid(payload, "not the start of an object"))?;
-                meta.clear_bits(run.word_offset(idx), 1 << (idx % 64));
+                let (word, bit) = run.word_of(idx);
+                meta.clear_bits(word, bit, run.checked);
                 Ok(PendingFree::Block(run, idx))
             }
             KIND_LARGE => {
@@ -751,16 +830,41 @@ fn take_bit(bits: &[AtomicU64], st: &mut RunState, nblocks: u32) -> Option<u32> 
     None
 }
 
+/// The pool offsets of every checked bitmap word of zone `zone`'s runs, per its chunk
+/// table as `read_word` reads it.
+pub(crate) fn checked_bitmap_words(
+    geo: &Geometry,
+    classes: &SizeClasses,
+    zone: u64,
+    read_word: impl Fn(u64) -> u64,
+) -> Vec<u64> {
+    let table = geo.chunk_offset(zone, 0) + CHUNK_TABLE_OFFSET;
+    let mut out = Vec::new();
+    for c in 1..geo.chunks_per_zone() {
+        let e = read_word(table + c * 8);
+        let class = entry_class(e);
+        if entry_kind(e) == KIND_RUN && entry_checked(e) && (class as usize) < classes.len() {
+            let off = geo.chunk_offset(zone, c);
+            let words = classes.nblocks_in(class, true).div_ceil(CHECKED_BITS);
+            out.extend((0..u64::from(words)).map(|w| off + w * 8));
+        }
+    }
+    out
+}
+
 /// Walks the persistent heap metadata (not the volatile state): calls `f(header_offset,
 /// capacity)` for every allocated object; `read_word(off)` reads a metadata word (the caller
-/// decides how it synchronises with commits). For `pgl check`/`info` and tests.
+/// decides how it synchronises with commits). Returns the offsets of checked bitmap words
+/// that do not verify, whose blocks it skipped (damage: no block of theirs is trusted to
+/// be an object). For `pgl check`/`info`, `pool.objects` and opening.
 pub(crate) fn walk_objects(
     geo: &Geometry,
     classes: &SizeClasses,
     zones: u64,
     read_word: impl Fn(u64) -> u64,
     mut f: impl FnMut(u64, u64),
-) {
+) -> Vec<u64> {
+    let mut damaged = Vec::new();
     let n = geo.chunks_per_zone();
     for z in 0..zones {
         let table = geo.chunk_offset(z, 0) + CHUNK_TABLE_OFFSET;
@@ -771,15 +875,32 @@ pub(crate) fn walk_objects(
                 KIND_RUN => {
                     let class = entry_class(e);
                     if (class as usize) < classes.len() {
+                        let checked = entry_checked(e);
                         let off = geo.chunk_offset(z, c);
-                        let nb = classes.nblocks(class);
-                        for i in 0..nb {
-                            let w = read_word(off + (i as u64 / 64) * 8);
-                            if w & (1 << (i % 64)) != 0 {
-                                f(
-                                    off + classes.header(class) + i as u64 * classes.block(class),
-                                    classes.block(class) - HEADER_SIZE,
-                                );
+                        let nb = classes.nblocks_in(class, checked);
+                        let header = classes.header_in(class, checked);
+                        let per = if checked { CHECKED_BITS } else { PLAIN_BITS };
+                        for w in 0..nb.div_ceil(per) {
+                            let at = off + u64::from(w) * 8;
+                            let word = read_word(at);
+                            let bits = if checked {
+                                match bitmap_bits(at, word) {
+                                    Some(b) => u64::from(b),
+                                    None => {
+                                        damaged.push(at);
+                                        continue;
+                                    }
+                                }
+                            } else {
+                                word
+                            };
+                            for i in w * per..((w + 1) * per).min(nb) {
+                                if bits & (1 << (i % per)) != 0 {
+                                    f(
+                                        off + header + u64::from(i) * classes.block(class),
+                                        classes.block(class) - HEADER_SIZE,
+                                    );
+                                }
                             }
                         }
                     }
@@ -794,5 +915,98 @@ pub(crate) fn walk_objects(
             }
             c += 1;
         }
+    }
+    damaged
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PLAIN_RUNS;
+    use crate::heap::layout::*;
+    use crate::{Config, Oid, Pool};
+
+    type Obj = [u64; 8];
+
+    fn word(file: &[u8], off: u64) -> u64 {
+        u64::from_le_bytes(file[off as usize..off as usize + 8].try_into().unwrap())
+    }
+
+    /// Runs made by builds before format 5 (plain bitmaps, 64 blocks a word, no entry bit)
+    /// keep working beside checked ones: their objects are found, freed and allocated
+    /// across reopens, and their words stay plain.
+    #[test]
+    fn plain_runs_of_older_pools_keep_working() {
+        let dir = std::path::Path::new("/dev/shm");
+        let dir = if dir.is_dir() {
+            dir.to_owned()
+        } else {
+            std::env::temp_dir()
+        };
+        let path = dir.join(format!("pgl-plain-runs-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let pool = Pool::create(&path, &Config::small("plain")).unwrap();
+        PLAIN_RUNS.with(|p| p.set(true));
+        let mut objs: Vec<(Oid<Obj>, Obj)> = (0..100u64)
+            .map(|i| (pool.tx(|tx| tx.alloc([i; 8])).unwrap(), [i; 8]))
+            .collect();
+        PLAIN_RUNS.with(|p| p.set(false));
+        let info = pool.info();
+        let (geo, zones) = (info.header.geo, info.header.zones);
+        let pos = geo.locate(objs[0].0.raw(), zones).unwrap();
+        let run = geo.chunk_offset(pos.zone, pos.chunk);
+        let table = geo.chunk_offset(pos.zone, 0) + CHUNK_TABLE_OFFSET + 8 * pos.chunk;
+        drop(pool);
+        let file = std::fs::read(&path).unwrap();
+        assert!(!entry_checked(word(&file, table)), "a plain run");
+        assert_eq!(word(&file, run), u64::MAX, "blocks 0..64 in one plain word");
+
+        for round in 0..2 {
+            let pool = Pool::open(&path, "plain").unwrap();
+            for (o, v) in &objs {
+                assert_eq!(*pool.get(*o).unwrap(), *v, "round {round}");
+            }
+            let listed = pool.objects().unwrap();
+            for (o, _) in &objs {
+                assert!(listed.iter().any(|(l, _)| *l == o.raw()), "{o:?} listed");
+            }
+            // Free ten, allocate ten: the plain run has room, so they land in it.
+            for (o, _) in objs.drain(..10) {
+                pool.tx(|tx| tx.free(o)).unwrap();
+            }
+            for i in 0..10u64 {
+                let v = [1000 * (round + 1) + i; 8];
+                let o = pool.tx(|tx| tx.alloc(v)).unwrap();
+                assert_eq!(geo.locate(o.raw(), zones).unwrap().chunk, pos.chunk);
+                objs.push((o, v));
+            }
+            // A new run (another class) is checked.
+            let big = pool.tx(|tx| tx.alloc([round; 100])).unwrap();
+            let bpos = geo.locate(big.raw(), zones).unwrap();
+            let btable = geo.chunk_offset(bpos.zone, 0) + CHUNK_TABLE_OFFSET + 8 * bpos.chunk;
+            let r = pool.scrub(true, |_, _| {}).unwrap();
+            assert!(r.is_clean(), "{r:?}");
+            drop(pool);
+            let file = std::fs::read(&path).unwrap();
+            assert!(entry_checked(word(&file, btable)));
+            assert!(
+                !entry_checked(word(&file, table)),
+                "the plain run stays plain"
+            );
+            // The plain words hold exactly the live blocks, densely.
+            let classes = crate::heap::SizeClasses::new(geo.chunk_size);
+            let class = classes.class_for(16 + 64).unwrap();
+            let (header, block) = (classes.header_in(class, false), classes.block(class));
+            let mut want = [0u64; 2];
+            for (o, _) in &objs {
+                let i = (o.raw() - 16 - run - header) / block;
+                want[i as usize / 64] |= 1 << (i % 64);
+            }
+            assert_eq!(
+                [word(&file, run), word(&file, run + 8)],
+                want,
+                "round {round}"
+            );
+        }
+        std::fs::remove_file(&path).unwrap();
     }
 }

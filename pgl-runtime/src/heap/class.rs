@@ -2,14 +2,18 @@
 //! each fit in a run chunk. Derived from the chunk size alone, so every build agrees.
 //!
 //! Invariant: block sizes are multiples of 16, strictly increasing; every run's bitmap
-//! header plus its blocks fit in one chunk.
+//! header plus its blocks fit in one chunk, in either bitmap format.
+
+use super::layout::{CHECKED_BITS, PLAIN_BITS};
 
 /// The size classes of a heap.
 #[derive(Clone, Debug)]
 pub struct SizeClasses {
     blocks: Vec<u64>,
-    nblocks: Vec<u32>,
-    headers: Vec<u64>,
+    /// Blocks and bitmap bytes of a run: `[plain, checked]` (see `layout`: a checked
+    /// bitmap word holds 32 blocks' bits, a plain one 64).
+    nblocks: [Vec<u32>; 2],
+    headers: [Vec<u64>; 2],
 }
 
 impl SizeClasses {
@@ -27,15 +31,17 @@ impl SizeClasses {
                 (1u64 << (63 - b.leading_zeros())) / 8
             };
         }
-        let mut nblocks = Vec::with_capacity(blocks.len());
-        let mut headers = Vec::with_capacity(blocks.len());
-        for &bs in &blocks {
-            let mut n = chunk_size / bs;
-            while n > 0 && Self::header_for(n) + n * bs > chunk_size {
-                n -= 1;
+        let mut nblocks: [Vec<u32>; 2] = Default::default();
+        let mut headers: [Vec<u64>; 2] = Default::default();
+        for (f, per_word) in [PLAIN_BITS, CHECKED_BITS].into_iter().enumerate() {
+            for &bs in &blocks {
+                let mut n = chunk_size / bs;
+                while n > 0 && Self::header_for(n, per_word) + n * bs > chunk_size {
+                    n -= 1;
+                }
+                nblocks[f].push(n as u32);
+                headers[f].push(Self::header_for(n, per_word));
             }
-            nblocks.push(n as u32);
-            headers.push(Self::header_for(n));
         }
         SizeClasses {
             blocks,
@@ -44,8 +50,8 @@ impl SizeClasses {
         }
     }
 
-    fn header_for(n: u64) -> u64 {
-        (n.div_ceil(64) * 8).div_ceil(64) * 64
+    fn header_for(n: u64, per_word: u32) -> u64 {
+        (n.div_ceil(u64::from(per_word)) * 8).div_ceil(64) * 64
     }
 
     /// Number of classes.
@@ -69,14 +75,25 @@ impl SizeClasses {
         self.blocks[c as usize]
     }
 
-    /// Blocks in one run of class `c`.
+    /// Blocks in one run of class `c` (a checked run, as pgl makes them).
     pub fn nblocks(&self, c: u16) -> u32 {
-        self.nblocks[c as usize]
+        self.nblocks_in(c, true)
     }
 
-    /// Bytes of the bitmap header of a run of class `c` (a multiple of 64).
+    /// Bytes of the bitmap header of a run of class `c` (a checked run; a multiple of 64).
     pub fn header(&self, c: u16) -> u64 {
-        self.headers[c as usize]
+        self.header_in(c, true)
+    }
+
+    /// Blocks in one run of class `c`, checked or plain (runs of pools made before
+    /// format 5).
+    pub fn nblocks_in(&self, c: u16, checked: bool) -> u32 {
+        self.nblocks[checked as usize][c as usize]
+    }
+
+    /// Bytes of the bitmap header of a run of class `c`, checked or plain.
+    pub fn header_in(&self, c: u16, checked: bool) -> u64 {
+        self.headers[checked as usize][c as usize]
     }
 
     /// The largest block size.
@@ -99,9 +116,12 @@ mod tests {
                 if i > 0 {
                     assert!(c.block(i) > c.block(i - 1));
                 }
-                assert!(c.nblocks(i) >= 1);
-                assert!(c.header(i) + c.nblocks(i) as u64 * c.block(i) <= cs);
-                assert!(c.header(i) * 8 >= c.nblocks(i) as u64);
+                for (checked, per_word) in [(false, 64), (true, 32)] {
+                    let (n, h) = (c.nblocks_in(i, checked) as u64, c.header_in(i, checked));
+                    assert!(n >= 1);
+                    assert!(h + n * c.block(i) <= cs);
+                    assert!(h / 8 * per_word >= n, "room for every block's bit");
+                }
             }
             assert!(c.max_block() <= cs / 4);
         }

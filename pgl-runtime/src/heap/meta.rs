@@ -2,8 +2,12 @@
 //! under the metadata locks (so concurrent changes to other bits of the same word compose).
 //!
 //! Invariant: a change is a function of the word's committed value: `new = (base.unwrap_or(cur)
-//! & and) | or`; the result is logged and applied like any other range.
+//! & and) | or`, re-sealed with its check when the word is a checked bitmap word (see
+//! `layout::bitmap_word`); the result is logged and applied like any other range. A
+//! checked word's committed value is used only once it verifies, so a scribbled word is
+//! never re-sealed as valid.
 
+use super::layout::{bitmap_bits, bitmap_word};
 use crate::smallmap::SmallMap;
 
 /// One word's pending change.
@@ -12,12 +16,26 @@ pub(crate) struct WordChange {
     base: Option<u64>,
     and: u64,
     or: u64,
+    /// A checked bitmap word: bits 0..32 change, the check follows them.
+    checked: bool,
 }
 
 impl WordChange {
-    /// The new value given the committed value `cur`.
-    pub(crate) fn apply(&self, cur: u64) -> u64 {
-        (self.base.unwrap_or(cur) & self.and) | self.or
+    /// The new value of the word at `off` given its committed value `cur`; `None` if the
+    /// change depends on `cur` and `cur` is a checked word that does not verify (damage:
+    /// the commit must not build on it).
+    pub(crate) fn apply(&self, off: u64, cur: u64) -> Option<u64> {
+        let base = match self.base {
+            Some(b) => b,
+            None if self.checked => u64::from(bitmap_bits(off, cur)?),
+            None => cur,
+        };
+        let v = (base & self.and) | self.or;
+        Some(if self.checked {
+            bitmap_word(off, v as u32)
+        } else {
+            v
+        })
     }
 }
 
@@ -27,6 +45,7 @@ impl Default for WordChange {
             base: None,
             and: !0,
             or: 0,
+            checked: false,
         }
     }
 }
@@ -44,7 +63,7 @@ impl MetaOps {
         self.words.is_empty()
     }
 
-    /// Sets the word at `off` to `value`.
+    /// Sets the word at `off` to `value` (a checked bitmap word: its sealed value).
     pub(crate) fn set(&mut self, off: u64, value: u64) {
         debug_assert!(!self.sorted);
         self.words.insert(
@@ -53,22 +72,28 @@ impl MetaOps {
                 base: Some(value),
                 and: !0,
                 or: 0,
+                checked: false,
             },
         );
     }
-    /// Sets the bits of `mask` in the word at `off`.
-    pub(crate) fn set_bits(&mut self, off: u64, mask: u64) {
+    /// Sets the bits of `mask` in the word at `off` (a checked bitmap word if `checked`:
+    /// `mask` within bits 0..32).
+    pub(crate) fn set_bits(&mut self, off: u64, mask: u64, checked: bool) {
         debug_assert!(!self.sorted);
+        debug_assert!(!checked || mask >> 32 == 0);
         let w = self.words.entry_or_insert_with(off, WordChange::default);
         w.or |= mask;
         w.and |= mask;
+        w.checked |= checked;
     }
-    /// Clears the bits of `mask` in the word at `off`.
-    pub(crate) fn clear_bits(&mut self, off: u64, mask: u64) {
+    /// Clears the bits of `mask` in the word at `off` (see `set_bits`).
+    pub(crate) fn clear_bits(&mut self, off: u64, mask: u64, checked: bool) {
         debug_assert!(!self.sorted);
+        debug_assert!(!checked || mask >> 32 == 0);
         let w = self.words.entry_or_insert_with(off, WordChange::default);
         w.and &= !mask;
         w.or &= !mask;
+        w.checked |= checked;
     }
     /// Sorts the changes by offset; no change may be added afterwards (until `clear`).
     pub(crate) fn sort(&mut self) {
@@ -93,18 +118,38 @@ mod tests {
     #[test]
     fn changes_compose() {
         let mut m = MetaOps::default();
-        m.set_bits(8, 0b1010);
-        m.clear_bits(8, 0b0010);
-        m.set_bits(8, 0b0001);
+        m.set_bits(8, 0b1010, false);
+        m.clear_bits(8, 0b0010, false);
+        m.set_bits(8, 0b0001, false);
         let (_, w) = m.iter().next().unwrap();
-        assert_eq!(w.apply(0b0110_0000), 0b0110_1001);
+        assert_eq!(w.apply(8, 0b0110_0000), Some(0b0110_1001));
         m.set(16, 0);
-        m.set_bits(16, 4);
-        m.set_bits(0, 1);
+        m.set_bits(16, 4, false);
+        m.set_bits(0, 1, false);
         m.sort();
         assert_eq!(m.iter().map(|(o, _)| o).collect::<Vec<_>>(), vec![0, 8, 16]);
         let (_, w) = m.iter().nth(2).unwrap();
-        assert_eq!(w.apply(u64::MAX), 4);
+        assert_eq!(w.apply(16, u64::MAX), Some(4));
         assert_eq!(m.iter().count(), 3);
+    }
+
+    #[test]
+    fn checked_words_are_resealed_and_damage_is_refused() {
+        let off = 4096;
+        let mut m = MetaOps::default();
+        m.set_bits(off, 0b100, true);
+        m.clear_bits(off, 0b001, true);
+        let (_, w) = m.iter().next().unwrap();
+        let cur = bitmap_word(off, 0b011);
+        assert_eq!(w.apply(off, cur), Some(bitmap_word(off, 0b110)));
+        // A committed word that does not verify is not built on.
+        assert_eq!(w.apply(off, cur ^ 1 << 40), None);
+        assert_eq!(w.apply(off, cur ^ 1 << 3), None);
+        // A word set whole (a new run's) and then changed needs no committed value.
+        let mut m = MetaOps::default();
+        m.set(off, bitmap_word(off, 0));
+        m.set_bits(off, 1, true);
+        let (_, w) = m.iter().next().unwrap();
+        assert_eq!(w.apply(off, 0xdead), Some(bitmap_word(off, 1)));
     }
 }

@@ -92,3 +92,15 @@ pub(crate) unsafe fn rebuild_page_into(
     }
     true
 }
+
+/// The checked allocation-bitmap word at `at` as parity says it should be, if that word
+/// verifies (see `heap::layout::bitmap_word`).
+///
+/// # Safety
+/// As for [`rebuild_range`].
+pub(crate) unsafe fn rebuild_bitmap_word(media: &Media, geo: &Geometry, at: u64) -> Option<u64> {
+    // SAFETY: the caller's.
+    let bytes = unsafe { rebuild_range(media, geo, at, 8) }?;
+    let word = u64::from_le_bytes(bytes.as_slice().try_into().ok()?);
+    crate::heap::layout::bitmap_bits(at, word).map(|_| word)
+}

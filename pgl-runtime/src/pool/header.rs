@@ -38,8 +38,11 @@ pub const MAGIC: [u8; 8] = *b"PGLPOOL\0";
 /// may run without object checksums); older pools always kept them, and older builds
 /// refuse version 3, which they would read as checksum damage. Version 4 keeps every
 /// zone's metadata twice, with checksums (`integrity::replica`); older pools get their
-/// copies on open.
-pub const FORMAT_VERSION: u32 = 4;
+/// copies on open. Version 5 seals every run's allocation bitmap words with a check
+/// (`heap::layout::bitmap_word`, 32 blocks a word, marked by a bit of the run's chunk-table
+/// entry): runs made by older builds keep their plain bitmaps, runs made since are
+/// checked, and older builds refuse version 5, which they would misread.
+pub const FORMAT_VERSION: u32 = 5;
 /// The oldest format version this build reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
 /// Header flag: a process has the pool open; still set after a crash.

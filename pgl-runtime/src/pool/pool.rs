@@ -41,6 +41,8 @@ pub(super) struct Inner {
     lane_repairs: u64,
     /// Zone metadata copies rewritten from the other copy while opening.
     metadata_repairs: u64,
+    /// Allocation bitmap words rebuilt from parity while opening.
+    bitmap_repairs: u64,
     /// What reconciling parity found when the pool was opened.
     reconciled: crate::integrity::Reconciled,
     /// Scrubs the background scrubber completed.
@@ -390,6 +392,7 @@ impl Pool {
         }
         let metadata_repairs = meta_repaired.len() as u64;
         let mut reconciled = crate::integrity::Reconciled::default();
+        let mut bitmap_repairs_reconciled = 0u64;
         if parity
             && (header.flags & FLAG_OPEN != 0
                 || header.flags & FLAG_PARITY == 0
@@ -412,7 +415,7 @@ impl Pool {
                 // Without trusted checksums no object can be told damaged: the dirty
                 // zones' disagreeing columns are recomputed from the rows as they are.
                 let mut objects = vec![Vec::new(); header.zones as usize];
-                crate::heap::walk(
+                let damaged_words = crate::heap::walk(
                     &geo,
                     &crate::heap::SizeClasses::new(geo.chunk_size),
                     header.zones,
@@ -427,6 +430,21 @@ impl Pool {
                         }
                     },
                 );
+                // A bitmap word that does not verify is rebuilt before any parity is
+                // recomputed from the rows (which would bake the damage in). The rebuild
+                // is kept only if it verifies; a word left damaged fails the heap's load
+                // below with `Error::BitmapMismatch`.
+                for off in damaged_words {
+                    // SAFETY: as above.
+                    let rebuilt =
+                        unsafe { crate::integrity::rebuild_bitmap_word(&media, &geo, off) };
+                    if let Some(word) = rebuilt {
+                        // SAFETY: as above; an aligned 8-byte store lands whole.
+                        unsafe { media.write(off, &word.to_le_bytes()) };
+                        media.flush(off, 8);
+                        bitmap_repairs_reconciled += 1;
+                    }
+                }
                 for &z in &dirty {
                     // SAFETY: as above.
                     let r = unsafe {
@@ -475,7 +493,26 @@ impl Pool {
         Self::write_header_copy(&media, 0, &header);
         Self::write_header_copy(&media, geo.header_offset(1), &header);
         media.check()?;
-        let heap = Heap::open(&media, geo, header.zones)?;
+        // A run's bitmap word that does not verify is rebuilt from parity here, before the
+        // allocator trusts it (an aligned 8-byte store: it lands whole or not at all, and
+        // parity already accounts for the rebuilt bytes).
+        let bitmap_repairs = std::cell::Cell::new(bitmap_repairs_reconciled);
+        let fix = |at: u64| {
+            if !parity {
+                return None;
+            }
+            // SAFETY: the word lies in a run chunk of a zone of the pool; nothing else runs
+            // while the pool opens.
+            let word = unsafe { crate::integrity::rebuild_bitmap_word(&media, &geo, at) }?;
+            // SAFETY: as above.
+            unsafe { media.write(at, &word.to_le_bytes()) };
+            media.flush(at, 8);
+            media.fence();
+            bitmap_repairs.set(bitmap_repairs.get() + 1);
+            Some(word)
+        };
+        let heap = Heap::open(&media, geo, header.zones, &fix)?;
+        let bitmap_repairs = bitmap_repairs.get();
         let next_seq = rec.max_seq.checked_add(1).ok_or_else(|| Error::Corrupt {
             what: "redo lane",
             offset: geo.lane_offset(0, 0),
@@ -503,6 +540,7 @@ impl Pool {
             header_repairs: repairs,
             lane_repairs,
             metadata_repairs,
+            bitmap_repairs,
             reconciled,
             scrubs: Default::default(),
         });
@@ -714,7 +752,8 @@ impl Pool {
         Self::write_header_copy(&eng.media, eng.geo.header_offset(1), &header);
         // The new zones are usable only if the headers that name them are durable.
         eng.media.check()?;
-        eng.heap.add_zones(&eng.media, zones)?;
+        // New zones hold no runs: no bitmap word to verify.
+        eng.heap.add_zones(&eng.media, zones, &|_| None)?;
         *self.inner.header.lock() = header;
         Ok(())
     }
@@ -740,6 +779,7 @@ impl Pool {
         s.lane_repairs = self.inner.lane_repairs;
         s.metadata_repairs = self.inner.metadata_repairs;
         let r = &self.inner.eng.repairs;
+        s.bitmap_repairs = self.inner.bitmap_repairs + r.bitmap_words.load(Ordering::Relaxed);
         let opened = &self.inner.reconciled;
         s.objects_repaired = r.repaired.load(Ordering::Relaxed) + opened.repaired;
         s.pages_rebuilt = r.pages.load(Ordering::Relaxed);
@@ -913,8 +953,15 @@ impl Pool {
     /// Every allocated object, as read from the persistent heap metadata:
     /// `(payload offset, header)`. Reads each metadata word and header under its lock, so it
     /// may run beside transactions (it then sees some state between them); it must not run
-    /// inside one.
+    /// inside one. A damaged allocation-bitmap word is rebuilt from parity on the way (as
+    /// any access repairs what it finds), or reported as `Error::BitmapMismatch`.
     pub fn objects(&self) -> Result<Vec<(u64, ObjectHeader)>> {
+        self.list_objects(true)
+    }
+
+    /// `objects`; without `repair`, the blocks of damaged bitmap words are left out instead
+    /// (for a scrub that only reports: it reports those words itself).
+    fn list_objects(&self, repair: bool) -> Result<Vec<(u64, ObjectHeader)>> {
         let eng = &self.inner.eng;
         if tx::in_tx(eng) {
             return Err(Error::InTransaction {
@@ -922,20 +969,35 @@ impl Pool {
                 instead: "call it outside transactions",
             });
         }
+        let read_word = |off| {
+            eng.meta.with_word(off, || {
+                // SAFETY: a heap metadata word inside the pool, read under its metadata
+                // lock, which every commit that changes it holds.
+                unsafe { eng.media.read_u64(off) }
+            })
+        };
         let mut hdrs = Vec::new();
-        crate::heap::walk(
-            &eng.geo,
-            eng.heap.classes(),
-            eng.heap.zone_count(),
-            |off| {
-                eng.meta.with_word(off, || {
-                    // SAFETY: a heap metadata word inside the pool, read under its metadata
-                    // lock, which every commit that changes it holds.
-                    unsafe { eng.media.read_u64(off) }
-                })
-            },
-            |hdr, _| hdrs.push(hdr),
-        );
+        let walk = |hdrs: &mut Vec<u64>| {
+            hdrs.clear();
+            crate::heap::walk(
+                &eng.geo,
+                eng.heap.classes(),
+                eng.heap.zone_count(),
+                read_word,
+                |hdr, _| hdrs.push(hdr),
+            )
+        };
+        // A bitmap word that does not verify hides which of its blocks are objects: it is
+        // rebuilt from parity and the walk taken again, or it is reported.
+        let damaged = walk(&mut hdrs);
+        if !damaged.is_empty() && repair {
+            if let Some(&off) = damaged.iter().find(|&&o| !eng.repair_bitmap_word(o)) {
+                return Err(crate::heap::bitmap_mismatch(off, read_word(off)));
+            }
+            if let Some(&off) = walk(&mut hdrs).first() {
+                return Err(crate::heap::bitmap_mismatch(off, read_word(off)));
+            }
+        }
         let mut out = Vec::with_capacity(hdrs.len());
         for hdr in hdrs {
             let payload = hdr + HEADER_SIZE;
@@ -973,7 +1035,16 @@ impl Pool {
     /// `(offset, error)`. Each object is verified under its read lock; not inside a
     /// transaction.
     /// `Error::InvalidConfig` if the pool does not keep checksums (`Config::checksums`).
-    pub fn verify_objects(&self, mut progress: impl FnMut(u64, u64)) -> Result<Vec<(u64, Error)>> {
+    pub fn verify_objects(&self, progress: impl FnMut(u64, u64)) -> Result<Vec<(u64, Error)>> {
+        self.verify_listed(true, progress)
+    }
+
+    /// `verify_objects`, listing them with `list_objects(repair)`.
+    pub(super) fn verify_listed(
+        &self,
+        repair: bool,
+        mut progress: impl FnMut(u64, u64),
+    ) -> Result<Vec<(u64, Error)>> {
         if !self.inner.eng.checksums {
             return Err(Error::config(
                 "this pool does not keep object checksums (it was opened with \
@@ -981,7 +1052,7 @@ impl Pool {
                  on, which recomputes them",
             ));
         }
-        let objs = self.objects()?;
+        let objs = self.list_objects(repair)?;
         let total = objs.len() as u64;
         let mut bad = Vec::new();
         for (i, (off, h)) in objs.into_iter().enumerate() {

@@ -32,6 +32,10 @@ pub struct ScrubReport {
     pub metadata_copies_bad: u64,
     /// Of those, rewritten from the other copy (when repairing).
     pub metadata_copies_fixed: u64,
+    /// Words of run allocation bitmaps that did not verify.
+    pub bitmap_words_bad: u64,
+    /// Of those, rebuilt from parity (when repairing; the others are in `damaged`).
+    pub bitmap_words_fixed: u64,
 }
 
 impl ScrubReport {
@@ -40,6 +44,7 @@ impl ScrubReport {
         self.damaged.is_empty()
             && self.parity_columns_bad == self.parity_columns_fixed
             && self.metadata_copies_bad == self.metadata_copies_fixed
+            && self.bitmap_words_bad == self.bitmap_words_fixed
     }
 }
 
@@ -59,10 +64,13 @@ impl Pool {
             });
         }
         let mut report = ScrubReport::default();
+        // Metadata first: the objects are found through it.
+        let zones = self.inner.header.lock().zones;
+        self.scrub_metadata(zones, repair, &mut report)?;
         let mut checked = 0;
         // Without checksums no object can be verified; parity still can.
         let found = if eng.checksums {
-            self.verify_objects(|d, t| {
+            self.verify_listed(repair, |d, t| {
                 checked = t;
                 progress(d, t)
             })?
@@ -83,8 +91,6 @@ impl Pool {
             }
             report.damaged.push((off, e));
         }
-        let zones = self.inner.header.lock().zones;
-        self.scrub_metadata(zones, repair, &mut report)?;
         if !eng.parity.enabled() {
             return Ok(report);
         }
@@ -118,7 +124,8 @@ impl Pool {
 
 impl Pool {
     /// Verifies both metadata copies of every zone, rewriting a damaged one from the other
-    /// when repairing; a zone whose copies are both damaged is reported in `damaged`. Each
+    /// when repairing, and every word of its runs' allocation bitmaps, rebuilding a damaged
+    /// one from parity when repairing; what stays damaged is reported in `damaged`. Each
     /// zone with the pool frozen and every metadata word (and the root word) locked.
     fn scrub_metadata(&self, zones: u64, repair: bool, report: &mut ScrubReport) -> Result<()> {
         let eng = &self.inner.eng;
@@ -138,16 +145,25 @@ impl Pool {
                             eng.parity.enabled(),
                         )
                     };
-                    // The rewrite is durable before the pool thaws.
+                    let bitmaps = Self::scrub_bitmaps(eng, z, repair);
+                    // The rewrites are durable before the pool thaws.
                     eng.media.fence();
-                    c
+                    (c, bitmaps)
                 })
             });
-            let Some(copies) = r else {
+            let Some((copies, (bad_words, fixed_words))) = r else {
                 return Err(Error::Conflict {
                     offset: eng.geo.zone_offset(z),
                 });
             };
+            report.bitmap_words_bad += bad_words.len() as u64;
+            report.bitmap_words_fixed += fixed_words;
+            report.damaged.extend(
+                bad_words
+                    .into_iter()
+                    .filter(|&(_, _, fixed)| !fixed)
+                    .map(|(off, word, _)| (off, crate::heap::bitmap_mismatch(off, word))),
+            );
             match copies {
                 crate::integrity::replica::Copies::Sound => {}
                 crate::integrity::replica::Copies::OneBad { fixed } => {
@@ -170,6 +186,50 @@ impl Pool {
             }
         }
         eng.media.check()
+    }
+}
+
+impl Pool {
+    /// Verifies every checked bitmap word of zone `z`'s runs; with `repair` (and parity),
+    /// rebuilds the damaged ones. The damaged words `(offset, word found, rebuilt)` and how
+    /// many were rebuilt. Call it with the pool held exclusively and every metadata word
+    /// locked.
+    fn scrub_bitmaps(
+        eng: &crate::tx::Engine,
+        z: u64,
+        repair: bool,
+    ) -> (Vec<(u64, u64, bool)>, u64) {
+        let read = |off| {
+            // SAFETY: a heap metadata word inside the pool; no commit runs and every
+            // metadata reader waits (the caller's locks).
+            unsafe { eng.media.read_u64(off) }
+        };
+        let mut bad = Vec::new();
+        let mut fixed = 0;
+        for off in crate::heap::checked_bitmap_words(&eng.geo, eng.heap.classes(), z, read) {
+            let word = read(off);
+            if crate::heap::layout::bitmap_bits(off, word).is_some() {
+                continue;
+            }
+            let rebuilt = if repair && eng.parity.enabled() {
+                // SAFETY: the word lies in a zone of the pool; the pool is frozen.
+                unsafe { crate::integrity::rebuild_bitmap_word(&eng.media, &eng.geo, off) }
+            } else {
+                None
+            };
+            if let Some(w) = rebuilt {
+                // SAFETY: as above; an aligned 8-byte store lands whole.
+                unsafe { eng.media.write(off, &w.to_le_bytes()) };
+                eng.media.flush(off, 8);
+            }
+            let rebuilt = rebuilt.is_some();
+            if rebuilt {
+                fixed += 1;
+                eng.repairs.bitmap_words.fetch_add(1, Ordering::Relaxed);
+            }
+            bad.push((off, word, rebuilt));
+        }
+        (bad, fixed)
     }
 }
 

@@ -265,13 +265,29 @@ impl Tx<'_> {
             lane.scratch.meta.iter().map(|(o, _)| o).chain(meta_sums),
             &mut held,
         );
+        let mut damaged = None;
         for (off, ch) in lane.scratch.meta.iter() {
             // SAFETY: heap metadata word inside the pool, protected by its metadata lock.
             let cur = unsafe { eng.media.read_u64(off) };
-            let new = ch.apply(cur);
-            if new != cur {
-                vals.push((off, new));
+            match ch.apply(off, cur) {
+                Some(new) if new != cur => vals.push((off, new)),
+                Some(_) => {}
+                None => {
+                    // A bitmap word that does not verify: nothing is written; the
+                    // transaction aborts and `run` has the word rebuilt from parity.
+                    damaged = Some(crate::heap::bitmap_mismatch(off, cur));
+                    break;
+                }
             }
+        }
+        if let Some(e) = damaged {
+            eng.meta.unlock(&held);
+            lane.meta_held = held;
+            lane.meta_vals = vals;
+            lane.items = items;
+            lane.sums = sums;
+            lane.news = news;
+            return Err(e);
         }
         self.replicate_meta(&mut vals);
         // The chunks this commit writes: whose older, unretired records it must order.

@@ -15,9 +15,10 @@ use super::engine::Engine;
 use super::lane::{LaneState, Touched};
 use super::locks::Held;
 use super::record::{self, RecordWriter, RETIRED_OFFSET, SEAL_OFFSET};
+use crate::heap::layout::bitmap_bits;
 use crate::heap::layout::{ObjectHeader, HEADER_SIZE};
 use crate::integrity::block_verifies;
-use crate::integrity::rebuild_range;
+use crate::integrity::{rebuild_bitmap_word, rebuild_range};
 use crate::{Error, Result};
 use parking_lot::MutexGuard;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,6 +38,8 @@ pub(crate) struct RepairCounters {
     pub pages: AtomicU64,
     /// Objects found damaged that parity could not rebuild.
     pub unrecoverable: AtomicU64,
+    /// Allocation bitmap words rebuilt from parity.
+    pub bitmap_words: AtomicU64,
 }
 
 /// What a repair attempt found.
@@ -112,6 +115,38 @@ impl Engine {
         };
         self.objects.release(stripe, Held::Write);
         out.map(|o| self.count(o))
+    }
+
+    /// Tries to rebuild the checked allocation-bitmap word at `off` from parity, with the
+    /// pool frozen (no commit in flight: the word and its parity are stable); whether the
+    /// word verifies now. Call it with no lane and no lock of this pool held by this
+    /// thread (outside transactions).
+    ///
+    /// The rebuilt word is written with one aligned 8-byte store (it lands whole or not
+    /// at all) and made durable before the pool thaws; parity already accounts for it.
+    pub(crate) fn repair_bitmap_word(&self, off: u64) -> bool {
+        let Some(_frozen) = self.freeze() else {
+            return false;
+        };
+        // SAFETY: a heap metadata word inside the pool (the commit or scrub that found it
+        // read it there); the pool is frozen, so no commit writes it or its parity.
+        let now = unsafe { self.media.read_u64(off) };
+        if bitmap_bits(off, now).is_some() {
+            return true; // repaired by another thread meanwhile
+        }
+        if !self.parity.enabled() {
+            return false;
+        }
+        // SAFETY: as above.
+        let Some(word) = (unsafe { rebuild_bitmap_word(&self.media, &self.geo, off) }) else {
+            return false;
+        };
+        // SAFETY: as above; no reader relies on the old (damaged) value.
+        unsafe { self.media.write(off, &word.to_le_bytes()) };
+        self.media.flush(off, 8);
+        self.media.fence();
+        self.repairs.bitmap_words.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     fn count(&self, o: Outcome) -> Outcome {

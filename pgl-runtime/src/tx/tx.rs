@@ -745,6 +745,9 @@ const MAX_REPAIRS: u32 = 3;
 /// If `e` reports damage to an object, tries to repair it; whether it was repaired (so the
 /// operation that failed is worth retrying). Call it outside transactions.
 pub(crate) fn try_repair(eng: &Engine, e: &Error) -> bool {
+    if let Error::BitmapMismatch { offset, .. } = *e {
+        return eng.repair_bitmap_word(offset);
+    }
     super::repairable(e).is_some_and(|off| match eng.repair_object(off) {
         Ok(super::Outcome::Repaired { .. }) => true,
         // Repaired by another thread since this one read it: worth reading again. (A

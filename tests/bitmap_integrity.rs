@@ -1,0 +1,354 @@
+//! Allocation bitmaps check themselves: every word of a run's bitmap is sealed with a
+//! CRC of its bits and its offset, so damage there (a scribble, bit flips, a zeroed word)
+//! is found wherever the word is next used: when the pool opens, when a commit allocates
+//! or frees in that run, by a scrub, by `pool.objects`. Within parity's reach the word is
+//! rebuilt byte-exact and nothing is lost; beyond it the damage is a typed error
+//! (`Error::BitmapMismatch`) and nothing is written on top of it. Each test says how many
+//! faults it injected and what became of them.
+
+mod support;
+
+use pgl::{Config, Error, Fault, Oid, Pool, SizeClasses};
+
+type Obj = [u64; 8];
+
+/// A kind of damage: its name, what injects it at a word (of the pool at the path), and
+/// how many words it hits.
+type Damage = (&'static str, fn(&Pool, &std::path::Path, u64), u64);
+
+fn inject(f: Fault) -> impl Fn(&Pool) {
+    move |pool| pool.inject(&f).unwrap()
+}
+
+fn path(name: &str) -> std::path::PathBuf {
+    let p = support::test_dir().join(format!("pgl-bitmap-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+fn cfg(parity: bool) -> Config {
+    let mut c = Config::small("bitmaps");
+    c.parity = parity;
+    c
+}
+
+/// Pool offset of the bitmap word holding `oid`'s block.
+fn word_of(pool: &Pool, oid: u64) -> u64 {
+    let info = pool.info();
+    let g = info.header.geo;
+    let pos = g.locate(oid, info.header.zones).expect("inside a zone");
+    let classes = SizeClasses::new(g.chunk_size);
+    let class = classes.class_for(oid_size() + 16).expect("a small object");
+    let run = g.chunk_offset(pos.zone, pos.chunk);
+    let block = (oid - 16 - run - classes.header(class)) / classes.block(class);
+    run + block / 32 * 8
+}
+
+fn oid_size() -> u64 {
+    std::mem::size_of::<Obj>() as u64
+}
+
+/// Where parity keeps byte `off` of the zones.
+fn parity_of(pool: &Pool, off: u64) -> u64 {
+    let g = pool.info().header.geo;
+    let rel = off - g.zones_offset();
+    g.parity_offset(rel / g.zone_size()) + rel % g.zone_size() % g.row_size()
+}
+
+fn read_u64(path: &std::path::Path, off: u64) -> u64 {
+    let file = std::fs::read(path).unwrap();
+    u64::from_le_bytes(file[off as usize..off as usize + 8].try_into().unwrap())
+}
+
+/// `n` objects with distinct values.
+fn fill(pool: &Pool, n: u64) -> Vec<(Oid<Obj>, Obj)> {
+    (0..n)
+        .map(|i| {
+            let v: Obj = std::array::from_fn(|k| i * 100 + k as u64);
+            (pool.tx(|tx| tx.alloc(v)).unwrap(), v)
+        })
+        .collect()
+}
+
+fn check(pool: &Pool, objs: &[(Oid<Obj>, Obj)]) {
+    for (oid, v) in objs {
+        assert_eq!(pool.tx(|tx| Ok(*tx.open(*oid)?)).unwrap(), *v);
+    }
+}
+
+/// Allocates until the heap is exhausted of `Obj` blocks in this run and checks that no
+/// new object lands on a live one (a bitmap that lost bits would hand them out again).
+fn no_block_handed_out_twice(pool: &Pool, objs: &[(Oid<Obj>, Obj)]) {
+    let live: std::collections::HashSet<u64> = objs.iter().map(|(o, _)| o.raw()).collect();
+    for _ in 0..100 {
+        let o = pool.tx(|tx| tx.alloc([7u64; 8])).unwrap();
+        assert!(
+            !live.contains(&o.raw()),
+            "block {:#x} handed out twice",
+            o.raw()
+        );
+    }
+    check(pool, objs);
+}
+
+#[test]
+fn damaged_bitmap_words_are_rebuilt_when_the_pool_opens() {
+    let p = path("open");
+    // Each shape of damage, one at a time: an 8-byte scribble, 1-3 flipped bits, a zeroed
+    // word, and a 64-byte scribble over eight words.
+    let faults: [Damage; 6] = [
+        (
+            "8-byte scribble",
+            |p, _, w| {
+                inject(Fault::Scribble {
+                    offset: w,
+                    len: 8,
+                    seed: 1,
+                })(p)
+            },
+            1,
+        ),
+        (
+            "1-bit flip",
+            |p, _, w| {
+                inject(Fault::BitFlips {
+                    offset: w,
+                    bits: 1,
+                    seed: 2,
+                })(p)
+            },
+            1,
+        ),
+        (
+            "2-bit flip",
+            |p, _, w| {
+                inject(Fault::BitFlips {
+                    offset: w,
+                    bits: 2,
+                    seed: 3,
+                })(p)
+            },
+            1,
+        ),
+        (
+            "3-bit flip",
+            |p, _, w| {
+                inject(Fault::BitFlips {
+                    offset: w,
+                    bits: 3,
+                    seed: 4,
+                })(p)
+            },
+            1,
+        ),
+        (
+            "64-byte scribble",
+            |p, _, w| {
+                inject(Fault::Scribble {
+                    offset: w,
+                    len: 64,
+                    seed: 5,
+                })(p)
+            },
+            8,
+        ),
+        // A stray write of zeros (through the file: parity never hears of it).
+        (
+            "zeroed word",
+            |_, path, w| {
+                use std::io::{Seek, Write};
+                let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+                f.seek(std::io::SeekFrom::Start(w)).unwrap();
+                f.write_all(&[0; 8]).unwrap();
+            },
+            1,
+        ),
+    ];
+    let mut injected = 0;
+    let mut repaired = 0;
+    for (name, fault, words) in &faults {
+        let _ = std::fs::remove_file(&p);
+        let pool = Pool::create(&p, &cfg(true)).unwrap();
+        let objs = fill(&pool, 300);
+        let w = word_of(&pool, objs[0].0.raw());
+        let free = pool.free_bytes();
+        drop(pool);
+        let before: Vec<u64> = (0..*words).map(|i| read_u64(&p, w + 8 * i)).collect();
+        let pool = Pool::open(&p, "bitmaps").unwrap();
+        fault(&pool, &p, w);
+        drop(pool);
+        injected += 1;
+        let changed = (0..*words)
+            .filter(|&i| read_u64(&p, w + 8 * i) != before[i as usize])
+            .count() as u64;
+        assert_eq!(changed, *words, "{name}: every word damaged");
+
+        let pool = Pool::open(&p, "bitmaps").unwrap();
+        assert_eq!(pool.stats().bitmap_repairs, *words, "{name}");
+        let after: Vec<u64> = (0..*words).map(|i| read_u64(&p, w + 8 * i)).collect();
+        assert_eq!(after, before, "{name}: rebuilt byte-exact");
+        assert_eq!(
+            pool.free_bytes(),
+            free,
+            "{name}: the allocator sees the same blocks"
+        );
+        assert_eq!(pool.verify_parity().unwrap(), Vec::<u64>::new(), "{name}");
+        check(&pool, &objs);
+        no_block_handed_out_twice(&pool, &objs);
+        repaired += 1;
+    }
+    println!("faults injected: {injected}, repaired when the pool opened: {repaired}");
+    assert_eq!(repaired, injected);
+    std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
+fn a_commit_that_meets_a_damaged_word_has_it_rebuilt_and_goes_on() {
+    let p = path("commit");
+    let pool = Pool::create(&p, &cfg(true)).unwrap();
+    // Ten objects in a fresh run: the next allocation sets bit 10 of its first word.
+    let mut objs = fill(&pool, 10);
+    let w = word_of(&pool, objs[0].0.raw());
+    assert_eq!(word_of(&pool, objs[9].0.raw()), w);
+    let sealed = read_u64(&p, w);
+
+    // 1. An allocation.
+    pool.inject(&Fault::Scribble {
+        offset: w,
+        len: 8,
+        seed: 11,
+    })
+    .unwrap();
+    let o = pool.tx(|tx| tx.alloc([42u64; 8])).unwrap();
+    assert_eq!(word_of(&pool, o.raw()), w, "allocated in the damaged word");
+    let s = pool.stats();
+    assert_eq!(s.bitmap_repairs, 1);
+    assert!(
+        s.aborts >= 1,
+        "the first attempt aborted before writing anything"
+    );
+    assert_eq!(read_u64(&p, w) as u32, (sealed as u32) | 1 << 10);
+    objs.push((o, [42; 8]));
+
+    // 2. A free.
+    pool.inject(&Fault::BitFlips {
+        offset: w,
+        bits: 2,
+        seed: 12,
+    })
+    .unwrap();
+    let (gone, _) = objs.remove(3);
+    pool.tx(|tx| tx.free(gone)).unwrap();
+    assert_eq!(pool.stats().bitmap_repairs, 2);
+    assert_eq!(
+        read_u64(&p, w) as u32,
+        ((sealed as u32) | 1 << 10) & !(1 << 3)
+    );
+
+    // 3. `pool.objects`, which walks the persistent bitmaps.
+    pool.inject(&Fault::Scribble {
+        offset: w,
+        len: 8,
+        seed: 13,
+    })
+    .unwrap();
+    let listed = pool.objects().unwrap();
+    assert_eq!(pool.stats().bitmap_repairs, 3);
+    for (oid, _) in &objs {
+        assert!(
+            listed.iter().any(|(o, _)| o == &oid.raw()),
+            "{oid:?} listed"
+        );
+    }
+    assert_eq!(pool.verify_parity().unwrap(), Vec::<u64>::new());
+    check(&pool, &objs);
+    println!("faults injected: 3, repaired by the operation that met them: 3");
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
+fn scrub_reports_and_rebuilds_damaged_bitmap_words() {
+    let p = path("scrub");
+    let pool = Pool::create(&p, &cfg(true)).unwrap();
+    let objs = fill(&pool, 200);
+    let w = word_of(&pool, objs[0].0.raw());
+    let sealed = read_u64(&p, w);
+    pool.inject(&Fault::Scribble {
+        offset: w + 8,
+        len: 16,
+        seed: 21,
+    })
+    .unwrap();
+    let r = pool.scrub(false, |_, _| {}).unwrap();
+    assert_eq!((r.bitmap_words_bad, r.bitmap_words_fixed), (2, 0));
+    assert!(!r.is_clean());
+    assert!(r
+        .damaged
+        .iter()
+        .all(|(off, e)| matches!(e, Error::BitmapMismatch { offset, .. } if offset == off)));
+    let r = pool.scrub(true, |_, _| {}).unwrap();
+    assert_eq!((r.bitmap_words_bad, r.bitmap_words_fixed), (2, 2));
+    assert!(r.is_clean(), "{r:?}");
+    assert_eq!(pool.stats().bitmap_repairs, 2);
+    assert_eq!(read_u64(&p, w), sealed);
+    assert_eq!(pool.verify_parity().unwrap(), Vec::<u64>::new());
+    check(&pool, &objs);
+    println!("faults injected: 1 (two words), repaired by the scrub: 1");
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
+fn bitmap_damage_beyond_parity_is_a_typed_error_and_nothing_builds_on_it() {
+    // Without parity: detected, never repaired, never written over.
+    let p = path("beyond");
+    let pool = Pool::create(&p, &cfg(false)).unwrap();
+    let objs = fill(&pool, 5);
+    let w = word_of(&pool, objs[0].0.raw());
+    pool.inject(&Fault::BitFlips {
+        offset: w,
+        bits: 1,
+        seed: 31,
+    })
+    .unwrap();
+    let damaged = read_u64(&p, w);
+    match pool.tx(|tx| tx.alloc([1u64; 8])) {
+        Err(Error::BitmapMismatch { offset, .. }) => assert_eq!(offset, w),
+        other => panic!("expected BitmapMismatch, got {other:?}"),
+    }
+    assert_eq!(read_u64(&p, w), damaged, "nothing written over the damage");
+    match pool.objects() {
+        Err(Error::BitmapMismatch { offset, .. }) => assert_eq!(offset, w),
+        other => panic!("expected BitmapMismatch, got {other:?}"),
+    }
+    check(&pool, &objs);
+    drop(pool);
+    match Pool::open(&p, "bitmaps") {
+        Err(e @ Error::BitmapMismatch { .. }) => {
+            assert!(e.to_string().contains("pgl scrub --repair"), "{e}");
+        }
+        other => panic!("expected BitmapMismatch, got {other:?}"),
+    }
+
+    // With parity, but the word and its parity bytes both damaged.
+    std::fs::remove_file(&p).unwrap();
+    let pool = Pool::create(&p, &cfg(true)).unwrap();
+    let objs = fill(&pool, 5);
+    let w = word_of(&pool, objs[0].0.raw());
+    for (offset, seed) in [(w, 32), (parity_of(&pool, w), 33)] {
+        pool.inject(&Fault::Scribble {
+            offset,
+            len: 8,
+            seed,
+        })
+        .unwrap();
+    }
+    drop(pool);
+    assert!(matches!(
+        Pool::open(&p, "bitmaps"),
+        Err(Error::BitmapMismatch { offset, .. }) if offset == w
+    ));
+    println!("faults injected: 2 beyond repair (one without parity, one with its parity hit too), detected: 2");
+    std::fs::remove_file(&p).unwrap();
+}
