@@ -1,5 +1,5 @@
 //! Allocation bitmaps check themselves: every word of a run's bitmap is sealed with a
-//! CRC of its bits and its offset, so damage there (a scribble, bit flips, a zeroed word)
+//! check of its bits and its offset, so damage there (a scribble, bit flips, a zeroed word)
 //! is found wherever the word is next used: when the pool opens, when a commit allocates
 //! or frees in that run, by a scrub, by `pool.objects`. Within parity's reach the word is
 //! rebuilt byte-exact and nothing is lost; beyond it the damage is a typed error
@@ -76,8 +76,8 @@ fn check(pool: &Pool, objs: &[(Oid<Obj>, Obj)]) {
     }
 }
 
-/// Allocates until the heap is exhausted of `Obj` blocks in this run and checks that no
-/// new object lands on a live one (a bitmap that lost bits would hand them out again).
+/// Allocates 100 more objects and checks that none lands on a live one (a bitmap that
+/// lost bits would hand their blocks out again).
 fn no_block_handed_out_twice(pool: &Pool, objs: &[(Oid<Obj>, Obj)]) {
     let live: std::collections::HashSet<u64> = objs.iter().map(|(o, _)| o.raw()).collect();
     for _ in 0..100 {
@@ -326,7 +326,7 @@ fn bitmap_damage_beyond_parity_is_a_typed_error_and_nothing_builds_on_it() {
     drop(pool);
     match Pool::open(&p, "bitmaps") {
         Err(e @ Error::BitmapMismatch { .. }) => {
-            assert!(e.to_string().contains("pgl scrub --repair"), "{e}");
+            assert!(e.to_string().contains("pgl check"), "{e}");
         }
         other => panic!("expected BitmapMismatch, got {other:?}"),
     }
@@ -350,5 +350,135 @@ fn bitmap_damage_beyond_parity_is_a_typed_error_and_nothing_builds_on_it() {
         Err(Error::BitmapMismatch { offset, .. }) if offset == w
     ));
     println!("faults injected: 2 beyond repair (one without parity, one with its parity hit too), detected: 2");
+    std::fs::remove_file(&p).unwrap();
+}
+
+/// Writes 8 bytes of 0xab at `off` of the file (a stray write parity never hears of).
+fn stray_write(path: &std::path::Path, off: u64) {
+    use std::io::{Seek, Write};
+    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.seek(std::io::SeekFrom::Start(off)).unwrap();
+    f.write_all(&[0xab; 8]).unwrap();
+}
+
+#[test]
+fn opens_that_recompute_or_drop_parity_still_rebuild_the_word_first() {
+    // An open that recomputes checksums (the pool ran without them) recomputes parity from
+    // the rows; one that drops parity stops keeping it. Either must first rebuild a damaged
+    // word from the parity on media, or the damage is baked in for good.
+    let p = path("modes");
+    let mut injected = 0;
+    for mode in ["checksums back on", "parity dropped"] {
+        let _ = std::fs::remove_file(&p);
+        let pool = Pool::create(&p, &cfg(true)).unwrap();
+        let objs = fill(&pool, 20);
+        let w = word_of(&pool, objs[0].0.raw());
+        drop(pool);
+        let sealed = read_u64(&p, w);
+        let next = if mode == "checksums back on" {
+            let mut c = cfg(true);
+            c.checksums = false;
+            drop(Pool::open_with(&p, &c).unwrap());
+            cfg(true)
+        } else {
+            cfg(false)
+        };
+        stray_write(&p, w);
+        injected += 1;
+        let pool = Pool::open_with(&p, &next).unwrap_or_else(|e| panic!("{mode}: {e}"));
+        assert_eq!(pool.stats().bitmap_repairs, 1, "{mode}");
+        assert_eq!(read_u64(&p, w), sealed, "{mode}");
+        check(&pool, &objs);
+        drop(pool);
+        let pool = Pool::open(&p, "bitmaps").unwrap();
+        check(&pool, &objs);
+    }
+    println!("faults injected: {injected}, repaired when the pool opened: {injected}");
+    std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
+fn runs_of_any_geometry_fit_their_first_record() {
+    // A new checked run logs every word of its bitmap in its first commit: where that
+    // would not fit a lane (lanes far smaller than chunks) the run is made plain instead.
+    for (chunk, lane) in [
+        (16u64 << 20, 256u64 << 10),
+        (1 << 20, 8 << 10),
+        (512 << 10, 8 << 10),
+    ] {
+        let p = path("geometry");
+        let mut c = Config::new("bitmaps");
+        c.chunk_size = chunk;
+        c.lane_size = lane;
+        c.rows = 4;
+        c.lanes = 2;
+        c.size = c.geometry().pool_size(1);
+        c.max_size = c.size;
+        let pool = Pool::create(&p, &c).unwrap();
+        let objs: Vec<_> = (0..40u64)
+            .map(|i| {
+                let o = pool
+                    .tx(|tx| tx.alloc([i; 2]))
+                    .unwrap_or_else(|e| panic!("chunk {chunk}, lane {lane}: {e}"));
+                (o, [i; 2])
+            })
+            .collect();
+        drop(pool);
+        let pool = Pool::open(&p, "bitmaps").unwrap();
+        for (o, v) in &objs {
+            assert_eq!(*pool.get(*o).unwrap(), *v);
+        }
+        drop(pool);
+        std::fs::remove_file(&p).unwrap();
+    }
+}
+
+#[test]
+fn a_word_beyond_repair_is_reported_by_a_scrub_and_its_run_taken_out_of_service() {
+    let p = path("quarantine");
+    let pool = Pool::create(&p, &cfg(true)).unwrap();
+    let objs = fill(&pool, 20);
+    let w = word_of(&pool, objs[0].0.raw());
+    for (offset, seed) in [(w, 41), (parity_of(&pool, w), 42)] {
+        pool.inject(&Fault::Scribble {
+            offset,
+            len: 8,
+            seed,
+        })
+        .unwrap();
+    }
+    // A repairing scrub reports what it could not rebuild; it does not fail.
+    let r = pool.scrub(true, |_, _| {}).unwrap();
+    assert_eq!((r.bitmap_words_bad, r.bitmap_words_fixed), (1, 0));
+    assert!(!r.is_clean());
+    // The first allocation that meets the word fails, typed; its run is then out of
+    // service and the class allocates elsewhere.
+    let mut failed = 0;
+    let mut made = Vec::new();
+    for i in 0..50u64 {
+        match pool.tx(|tx| tx.alloc([i; 8])) {
+            Ok(o) => made.push((o, [i; 8])),
+            Err(Error::BitmapMismatch { offset, .. }) => {
+                assert_eq!(offset, w);
+                failed += 1;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(
+        failed <= 1,
+        "{failed} allocations failed: the run stayed in service"
+    );
+    for (o, _) in &made {
+        assert_ne!(
+            word_of(&pool, o.raw()),
+            w,
+            "allocated under the damaged word"
+        );
+    }
+    check(&pool, &objs);
+    check(&pool, &made);
+    println!("faults injected: 1 beyond repair (word and parity), detected: 1, allocations that failed on it: {failed}");
+    drop(pool);
     std::fs::remove_file(&p).unwrap();
 }

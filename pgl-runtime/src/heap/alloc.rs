@@ -62,7 +62,7 @@ pub(crate) struct Run {
     per_block: FastDiv,
     nblocks: u32,
     header: u64,
-    /// Whether the persistent bitmap is checked (32 blocks a word, sealed with a CRC; see
+    /// Whether the persistent bitmap is checked (32 blocks a word, sealed with a check; see
     /// `layout`) or plain (64 a word: runs of pools made before format 5).
     checked: bool,
     /// One bit per block, set while the block is allocated or reserved (64 blocks a word,
@@ -353,6 +353,41 @@ impl Heap {
         ((self.geo.chunks_per_zone() - 1) * self.geo.chunk_size - HEADER_SIZE).min(u32::MAX as u64)
     }
 
+    /// Whether `off` is a word of the persistent bitmap of a checked run, as the volatile
+    /// chunk kinds say (a walk that read the chunk table before the chunk changed hands
+    /// may take other bytes for one).
+    pub(crate) fn is_checked_bitmap_word(&self, off: u64) -> bool {
+        let Some(pos) = self.place_of(off) else {
+            return false;
+        };
+        let Some(zone) = self.zone(pos.zone) else {
+            return false;
+        };
+        let e = zone.kinds[pos.chunk as usize].load(Ordering::Acquire);
+        let class = entry_class(e);
+        entry_kind(e) == KIND_RUN
+            && entry_checked(e)
+            && (class as usize) < self.classes.len()
+            && pos.within % 8 == 0
+            && pos.within / 8
+                < u64::from(self.classes.nblocks_in(class, true).div_ceil(CHECKED_BITS))
+    }
+
+    /// Takes the run whose bitmap holds the word at `off` out of service: a word that
+    /// neither verifies nor can be rebuilt would make every allocation that picks one of
+    /// its blocks fail. Its live objects stay readable; nothing is allocated from it.
+    pub(crate) fn quarantine_run_of(&self, off: u64) {
+        let Some(pos) = self.place_of(off) else {
+            return;
+        };
+        let Some(zone) = self.zone(pos.zone) else {
+            return;
+        };
+        if let Some(run) = &*zone.runs[pos.chunk as usize].lock() {
+            run.st.lock().dead = true;
+        }
+    }
+
     /// The zone position of `off` if it lies in the data rows of a zone in use.
     fn place_of(&self, off: u64) -> Option<ZonePos> {
         self.map
@@ -497,7 +532,13 @@ impl Heap {
         };
         drop(free);
         let zone = self.zone(zone_idx).expect("claimed zone exists");
-        let checked = make_checked_runs();
+        // A checked run's first commit logs every word of its bitmap (sealed empty words
+        // are not zero): a run whose bitmap would take more than half a lane's record is
+        // made plain instead (only geometries with lanes far smaller than chunks).
+        let checked_bytes =
+            u64::from(self.classes.nblocks_in(class, true).div_ceil(CHECKED_BITS)) * 8;
+        let checked =
+            make_checked_runs() && checked_bytes <= (self.geo.lane_size / 2).saturating_sub(1024);
         let nblocks = self.classes.nblocks_in(class, checked);
         let block = self.classes.block(class);
         let run = Arc::new(Run {

@@ -392,7 +392,50 @@ impl Pool {
         }
         let metadata_repairs = meta_repaired.len() as u64;
         let mut reconciled = crate::integrity::Reconciled::default();
-        let mut bitmap_repairs_reconciled = 0u64;
+        // Allocation-bitmap words that do not verify are rebuilt from parity before
+        // anything below recomputes parity from the rows (which would bake the damage in)
+        // or walks the objects through them; only where parity on media can be trusted for
+        // them: it was kept, and the zone is not one a crash may have left stale. Whether
+        // this open keeps parity does not matter: the media's parity is still intact.
+        let crashed = header.flags & FLAG_OPEN != 0;
+        let media_parity = header.flags & FLAG_PARITY != 0;
+        let zones = header.zones;
+        let dirty_marks = tx::dirty_zones(&media, &geo);
+        let trusted = |off: u64| {
+            media_parity
+                && geo
+                    .locate(off, zones)
+                    .is_some_and(|p| !(crashed && tx::zone_is_dirty(&dirty_marks, p.zone)))
+        };
+        let rebuild_word = |off: u64| -> Option<u64> {
+            if !trusted(off) {
+                return None;
+            }
+            // SAFETY: a heap metadata word of a zone of the pool; nothing else runs while the
+            // pool opens.
+            let word = unsafe { crate::integrity::rebuild_bitmap_word(&media, &geo, off) }?;
+            // SAFETY: as above; an aligned 8-byte store lands whole, and parity already
+            // accounts for the rebuilt bytes.
+            unsafe { media.write(off, &word.to_le_bytes()) };
+            media.flush(off, 8);
+            Some(word)
+        };
+        let mut bitmap_repairs = 0u64;
+        let damaged_words = crate::heap::walk(
+            &geo,
+            &crate::heap::SizeClasses::new(geo.chunk_size),
+            header.zones,
+            // SAFETY: heap metadata words inside the pool; nothing else runs while it opens.
+            |off| unsafe { media.read_u64(off) },
+            |_, _| {},
+        );
+        for off in damaged_words {
+            bitmap_repairs += u64::from(rebuild_word(off).is_some());
+        }
+        if bitmap_repairs > 0 {
+            media.fence();
+            media.check()?;
+        }
         if parity
             && (header.flags & FLAG_OPEN != 0
                 || header.flags & FLAG_PARITY == 0
@@ -415,7 +458,7 @@ impl Pool {
                 // Without trusted checksums no object can be told damaged: the dirty
                 // zones' disagreeing columns are recomputed from the rows as they are.
                 let mut objects = vec![Vec::new(); header.zones as usize];
-                let damaged_words = crate::heap::walk(
+                crate::heap::walk(
                     &geo,
                     &crate::heap::SizeClasses::new(geo.chunk_size),
                     header.zones,
@@ -430,21 +473,6 @@ impl Pool {
                         }
                     },
                 );
-                // A bitmap word that does not verify is rebuilt before any parity is
-                // recomputed from the rows (which would bake the damage in). The rebuild
-                // is kept only if it verifies; a word left damaged fails the heap's load
-                // below with `Error::BitmapMismatch`.
-                for off in damaged_words {
-                    // SAFETY: as above.
-                    let rebuilt =
-                        unsafe { crate::integrity::rebuild_bitmap_word(&media, &geo, off) };
-                    if let Some(word) = rebuilt {
-                        // SAFETY: as above; an aligned 8-byte store lands whole.
-                        unsafe { media.write(off, &word.to_le_bytes()) };
-                        media.flush(off, 8);
-                        bitmap_repairs_reconciled += 1;
-                    }
-                }
                 for &z in &dirty {
                     // SAFETY: as above.
                     let r = unsafe {
@@ -493,26 +521,19 @@ impl Pool {
         Self::write_header_copy(&media, 0, &header);
         Self::write_header_copy(&media, geo.header_offset(1), &header);
         media.check()?;
-        // A run's bitmap word that does not verify is rebuilt from parity here, before the
-        // allocator trusts it (an aligned 8-byte store: it lands whole or not at all, and
-        // parity already accounts for the rebuilt bytes).
-        let bitmap_repairs = std::cell::Cell::new(bitmap_repairs_reconciled);
+        // Words still damaged (none, unless the walk above raced nothing: it is the same
+        // chunk table) get one more chance; the heap refuses what stays damaged.
+        let late = std::cell::Cell::new(0u64);
         let fix = |at: u64| {
-            if !parity {
-                return None;
+            let w = rebuild_word(at);
+            if w.is_some() {
+                media.fence();
+                late.set(late.get() + 1);
             }
-            // SAFETY: the word lies in a run chunk of a zone of the pool; nothing else runs
-            // while the pool opens.
-            let word = unsafe { crate::integrity::rebuild_bitmap_word(&media, &geo, at) }?;
-            // SAFETY: as above.
-            unsafe { media.write(at, &word.to_le_bytes()) };
-            media.flush(at, 8);
-            media.fence();
-            bitmap_repairs.set(bitmap_repairs.get() + 1);
-            Some(word)
+            w
         };
         let heap = Heap::open(&media, geo, header.zones, &fix)?;
-        let bitmap_repairs = bitmap_repairs.get();
+        let bitmap_repairs = bitmap_repairs + late.get();
         let next_seq = rec.max_seq.checked_add(1).ok_or_else(|| Error::Corrupt {
             what: "redo lane",
             offset: geo.lane_offset(0, 0),
@@ -1175,5 +1196,73 @@ impl<T: Persistent> Drop for Detached<'_, T> {
         // SAFETY: leaked in `open_mut`, freed exactly once here after the handle is gone;
         // dropping the Tx aborts it unless it committed.
         drop(unsafe { Box::from_raw(self.tx.as_ptr()) });
+    }
+}
+
+#[cfg(test)]
+mod walk_race {
+    use crate::heap::layout::*;
+    use crate::{Config, Oid, Pool};
+
+    /// A walk reads a chunk-table entry, then the run's bitmap words, each under its own
+    /// metadata lock; a commit may reclaim an empty run's chunk for a large object in
+    /// between, so the walk takes the object's bytes for damaged bitmap words. The repair
+    /// must see that they are no bitmap words any more (not report damage on a healthy
+    /// pool), and `pool.objects` must succeed. (The transaction runs inside the read
+    /// callback, where the walk holds no lock: the interleaving, made deterministic.)
+    #[test]
+    fn a_walk_that_races_a_reclaimed_run_reports_no_damage() {
+        let dir = std::path::Path::new("/dev/shm");
+        let dir = if dir.is_dir() {
+            dir.to_owned()
+        } else {
+            std::env::temp_dir()
+        };
+        let path = dir.join(format!("pgl-walk-race-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let pool = Pool::create(&path, &Config::small("race")).unwrap();
+        let objs: Vec<Oid<[u64; 8]>> = (0..10u64)
+            .map(|i| pool.tx(|tx| tx.alloc([i; 8])).unwrap())
+            .collect();
+        drop(pool);
+        // Reopened, the run is no lane's: freeing everything makes its chunk reclaimable.
+        let pool = Pool::open(&path, "race").unwrap();
+        for o in &objs {
+            pool.tx(|tx| tx.free(*o)).unwrap();
+        }
+        let eng = &pool.inner.eng;
+        let geo = eng.geo;
+        let pos = geo.locate(objs[0].raw(), 1).unwrap();
+        let entry_at = geo.chunk_offset(pos.zone, 0) + CHUNK_TABLE_OFFSET + 8 * pos.chunk;
+        let fired = std::cell::Cell::new(false);
+        let damaged = crate::heap::walk(
+            &geo,
+            eng.heap.classes(),
+            eng.heap.zone_count(),
+            |off| {
+                // SAFETY: a heap metadata word inside the pool, under its metadata lock.
+                let v = eng
+                    .meta
+                    .with_word(off, || unsafe { eng.media.read_u64(off) });
+                if off == entry_at && !fired.replace(true) {
+                    let big = pool.tx(|tx| tx.alloc([0x5555u64; 4096])).unwrap();
+                    assert_eq!(geo.locate(big.raw(), 1).unwrap().chunk, pos.chunk);
+                }
+                v
+            },
+            |_, _| {},
+        );
+        assert!(fired.get());
+        assert!(
+            !damaged.is_empty(),
+            "the race took object bytes for bitmap words"
+        );
+        for &off in &damaged {
+            assert!(eng.repair_bitmap_word(off), "{off:#x} reported as damage");
+        }
+        assert_eq!(pool.stats().bitmap_repairs, 0);
+        pool.objects().unwrap();
+        drop(pool);
+        std::fs::remove_file(&path).unwrap();
     }
 }

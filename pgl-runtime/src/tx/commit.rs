@@ -515,9 +515,27 @@ impl Tx<'_> {
             needed += record::entry_size(it.len);
             fits = fits && w.push(it.off, data);
         }
-        for &(off, v) in vals {
-            needed += record::entry_size(8);
-            fits = fits && w.push(off, &v.to_le_bytes());
+        // Metadata words, neighbours in one entry (a new run's bitmap is hundreds of
+        // words: one entry header for them all, not one each).
+        let mut i = 0;
+        while i < vals.len() {
+            let mut j = i + 1;
+            while j < vals.len() && vals[j].0 == vals[j - 1].0 + 8 {
+                j += 1;
+            }
+            let (off, n) = (vals[i].0, j - i);
+            needed += record::entry_size(8 * n);
+            fits = fits
+                && if n == 1 {
+                    w.push(off, &vals[i].1.to_le_bytes())
+                } else {
+                    let bytes: Vec<u8> = vals[i..j]
+                        .iter()
+                        .flat_map(|&(_, v)| v.to_le_bytes())
+                        .collect();
+                    w.push(off, &bytes)
+                };
+            i = j;
         }
         new_headers(news, hdrs, self.eng.checksums);
         for (b, h) in news.iter().zip(hdrs.iter()) {

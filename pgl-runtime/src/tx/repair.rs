@@ -119,7 +119,7 @@ impl Engine {
 
     /// Tries to rebuild the checked allocation-bitmap word at `off` from parity, with the
     /// pool frozen (no commit in flight: the word and its parity are stable); whether the
-    /// word verifies now. Call it with no lane and no lock of this pool held by this
+    /// word verifies now (or is no bitmap word any more). Call it with no lane and no lock of this pool held by this
     /// thread (outside transactions).
     ///
     /// The rebuilt word is written with one aligned 8-byte store (it lands whole or not
@@ -128,6 +128,11 @@ impl Engine {
         let Some(_frozen) = self.freeze() else {
             return false;
         };
+        if !self.heap.is_checked_bitmap_word(off) {
+            // Not (or no longer) a bitmap word: the caller read it through a chunk table
+            // entry that has changed since; what it does next (walk again) sees the truth.
+            return true;
+        }
         // SAFETY: a heap metadata word inside the pool (the commit or scrub that found it
         // read it there); the pool is frozen, so no commit writes it or its parity.
         let now = unsafe { self.media.read_u64(off) };

@@ -746,7 +746,12 @@ const MAX_REPAIRS: u32 = 3;
 /// operation that failed is worth retrying). Call it outside transactions.
 pub(crate) fn try_repair(eng: &Engine, e: &Error) -> bool {
     if let Error::BitmapMismatch { offset, .. } = *e {
-        return eng.repair_bitmap_word(offset);
+        let repaired = eng.repair_bitmap_word(offset);
+        if !repaired {
+            // Out of service, so that allocations of its class go to other runs.
+            eng.heap.quarantine_run_of(offset);
+        }
+        return repaired;
     }
     super::repairable(e).is_some_and(|off| match eng.repair_object(off) {
         Ok(super::Outcome::Repaired { .. }) => true,
