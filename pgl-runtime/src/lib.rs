@@ -23,6 +23,21 @@ mod stats;
 mod tx;
 mod values;
 
+/// A fresh path for a unit test's pool file: on tmpfs where there is one (a disk-backed
+/// file system would have every commit msync).
+#[cfg(test)]
+pub(crate) fn scratch_pool(name: &str) -> std::path::PathBuf {
+    let shm = std::path::Path::new("/dev/shm");
+    let dir = if shm.is_dir() {
+        shm.to_owned()
+    } else {
+        std::env::temp_dir()
+    };
+    let path = dir.join(format!("pgl-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
 pub use error::{Error, Result};
 pub use heap::layout::ObjectHeader;
 pub use heap::SizeClasses;

@@ -977,14 +977,7 @@ mod tests {
     /// across reopens, and their words stay plain.
     #[test]
     fn plain_runs_of_older_pools_keep_working() {
-        let dir = std::path::Path::new("/dev/shm");
-        let dir = if dir.is_dir() {
-            dir.to_owned()
-        } else {
-            std::env::temp_dir()
-        };
-        let path = dir.join(format!("pgl-plain-runs-{}", std::process::id()));
-        let _ = std::fs::remove_file(&path);
+        let path = crate::scratch_pool("plain-runs");
         let pool = Pool::create(&path, &Config::small("plain")).unwrap();
         PLAIN_RUNS.with(|p| p.set(true));
         let mut objs: Vec<(Oid<Obj>, Obj)> = (0..100u64)

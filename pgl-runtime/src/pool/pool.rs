@@ -1212,14 +1212,7 @@ mod walk_race {
     /// callback, where the walk holds no lock: the interleaving, made deterministic.)
     #[test]
     fn a_walk_that_races_a_reclaimed_run_reports_no_damage() {
-        let dir = std::path::Path::new("/dev/shm");
-        let dir = if dir.is_dir() {
-            dir.to_owned()
-        } else {
-            std::env::temp_dir()
-        };
-        let path = dir.join(format!("pgl-walk-race-{}", std::process::id()));
-        let _ = std::fs::remove_file(&path);
+        let path = crate::scratch_pool("walk-race");
         let pool = Pool::create(&path, &Config::small("race")).unwrap();
         let objs: Vec<Oid<[u64; 8]>> = (0..10u64)
             .map(|i| pool.tx(|tx| tx.alloc([i; 8])).unwrap())
