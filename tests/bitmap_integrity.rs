@@ -8,7 +8,7 @@
 
 mod support;
 
-use pgl::{Config, Error, Fault, Oid, Pool, SizeClasses};
+use pgl::{Config, Error, Fault, Oid, Pool};
 
 type Obj = [u64; 8];
 
@@ -34,18 +34,7 @@ fn cfg(parity: bool) -> Config {
 
 /// Pool offset of the bitmap word holding `oid`'s block.
 fn word_of(pool: &Pool, oid: u64) -> u64 {
-    let info = pool.info();
-    let g = info.header.geo;
-    let pos = g.locate(oid, info.header.zones).expect("inside a zone");
-    let classes = SizeClasses::new(g.chunk_size);
-    let class = classes.class_for(oid_size() + 16).expect("a small object");
-    let run = g.chunk_offset(pos.zone, pos.chunk);
-    let block = (oid - 16 - run - classes.header(class)) / classes.block(class);
-    run + block / 32 * 8
-}
-
-fn oid_size() -> u64 {
-    std::mem::size_of::<Obj>() as u64
+    support::bitmap_word_of(pool, oid, std::mem::size_of::<Obj>() as u64)
 }
 
 /// Where parity keeps byte `off` of the zones.
@@ -55,10 +44,7 @@ fn parity_of(pool: &Pool, off: u64) -> u64 {
     g.parity_offset(rel / g.zone_size()) + rel % g.zone_size() % g.row_size()
 }
 
-fn read_u64(path: &std::path::Path, off: u64) -> u64 {
-    let file = std::fs::read(path).unwrap();
-    u64::from_le_bytes(file[off as usize..off as usize + 8].try_into().unwrap())
-}
+use support::file_word as read_u64;
 
 /// `n` objects with distinct values.
 fn fill(pool: &Pool, n: u64) -> Vec<(Oid<Obj>, Obj)> {
@@ -153,16 +139,7 @@ fn damaged_bitmap_words_are_rebuilt_when_the_pool_opens() {
             8,
         ),
         // A stray write of zeros (through the file: parity never hears of it).
-        (
-            "zeroed word",
-            |_, path, w| {
-                use std::io::{Seek, Write};
-                let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-                f.seek(std::io::SeekFrom::Start(w)).unwrap();
-                f.write_all(&[0; 8]).unwrap();
-            },
-            1,
-        ),
+        ("zeroed word", |_, path, w| stray_write(path, w, 0), 1),
     ];
     let mut injected = 0;
     let mut repaired = 0;
@@ -353,12 +330,12 @@ fn bitmap_damage_beyond_parity_is_a_typed_error_and_nothing_builds_on_it() {
     std::fs::remove_file(&p).unwrap();
 }
 
-/// Writes 8 bytes of 0xab at `off` of the file (a stray write parity never hears of).
-fn stray_write(path: &std::path::Path, off: u64) {
+/// Writes 8 bytes of `byte` at `off` of the file (a stray write parity never hears of).
+fn stray_write(path: &std::path::Path, off: u64, byte: u8) {
     use std::io::{Seek, Write};
     let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
     f.seek(std::io::SeekFrom::Start(off)).unwrap();
-    f.write_all(&[0xab; 8]).unwrap();
+    f.write_all(&[byte; 8]).unwrap();
 }
 
 #[test]
@@ -383,7 +360,7 @@ fn opens_that_recompute_or_drop_parity_still_rebuild_the_word_first() {
         } else {
             cfg(false)
         };
-        stray_write(&p, w);
+        stray_write(&p, w, 0xab);
         injected += 1;
         let pool = Pool::open_with(&p, &next).unwrap_or_else(|e| panic!("{mode}: {e}"));
         assert_eq!(pool.stats().bitmap_repairs, 1, "{mode}");

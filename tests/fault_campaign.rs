@@ -99,12 +99,6 @@ fn audit(pool: &Pool, models: &[Model], tally: &Tally) {
     }
 }
 
-/// The 8-byte word at `off` of the pool file.
-fn word_at(path: &std::path::Path, off: u64) -> u64 {
-    let file = std::fs::read(path).unwrap();
-    u64::from_le_bytes(file[off as usize..off as usize + 8].try_into().unwrap())
-}
-
 #[test]
 fn fault_campaign() {
     let faults: u64 = std::env::var("PGL_FAULTS")
@@ -287,13 +281,8 @@ fn fault_campaign() {
         let (word, sealed) = {
             let m = models[rng.below(2) as usize].lock().unwrap();
             let oid = m[rng.below(m.len() as u64) as usize].0.raw();
-            let pos = geo.locate(oid, zones).unwrap();
-            let run = geo.chunk_offset(pos.zone, pos.chunk);
-            let classes = pgl::SizeClasses::new(geo.chunk_size);
-            let class = classes.class_for(OBJ_BLOCK).unwrap();
-            let block = (oid - 16 - run - classes.header(class)) / classes.block(class);
-            let word = run + block / 32 * 8;
-            (word, word_at(&path, word))
+            let word = support::bitmap_word_of(&pool, oid, OBJ_BLOCK - 16);
+            (word, support::file_word(&path, word))
         };
         let fault = if rng.below(2) == 0 {
             Fault::Scribble {
@@ -319,7 +308,7 @@ fn fault_campaign() {
         assert_eq!(s.metadata_repairs, 1, "the metadata copy rewritten");
         tally.repaired.fetch_add(1, Ordering::Relaxed);
         assert_eq!(s.bitmap_repairs, 1, "the bitmap word rebuilt: {fault:?}");
-        assert_eq!(word_at(&path, word), sealed, "byte-exact");
+        assert_eq!(support::file_word(&path, word), sealed, "byte-exact");
         tally.repaired.fetch_add(1, Ordering::Relaxed);
         let file = std::fs::read(&path).unwrap();
         let page = |off: u64| &file[off as usize..(off + 4096) as usize];

@@ -41,3 +41,22 @@ impl Rng {
         lo + self.below(hi.saturating_sub(lo))
     }
 }
+
+/// The 8-byte little-endian word at `off` of the file at `path`.
+pub fn file_word(path: &std::path::Path, off: u64) -> u64 {
+    let file = std::fs::read(path).unwrap();
+    u64::from_le_bytes(file[off as usize..off as usize + 8].try_into().unwrap())
+}
+
+/// Pool offset of the allocation-bitmap word that holds the block of `oid`, a small object
+/// of `payload` bytes in a checked run (32 blocks a word).
+pub fn bitmap_word_of(pool: &pgl::Pool, oid: u64, payload: u64) -> u64 {
+    let info = pool.info();
+    let g = info.header.geo;
+    let pos = g.locate(oid, info.header.zones).expect("inside a zone");
+    let classes = pgl::SizeClasses::new(g.chunk_size);
+    let class = classes.class_for(payload + 16).expect("a small object");
+    let run = g.chunk_offset(pos.zone, pos.chunk);
+    let block = (oid - 16 - run - classes.header(class)) / classes.block(class);
+    run + block / 32 * 8
+}

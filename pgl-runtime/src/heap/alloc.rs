@@ -21,10 +21,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::sync::OnceLock;
 
-/// Rebuilds a damaged checked bitmap word (its pool offset) from parity and writes it
-/// back; the rebuilt word, if there is one (see `Heap::add_zones`).
-pub(crate) type BitmapFix<'a> = dyn Fn(u64) -> Option<u64> + 'a;
-
 /// The error for the checked bitmap word `word` at `off`, which does not verify.
 pub(crate) fn bitmap_mismatch(off: u64, word: u64) -> Error {
     Error::BitmapMismatch {
@@ -102,18 +98,9 @@ impl Run {
     fn block_offset(&self, idx: u32) -> u64 {
         self.off + self.header + idx as u64 * self.block
     }
-    /// Blocks per persistent bitmap word.
-    fn per_word(&self) -> u32 {
-        if self.checked {
-            CHECKED_BITS
-        } else {
-            PLAIN_BITS
-        }
-    }
-
     /// The persistent bitmap word of block `idx` and the block's bit in it.
     fn word_of(&self, idx: u32) -> (u64, u64) {
-        let per = self.per_word();
+        let per = bits_per_word(self.checked);
         (self.off + u64::from(idx / per) * 8, 1 << (idx % per))
     }
 }
@@ -165,14 +152,8 @@ pub(crate) struct Heap {
 }
 
 impl Heap {
-    /// Rebuilds the volatile state from the persistent metadata of `zones` zones (`fix`:
-    /// see `add_zones`).
-    pub(crate) fn open(
-        media: &Media,
-        geo: Geometry,
-        zones: u64,
-        fix: &BitmapFix<'_>,
-    ) -> Result<Heap> {
+    /// Rebuilds the volatile state from the persistent metadata of `zones` zones.
+    pub(crate) fn open(media: &Media, geo: Geometry, zones: u64) -> Result<Heap> {
         let classes = SizeClasses::new(geo.chunk_size);
         let heap = Heap {
             geo,
@@ -186,7 +167,7 @@ impl Heap {
             zone_count: AtomicU64::new(0),
             chunk_lock: Mutex::new(Vec::new()),
         };
-        heap.add_zones(media, zones, fix)?;
+        heap.add_zones(media, zones)?;
         Ok(heap)
     }
 
@@ -201,10 +182,9 @@ impl Heap {
     }
 
     /// Loads zones `zone_count()..total` from media (on open, and after `grow`). A checked
-    /// bitmap word that does not verify is handed to `fix`, which returns the word parity
-    /// rebuilt (and wrote back), if it could; else the load fails with
-    /// `Error::BitmapMismatch`.
-    pub(crate) fn add_zones(&self, media: &Media, total: u64, fix: &BitmapFix<'_>) -> Result<()> {
+    /// bitmap word that does not verify fails the load with `Error::BitmapMismatch` (the
+    /// pool's open rebuilds what parity can before).
+    pub(crate) fn add_zones(&self, media: &Media, total: u64) -> Result<()> {
         let _g = self.grow_lock.lock();
         if total > self.zones.len() as u64 {
             return Err(Error::config(format!(
@@ -237,7 +217,7 @@ impl Heap {
                         {
                             return Err(corrupt(format!("run of unknown class {class}")));
                         }
-                        let run = self.load_run(media, z, c, class, entry_checked(e), fix)?;
+                        let run = self.load_run(media, z, c, class, entry_checked(e))?;
                         kinds[c as usize].store(e, Ordering::Relaxed);
                         let free = run.st.lock().used < run.nblocks;
                         if free {
@@ -291,24 +271,16 @@ impl Heap {
         chunk: u64,
         class: u16,
         checked: bool,
-        fix: &BitmapFix<'_>,
     ) -> Result<Arc<Run>> {
         let off = self.geo.chunk_offset(zone, chunk);
         let nblocks = self.classes.nblocks_in(class, checked);
-        let per = if checked { CHECKED_BITS } else { PLAIN_BITS };
+        let per = bits_per_word(checked);
         let mut bits = vec![0u64; nblocks.div_ceil(64) as usize];
-        for w in 0..nblocks.div_ceil(per) {
+        for w in 0..self.classes.bitmap_words(class, checked) {
             let at = off + u64::from(w) * 8;
             // SAFETY: the bitmap lies at the start of this run chunk, inside the pool.
             let word = unsafe { media.read_u64(at) };
-            let value = if checked {
-                match bitmap_bits(at, word).or_else(|| fix(at).and_then(|v| bitmap_bits(at, v))) {
-                    Some(b) => u64::from(b),
-                    None => return Err(bitmap_mismatch(at, word)),
-                }
-            } else {
-                word
-            };
+            let value = word_bits(at, word, checked).ok_or_else(|| bitmap_mismatch(at, word))?;
             let first = w * per;
             bits[first as usize / 64] |= value << (first % 64);
         }
@@ -369,8 +341,7 @@ impl Heap {
             && entry_checked(e)
             && (class as usize) < self.classes.len()
             && pos.within % 8 == 0
-            && pos.within / 8
-                < u64::from(self.classes.nblocks_in(class, true).div_ceil(CHECKED_BITS))
+            && pos.within / 8 < u64::from(self.classes.bitmap_words(class, true))
     }
 
     /// Takes the run whose bitmap holds the word at `off` out of service: a word that
@@ -535,8 +506,7 @@ impl Heap {
         // A checked run's first commit logs every word of its bitmap (sealed empty words
         // are not zero): a run whose bitmap would take more than half a lane's record is
         // made plain instead (only geometries with lanes far smaller than chunks).
-        let checked_bytes =
-            u64::from(self.classes.nblocks_in(class, true).div_ceil(CHECKED_BITS)) * 8;
+        let checked_bytes = u64::from(self.classes.bitmap_words(class, true)) * 8;
         let checked =
             make_checked_runs() && checked_bytes <= (self.geo.lane_size / 2).saturating_sub(1024);
         let nblocks = self.classes.nblocks_in(class, checked);
@@ -562,9 +532,9 @@ impl Heap {
                 hint: 0,
             }),
         });
-        let entry = run_entry(class, block) & !(if checked { 0 } else { ENTRY_CHECKED });
+        let entry = run_entry(class, block, checked);
         meta.set(self.table_entry(zone_idx, chunk), entry);
-        for w in 0..u64::from(nblocks.div_ceil(run.per_word())) {
+        for w in 0..u64::from(self.classes.bitmap_words(class, checked)) {
             let at = run.off + w * 8;
             meta.set(at, if checked { bitmap_word(at, 0) } else { 0 });
         }
@@ -871,43 +841,21 @@ fn take_bit(bits: &[AtomicU64], st: &mut RunState, nblocks: u32) -> Option<u32> 
     None
 }
 
-/// The pool offsets of every checked bitmap word of zone `zone`'s runs, per its chunk
-/// table as `read_word` reads it.
-pub(crate) fn checked_bitmap_words(
-    geo: &Geometry,
-    classes: &SizeClasses,
-    zone: u64,
-    read_word: impl Fn(u64) -> u64,
-) -> Vec<u64> {
-    let table = geo.chunk_offset(zone, 0) + CHUNK_TABLE_OFFSET;
-    let mut out = Vec::new();
-    for c in 1..geo.chunks_per_zone() {
-        let e = read_word(table + c * 8);
-        let class = entry_class(e);
-        if entry_kind(e) == KIND_RUN && entry_checked(e) && (class as usize) < classes.len() {
-            let off = geo.chunk_offset(zone, c);
-            let words = classes.nblocks_in(class, true).div_ceil(CHECKED_BITS);
-            out.extend((0..u64::from(words)).map(|w| off + w * 8));
-        }
-    }
-    out
-}
-
 /// Walks the persistent heap metadata (not the volatile state): calls `f(header_offset,
 /// capacity)` for every allocated object; `read_word(off)` reads a metadata word (the caller
 /// decides how it synchronises with commits). Returns the offsets of checked bitmap words
 /// that do not verify, whose blocks it skipped (damage: no block of theirs is trusted to
-/// be an object). For `pgl check`/`info`, `pool.objects` and opening.
+/// be an object). For `pgl check`/`info`, `pool.objects`, scrubs and opening.
 pub(crate) fn walk_objects(
     geo: &Geometry,
     classes: &SizeClasses,
-    zones: u64,
+    zones: std::ops::Range<u64>,
     read_word: impl Fn(u64) -> u64,
     mut f: impl FnMut(u64, u64),
 ) -> Vec<u64> {
     let mut damaged = Vec::new();
     let n = geo.chunks_per_zone();
-    for z in 0..zones {
+    for z in zones {
         let table = geo.chunk_offset(z, 0) + CHUNK_TABLE_OFFSET;
         let mut c = 1;
         while c < n {
@@ -920,20 +868,12 @@ pub(crate) fn walk_objects(
                         let off = geo.chunk_offset(z, c);
                         let nb = classes.nblocks_in(class, checked);
                         let header = classes.header_in(class, checked);
-                        let per = if checked { CHECKED_BITS } else { PLAIN_BITS };
-                        for w in 0..nb.div_ceil(per) {
+                        let per = bits_per_word(checked);
+                        for w in 0..classes.bitmap_words(class, checked) {
                             let at = off + u64::from(w) * 8;
-                            let word = read_word(at);
-                            let bits = if checked {
-                                match bitmap_bits(at, word) {
-                                    Some(b) => u64::from(b),
-                                    None => {
-                                        damaged.push(at);
-                                        continue;
-                                    }
-                                }
-                            } else {
-                                word
+                            let Some(bits) = word_bits(at, read_word(at), checked) else {
+                                damaged.push(at);
+                                continue;
                             };
                             for i in w * per..((w + 1) * per).min(nb) {
                                 if bits & (1 << (i % per)) != 0 {

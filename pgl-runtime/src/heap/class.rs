@@ -4,7 +4,7 @@
 //! Invariant: block sizes are multiples of 16, strictly increasing; every run's bitmap
 //! header plus its blocks fit in one chunk, in either bitmap format.
 
-use super::layout::{CHECKED_BITS, PLAIN_BITS};
+use super::layout::bits_per_word;
 
 /// The size classes of a heap.
 #[derive(Clone, Debug)]
@@ -33,7 +33,7 @@ impl SizeClasses {
         }
         let mut nblocks: [Vec<u32>; 2] = Default::default();
         let mut headers: [Vec<u64>; 2] = Default::default();
-        for (f, per_word) in [PLAIN_BITS, CHECKED_BITS].into_iter().enumerate() {
+        for (f, per_word) in [false, true].map(bits_per_word).into_iter().enumerate() {
             for &bs in &blocks {
                 let mut n = chunk_size / bs;
                 while n > 0 && Self::header_for(n, per_word) + n * bs > chunk_size {
@@ -94,6 +94,11 @@ impl SizeClasses {
     /// Bytes of the bitmap header of a run of class `c`, checked or plain.
     pub fn header_in(&self, c: u16, checked: bool) -> u64 {
         self.headers[checked as usize][c as usize]
+    }
+
+    /// Words of the bitmap of a run of class `c`, checked or plain.
+    pub fn bitmap_words(&self, c: u16, checked: bool) -> u32 {
+        self.nblocks_in(c, checked).div_ceil(bits_per_word(checked))
     }
 
     /// The largest block size.

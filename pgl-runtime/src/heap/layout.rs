@@ -118,19 +118,23 @@ pub const KIND_RESERVED: u64 = 0xff;
 /// Run entry flag: the run's bitmap words are checked (`bitmap_word`).
 pub const ENTRY_CHECKED: u64 = 1 << 24;
 
-/// Entry of a run chunk (a checked run: every run pgl makes now is).
-pub const fn run_entry(class: u16, block: u64) -> u64 {
-    KIND_RUN | (class as u64) << 8 | ENTRY_CHECKED | block << 32
+/// Entry of a run chunk, with a checked bitmap or a plain one.
+pub const fn run_entry(class: u16, block: u64, checked: bool) -> u64 {
+    KIND_RUN | (class as u64) << 8 | if checked { ENTRY_CHECKED } else { 0 } | block << 32
 }
 /// Whether a run entry's bitmap is checked.
 pub const fn entry_checked(e: u64) -> bool {
     e & ENTRY_CHECKED != 0
 }
 
-/// Blocks per bitmap word of a checked run.
-pub const CHECKED_BITS: u32 = 32;
-/// Blocks per bitmap word of a plain run.
-pub const PLAIN_BITS: u32 = 64;
+/// Blocks per bitmap word of a checked run, or of a plain one.
+pub const fn bits_per_word(checked: bool) -> u32 {
+    if checked {
+        32
+    } else {
+        64
+    }
+}
 
 /// The check of a checked bitmap word at pool offset `off` holding `bits`: the high half
 /// of `mix(mix(off) ^ bits)`, with `mix` the SplitMix64 finaliser (a bijection of `u64`).
@@ -155,6 +159,15 @@ pub fn bitmap_word(off: u64, bits: u32) -> u64 {
 pub fn bitmap_bits(off: u64, word: u64) -> Option<u32> {
     let bits = word as u32;
     (bitmap_check(off, bits) == (word >> 32) as u32).then_some(bits)
+}
+/// The block bits of the bitmap word `word` at `off` of a checked or plain run; `None` for
+/// a checked word that does not verify.
+pub fn word_bits(off: u64, word: u64, checked: bool) -> Option<u64> {
+    if checked {
+        bitmap_bits(off, word).map(u64::from)
+    } else {
+        Some(word)
+    }
 }
 /// Entry of the head chunk of a large object of `n` chunks.
 pub const fn large_entry(n: u64) -> u64 {
@@ -228,11 +241,11 @@ mod tests {
 
     #[test]
     fn entries_round_trip() {
-        let e = run_entry(17, 272);
+        let e = run_entry(17, 272, true);
         assert_eq!(entry_kind(e), KIND_RUN);
         assert_eq!(entry_class(e), 17);
         assert!(entry_checked(e));
-        assert!(!entry_checked(e & !ENTRY_CHECKED));
+        assert!(!entry_checked(run_entry(17, 272, false)));
         assert_eq!(entry_arg(e), 272);
         let l = large_entry(9);
         assert_eq!(entry_kind(l), KIND_LARGE);

@@ -7,8 +7,6 @@ mod class;
 pub(crate) mod layout;
 mod meta;
 
-pub(crate) use alloc::{
-    bitmap_mismatch, checked_bitmap_words, walk_objects as walk, Arena, Heap, HeapUndo, PendingFree,
-};
+pub(crate) use alloc::{bitmap_mismatch, walk_objects as walk, Arena, Heap, HeapUndo, PendingFree};
 pub use class::SizeClasses;
 pub(crate) use meta::MetaOps;

@@ -11,7 +11,7 @@ pub mod stripe;
 pub mod xor;
 
 pub(crate) use parity::{recompute_zone, verify_zone, Parity};
-pub(crate) use rebuild::{rebuild_bitmap_word, rebuild_range};
+pub(crate) use rebuild::{rebuild_range, rewrite_bitmap_word};
 pub(crate) use reconcile::{block_verifies, reconcile_zone, Reconciled};
 
 /// The default of `Config::parity_atomic_max`: parity updates of changed ranges up to this

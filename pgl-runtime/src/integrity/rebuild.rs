@@ -93,14 +93,27 @@ pub(crate) unsafe fn rebuild_page_into(
     true
 }
 
-/// The checked allocation-bitmap word at `at` as parity says it should be, if that word
-/// verifies (see `heap::layout::bitmap_word`).
+/// Rebuilds the checked allocation-bitmap word at `at` from parity and, if the rebuilt
+/// word verifies (see `heap::layout::bitmap_word`), writes and flushes it (the caller
+/// fences); whether it did. One aligned 8-byte store: it lands whole or not at all, and
+/// parity already accounts for the rebuilt bytes, so it stays as it is.
 ///
 /// # Safety
-/// As for [`rebuild_range`].
-pub(crate) unsafe fn rebuild_bitmap_word(media: &Media, geo: &Geometry, at: u64) -> Option<u64> {
+/// As for [`rebuild_range`]; besides, nothing reads the word meanwhile relying on its
+/// damaged value.
+pub(crate) unsafe fn rewrite_bitmap_word(media: &Media, geo: &Geometry, at: u64) -> bool {
     // SAFETY: the caller's.
-    let bytes = unsafe { rebuild_range(media, geo, at, 8) }?;
-    let word = u64::from_le_bytes(bytes.as_slice().try_into().ok()?);
-    crate::heap::layout::bitmap_bits(at, word).map(|_| word)
+    let Some(bytes) = (unsafe { rebuild_range(media, geo, at, 8) }) else {
+        return false;
+    };
+    let Ok(word) = <[u8; 8]>::try_from(bytes.as_slice()) else {
+        return false;
+    };
+    if crate::heap::layout::bitmap_bits(at, u64::from_le_bytes(word)).is_none() {
+        return false;
+    }
+    // SAFETY: the caller's; an aligned word inside the pool.
+    unsafe { media.write(at, &word) };
+    media.flush(at, 8);
+    true
 }

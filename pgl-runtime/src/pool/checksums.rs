@@ -23,7 +23,7 @@ pub(super) unsafe fn recompute(media: &Media, geo: &Geometry, zones: u64, parity
     crate::heap::walk(
         geo,
         &crate::heap::SizeClasses::new(geo.chunk_size),
-        zones,
+        0..zones,
         // SAFETY: heap metadata words inside the pool; nothing else runs (caller).
         |off| unsafe { media.read_u64(off) },
         |hdr, cap| {

@@ -407,30 +407,21 @@ impl Pool {
                     .locate(off, zones)
                     .is_some_and(|p| !(crashed && tx::zone_is_dirty(&dirty_marks, p.zone)))
         };
-        let rebuild_word = |off: u64| -> Option<u64> {
-            if !trusted(off) {
-                return None;
-            }
-            // SAFETY: a heap metadata word of a zone of the pool; nothing else runs while the
-            // pool opens.
-            let word = unsafe { crate::integrity::rebuild_bitmap_word(&media, &geo, off) }?;
-            // SAFETY: as above; an aligned 8-byte store lands whole, and parity already
-            // accounts for the rebuilt bytes.
-            unsafe { media.write(off, &word.to_le_bytes()) };
-            media.flush(off, 8);
-            Some(word)
-        };
         let mut bitmap_repairs = 0u64;
         let damaged_words = crate::heap::walk(
             &geo,
             &crate::heap::SizeClasses::new(geo.chunk_size),
-            header.zones,
+            0..header.zones,
             // SAFETY: heap metadata words inside the pool; nothing else runs while it opens.
             |off| unsafe { media.read_u64(off) },
             |_, _| {},
         );
         for off in damaged_words {
-            bitmap_repairs += u64::from(rebuild_word(off).is_some());
+            // SAFETY: a heap metadata word of a zone of the pool; nothing else runs while
+            // the pool opens.
+            bitmap_repairs += u64::from(
+                trusted(off) && unsafe { crate::integrity::rewrite_bitmap_word(&media, &geo, off) },
+            );
         }
         if bitmap_repairs > 0 {
             media.fence();
@@ -461,7 +452,7 @@ impl Pool {
                 crate::heap::walk(
                     &geo,
                     &crate::heap::SizeClasses::new(geo.chunk_size),
-                    header.zones,
+                    0..header.zones,
                     // SAFETY: heap metadata words inside the pool (the walk stays within
                     // the zones); nothing else runs while the pool opens.
                     |off| unsafe { media.read_u64(off) },
@@ -521,19 +512,8 @@ impl Pool {
         Self::write_header_copy(&media, 0, &header);
         Self::write_header_copy(&media, geo.header_offset(1), &header);
         media.check()?;
-        // Words still damaged (none, unless the walk above raced nothing: it is the same
-        // chunk table) get one more chance; the heap refuses what stays damaged.
-        let late = std::cell::Cell::new(0u64);
-        let fix = |at: u64| {
-            let w = rebuild_word(at);
-            if w.is_some() {
-                media.fence();
-                late.set(late.get() + 1);
-            }
-            w
-        };
-        let heap = Heap::open(&media, geo, header.zones, &fix)?;
-        let bitmap_repairs = bitmap_repairs + late.get();
+        // Bitmap words still damaged (beyond parity) make the heap's load fail.
+        let heap = Heap::open(&media, geo, header.zones)?;
         let next_seq = rec.max_seq.checked_add(1).ok_or_else(|| Error::Corrupt {
             what: "redo lane",
             offset: geo.lane_offset(0, 0),
@@ -773,8 +753,7 @@ impl Pool {
         Self::write_header_copy(&eng.media, eng.geo.header_offset(1), &header);
         // The new zones are usable only if the headers that name them are durable.
         eng.media.check()?;
-        // New zones hold no runs: no bitmap word to verify.
-        eng.heap.add_zones(&eng.media, zones, &|_| None)?;
+        eng.heap.add_zones(&eng.media, zones)?;
         *self.inner.header.lock() = header;
         Ok(())
     }
@@ -1003,7 +982,7 @@ impl Pool {
             crate::heap::walk(
                 &eng.geo,
                 eng.heap.classes(),
-                eng.heap.zone_count(),
+                0..eng.heap.zone_count(),
                 read_word,
                 |hdr, _| hdrs.push(hdr),
             )
@@ -1231,7 +1210,7 @@ mod walk_race {
         let damaged = crate::heap::walk(
             &geo,
             eng.heap.classes(),
-            eng.heap.zone_count(),
+            0..eng.heap.zone_count(),
             |off| {
                 // SAFETY: a heap metadata word inside the pool, under its metadata lock.
                 let v = eng

@@ -208,23 +208,14 @@ impl Pool {
         };
         let mut bad = Vec::new();
         let mut fixed = 0;
-        for off in crate::heap::checked_bitmap_words(&eng.geo, eng.heap.classes(), z, read) {
+        let damaged = crate::heap::walk(&eng.geo, eng.heap.classes(), z..z + 1, read, |_, _| {});
+        for off in damaged {
             let word = read(off);
-            if crate::heap::layout::bitmap_bits(off, word).is_some() {
-                continue;
-            }
-            let rebuilt = if repair && eng.parity.enabled() {
-                // SAFETY: the word lies in a zone of the pool; the pool is frozen.
-                unsafe { crate::integrity::rebuild_bitmap_word(&eng.media, &eng.geo, off) }
-            } else {
-                None
-            };
-            if let Some(w) = rebuilt {
-                // SAFETY: as above; an aligned 8-byte store lands whole.
-                unsafe { eng.media.write(off, &w.to_le_bytes()) };
-                eng.media.flush(off, 8);
-            }
-            let rebuilt = rebuilt.is_some();
+            let rebuilt = repair
+                && eng.parity.enabled()
+                // SAFETY: the word lies in a zone of the pool; the pool is frozen and no
+                // metadata reader runs.
+                && unsafe { crate::integrity::rewrite_bitmap_word(&eng.media, &eng.geo, off) };
             if rebuilt {
                 fixed += 1;
                 eng.repairs.bitmap_words.fetch_add(1, Ordering::Relaxed);

@@ -265,63 +265,55 @@ impl Tx<'_> {
             lane.scratch.meta.iter().map(|(o, _)| o).chain(meta_sums),
             &mut held,
         );
-        let mut damaged = None;
-        for (off, ch) in lane.scratch.meta.iter() {
-            // SAFETY: heap metadata word inside the pool, protected by its metadata lock.
-            let cur = unsafe { eng.media.read_u64(off) };
-            match ch.apply(off, cur) {
-                Some(new) if new != cur => vals.push((off, new)),
-                Some(_) => {}
-                None => {
+        // Everything between taking the metadata locks and releasing them, in one block
+        // that every outcome leaves through the unlock below.
+        let r: Result<()> = 'locked: {
+            for (off, ch) in lane.scratch.meta.iter() {
+                // SAFETY: heap metadata word inside the pool, protected by its metadata lock.
+                let cur = unsafe { eng.media.read_u64(off) };
+                match ch.apply(off, cur) {
+                    Some(new) if new != cur => vals.push((off, new)),
+                    Some(_) => {}
                     // A bitmap word that does not verify: nothing is written; the
                     // transaction aborts and `run` has the word rebuilt from parity.
-                    damaged = Some(crate::heap::bitmap_mismatch(off, cur));
-                    break;
+                    None => break 'locked Err(crate::heap::bitmap_mismatch(off, cur)),
                 }
             }
-        }
-        if let Some(e) = damaged {
-            eng.meta.unlock(&held);
-            lane.meta_held = held;
-            lane.meta_vals = vals;
-            lane.items = items;
-            lane.sums = sums;
-            lane.news = news;
-            return Err(e);
-        }
-        self.replicate_meta(&mut vals);
-        // The chunks this commit writes: whose older, unretired records it must order.
-        // One walk over what this commit writes in place: the chunks (whose older,
-        // unretired records it must order) and the zones (whose parity a crash may leave
-        // stale, so that lanes mark them dirty first).
-        let map = &eng.map;
-        let mut touched = Touched::default();
-        let mut zones = lane.dirty;
-        for_each_write(&items, &vals, &news, |off, len| {
-            touched.add(off, len, map.chunk_shift());
-            for at in [off, off + len.max(1) - 1] {
-                if let Some(zone) = map.zone_of(at) {
-                    let (word, mask) = record::dirty_bit(zone);
-                    zones[word] |= mask;
+            self.replicate_meta(&mut vals);
+            // One walk over what this commit writes in place: the chunks (whose older,
+            // unretired records it must order) and the zones (whose parity a crash may
+            // leave stale, so that lanes mark them dirty first).
+            let map = &eng.map;
+            let mut touched = Touched::default();
+            let mut zones = lane.dirty;
+            for_each_write(&items, &vals, &news, |off, len| {
+                touched.add(off, len, map.chunk_shift());
+                for at in [off, off + len.max(1) - 1] {
+                    if let Some(zone) = map.zone_of(at) {
+                        let (word, mask) = record::dirty_bit(zone);
+                        zones[word] |= mask;
+                    }
+                }
+            });
+            if eng.parity.enabled() && zones != lane.dirty {
+                if let Err(e) = self.mark_dirty_zones(&mut lane.dirty, zones) {
+                    break 'locked Err(e);
                 }
             }
-        });
-        if eng.parity.enabled() && zones != lane.dirty {
-            self.mark_dirty_zones(&mut lane.dirty, zones)?;
-        }
-        let r = if items.is_empty() && news.is_empty() && vals.len() <= 1 {
-            self.commit_direct(&vals, &touched)
-        } else if items.is_empty() && vals.len() == 1 {
-            self.commit_new_direct(&mut lane.hdrs, &news, vals[0], &touched)
-        } else {
-            self.commit_logged(
-                &mut lane.stage,
-                &mut lane.hdrs,
-                &items,
-                &news,
-                &vals,
-                &touched,
-            )
+            if items.is_empty() && news.is_empty() && vals.len() <= 1 {
+                self.commit_direct(&vals, &touched)
+            } else if items.is_empty() && vals.len() == 1 {
+                self.commit_new_direct(&mut lane.hdrs, &news, vals[0], &touched)
+            } else {
+                self.commit_logged(
+                    &mut lane.stage,
+                    &mut lane.hdrs,
+                    &items,
+                    &news,
+                    &vals,
+                    &touched,
+                )
+            }
         };
         eng.meta.unlock(&held);
         let lane = &mut *st.lane;

@@ -18,7 +18,7 @@ use super::record::{self, RecordWriter, RETIRED_OFFSET, SEAL_OFFSET};
 use crate::heap::layout::bitmap_bits;
 use crate::heap::layout::{ObjectHeader, HEADER_SIZE};
 use crate::integrity::block_verifies;
-use crate::integrity::{rebuild_bitmap_word, rebuild_range};
+use crate::integrity::{rebuild_range, rewrite_bitmap_word};
 use crate::{Error, Result};
 use parking_lot::MutexGuard;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -139,16 +139,10 @@ impl Engine {
         if bitmap_bits(off, now).is_some() {
             return true; // repaired by another thread meanwhile
         }
-        if !self.parity.enabled() {
+        // SAFETY: as above; no reader relies on the old (damaged) value.
+        if !self.parity.enabled() || !unsafe { rewrite_bitmap_word(&self.media, &self.geo, off) } {
             return false;
         }
-        // SAFETY: as above.
-        let Some(word) = (unsafe { rebuild_bitmap_word(&self.media, &self.geo, off) }) else {
-            return false;
-        };
-        // SAFETY: as above; no reader relies on the old (damaged) value.
-        unsafe { self.media.write(off, &word.to_le_bytes()) };
-        self.media.flush(off, 8);
         self.media.fence();
         self.repairs.bitmap_words.fetch_add(1, Ordering::Relaxed);
         true
