@@ -210,6 +210,53 @@ fn check_reports_a_scribbled_object_and_exits_1() {
 }
 
 #[test]
+fn check_reports_a_bitmap_word_beyond_repair_and_exits_1() {
+    let dir = TempDir::new("bitmap");
+    let path = sample_pool(&dir);
+    let p = path.to_str().unwrap();
+    let victim = items(&path)[0];
+    let (word, parity) = {
+        let pool = Pool::open(&path, LAYOUT).unwrap();
+        let info = pool.info();
+        let g = info.header.geo;
+        let pos = g.locate(victim, info.header.zones).unwrap();
+        let classes = pgl::SizeClasses::new(g.chunk_size);
+        let class = classes
+            .class_for(std::mem::size_of::<Item>() as u64 + 16)
+            .unwrap();
+        let run = g.chunk_offset(pos.zone, pos.chunk);
+        let block = (victim - 16 - run - classes.header(class)) / classes.block(class);
+        let word = run + block / 32 * 8;
+        let rel = word - g.zones_offset();
+        let parity = g.parity_offset(rel / g.zone_size()) + rel % g.zone_size() % g.row_size();
+        (word, parity)
+    };
+    // The word and the parity that could rebuild it, both overwritten.
+    scribble(&path, word, &[0x5a; 8]);
+    scribble(&path, parity, &[0xa5; 8]);
+
+    let check = pgl(&dir, &["check", p]);
+    assert_eq!(check.code, 1, "{}\n{}", check.stdout, check.stderr);
+    assert!(
+        check.stdout.contains("1 run(s) out of service"),
+        "{}",
+        check.stdout
+    );
+    assert!(
+        check.stdout.contains(&format!("{word:#x} does not verify")),
+        "{}",
+        check.stdout
+    );
+    // The pool still opens, and its objects read back.
+    let pool = Pool::open(&path, LAYOUT).unwrap();
+    assert_eq!(pool.stats().runs_quarantined, 1);
+    assert_eq!(
+        pool.get(Oid::<Item>::from_raw(victim)).unwrap().value % 100,
+        0
+    );
+}
+
+#[test]
 fn check_repairs_a_damaged_header_copy_and_reports_it() {
     let dir = TempDir::new("header");
     let path = sample_pool(&dir);

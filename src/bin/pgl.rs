@@ -564,14 +564,25 @@ fn check(file: &Path) -> Result<(String, bool)> {
             s.metadata_repairs
         );
     }
-    if s.bitmap_repairs == 0 {
+    if s.bitmap_repairs == 0 && s.runs_quarantined == 0 {
         let _ = writeln!(out, "  bitmaps   every allocation bitmap word valid");
-    } else {
+    }
+    if s.bitmap_repairs > 0 {
         problems += s.bitmap_repairs;
         let _ = writeln!(
             out,
             "  bitmaps   {} damaged allocation bitmap word(s) rebuilt from parity",
             s.bitmap_repairs
+        );
+    }
+    if s.runs_quarantined > 0 {
+        problems += s.runs_quarantined;
+        let _ = writeln!(
+            out,
+            "  bitmaps   {} run(s) out of service: an allocation bitmap word neither \
+             verifies nor could be rebuilt (their objects stay readable; nothing is \
+             allocated there)",
+            s.runs_quarantined
         );
     }
     if let Some(line) = migration_line(&pool)? {
@@ -613,7 +624,7 @@ fn check(file: &Path) -> Result<(String, bool)> {
         Ok(o) => o.len() as u64,
         Err(e) if is_damage(&e) => {
             let _ = writeln!(out, "  heap      FAILED: {e}");
-            let _ = writeln!(out, "result: 1 problem");
+            let _ = writeln!(out, "result: {} problem(s)", problems + 1);
             return Ok((out, true));
         }
         Err(e) => return Err(e),
@@ -651,7 +662,7 @@ fn check(file: &Path) -> Result<(String, bool)> {
         }
         Err(e) if is_damage(&e) => {
             let _ = writeln!(out, "  heap      FAILED: {e}");
-            let _ = writeln!(out, "result: 1 problem");
+            let _ = writeln!(out, "result: {} problem(s)", problems + 1);
             return Ok((out, true));
         }
         Err(e) => return Err(e),

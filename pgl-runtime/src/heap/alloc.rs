@@ -74,6 +74,9 @@ struct RunState {
     owned: bool,
     pooled: bool,
     dead: bool,
+    /// Taken out of service for a bitmap word that neither verifies nor can be rebuilt
+    /// (`dead` too); counted once in `Heap::quarantined`.
+    quarantined: bool,
     hint: usize,
 }
 
@@ -149,6 +152,9 @@ pub(crate) struct Heap {
     /// Guards chunk claims; holds a stack of chunks believed free (checked when popped).
     chunk_lock: Mutex<Vec<(u64, u64)>>,
     pools: Vec<Mutex<Vec<Arc<Run>>>>,
+    /// Runs taken out of service for bitmap damage nothing could rebuild (when the pool
+    /// opened, or since).
+    quarantined: AtomicU64,
 }
 
 impl Heap {
@@ -166,9 +172,15 @@ impl Heap {
             grow_lock: Mutex::new(()),
             zone_count: AtomicU64::new(0),
             chunk_lock: Mutex::new(Vec::new()),
+            quarantined: AtomicU64::new(0),
         };
         heap.add_zones(media, zones)?;
         Ok(heap)
+    }
+
+    /// Runs taken out of service for bitmap damage nothing could rebuild.
+    pub(crate) fn quarantined(&self) -> u64 {
+        self.quarantined.load(Ordering::Relaxed)
     }
 
     /// The size classes.
@@ -181,9 +193,9 @@ impl Heap {
         self.zone_count.load(Ordering::Acquire)
     }
 
-    /// Loads zones `zone_count()..total` from media (on open, and after `grow`). A checked
-    /// bitmap word that does not verify fails the load with `Error::BitmapMismatch` (the
-    /// pool's open rebuilds what parity can before).
+    /// Loads zones `zone_count()..total` from media (on open, and after `grow`). A run
+    /// with a checked bitmap word that does not verify is loaded out of service (see
+    /// `load_run`; the pool's open rebuilds what parity can before).
     pub(crate) fn add_zones(&self, media: &Media, total: u64) -> Result<()> {
         let _g = self.grow_lock.lock();
         if total > self.zones.len() as u64 {
@@ -264,6 +276,10 @@ impl Heap {
         Ok(())
     }
 
+    /// Loads the run of chunk `chunk` of zone `zone`. A checked bitmap word that does not
+    /// verify leaves the run out of service (quarantined): the pool still opens, its other
+    /// runs serve allocations, and the damage is counted in `quarantined` (and reported by
+    /// `pgl check` and scrubs, which verify every word).
     fn load_run(
         &self,
         media: &Media,
@@ -276,11 +292,18 @@ impl Heap {
         let nblocks = self.classes.nblocks_in(class, checked);
         let per = bits_per_word(checked);
         let mut bits = vec![0u64; nblocks.div_ceil(64) as usize];
+        let mut damaged = false;
         for w in 0..self.classes.bitmap_words(class, checked) {
             let at = off + u64::from(w) * 8;
             // SAFETY: the bitmap lies at the start of this run chunk, inside the pool.
             let word = unsafe { media.read_u64(at) };
-            let value = word_bits(at, word, checked).ok_or_else(|| bitmap_mismatch(at, word))?;
+            // A word that does not verify hides which of its blocks are allocated: all of
+            // them count as allocated (none is handed out again, and the objects among them
+            // stay readable through their oids, whose headers and checksums vet them).
+            let value = word_bits(at, word, checked).unwrap_or_else(|| {
+                damaged = true;
+                u64::MAX >> (64 - per)
+            });
             let first = w * per;
             bits[first as usize / 64] |= value << (first % 64);
         }
@@ -290,7 +313,7 @@ impl Heap {
             }
         }
         let used = bits.iter().map(|w| w.count_ones()).sum();
-        Ok(Arc::new(Run {
+        let run = Arc::new(Run {
             off,
             zone,
             chunk,
@@ -305,10 +328,16 @@ impl Heap {
                 used,
                 owned: false,
                 pooled: false,
-                dead: false,
+                // Out of service: no allocation from it, and it is never reclaimed.
+                dead: damaged,
+                quarantined: damaged,
                 hint: 0,
             }),
-        }))
+        });
+        if damaged {
+            self.quarantined.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(run)
     }
 
     fn zone(&self, z: u64) -> Option<&Zone> {
@@ -355,7 +384,11 @@ impl Heap {
             return;
         };
         if let Some(run) = &*zone.runs[pos.chunk as usize].lock() {
-            run.st.lock().dead = true;
+            let mut st = run.st.lock();
+            st.dead = true;
+            if !std::mem::replace(&mut st.quarantined, true) {
+                self.quarantined.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -529,6 +562,7 @@ impl Heap {
                 owned: true,
                 pooled: false,
                 dead: false,
+                quarantined: false,
                 hint: 0,
             }),
         });
@@ -783,7 +817,7 @@ impl Heap {
     }
 
     /// Bytes available for allocation: free chunks and empty runs count whole; other runs
-    /// count their free blocks.
+    /// count their free blocks (none for runs out of service).
     pub(crate) fn free_bytes(&self) -> u64 {
         let mut free = 0;
         for zi in 0..self.zone_count() {
@@ -795,7 +829,9 @@ impl Heap {
                     KIND_RUN => {
                         if let Some(r) = &*zone.runs[c].lock() {
                             let st = r.st.lock();
-                            if st.used == 0 {
+                            if st.quarantined {
+                                // Out of service: none of it is available.
+                            } else if st.used == 0 {
                                 free += self.geo.chunk_size;
                             } else {
                                 free += (r.nblocks - st.used) as u64 * r.block;

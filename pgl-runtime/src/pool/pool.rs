@@ -780,6 +780,7 @@ impl Pool {
         s.metadata_repairs = self.inner.metadata_repairs;
         let r = &self.inner.eng.repairs;
         s.bitmap_repairs = self.inner.bitmap_repairs + r.bitmap_words.load(Ordering::Relaxed);
+        s.runs_quarantined = self.inner.eng.heap.quarantined();
         let opened = &self.inner.reconciled;
         s.objects_repaired = r.repaired.load(Ordering::Relaxed) + opened.repaired;
         s.pages_rebuilt = r.pages.load(Ordering::Relaxed);
