@@ -54,12 +54,12 @@ fn check(pool: &Pool, third: Small, name: &str) -> Vec<Oid<Small>> {
     let root = pool.root::<Root>().unwrap();
     let r = *pool.get(root).unwrap();
     let mut smalls = Vec::new();
-    for i in 0..40 {
+    for (i, &raw) in r[..40].iter().enumerate() {
         if FREED.contains(&i) {
-            assert_eq!(r[i], 0, "{name}: freed object {i} still listed");
+            assert_eq!(raw, 0, "{name}: freed object {i} still listed");
             continue;
         }
-        let o = Oid::<Small>::from_raw(r[i]);
+        let o = Oid::<Small>::from_raw(raw);
         let want = match i {
             2 => small(2, 1),
             3 => third,
@@ -68,8 +68,8 @@ fn check(pool: &Pool, third: Small, name: &str) -> Vec<Oid<Small>> {
         assert_eq!(*pool.get(o).unwrap(), want, "{name}: small object {i}");
         smalls.push(o);
     }
-    for i in 0..10 {
-        let o = Oid::<Medium>::from_raw(r[40 + i]);
+    for (i, &raw) in r[40..50].iter().enumerate() {
+        let o = Oid::<Medium>::from_raw(raw);
         assert_eq!(
             *pool.get(o).unwrap(),
             medium(i as u64),

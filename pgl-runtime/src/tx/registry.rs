@@ -109,17 +109,21 @@ fn decode(e: &EntryBytes) -> core::result::Result<TypeInfo, String> {
 /// that the check on every `open`/`alloc`/`get` is a few loads and no lock; and the token
 /// of the transaction that may add entries.
 pub(crate) struct TypeCache {
-    slots: Box<[AtomicU64]>,
+    slots: Box<[AtomicU64; SLOTS]>,
     owner: AtomicU64,
 }
 
 /// Slots probed per lookup; a full neighbourhood only means the slow path runs again.
 const PROBES: usize = 16;
+/// Slots of the cache: a power of two, so that probing masks instead of dividing (the
+/// lookup runs on every `get`).
+const SLOTS: usize = 1024;
+const _: () = assert!(SLOTS.is_power_of_two());
 
 impl TypeCache {
     pub(crate) fn new() -> Self {
         TypeCache {
-            slots: (0..1024).map(|_| AtomicU64::new(0)).collect(),
+            slots: Box::new([const { AtomicU64::new(0) }; SLOTS]),
             owner: AtomicU64::new(0),
         }
     }
@@ -141,9 +145,8 @@ impl TypeCache {
 
     #[inline]
     fn contains_key(&self, k: u64) -> bool {
-        let n = self.slots.len();
         for i in 0..PROBES {
-            match self.slots[(k as usize + i) % n].load(Ordering::Relaxed) {
+            match self.slots[(k as usize + i) & (SLOTS - 1)].load(Ordering::Relaxed) {
                 0 => return false,
                 v if v == k => return true,
                 _ => {}
@@ -154,9 +157,8 @@ impl TypeCache {
 
     pub(crate) fn insert(&self, type_id: u32, layout: u64) {
         let k = Self::key(type_id, layout);
-        let n = self.slots.len();
         for i in 0..PROBES {
-            let slot = &self.slots[(k as usize + i) % n];
+            let slot = &self.slots[(k as usize + i) & (SLOTS - 1)];
             match slot.compare_exchange(0, k, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return,
                 Err(v) if v == k => return,
