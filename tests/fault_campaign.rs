@@ -11,7 +11,8 @@
 //! copies, one zone metadata copy and one word of the workers' run bitmaps per round
 //! (repaired when the pool is next opened),
 //! canary smashes (the transaction aborts, NVMM unchanged), and — beyond parity — the same
-//! bytes of an object and of its parity page damaged together. `PGL_FAULTS` sets the number of faults (default 5,000).
+//! bytes of an object and of its parity page damaged together, and (once, at the end) of a
+//! run bitmap word and its parity (the pool opens with that run out of service). `PGL_FAULTS` sets the number of faults (default 5,000).
 
 mod support;
 
@@ -330,6 +331,46 @@ fn fault_campaign() {
         tally.repaired.fetch_add(copy_faults, Ordering::Relaxed);
         audit(&pool, &models, &tally);
     }
+    // Beyond parity, last: one word of a workers' run bitmap and its parity bytes both
+    // scribbled. The pool still opens, with that run out of service; every object reads
+    // back; nothing is allocated under the word or written over it.
+    let (word, parity) = {
+        let m = models[rng.below(2) as usize].lock().unwrap();
+        let oid = m[rng.below(m.len() as u64) as usize].0.raw();
+        let word = support::bitmap_word_of(&pool, oid, OBJ_BLOCK - 16);
+        let rel = word - geo.zones_offset();
+        let parity =
+            geo.parity_offset(rel / geo.zone_size()) + rel % geo.zone_size() % geo.row_size();
+        (word, parity)
+    };
+    for offset in [word, parity] {
+        pool.inject(&Fault::Scribble {
+            offset,
+            len: 8,
+            seed: rng.next(),
+        })
+        .unwrap();
+    }
+    tally.injected.fetch_add(2, Ordering::Relaxed);
+    let damaged = support::file_word(&path, word);
+    drop(pool);
+    pool = Pool::open(&path, "campaign").unwrap();
+    assert_eq!(
+        pool.stats().runs_quarantined,
+        1,
+        "the word's run out of service"
+    );
+    tally.detected.fetch_add(2, Ordering::Relaxed);
+    audit(&pool, &models, &tally);
+    for _ in 0..200 {
+        let o = pool.tx(|tx| tx.alloc([7u64; 16])).unwrap();
+        assert_ne!(
+            support::bitmap_word_of(&pool, o.raw(), OBJ_BLOCK - 16),
+            word,
+            "allocated under the damaged word"
+        );
+    }
+    assert_eq!(support::file_word(&path, word), damaged, "written over");
     let (n, r, d, s) = (
         tally.injected.load(Ordering::Relaxed),
         tally.repaired.load(Ordering::Relaxed),
