@@ -23,6 +23,18 @@ mod stats;
 mod tx;
 mod values;
 
+/// Test-only: `normal`, or `miri` under Miri, which interprets a test about a million
+/// times slower than it runs natively: a few hundred bytes of input still take every path
+/// (and every unsafe access) of the pure modules' code.
+#[cfg(test)]
+pub(crate) const fn miri_or(normal: usize, miri: usize) -> usize {
+    if cfg!(miri) {
+        miri
+    } else {
+        normal
+    }
+}
+
 /// A fresh path for a unit test's pool file: on tmpfs where there is one (a disk-backed
 /// file system would have every commit msync).
 #[cfg(test)]

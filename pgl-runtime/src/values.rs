@@ -871,7 +871,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(512))]
+        #![proptest_config(ProptestConfig::with_cases(crate::miri_or(512, 2) as u32))]
 
         #[test]
         fn pstr_any_bytes_read_as_a_valid_prefix(raw in vec(any::<u8>(), CAP + BYTES_OFFSET)) {

@@ -572,7 +572,7 @@ mod tests {
     #[test]
     fn superline_rejects_every_single_bit_flip() {
         let b = sample().encode();
-        for bit in 0..SUPER_LEN * 8 {
+        for bit in (0..SUPER_LEN * 8).step_by(crate::miri_or(1, 7)) {
             let mut c = b;
             c[bit / 8] ^= 1 << (bit % 8);
             assert!(Superline::decode(&c).is_err(), "bit {bit} flip accepted");
@@ -643,7 +643,7 @@ mod tests {
             Err(Invalid::Damaged(_))
         ));
         // Every flipped bit of header or payload is caught.
-        for bit in 0..(24 + 5) * 8 {
+        for bit in (0..(24 + 5) * 8).step_by(crate::miri_or(1, 5)) {
             let mut a = area.clone();
             a[128 + bit / 8] ^= 1 << (bit % 8);
             assert!(check_record(&a, 128, 7, RULE).is_err(), "bit {bit}");

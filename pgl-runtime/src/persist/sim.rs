@@ -9,6 +9,15 @@
 //!
 //! Invariant: the persisted image only ever changes at a fence, and only by lines that the
 //! fencing thread flushed since its previous fence.
+//!
+//! Concurrency: a crash point, and a fence copying its lines, read words that other threads
+//! may be storing to at that moment, as a real crash interrupts them. The reads are
+//! volatile, aligned and word-sized, so on the x86-64 machines pgl targets each returns the
+//! old or the new value, which the crash model allows either way. The Rust memory model
+//! still calls a non-atomic read beside a concurrent non-atomic store a data race, and Miri
+//! reports it when several threads share one `CrashSim` (`.ci/miri` leaves this module
+//! out). Tests that drive a `CrashSim` from one thread have no such race. Making it
+//! race-free would take atomic stores for every write the pool makes on this back-end.
 
 use parking_lot::Mutex;
 use std::alloc::{alloc, dealloc, Layout};
@@ -185,7 +194,8 @@ impl CrashSim {
     pub fn volatile_image(&self) -> Vec<u64> {
         let len = (self.len() as usize).div_ceil(8);
         (0..len)
-            // SAFETY: `i < len <= cap / 8`, inside the allocation.
+            // SAFETY: `i < len <= cap / 8`, inside the allocation. Another thread may be
+            // storing to the word (see the module docs on concurrency).
             .map(|i| unsafe { std::ptr::read_volatile(self.mem.add(i)) })
             .collect()
     }

@@ -287,7 +287,7 @@ mod tests {
     fn every_single_bit_flip_is_detected() {
         let mut lane = vec![0u8; 256];
         let n = write(&mut lane, 7, &[(64, &[0xab; 40])]);
-        for byte in SEAL_OFFSET..SEAL_OFFSET + n {
+        for byte in (SEAL_OFFSET..SEAL_OFFSET + n).step_by(crate::miri_or(1, 5)) {
             for bit in 0..8 {
                 let mut l = lane.clone();
                 l[byte] ^= 1 << bit;
