@@ -247,6 +247,29 @@ fn check_reports_a_bitmap_word_beyond_repair_and_exits_1() {
         "{}",
         check.stdout
     );
+    assert!(
+        check.stdout.contains("objects   1 checked, 1 bad"),
+        "the root verified (the items all lie under the word): {}",
+        check.stdout
+    );
+    // info counts what it can list; scrub reports the word (and the parity page that
+    // disagrees) and says damage remains.
+    let info = pgl(&dir, &["info", p]);
+    assert_eq!(info.code, 0, "{}", info.stderr);
+    assert!(
+        info.stdout.contains("under 1 allocation bitmap word(s)"),
+        "{}",
+        info.stdout
+    );
+    let scrub = pgl(&dir, &["scrub", p]);
+    assert_eq!(scrub.code, 1, "{}\n{}", scrub.stdout, scrub.stderr);
+    assert!(
+        scrub
+            .stdout
+            .contains("1 allocation bitmap word(s) damaged, 0 rebuilt"),
+        "{}",
+        scrub.stdout
+    );
     // The pool still opens, and its objects read back.
     let pool = Pool::open(&path, LAYOUT).unwrap();
     assert_eq!(pool.stats().runs_quarantined, 1);

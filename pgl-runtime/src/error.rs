@@ -190,7 +190,7 @@ pub enum Error {
 
     /// A word of a run's allocation bitmap does not match its check (a scribble or a
     /// media error in the allocator's metadata) and zone parity could not rebuild it.
-    #[error("allocation bitmap word at {offset:#x} does not verify: stored check {stored:#010x}, computed {computed:#010x}; the allocator's metadata was changed outside a transaction (a scribble or a media error) and zone parity could not rebuild it (the pool keeps no parity, or another page of its page column is damaged too); nothing is written over it and the run is taken out of service (its objects stay readable); `pgl check` reports it; if the pool keeps parity and was only damaged once per page column, opening it or `pgl scrub --repair` rebuilds the word")]
+    #[error("allocation bitmap word at {offset:#x} does not verify: stored check {stored:#010x}, computed {computed:#010x}; the allocator's metadata was changed outside a transaction (a scribble or a media error) and zone parity could not rebuild it (the pool keeps no parity, another page of its page column is damaged too, or a crash left its zone's parity possibly stale); nothing is written over it and the run is taken out of service (its objects stay readable); `pgl check` reports it; if the pool keeps parity and was only damaged once per page column, opening it or `pgl scrub --repair` rebuilds the word")]
     BitmapMismatch {
         /// Pool offset of the word.
         offset: u64,

@@ -61,7 +61,9 @@ pub use leds::{
 pub use log::{ForcePolicy, Log, LogConfig, LogStats, Lsn, RecoveryReport, Reservation};
 pub use persist::{CrashPoint, CrashSim, FlushMode};
 pub use persistent::{Oid, Persistent};
-pub use pool::{Config, Detached, Header, Pool, PoolInfo, ScrubReport, FORMAT_VERSION};
+pub use pool::{
+    Config, Detached, Header, ObjectListing, Pool, PoolInfo, ScrubReport, FORMAT_VERSION,
+};
 pub use stats::Stats;
 pub use tx::{AsPlace, Mut, Place, Read, Ref, Tx, TypeInfo, VerifyPolicy};
 pub use values::{PBool, PBytes, PStr};

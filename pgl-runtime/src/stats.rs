@@ -39,9 +39,11 @@ pub struct Stats {
     /// parity (when the pool was opened, by a commit that found one, or by a scrub).
     pub bitmap_repairs: u64,
     /// Runs taken out of service because a word of their allocation bitmap neither
-    /// verified nor could be rebuilt (no parity, or its page column damaged twice): nothing
-    /// is allocated from them (and they are never reclaimed) while the pool is open, their
-    /// objects stay readable. Scrubs and `pgl check` report the words.
+    /// verified nor could be rebuilt: the pool keeps no parity, the word's page column was
+    /// damaged twice, or a crash left the word's zone with parity that may be stale.
+    /// Nothing is allocated from them (and they are never reclaimed) while the pool is
+    /// open; their objects stay readable. Scrubs, `pool.verify_objects` and `pgl check`
+    /// report the words.
     pub runs_quarantined: u64,
     /// Damaged objects rebuilt from zone parity and written back (online repair).
     pub objects_repaired: u64,

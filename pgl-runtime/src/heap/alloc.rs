@@ -887,7 +887,20 @@ pub(crate) fn walk_objects(
     classes: &SizeClasses,
     zones: std::ops::Range<u64>,
     read_word: impl Fn(u64) -> u64,
+    f: impl FnMut(u64, u64),
+) -> Vec<u64> {
+    walk_blocks(geo, classes, zones, read_word, f, |_, _| {})
+}
+
+/// `walk_objects`, also calling `unknown(header_offset, capacity)` for every block under a
+/// checked bitmap word that does not verify (it may hold an object or not).
+pub(crate) fn walk_blocks(
+    geo: &Geometry,
+    classes: &SizeClasses,
+    zones: std::ops::Range<u64>,
+    read_word: impl Fn(u64) -> u64,
     mut f: impl FnMut(u64, u64),
+    mut unknown: impl FnMut(u64, u64),
 ) -> Vec<u64> {
     let mut damaged = Vec::new();
     let n = geo.chunks_per_zone();
@@ -907,16 +920,19 @@ pub(crate) fn walk_objects(
                         let per = bits_per_word(checked);
                         for w in 0..classes.bitmap_words(class, checked) {
                             let at = off + u64::from(w) * 8;
-                            let Some(bits) = word_bits(at, read_word(at), checked) else {
+                            let bits = word_bits(at, read_word(at), checked);
+                            if bits.is_none() {
                                 damaged.push(at);
-                                continue;
-                            };
+                            }
                             for i in w * per..((w + 1) * per).min(nb) {
-                                if bits & (1 << (i % per)) != 0 {
-                                    f(
-                                        off + header + u64::from(i) * classes.block(class),
-                                        classes.block(class) - HEADER_SIZE,
-                                    );
+                                let block = (
+                                    off + header + u64::from(i) * classes.block(class),
+                                    classes.block(class) - HEADER_SIZE,
+                                );
+                                match bits {
+                                    Some(b) if b & (1 << (i % per)) != 0 => f(block.0, block.1),
+                                    Some(_) => {}
+                                    None => unknown(block.0, block.1),
                                 }
                             }
                         }

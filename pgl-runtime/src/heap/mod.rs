@@ -7,6 +7,8 @@ mod class;
 pub(crate) mod layout;
 mod meta;
 
-pub(crate) use alloc::{bitmap_mismatch, walk_objects as walk, Arena, Heap, HeapUndo, PendingFree};
+pub(crate) use alloc::{
+    bitmap_mismatch, walk_blocks, walk_objects as walk, Arena, Heap, HeapUndo, PendingFree,
+};
 pub use class::SizeClasses;
 pub(crate) use meta::MetaOps;

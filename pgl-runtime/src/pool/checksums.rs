@@ -14,40 +14,47 @@ use crate::heap::layout::{object_checksum, ObjectHeader, HDR_CHECKSUM_OFFSET, HE
 use crate::persist::Media;
 
 /// Recomputes the checksum of every allocated object of the pool's `zones`; returns how
-/// many changed.
+/// many changed. Blocks under a bitmap word that does not verify (their run is out of
+/// service) are recomputed too when they hold a plausible header: they may hold objects,
+/// which would otherwise be left with checksums no read accepts, and a free block's bytes
+/// are nobody's.
 ///
 /// # Safety
 /// The zones lie in the pool and nothing else reads or writes it meanwhile.
 pub(super) unsafe fn recompute(media: &Media, geo: &Geometry, zones: u64, parity: bool) -> u64 {
-    let mut changed = 0;
-    crate::heap::walk(
+    let changed = std::cell::Cell::new(0);
+    let fix = |hdr: u64, cap: u64| {
+        let mut h = [0u8; HEADER_SIZE as usize];
+        // SAFETY: a block of a run or a large object inside the pool (the walk's); nothing
+        // else runs.
+        unsafe { media.read(hdr, &mut h) };
+        let h = ObjectHeader::from_bytes(&h);
+        if h.size == 0 || h.size > cap {
+            // Not an object header (damage, or a block never used): its reads report it;
+            // nothing to compute.
+            return;
+        }
+        let off = hdr + HEADER_SIZE;
+        // SAFETY: the payload lies in the block (size <= capacity).
+        let payload =
+            unsafe { std::slice::from_raw_parts(media.ptr(off) as *const u8, h.size as usize) };
+        let sum = object_checksum(off, h.type_id, payload);
+        if sum != h.checksum {
+            let at = hdr + HDR_CHECKSUM_OFFSET;
+            // SAFETY: the checksum field of this block's header; nothing else runs.
+            unsafe { media.write(at, &sum.to_le_bytes()) };
+            media.flush(at, 4);
+            changed.set(changed.get() + 1);
+        }
+    };
+    crate::heap::walk_blocks(
         geo,
         &crate::heap::SizeClasses::new(geo.chunk_size),
         0..zones,
         // SAFETY: heap metadata words inside the pool; nothing else runs (caller).
         |off| unsafe { media.read_u64(off) },
-        |hdr, cap| {
-            let mut h = [0u8; HEADER_SIZE as usize];
-            // SAFETY: an allocated block inside the pool (the walk's); nothing else runs.
-            unsafe { media.read(hdr, &mut h) };
-            let h = ObjectHeader::from_bytes(&h);
-            if h.size > cap {
-                // Not an object header (damage): its reads report it; nothing to compute.
-                return;
-            }
-            let off = hdr + HEADER_SIZE;
-            // SAFETY: the payload lies in the block (size <= capacity).
-            let payload =
-                unsafe { std::slice::from_raw_parts(media.ptr(off) as *const u8, h.size as usize) };
-            let sum = object_checksum(off, h.type_id, payload);
-            if sum != h.checksum {
-                let at = hdr + HDR_CHECKSUM_OFFSET;
-                // SAFETY: the checksum field of this block's header; nothing else runs.
-                unsafe { media.write(at, &sum.to_le_bytes()) };
-                media.flush(at, 4);
-                changed += 1;
-            }
-        },
+        fix,
+        fix,
     );
     if parity {
         for z in 0..zones {
@@ -55,5 +62,5 @@ pub(super) unsafe fn recompute(media: &Media, geo: &Geometry, zones: u64, parity
             unsafe { crate::integrity::recompute_zone(media, geo, z) };
         }
     }
-    changed
+    changed.get()
 }

@@ -10,5 +10,5 @@ mod scrub;
 
 pub use config::Config;
 pub use header::{Header, FORMAT_VERSION, LAYOUT_MAX};
-pub use pool::{Detached, Pool, PoolInfo};
+pub use pool::{Detached, ObjectListing, Pool, PoolInfo};
 pub use scrub::ScrubReport;

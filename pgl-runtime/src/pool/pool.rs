@@ -512,7 +512,7 @@ impl Pool {
         Self::write_header_copy(&media, 0, &header);
         Self::write_header_copy(&media, geo.header_offset(1), &header);
         media.check()?;
-        // Bitmap words still damaged (beyond parity) make the heap's load fail.
+        // Runs with bitmap words still damaged (beyond parity) load out of service.
         let heap = Heap::open(&media, geo, header.zones)?;
         let next_seq = rec.max_seq.checked_add(1).ok_or_else(|| Error::Corrupt {
             what: "redo lane",
@@ -957,12 +957,26 @@ impl Pool {
     /// inside one. A damaged allocation-bitmap word is rebuilt from parity on the way (as
     /// any access repairs what it finds), or reported as `Error::BitmapMismatch`.
     pub fn objects(&self) -> Result<Vec<(u64, ObjectHeader)>> {
+        let eng = &self.inner.eng;
+        let l = self.list_objects(true)?;
+        match l.damaged_words.first() {
+            Some(&off) => Err(crate::heap::bitmap_mismatch(off, eng.meta_word(off))),
+            None => Ok(l.objects),
+        }
+    }
+
+    /// `objects`, for tools that report damage rather than stop at it: the objects the
+    /// heap metadata can list, and the allocation-bitmap words that neither verify nor
+    /// could be rebuilt from parity. The blocks under those words are left out: which of
+    /// them hold objects is unknown (`Stats::runs_quarantined`).
+    pub fn objects_with_damage(&self) -> Result<ObjectListing> {
         self.list_objects(true)
     }
 
-    /// `objects`; without `repair`, the blocks of damaged bitmap words are left out instead
-    /// (for a scrub that only reports: it reports those words itself).
-    fn list_objects(&self, repair: bool) -> Result<Vec<(u64, ObjectHeader)>> {
+    /// The objects `objects` lists, and the checked bitmap words that do not verify: the
+    /// blocks of those are left out. With `repair`, each such word is first rebuilt from
+    /// parity where it can be (the words returned are the ones that could not).
+    fn list_objects(&self, repair: bool) -> Result<ObjectListing> {
         let eng = &self.inner.eng;
         if tx::in_tx(eng) {
             return Err(Error::InTransaction {
@@ -970,13 +984,7 @@ impl Pool {
                 instead: "call it outside transactions",
             });
         }
-        let read_word = |off| {
-            eng.meta.with_word(off, || {
-                // SAFETY: a heap metadata word inside the pool, read under its metadata
-                // lock, which every commit that changes it holds.
-                unsafe { eng.media.read_u64(off) }
-            })
-        };
+        let read_word = |off| eng.meta_word(off);
         let mut hdrs = Vec::new();
         let walk = |hdrs: &mut Vec<u64>| {
             hdrs.clear();
@@ -989,14 +997,15 @@ impl Pool {
             )
         };
         // A bitmap word that does not verify hides which of its blocks are objects: it is
-        // rebuilt from parity and the walk taken again, or it is reported.
-        let damaged = walk(&mut hdrs);
+        // rebuilt from parity and the walk taken again, or it is returned.
+        let mut damaged = walk(&mut hdrs);
         if !damaged.is_empty() && repair {
-            if let Some(&off) = damaged.iter().find(|&&o| !eng.repair_bitmap_word(o)) {
-                return Err(crate::heap::bitmap_mismatch(off, read_word(off)));
+            let mut rebuilt = false;
+            for &off in &damaged {
+                rebuilt |= eng.repair_bitmap_word(off) == Some(true);
             }
-            if let Some(&off) = walk(&mut hdrs).first() {
-                return Err(crate::heap::bitmap_mismatch(off, read_word(off)));
+            if rebuilt {
+                damaged = walk(&mut hdrs);
             }
         }
         let mut out = Vec::with_capacity(hdrs.len());
@@ -1011,7 +1020,10 @@ impl Pool {
             eng.objects.release(stripe, crate::tx::Held::Read);
             out.push((payload, ObjectHeader::from_bytes(&h)));
         }
-        Ok(out)
+        Ok(ObjectListing {
+            objects: out,
+            damaged_words: damaged,
+        })
     }
 
     /// The header and bytes of the object at payload offset `offset`, whatever its type.
@@ -1034,18 +1046,27 @@ impl Pool {
 
     /// Verifies the checksum of every allocated object; returns the problems found, each as
     /// `(offset, error)`. Each object is verified under its read lock; not inside a
-    /// transaction.
+    /// transaction. An allocation-bitmap word that neither verifies nor can be rebuilt
+    /// from parity is one of the problems (`Error::BitmapMismatch` at the word): the
+    /// objects it covers cannot be told apart from free blocks and are not verified.
     /// `Error::InvalidConfig` if the pool does not keep checksums (`Config::checksums`).
     pub fn verify_objects(&self, progress: impl FnMut(u64, u64)) -> Result<Vec<(u64, Error)>> {
-        self.verify_listed(true, progress)
+        let (mut bad, damaged) = self.verify_listed(true, progress)?;
+        let eng = &self.inner.eng;
+        let words = damaged
+            .into_iter()
+            .map(|off| (off, crate::heap::bitmap_mismatch(off, eng.meta_word(off))));
+        bad.splice(0..0, words);
+        Ok(bad)
     }
 
-    /// `verify_objects`, listing them with `list_objects(repair)`.
+    /// Verifies the objects `list_objects(repair)` lists; the problems found, and the
+    /// bitmap words whose blocks were left out.
     pub(super) fn verify_listed(
         &self,
         repair: bool,
         mut progress: impl FnMut(u64, u64),
-    ) -> Result<Vec<(u64, Error)>> {
+    ) -> Result<(Problems, Vec<u64>)> {
         if !self.inner.eng.checksums {
             return Err(Error::config(
                 "this pool does not keep object checksums (it was opened with \
@@ -1053,7 +1074,10 @@ impl Pool {
                  on, which recomputes them",
             ));
         }
-        let objs = self.list_objects(repair)?;
+        let ObjectListing {
+            objects: objs,
+            damaged_words: damaged,
+        } = self.list_objects(repair)?;
         let total = objs.len() as u64;
         let mut bad = Vec::new();
         for (i, (off, h)) in objs.into_iter().enumerate() {
@@ -1094,8 +1118,22 @@ impl Pool {
             }
             progress(i as u64 + 1, total);
         }
-        Ok(bad)
+        Ok((bad, damaged))
     }
+}
+
+/// Problems a verification found: `(offset, error)`.
+type Problems = Vec<(u64, Error)>;
+
+/// What [`Pool::objects_with_damage`] finds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ObjectListing {
+    /// Every object the heap metadata lists: `(payload offset, header)`.
+    pub objects: Vec<(u64, ObjectHeader)>,
+    /// Allocation-bitmap words that neither verify nor could be rebuilt from parity; the
+    /// blocks they cover are not listed (which of them hold objects is unknown).
+    pub damaged_words: Vec<u64>,
 }
 
 /// A single object opened for an atomic update outside a closure (`pool.open_mut`).
@@ -1231,7 +1269,11 @@ mod walk_race {
             "the race took object bytes for bitmap words"
         );
         for &off in &damaged {
-            assert!(eng.repair_bitmap_word(off), "{off:#x} reported as damage");
+            assert_eq!(
+                eng.repair_bitmap_word(off),
+                Some(true),
+                "{off:#x} reported as damage"
+            );
         }
         assert_eq!(pool.stats().bitmap_repairs, 0);
         pool.objects().unwrap();

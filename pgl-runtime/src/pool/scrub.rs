@@ -76,6 +76,7 @@ impl Pool {
                 checked = t;
                 progress(d, t)
             })?
+            .0
         } else {
             Vec::new()
         };

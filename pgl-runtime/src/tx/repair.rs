@@ -118,34 +118,33 @@ impl Engine {
     }
 
     /// Tries to rebuild the checked allocation-bitmap word at `off` from parity, with the
-    /// pool frozen (no commit in flight: the word and its parity are stable); whether the
-    /// word verifies now (or is no bitmap word any more). Call it with no lane and no lock of this pool held by this
-    /// thread (outside transactions).
+    /// pool frozen (no commit in flight: the word and its parity are stable): `Some`
+    /// whether the word verifies now (or is no bitmap word any more); `None` if the pool
+    /// could not be frozen in time (a long transaction: nothing was tried). Call it with
+    /// no lane and no lock of this pool held by this thread (outside transactions).
     ///
     /// The rebuilt word is written with one aligned 8-byte store (it lands whole or not
     /// at all) and made durable before the pool thaws; parity already accounts for it.
-    pub(crate) fn repair_bitmap_word(&self, off: u64) -> bool {
-        let Some(_frozen) = self.freeze() else {
-            return false;
-        };
+    pub(crate) fn repair_bitmap_word(&self, off: u64) -> Option<bool> {
+        let _frozen = self.freeze()?;
         if !self.heap.is_checked_bitmap_word(off) {
             // Not (or no longer) a bitmap word: the caller read it through a chunk table
             // entry that has changed since; what it does next (walk again) sees the truth.
-            return true;
+            return Some(true);
         }
         // SAFETY: a heap metadata word inside the pool (the commit or scrub that found it
         // read it there); the pool is frozen, so no commit writes it or its parity.
         let now = unsafe { self.media.read_u64(off) };
         if bitmap_bits(off, now).is_some() {
-            return true; // repaired by another thread meanwhile
+            return Some(true); // repaired by another thread meanwhile
         }
         // SAFETY: as above; no reader relies on the old (damaged) value.
         if !self.parity.enabled() || !unsafe { rewrite_bitmap_word(&self.media, &self.geo, off) } {
-            return false;
+            return Some(false);
         }
         self.media.fence();
         self.repairs.bitmap_words.fetch_add(1, Ordering::Relaxed);
-        true
+        Some(true)
     }
 
     fn count(&self, o: Outcome) -> Outcome {

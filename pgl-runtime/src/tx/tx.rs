@@ -746,12 +746,18 @@ const MAX_REPAIRS: u32 = 3;
 /// operation that failed is worth retrying). Call it outside transactions.
 pub(crate) fn try_repair(eng: &Engine, e: &Error) -> bool {
     if let Error::BitmapMismatch { offset, .. } = *e {
-        let repaired = eng.repair_bitmap_word(offset);
-        if !repaired {
-            // Out of service, so that allocations of its class go to other runs.
-            eng.heap.quarantine_run_of(offset);
-        }
-        return repaired;
+        return match eng.repair_bitmap_word(offset) {
+            Some(true) => true,
+            Some(false) => {
+                // Beyond repair: out of service, so that allocations of its class go to
+                // other runs.
+                eng.heap.quarantine_run_of(offset);
+                false
+            }
+            // The pool could not be frozen (a long transaction elsewhere): reported as it
+            // is, and tried again by the next commit that meets the word.
+            None => false,
+        };
     }
     super::repairable(e).is_some_and(|off| match eng.repair_object(off) {
         Ok(super::Outcome::Repaired { .. }) => true,
