@@ -957,18 +957,18 @@ impl Pool {
     /// inside one. A damaged allocation-bitmap word is rebuilt from parity on the way (as
     /// any access repairs what it finds), or reported as `Error::BitmapMismatch`.
     pub fn objects(&self) -> Result<Vec<(u64, ObjectHeader)>> {
-        let eng = &self.inner.eng;
         let l = self.list_objects(true)?;
-        match l.damaged_words.first() {
-            Some(&off) => Err(crate::heap::bitmap_mismatch(off, eng.meta_word(off))),
+        match l.words.first() {
+            Some(&(off, word)) => Err(crate::heap::bitmap_mismatch(off, word)),
             None => Ok(l.objects),
         }
     }
 
     /// `objects`, for tools that report damage rather than stop at it: the objects the
-    /// heap metadata can list, and the allocation-bitmap words that neither verify nor
-    /// could be rebuilt from parity. The blocks under those words are left out: which of
-    /// them hold objects is unknown (`Stats::runs_quarantined`).
+    /// heap metadata can list, and the allocation-bitmap words that do not verify and
+    /// were not rebuilt from parity (it could not, or the pool could not be frozen for it
+    /// while a long transaction ran: a later call tries again). The blocks under those
+    /// words are left out: which of them hold objects is unknown.
     pub fn objects_with_damage(&self) -> Result<ObjectListing> {
         self.list_objects(true)
     }
@@ -984,16 +984,23 @@ impl Pool {
                 instead: "call it outside transactions",
             });
         }
-        let read_word = |off| eng.meta_word(off);
+        let read_word = |off| {
+            eng.meta.with_word(off, || {
+                // SAFETY: a heap metadata word inside the pool, read under its metadata
+                // lock, which every commit that changes it holds.
+                unsafe { eng.media.read_u64(off) }
+            })
+        };
         let mut hdrs = Vec::new();
         let walk = |hdrs: &mut Vec<u64>| {
             hdrs.clear();
-            crate::heap::walk(
+            crate::heap::walk_blocks(
                 &eng.geo,
                 eng.heap.classes(),
                 0..eng.heap.zone_count(),
                 read_word,
                 |hdr, _| hdrs.push(hdr),
+                |_, _| {},
             )
         };
         // A bitmap word that does not verify hides which of its blocks are objects: it is
@@ -1001,7 +1008,7 @@ impl Pool {
         let mut damaged = walk(&mut hdrs);
         if !damaged.is_empty() && repair {
             let mut rebuilt = false;
-            for &off in &damaged {
+            for &(off, _) in &damaged {
                 rebuilt |= eng.repair_bitmap_word(off) == Some(true);
             }
             if rebuilt {
@@ -1022,7 +1029,8 @@ impl Pool {
         }
         Ok(ObjectListing {
             objects: out,
-            damaged_words: damaged,
+            damaged_words: damaged.iter().map(|&(off, _)| off).collect(),
+            words: damaged,
         })
     }
 
@@ -1046,27 +1054,27 @@ impl Pool {
 
     /// Verifies the checksum of every allocated object; returns the problems found, each as
     /// `(offset, error)`. Each object is verified under its read lock; not inside a
-    /// transaction. An allocation-bitmap word that neither verifies nor can be rebuilt
-    /// from parity is one of the problems (`Error::BitmapMismatch` at the word): the
-    /// objects it covers cannot be told apart from free blocks and are not verified.
+    /// transaction. An allocation-bitmap word that does not verify and was not rebuilt
+    /// from parity (as in `objects_with_damage`) is one of the problems
+    /// (`Error::BitmapMismatch` at the word): the objects it covers cannot be told apart
+    /// from free blocks and are not verified.
     /// `Error::InvalidConfig` if the pool does not keep checksums (`Config::checksums`).
     pub fn verify_objects(&self, progress: impl FnMut(u64, u64)) -> Result<Vec<(u64, Error)>> {
         let (mut bad, damaged) = self.verify_listed(true, progress)?;
-        let eng = &self.inner.eng;
         let words = damaged
             .into_iter()
-            .map(|off| (off, crate::heap::bitmap_mismatch(off, eng.meta_word(off))));
+            .map(|(off, word)| (off, crate::heap::bitmap_mismatch(off, word)));
         bad.splice(0..0, words);
         Ok(bad)
     }
 
     /// Verifies the objects `list_objects(repair)` lists; the problems found, and the
-    /// bitmap words whose blocks were left out.
+    /// bitmap words (offset, value) whose blocks were left out.
     pub(super) fn verify_listed(
         &self,
         repair: bool,
         mut progress: impl FnMut(u64, u64),
-    ) -> Result<(Problems, Vec<u64>)> {
+    ) -> Result<(Problems, Vec<(u64, u64)>)> {
         if !self.inner.eng.checksums {
             return Err(Error::config(
                 "this pool does not keep object checksums (it was opened with \
@@ -1076,7 +1084,8 @@ impl Pool {
         }
         let ObjectListing {
             objects: objs,
-            damaged_words: damaged,
+            words: damaged,
+            ..
         } = self.list_objects(repair)?;
         let total = objs.len() as u64;
         let mut bad = Vec::new();
@@ -1131,9 +1140,12 @@ type Problems = Vec<(u64, Error)>;
 pub struct ObjectListing {
     /// Every object the heap metadata lists: `(payload offset, header)`.
     pub objects: Vec<(u64, ObjectHeader)>,
-    /// Allocation-bitmap words that neither verify nor could be rebuilt from parity; the
-    /// blocks they cover are not listed (which of them hold objects is unknown).
+    /// Allocation-bitmap words that do not verify and were not rebuilt (see
+    /// [`Pool::objects_with_damage`]); the blocks they cover are not listed (which of them
+    /// hold objects is unknown).
     pub damaged_words: Vec<u64>,
+    /// The same words with the values read.
+    words: Vec<(u64, u64)>,
 }
 
 /// A single object opened for an atomic update outside a closure (`pool.open_mut`).

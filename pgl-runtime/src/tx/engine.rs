@@ -73,17 +73,6 @@ pub(crate) struct Options {
 }
 
 impl Engine {
-    /// The heap metadata word at `off` (a chunk-table entry or a run's bitmap word), read
-    /// under its metadata lock, which every commit that changes it holds: for readers
-    /// outside commits.
-    pub(crate) fn meta_word(&self, off: u64) -> u64 {
-        self.meta.with_word(off, || {
-            // SAFETY: a heap metadata word inside the pool (callers take `off` from a walk
-            // of the chunk tables), read under its metadata lock.
-            unsafe { self.media.read_u64(off) }
-        })
-    }
-
     pub(crate) fn new(
         media: Media,
         geo: Geometry,

@@ -126,6 +126,17 @@ impl Engine {
     /// The rebuilt word is written with one aligned 8-byte store (it lands whole or not
     /// at all) and made durable before the pool thaws; parity already accounts for it.
     pub(crate) fn repair_bitmap_word(&self, off: u64) -> Option<bool> {
+        if !self.parity.enabled() && self.heap.is_checked_bitmap_word(off) {
+            // Nothing could rebuild it: no reason to stop the pool to find that out (or to
+            // wait for a long transaction first). Whether it verifies now (a walk that
+            // raced a commit may have read other bytes for it):
+            let now = self.meta.with_word(off, || {
+                // SAFETY: inside the pool (a checked run's bitmap word as the chunk kinds
+                // say), read under its metadata lock as the walks that report it read it.
+                unsafe { self.media.read_u64(off) }
+            });
+            return Some(bitmap_bits(off, now).is_some());
+        }
         let _frozen = self.freeze()?;
         if !self.heap.is_checked_bitmap_word(off) {
             // Not (or no longer) a bitmap word: the caller read it through a chunk table
