@@ -328,19 +328,30 @@ fn opened_with_the_word_quarantined(p: &std::path::Path, w: u64, objs: &[(Oid<Ob
     check(&pool, &made[1..]);
 }
 
-#[test]
-fn bitmap_damage_beyond_parity_is_a_typed_error_and_nothing_builds_on_it() {
-    // Without parity: detected, never repaired, never written over.
-    let p = path("beyond");
+/// A pool without parity holding 5 objects, with `bits` bits of the bitmap word of the
+/// first flipped: its path, the pool, the objects and the word's offset.
+fn flipped_without_parity(
+    name: &str,
+    bits: u32,
+    seed: u64,
+) -> (std::path::PathBuf, Pool, Vec<(Oid<Obj>, Obj)>, u64) {
+    let p = path(name);
     let pool = Pool::create(&p, &cfg(false)).unwrap();
     let objs = fill(&pool, 5);
     let w = word_of(&pool, objs[0].0.raw());
     pool.inject(&Fault::BitFlips {
         offset: w,
-        bits: 1,
-        seed: 31,
+        bits,
+        seed,
     })
     .unwrap();
+    (p, pool, objs, w)
+}
+
+#[test]
+fn bitmap_damage_beyond_parity_is_a_typed_error_and_nothing_builds_on_it() {
+    // Without parity: detected, never repaired, never written over.
+    let (p, pool, objs, w) = flipped_without_parity("beyond", 1, 31);
     let damaged = read_u64(&p, w);
     match pool.tx(|tx| tx.alloc([1u64; 8])) {
         Err(Error::BitmapMismatch { offset, .. }) => assert_eq!(offset, w),
@@ -438,16 +449,7 @@ fn turning_checksums_back_on_reaches_the_objects_of_a_quarantined_run() {
 fn without_parity_a_dead_word_is_quarantined_at_once_beside_a_long_transaction() {
     // Nothing can rebuild the word, so the commit that meets it must not first wait to
     // freeze the pool (10 s while another transaction runs) only to learn that.
-    let p = path("busy");
-    let pool = Pool::create(&p, &cfg(false)).unwrap();
-    let objs = fill(&pool, 5);
-    let w = word_of(&pool, objs[0].0.raw());
-    pool.inject(&Fault::BitFlips {
-        offset: w,
-        bits: 2,
-        seed: 51,
-    })
-    .unwrap();
+    let (p, pool, objs, w) = flipped_without_parity("busy", 2, 51);
     let (started, done) = (
         std::sync::mpsc::channel::<()>(),
         std::sync::mpsc::channel::<()>(),

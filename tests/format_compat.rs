@@ -1,7 +1,7 @@
 //! Pools written by older builds open in this one, keep every object, and take new work.
 //!
-//! `tests/fixtures/pool-v<N>.bin` are pools that the last commit writing format version N
-//! made with `tests/fixtures/make_fixture.rs` (`make.sh` rebuilds them): 48 objects in
+//! `tests/fixtures/pool-v<N>.bin` are pools that a commit writing format version N (`make.sh`
+//! says which, and rebuilds them) made with `tests/fixtures/make_fixture.rs`: 48 objects in
 //! three size classes and one large object, three frees and an overwrite behind them.
 //! `.crashed` is the same pool's file taken while it was still open (as a crash leaves
 //! it). Each is opened here, checked object by object, upgraded (the version this build
@@ -12,20 +12,7 @@ mod support;
 use pgl::{Oid, Pool};
 use std::path::{Path, PathBuf};
 
-type Small = [u64; 8];
-type Medium = [u64; 40];
-type Large = [u8; 100_000];
-type Root = [u64; 64];
-
-fn small(i: u64, round: u64) -> Small {
-    std::array::from_fn(|k| i * 1000 + k as u64 + round * 7)
-}
-
-fn medium(i: u64) -> Medium {
-    std::array::from_fn(|k| i * 7 + k as u64 * 3)
-}
-
-const FREED: [usize; 3] = [5, 17, 33];
+include!("fixtures/shape.rs");
 
 /// Writes the fixture `name` out as a pool file; its path.
 fn unpack(name: &str) -> PathBuf {
@@ -78,9 +65,7 @@ fn check(pool: &Pool, third: Small, name: &str) -> Vec<Oid<Small>> {
     }
     let big = pool.get(Oid::<Large>::from_raw(r[50])).unwrap();
     assert!(
-        big.iter()
-            .enumerate()
-            .all(|(i, &b)| b == (i * 31 % 251) as u8),
+        big.iter().enumerate().all(|(i, &b)| b == large_byte(i)),
         "{name}: the large object"
     );
     smalls
