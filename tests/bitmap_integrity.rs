@@ -306,7 +306,7 @@ fn opened_with_the_word_quarantined(p: &std::path::Path, w: u64, objs: &[(Oid<Ob
     }
     // Tools that report damage list what they can, and verify every other object.
     let listing = pool.objects_with_damage().unwrap();
-    assert_eq!(listing.damaged_words, vec![w]);
+    assert_eq!(listing.damaged_words(), vec![w]);
     assert!(made
         .iter()
         .all(|(o, _)| listing.objects.iter().any(|(l, _)| l == &o.raw())));

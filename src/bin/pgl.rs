@@ -426,7 +426,8 @@ fn info(file: &Path) -> Result<String> {
     );
 
     let listing = pool.objects_with_damage()?;
-    let (objects, hidden) = (listing.objects, listing.damaged_words);
+    let hidden = listing.damaged_words();
+    let objects = listing.objects;
     let mut by_type: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
     for (_, oh) in &objects {
         let e = by_type.entry(oh.type_id).or_default();
@@ -631,7 +632,7 @@ fn check(file: &Path) -> Result<(String, bool)> {
     }
     // Bitmap words beyond repair are reported by verify_objects, which verifies the rest.
     let (total, hidden) = match pool.objects_with_damage() {
-        Ok(l) => (l.objects.len() as u64, l.damaged_words.len() as u64),
+        Ok(l) => (l.objects.len() as u64, l.damaged_words().len() as u64),
         Err(e) if is_damage(&e) => {
             let _ = writeln!(out, "  heap      FAILED: {e}");
             let _ = writeln!(out, "result: {} problem(s)", problems + 1);

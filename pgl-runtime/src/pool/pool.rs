@@ -1029,7 +1029,6 @@ impl Pool {
         }
         Ok(ObjectListing {
             objects: out,
-            damaged_words: damaged.iter().map(|&(off, _)| off).collect(),
             words: damaged,
         })
     }
@@ -1140,12 +1139,17 @@ type Problems = Vec<(u64, Error)>;
 pub struct ObjectListing {
     /// Every object the heap metadata lists: `(payload offset, header)`.
     pub objects: Vec<(u64, ObjectHeader)>,
+    /// The damaged words, with the values read.
+    words: Vec<(u64, u64)>,
+}
+
+impl ObjectListing {
     /// Allocation-bitmap words that do not verify and were not rebuilt (see
     /// [`Pool::objects_with_damage`]); the blocks they cover are not listed (which of them
     /// hold objects is unknown).
-    pub damaged_words: Vec<u64>,
-    /// The same words with the values read.
-    words: Vec<(u64, u64)>,
+    pub fn damaged_words(&self) -> Vec<u64> {
+        self.words.iter().map(|&(off, _)| off).collect()
+    }
 }
 
 /// A single object opened for an atomic update outside a closure (`pool.open_mut`).
