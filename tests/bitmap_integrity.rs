@@ -38,14 +38,20 @@ fn word_of(pool: &Pool, oid: u64) -> u64 {
     support::bitmap_word_of(pool, oid, std::mem::size_of::<Obj>() as u64)
 }
 
-/// Where parity keeps byte `off` of the zones.
-fn parity_of(pool: &Pool, off: u64) -> u64 {
-    let g = pool.info().header.geo;
-    let rel = off - g.zones_offset();
-    g.parity_offset(rel / g.zone_size()) + rel % g.zone_size() % g.row_size()
-}
+use support::{file_word as read_u64, parity_of};
 
-use support::file_word as read_u64;
+/// Scribbles 8 bytes over bitmap word `w` and over the parity bytes that could rebuild
+/// it (seeds `seed` and `seed + 1`): damage beyond parity.
+fn scribble_word_and_parity(pool: &Pool, w: u64, seed: u64) {
+    for (offset, seed) in [(w, seed), (parity_of(pool, w), seed + 1)] {
+        pool.inject(&Fault::Scribble {
+            offset,
+            len: 8,
+            seed,
+        })
+        .unwrap();
+    }
+}
 
 /// `n` objects with distinct values.
 fn fill(pool: &Pool, n: u64) -> Vec<(Oid<Obj>, Obj)> {
@@ -371,14 +377,7 @@ fn bitmap_damage_beyond_parity_is_a_typed_error_and_nothing_builds_on_it() {
     let pool = Pool::create(&p, &cfg(true)).unwrap();
     let objs = fill(&pool, 5);
     let w = word_of(&pool, objs[0].0.raw());
-    for (offset, seed) in [(w, 32), (parity_of(&pool, w), 33)] {
-        pool.inject(&Fault::Scribble {
-            offset,
-            len: 8,
-            seed,
-        })
-        .unwrap();
-    }
+    scribble_word_and_parity(&pool, w, 32);
     drop(pool);
     opened_with_the_word_quarantined(&p, w, &objs);
     println!("faults injected: 2 beyond repair (one without parity, one with its parity hit too), detected: 2, pools that still opened: 2");
@@ -572,14 +571,7 @@ fn a_word_beyond_repair_is_reported_by_a_scrub_and_its_run_taken_out_of_service(
     let pool = Pool::create(&p, &cfg(true)).unwrap();
     let objs = fill(&pool, 20);
     let w = word_of(&pool, objs[0].0.raw());
-    for (offset, seed) in [(w, 41), (parity_of(&pool, w), 42)] {
-        pool.inject(&Fault::Scribble {
-            offset,
-            len: 8,
-            seed,
-        })
-        .unwrap();
-    }
+    scribble_word_and_parity(&pool, w, 41);
     // A repairing scrub reports what it could not rebuild; it does not fail.
     let r = pool.scrub(true, |_, _| {}).unwrap();
     assert_eq!((r.bitmap_words_bad, r.bitmap_words_fixed), (1, 0));

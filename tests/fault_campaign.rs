@@ -234,9 +234,7 @@ fn fault_campaign() {
                         };
                         let at = 40 + rng.below(60);
                         let off = v.raw() + at;
-                        let rel = off - geo.zones_offset();
-                        let parity = geo.parity_offset(rel / geo.zone_size())
-                            + rel % geo.zone_size() % geo.row_size();
+                        let parity = support::parity_of(&pool, off);
                         for (offset, seed) in [(off, rng.next()), (parity, rng.next())] {
                             pool.inject(&Fault::Scribble {
                                 offset,
@@ -338,10 +336,7 @@ fn fault_campaign() {
         let m = models[rng.below(2) as usize].lock().unwrap();
         let oid = m[rng.below(m.len() as u64) as usize].0.raw();
         let word = support::bitmap_word_of(&pool, oid, OBJ_BLOCK - 16);
-        let rel = word - geo.zones_offset();
-        let parity =
-            geo.parity_offset(rel / geo.zone_size()) + rel % geo.zone_size() % geo.row_size();
-        (word, parity)
+        (word, support::parity_of(&pool, word))
     };
     for offset in [word, parity] {
         pool.inject(&Fault::Scribble {

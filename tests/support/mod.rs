@@ -48,6 +48,13 @@ pub fn file_word(path: &std::path::Path, off: u64) -> u64 {
     u64::from_le_bytes(file[off as usize..off as usize + 8].try_into().unwrap())
 }
 
+/// Where zone parity keeps byte `off` of the zones of `pool`.
+pub fn parity_of(pool: &pgl::Pool, off: u64) -> u64 {
+    let g = pool.info().header.geo;
+    let rel = off - g.zones_offset();
+    g.parity_offset(rel / g.zone_size()) + rel % g.zone_size() % g.row_size()
+}
+
 /// Pool offset of the allocation-bitmap word that holds the block of `oid`, a small object
 /// of `payload` bytes in a checked run (32 blocks a word).
 pub fn bitmap_word_of(pool: &pgl::Pool, oid: u64, payload: u64) -> u64 {

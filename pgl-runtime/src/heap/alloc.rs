@@ -328,14 +328,13 @@ impl Heap {
                 used,
                 owned: false,
                 pooled: false,
-                // Out of service: no allocation from it, and it is never reclaimed.
-                dead: damaged,
-                quarantined: damaged,
+                dead: false,
+                quarantined: false,
                 hint: 0,
             }),
         });
         if damaged {
-            self.quarantined.fetch_add(1, Ordering::Relaxed);
+            self.quarantine(&run);
         }
         Ok(run)
     }
@@ -384,11 +383,17 @@ impl Heap {
             return;
         };
         if let Some(run) = &*zone.runs[pos.chunk as usize].lock() {
-            let mut st = run.st.lock();
-            st.dead = true;
-            if !std::mem::replace(&mut st.quarantined, true) {
-                self.quarantined.fetch_add(1, Ordering::Relaxed);
-            }
+            self.quarantine(run);
+        }
+    }
+
+    /// Takes `run` out of service (no allocation from it, never reclaimed), counting it
+    /// once however often it is met.
+    fn quarantine(&self, run: &Run) {
+        let mut st = run.st.lock();
+        st.dead = true;
+        if !std::mem::replace(&mut st.quarantined, true) {
+            self.quarantined.fetch_add(1, Ordering::Relaxed);
         }
     }
 
