@@ -1,9 +1,10 @@
 //! The volatile allocator over the persistent heap metadata.
 //!
 //! Persistent state: each zone's chunk table and each run's bitmap. Volatile state, rebuilt
-//! from them on open: a mirror of the chunk kinds (read lock-free to validate oids), one
-//! `Run` per run chunk with its bitmap plus reservations, per-class pools of runs with free
-//! blocks, and per-lane arenas holding the run each lane allocates from.
+//! from them on open: a mirror of the chunk kinds, one `Run` per run chunk with its bitmap
+//! plus reservations, per-class pools of runs with free blocks, and per-lane arenas holding
+//! the run each lane allocates from. `locate` validates an oid from the kinds, a run's
+//! bitmap and a bind count per chunk without taking any lock (see `Zone`).
 //!
 //! Invariant: a block or chunk is handed out to at most one transaction at a time: it is
 //! reserved in the volatile state before its metadata change is logged, and released only
@@ -17,7 +18,7 @@ use crate::geometry::{FastDiv, Geometry, ZoneMap, ZonePos};
 use crate::persist::Media;
 use crate::{Error, Result};
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::sync::OnceLock;
 
@@ -62,10 +63,12 @@ pub(crate) struct Run {
     /// `layout`) or plain (64 a word: runs of pools made before format 5).
     checked: bool,
     /// One bit per block, set while the block is allocated or reserved (64 blocks a word,
-    /// whatever the persistent format). Written under
-    /// `st`'s lock; read without it by `Heap::locate` (a reader holding an object's lock
-    /// sees every change to that object's bit made before the lock was taken).
-    bits: Box<[AtomicU64]>,
+    /// whatever the persistent format): the first `words` words of the chunk's slab
+    /// (`Zone::slabs`). Written under `st`'s lock; read without it by `Heap::locate` (a
+    /// reader holding an object's lock sees every change to that object's bit made before
+    /// the lock was taken).
+    bits: Arc<[AtomicU64]>,
+    words: usize,
     st: Mutex<RunState>,
 }
 
@@ -89,13 +92,16 @@ impl RunState {
 }
 
 impl Run {
+    /// The run's bitmap words.
+    fn bits(&self) -> &[AtomicU64] {
+        &self.bits[..self.words]
+    }
+
     /// The block whose payload starts `within` bytes into the run's chunk, if one could
     /// (not checked against `nblocks`).
     #[inline]
     fn block_at(&self, within: u64) -> Option<u32> {
-        let rel = within.checked_sub(self.header + HEADER_SIZE)?;
-        let idx = self.per_block.div(rel);
-        (idx * self.block == rel).then_some(idx as u32)
+        block_at(self.header, self.block, self.per_block, within)
     }
 
     fn block_offset(&self, idx: u32) -> u64 {
@@ -108,9 +114,58 @@ impl Run {
     }
 }
 
+/// The block of a run laid out as `header`, `block`, `per_block` whose payload starts
+/// `within` bytes into the chunk, if one could (not checked against the run's block count).
+#[inline]
+fn block_at(header: u64, block: u64, per_block: FastDiv, within: u64) -> Option<u32> {
+    let rel = within.checked_sub(header + HEADER_SIZE)?;
+    let idx = per_block.div(rel);
+    (idx * block == rel).then_some(idx as u32)
+}
+
+/// How the runs of one class are laid out, in one bitmap format: what `locate` reads off a
+/// chunk's kind entry instead of its `Run`.
+#[derive(Clone, Copy)]
+struct RunShape {
+    block: u64,
+    per_block: FastDiv,
+    header: u64,
+    nblocks: u32,
+}
+
+/// The volatile state of one zone, per chunk.
+///
+/// Invariant (what lets `Heap::locate` run without locks): a chunk's runs share one bitmap
+/// slab, made when the chunk first holds a run and kept while the heap lives, so a reader
+/// never meets a freed bitmap. Binding a run to a chunk bumps `binds` before the run's kind
+/// entry is published and before any of its bits is set. A reader that finds the same bind
+/// count and kind entry before and after reading a bit read it from the run that entry
+/// describes (a seqlock whose writers are the run bindings; retiring a run changes the kind
+/// entry, and the bind count tells apart two runs of one class bound in turn). So a bit
+/// found set under that check names a block of that run, which the reader's object lock
+/// then keeps from being freed, and so keeps the run from being retired.
 struct Zone {
     kinds: Box<[AtomicU64]>,
     runs: Box<[Mutex<Option<Arc<Run>>>]>,
+    binds: Box<[AtomicU64]>,
+    slabs: Box<[OnceLock<Arc<[AtomicU64]>>]>,
+}
+
+impl Zone {
+    fn new(kinds: Box<[AtomicU64]>, runs: Vec<Option<Arc<Run>>>) -> Zone {
+        Zone {
+            slabs: runs
+                .iter()
+                .map(|r| {
+                    r.as_ref()
+                        .map_or_else(OnceLock::new, |r| r.bits.clone().into())
+                })
+                .collect(),
+            binds: runs.iter().map(|_| AtomicU64::new(0)).collect(),
+            kinds,
+            runs: runs.into_iter().map(Mutex::new).collect(),
+        }
+    }
 }
 
 /// The run a lane allocates from, per class.
@@ -152,6 +207,10 @@ pub(crate) struct Heap {
     /// Guards chunk claims; holds a stack of chunks believed free (checked when popped).
     chunk_lock: Mutex<Vec<(u64, u64)>>,
     pools: Vec<Mutex<Vec<Arc<Run>>>>,
+    /// Per class, `[plain, checked]` run layouts (`locate`).
+    shapes: Box<[[RunShape; 2]]>,
+    /// Words of a chunk's bitmap slab: enough for the run of any class, either format.
+    slab_words: usize,
     /// Runs taken out of service for bitmap damage nothing could rebuild (when the pool
     /// opened, or since).
     quarantined: AtomicU64,
@@ -161,10 +220,28 @@ impl Heap {
     /// Rebuilds the volatile state from the persistent metadata of `zones` zones.
     pub(crate) fn open(media: &Media, geo: Geometry, zones: u64) -> Result<Heap> {
         let classes = SizeClasses::new(geo.chunk_size);
+        let shapes: Box<[[RunShape; 2]]> = (0..classes.len() as u16)
+            .map(|c| {
+                [false, true].map(|checked| RunShape {
+                    block: classes.block(c),
+                    per_block: FastDiv::new(classes.block(c)),
+                    header: classes.header_in(c, checked),
+                    nblocks: classes.nblocks_in(c, checked),
+                })
+            })
+            .collect();
+        let slab_words = shapes
+            .iter()
+            .flatten()
+            .map(|s| s.nblocks.div_ceil(64) as usize)
+            .max()
+            .unwrap_or(0);
         let heap = Heap {
             geo,
             map: ZoneMap::new(&geo),
             pools: (0..classes.len()).map(|_| Mutex::new(Vec::new())).collect(),
+            shapes,
+            slab_words,
             classes,
             zones: (0..geo.zones_for(media.reserve()).max(zones))
                 .map(|_| OnceLock::new())
@@ -264,10 +341,7 @@ impl Heap {
                     }
                 }
             }
-            let zone = Zone {
-                kinds,
-                runs: runs.into_iter().map(Mutex::new).collect(),
-            };
+            let zone = Zone::new(kinds, runs);
             if self.zones[z as usize].set(zone).is_err() {
                 return Err(Error::config("zone loaded twice"));
             }
@@ -291,7 +365,8 @@ impl Heap {
         let off = self.geo.chunk_offset(zone, chunk);
         let nblocks = self.classes.nblocks_in(class, checked);
         let per = bits_per_word(checked);
-        let mut bits = vec![0u64; nblocks.div_ceil(64) as usize];
+        let words = nblocks.div_ceil(64) as usize;
+        let mut bits = vec![0u64; self.slab_words];
         let mut damaged = false;
         for w in 0..self.classes.bitmap_words(class, checked) {
             let at = off + u64::from(w) * 8;
@@ -308,7 +383,7 @@ impl Heap {
             bits[first as usize / 64] |= value << (first % 64);
         }
         if nblocks % 64 != 0 {
-            if let Some(last) = bits.last_mut() {
+            if let Some(last) = bits.get_mut(words - 1) {
                 *last &= (1u64 << (nblocks % 64)) - 1;
             }
         }
@@ -324,6 +399,7 @@ impl Heap {
             header: self.classes.header_in(class, checked),
             checked,
             bits: bits.into_iter().map(AtomicU64::new).collect(),
+            words,
             st: Mutex::new(RunState {
                 used,
                 owned: false,
@@ -419,25 +495,43 @@ impl Heap {
         let Some(zone) = self.zone(pos.zone) else {
             return bad("outside the pool's zones");
         };
-        let e = zone.kinds[pos.chunk as usize].load(Ordering::Acquire);
+        let c = pos.chunk as usize;
+        // No lock: the bind count and kind entry read before and after the bitmap tell
+        // whether the bits belong to the run the entry describes (see `Zone`).
+        let binds = zone.binds[c].load(Ordering::Acquire);
+        let e = zone.kinds[c].load(Ordering::Acquire);
         match entry_kind(e) {
             KIND_RUN => {
-                let slot = zone.runs[pos.chunk as usize].lock();
-                let Some(run) = slot.as_ref() else {
-                    return bad("run not loaded");
+                let Some(shape) = self
+                    .shapes
+                    .get(entry_class(e) as usize)
+                    .map(|s| s[entry_checked(e) as usize])
+                else {
+                    return bad("run of unknown class");
                 };
-                let Some(idx) = run.block_at(pos.within) else {
+                let Some(idx) = block_at(shape.header, shape.block, shape.per_block, pos.within)
+                else {
                     return bad("not the start of an object");
                 };
-                if idx >= run.nblocks {
+                if idx >= shape.nblocks {
                     return bad("past the last block of its run");
                 }
-                if run.bits[idx as usize / 64].load(Ordering::Acquire) & (1 << (idx % 64)) == 0 {
+                let Some(slab) = zone.slabs[c].get() else {
+                    return bad("run not loaded");
+                };
+                let word = slab[idx as usize / 64].load(Ordering::Acquire);
+                fence(Ordering::Acquire);
+                if zone.binds[c].load(Ordering::Relaxed) != binds
+                    || zone.kinds[c].load(Ordering::Relaxed) != e
+                {
+                    return bad("its chunk changed hands while it was located");
+                }
+                if word & (1 << (idx % 64)) == 0 {
                     return bad("not allocated (freed, or never allocated)");
                 }
                 Ok(ObjPlace {
                     hdr: payload - HEADER_SIZE,
-                    capacity: run.block - HEADER_SIZE,
+                    capacity: shape.block - HEADER_SIZE,
                 })
             }
             KIND_LARGE if pos.within == HEADER_SIZE => Ok(ObjPlace {
@@ -489,7 +583,7 @@ impl Heap {
                     arena.current[class as usize] = None;
                     continue;
                 }
-                if let Some(idx) = take_bit(&run.bits, &mut st, run.nblocks) {
+                if let Some(idx) = take_bit(run.bits(), &mut st, run.nblocks) {
                     drop(st);
                     let (word, bit) = run.word_of(idx);
                     meta.set_bits(word, bit, run.checked);
@@ -559,9 +653,8 @@ impl Heap {
             nblocks,
             header: self.classes.header_in(class, checked),
             checked,
-            bits: (0..nblocks.div_ceil(64))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
+            bits: self.bind_slab(zone, chunk),
+            words: nblocks.div_ceil(64) as usize,
             st: Mutex::new(RunState {
                 used: 0,
                 owned: true,
@@ -581,6 +674,21 @@ impl Heap {
         zone.kinds[chunk as usize].store(entry, Ordering::Release);
         undo.push(HeapUndo::NewRun(run.clone()));
         Ok(run)
+    }
+
+    /// The bitmap slab of `chunk` for a run about to be bound to it (the chunk is claimed,
+    /// its kind entry not yet the run's); bumps the chunk's bind count (see `Zone`).
+    fn bind_slab(&self, zone: &Zone, chunk: u64) -> Arc<[AtomicU64]> {
+        let c = chunk as usize;
+        let slab = zone.slabs[c]
+            .get_or_init(|| (0..self.slab_words).map(|_| AtomicU64::new(0)).collect())
+            .clone();
+        zone.binds[c].fetch_add(1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        // A run is retired only once empty (`RunState::reclaimable`; quarantined runs never
+        // are), and a dead run's bits are never set again, so the slab comes back clear.
+        debug_assert!(slab.iter().all(|w| w.load(Ordering::Relaxed) == 0));
+        slab
     }
 
     fn table_entry(&self, zone: u64, chunk: u64) -> u64 {
@@ -798,9 +906,9 @@ impl Heap {
     fn release_block(&self, run: &Arc<Run>, idx: u32) {
         let mut st = run.st.lock();
         let w = idx as usize / 64;
-        let word = run.bits[w].load(Ordering::Relaxed);
+        let word = run.bits()[w].load(Ordering::Relaxed);
         if word & (1 << (idx % 64)) != 0 {
-            run.bits[w].store(word & !(1 << (idx % 64)), Ordering::Release);
+            run.bits()[w].store(word & !(1 << (idx % 64)), Ordering::Release);
             st.used -= 1;
             st.hint = st.hint.min(w);
         }
@@ -1050,6 +1158,65 @@ mod tests {
                 "round {round}"
             );
         }
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// A chunk whose run empties is taken by a run of another class: `locate` reads the
+    /// new run's layout and bits (the chunk's slab, shared by its runs), so the old run's
+    /// oids stop resolving and the new run's free blocks read as free.
+    #[test]
+    fn a_chunk_that_changes_class_forgets_its_old_run() {
+        let path = crate::scratch_pool("chunk-changes-class");
+        let mut c = Config::small("rebind");
+        c.lanes = 1;
+        let pool = Pool::create(&path, &c).unwrap();
+        // Every free chunk but one goes to a large object.
+        let whole = c.chunk_size - HEADER_SIZE;
+        let mut large = Vec::new();
+        type Whole = [u8; (64 << 10) - HEADER_SIZE as usize];
+        assert_eq!(core::mem::size_of::<Whole>() as u64, whole);
+        while let Ok(o) = pool.tx(|tx| tx.alloc_zeroed::<Whole>()) {
+            large.push(o);
+        }
+        pool.tx(|tx| tx.free(large.pop().unwrap())).unwrap();
+        // The last chunk: a run of 80-byte blocks, filled until the pool is full.
+        let mut small: Vec<Oid<Obj>> = Vec::new();
+        loop {
+            match pool.tx(|tx| tx.alloc([7u64; 8])) {
+                Ok(o) => small.push(o),
+                Err(crate::Error::PoolFull { .. }) => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(small.len() > 100, "{} small objects", small.len());
+        for &o in &small {
+            pool.tx(|tx| tx.free(o)).unwrap();
+        }
+        // The empty run's chunk is taken by a run of 192-byte blocks.
+        type Big = [u64; 22];
+        let big: Oid<Big> = pool.tx(|tx| tx.alloc([9u64; 22])).unwrap();
+        assert_eq!(*pool.get(big).unwrap(), [9u64; 22]);
+        let (geo, zones) = (pool.info().header.geo, pool.info().header.zones);
+        let chunk = |o: u64| geo.locate(o, zones).unwrap();
+        assert_eq!(
+            (chunk(big.raw()).zone, chunk(big.raw()).chunk),
+            (chunk(small[0].raw()).zone, chunk(small[0].raw()).chunk),
+            "the new run took the old one's chunk"
+        );
+        let not_an_object = |r: crate::Result<()>| match r {
+            Err(crate::Error::InvalidOid { .. }) => true,
+            Ok(()) => false,
+            Err(e) => panic!("{e}"),
+        };
+        for &o in small.iter().filter(|o| o.raw() != big.raw()) {
+            let r = pool.get(o).map(drop);
+            // An old oid is either no block start of the new run or a free block of it.
+            assert!(not_an_object(r), "{o:?} still resolves");
+        }
+        // The new run's second block: free, though the old run's bits covered it.
+        let second = Oid::<Big>::from_raw(big.raw() + 192);
+        assert!(not_an_object(pool.get(second).map(drop)));
+        drop(pool);
         std::fs::remove_file(&path).unwrap();
     }
 }
