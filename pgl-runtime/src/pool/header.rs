@@ -41,8 +41,12 @@ pub const MAGIC: [u8; 8] = *b"PGLPOOL\0";
 /// copies on open. Version 5 seals every run's allocation bitmap words with a check
 /// (`heap::layout::bitmap_word`, 32 blocks a word, marked by a bit of the run's chunk-table
 /// entry): runs made by older builds keep their plain bitmaps, runs made since are
-/// checked, and older builds refuse version 5, which they would misread.
-pub const FORMAT_VERSION: u32 = 5;
+/// checked, and older builds refuse version 5, which they would misread. Version 6 writes
+/// redo records with two shorter entry kinds (`tx::record`: a change carrying its object's
+/// new checksum, and a new object's verify entry without a copy of its header): records of
+/// older pools still replay, and older builds refuse version 6, whose records they would
+/// discard as malformed.
+pub const FORMAT_VERSION: u32 = 6;
 /// The oldest format version this build reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
 /// Header flag: a process has the pool open; still set after a crash.

@@ -32,6 +32,9 @@ pub(crate) struct Item {
     off: u64,
     src: *const u8,
     len: usize,
+    /// An object's new checksum (4 bytes), right after the object's changed ranges: the
+    /// record carries it in the entry of the item before (`KIND_WRITE_SUM`).
+    sum: bool,
 }
 
 /// Calls `f(offset, len)` for every range a commit writes in place: logged items, metadata
@@ -233,6 +236,7 @@ impl Tx<'_> {
                             off: off + a as u64,
                             src: payload[a as usize..].as_ptr(),
                             len: (z - a) as usize,
+                            sum: false,
                         });
                     }
                     if sum != old_sum {
@@ -242,6 +246,7 @@ impl Tx<'_> {
                             off: off - HEADER_SIZE + HDR_CHECKSUM_OFFSET,
                             src: s.as_ptr(),
                             len: 4,
+                            sum: true,
                         });
                     }
                 }
@@ -501,11 +506,26 @@ impl Tx<'_> {
         let mut w = RecordWriter::new(bytes);
         let mut needed = ENTRIES_OFFSET;
         let mut fits = true;
-        for it in items {
+        let mut k = 0;
+        while k < items.len() {
+            let it = &items[k];
             // SAFETY: `src` points into a live buffer or `sums`, `len` bytes long.
             let data = unsafe { std::slice::from_raw_parts(it.src, it.len) };
+            // An object's checksum rides in the entry of its last changed range.
+            let sum = items
+                .get(k + 1)
+                .filter(|n| n.sum && record::sum_back(it.off, n.off).is_some());
+            if let Some(sum) = sum {
+                // SAFETY: a checksum item is 4 bytes of `sums`.
+                let bytes = unsafe { *(sum.src as *const [u8; 4]) };
+                needed += record::entry_size(record::WRITE_SUM_PREFIX + it.len);
+                fits = fits && w.push_write_sum(it.off, data, sum.off, bytes);
+                k += 2;
+                continue;
+            }
             needed += record::entry_size(it.len);
             fits = fits && w.push(it.off, data);
+            k += 1;
         }
         // Metadata words, neighbours in one entry (a new run's bitmap is hundreds of
         // words: one entry header for them all, not one each).
@@ -536,11 +556,13 @@ impl Tx<'_> {
             let mut crc = crate::checksum::Strong::new();
             crc.update(h);
             crc.update(buf.payload());
-            let mut v = [0u8; record::VERIFY_LEN];
-            v[..16].copy_from_slice(h);
-            v[16..20].copy_from_slice(&crc.finish().to_le_bytes());
-            needed += record::entry_size(record::VERIFY_LEN);
-            fits = fits && w.push_kind(buf.off - HEADER_SIZE, record::KIND_VERIFY, &v);
+            needed += record::entry_size(record::NEW_LEN);
+            // Payloads are at most `u32::MAX` bytes (`Heap::max_object`).
+            let size = u32::try_from(buf.size).map_err(|_| Error::ObjectTooLarge {
+                requested: buf.size as u64,
+                max: u64::from(u32::MAX),
+            })?;
+            fits = fits && w.push_new(buf.off - HEADER_SIZE, size, crc.finish());
         }
         if !fits {
             return Err(Error::TxTooLarge {

@@ -13,13 +13,20 @@
 //!        80  seq    u64    global commit sequence number
 //!        88  len    u64    bytes of entries
 //!        96  (zero to 128)
-//! 128  entries, each: off u64 | len u32 | kind u32 | data, padded to 8 bytes
-//!        kind 0 (write):  store `data` at pool offset `off`
-//!        kind 1 (verify): `off` is the header of an object this transaction created, written
-//!                         in place, not logged; `data` = its 16-byte header ++ crc u32 of
-//!                         header and payload ++ 0 u32. The record counts as committed only
-//!                         if every such object verifies (its words, flushed under the same
-//!                         fence as the record, may not all have reached media)
+//! 128  entries, each: off u64 | len u32 | kind u32 | data (`len` bytes), padded to 8 bytes
+//!        kind 0 (write):      store `data` at pool offset `off`
+//!        kind 2 (write+sum):  `data` = back u32 ++ sum u32 ++ bytes: store `bytes` at `off`
+//!                             and `sum` at `off - back` (back >= 4): a change to an object
+//!                             with its new checksum, in one entry (format 6 on)
+//!        kind 3 (new):        `off` is the header of an object this transaction created,
+//!                             written in place, not logged; `data` = payload size u32 ++
+//!                             crc u32 of the 16-byte header and the payload (format 6 on).
+//!                             The record counts as committed only if every such object
+//!                             verifies (its words, flushed under the same fence as the
+//!                             record, may not all have reached media)
+//!        kind 1 (verify):     what kind 3 says, as records of format 5 and older wrote it:
+//!                             `data` = the 16-byte header ++ crc u32 ++ 0 u32 (still read,
+//!                             so that a crashed older pool's record replays)
 //! ```
 //!
 //! Invariant: a record is valid only if its seal verifies; the seal covers the sequence
@@ -63,25 +70,111 @@ pub(crate) const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"PGLR");
 
 /// Entry kind: store the data.
 pub(crate) const KIND_WRITE: u32 = 0;
-/// Entry kind: verify a new object (see the module docs).
+/// Entry kind: verify a new object, as format 5 and older wrote it (see the module docs).
 pub(crate) const KIND_VERIFY: u32 = 1;
 /// Bytes of a verify entry's data.
 pub(crate) const VERIFY_LEN: usize = 24;
+/// Entry kind: store the data and an object's new checksum.
+pub(crate) const KIND_WRITE_SUM: u32 = 2;
+/// Bytes in front of a write+sum entry's data: `back` and the checksum.
+pub(crate) const WRITE_SUM_PREFIX: usize = 8;
+/// Entry kind: verify a new object.
+pub(crate) const KIND_NEW: u32 = 3;
+/// Bytes of a new-object entry's data.
+pub(crate) const NEW_LEN: usize = 8;
 
-/// One entry of a record.
+/// One entry of a record, as stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Entry<'a> {
     /// Pool offset.
     pub off: u64,
-    /// `KIND_WRITE` or `KIND_VERIFY`.
+    /// One of the `KIND_*`.
     pub kind: u32,
     /// The bytes.
     pub data: &'a [u8],
 }
 
+/// What an entry asks of recovery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Op<'a> {
+    /// Store `data` at `off`, and `sum` at `sum_off` if there is one (an object's checksum).
+    Write {
+        off: u64,
+        data: &'a [u8],
+        sum: Option<(u64, [u8; 4])>,
+    },
+    /// A new object whose header is at `hdr`: committed only if the header and `size`
+    /// payload bytes on media have crc `crc` (and, in older records, equal `header`).
+    New {
+        hdr: u64,
+        size: u64,
+        crc: u32,
+        header: Option<[u8; 16]>,
+    },
+}
+
+impl<'a> Entry<'a> {
+    /// What the entry asks (its shape was checked by `entries`).
+    pub(crate) fn op(&self) -> Op<'a> {
+        let d = self.data;
+        match self.kind {
+            KIND_WRITE_SUM => Op::Write {
+                off: self.off,
+                data: &d[WRITE_SUM_PREFIX..],
+                sum: Some((self.off - u64::from(u32_at(d, 0)), [d[4], d[5], d[6], d[7]])),
+            },
+            KIND_NEW => Op::New {
+                hdr: self.off,
+                size: u64::from(u32_at(d, 0)),
+                crc: u32_at(d, 4),
+                header: None,
+            },
+            KIND_VERIFY => {
+                let mut header = [0u8; 16];
+                header.copy_from_slice(&d[..16]);
+                Op::New {
+                    hdr: self.off,
+                    size: crate::heap::layout::ObjectHeader::from_bytes(&header).size,
+                    crc: u32_at(d, 16),
+                    header: Some(header),
+                }
+            }
+            _ => Op::Write {
+                off: self.off,
+                data: d,
+                sum: None,
+            },
+        }
+    }
+
+    /// Whether an entry of this shape can be read.
+    fn well_formed(off: u64, kind: u32, data: &[u8]) -> bool {
+        match kind {
+            KIND_WRITE => true,
+            KIND_VERIFY => data.len() == VERIFY_LEN,
+            KIND_NEW => data.len() == NEW_LEN,
+            KIND_WRITE_SUM => {
+                data.len() >= WRITE_SUM_PREFIX && {
+                    let back = u64::from(u32_at(data, 0));
+                    back >= 4 && back <= off
+                }
+            }
+            _ => false,
+        }
+    }
+}
+
 /// Bytes an entry of `len` data bytes takes.
 pub(crate) const fn entry_size(len: usize) -> usize {
     ENTRY_HEADER + len.div_ceil(8) * 8
+}
+
+/// How far below a write at `off` a checksum at `sum_off` lies, if one write+sum entry can
+/// carry both (the checksum's 4 bytes end at or before `off`, at most `u32::MAX` away).
+pub(crate) fn sum_back(off: u64, sum_off: u64) -> Option<u32> {
+    off.checked_sub(sum_off)
+        .filter(|&b| b >= 4)
+        .and_then(|b| u32::try_from(b).ok())
 }
 
 /// Writes a record's entries into a lane copy, then seals it.
@@ -108,12 +201,40 @@ impl<'a> RecordWriter<'a> {
 
     /// Appends an entry writing `data` at pool offset `off`; returns false if it does not fit.
     pub(crate) fn push(&mut self, off: u64, data: &[u8]) -> bool {
-        self.push_kind(off, KIND_WRITE, data)
+        self.push_parts(off, KIND_WRITE, &[data])
+    }
+
+    /// Appends an entry writing `data` at `off` and `sum` at `sum_off` (an object's checksum
+    /// field, at least 4 bytes below `off` and at most `u32::MAX` below); returns false if
+    /// it does not fit or the distance does not.
+    pub(crate) fn push_write_sum(
+        &mut self,
+        off: u64,
+        data: &[u8],
+        sum_off: u64,
+        sum: [u8; 4],
+    ) -> bool {
+        let Some(back) = sum_back(off, sum_off) else {
+            return false;
+        };
+        self.push_parts(off, KIND_WRITE_SUM, &[&back.to_le_bytes(), &sum, data])
+    }
+
+    /// Appends the entry of a new object whose header is at `hdr`: its payload size and
+    /// the crc of its header and payload.
+    pub(crate) fn push_new(&mut self, hdr: u64, size: u32, crc: u32) -> bool {
+        self.push_parts(hdr, KIND_NEW, &[&size.to_le_bytes(), &crc.to_le_bytes()])
     }
 
     /// Appends an entry of kind `kind`.
+    #[cfg(test)]
     pub(crate) fn push_kind(&mut self, off: u64, kind: u32, data: &[u8]) -> bool {
-        let len = data.len();
+        self.push_parts(off, kind, &[data])
+    }
+
+    /// Appends an entry of kind `kind` whose data is `parts`, one after the other.
+    fn push_parts(&mut self, off: u64, kind: u32, parts: &[&[u8]]) -> bool {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
         let size = entry_size(len);
         if size > self.remaining() || len > u32::MAX as usize {
             return false;
@@ -122,8 +243,12 @@ impl<'a> RecordWriter<'a> {
         self.lane[p..p + 8].copy_from_slice(&off.to_le_bytes());
         self.lane[p + 8..p + 12].copy_from_slice(&(len as u32).to_le_bytes());
         self.lane[p + 12..p + 16].copy_from_slice(&kind.to_le_bytes());
-        self.lane[p + 16..p + 16 + len].copy_from_slice(data);
-        self.lane[p + 16 + len..p + size].fill(0);
+        let mut at = p + 16;
+        for part in parts {
+            self.lane[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        self.lane[at..p + size].fill(0);
         self.pos += size;
         self.count += 1;
         true
@@ -238,12 +363,15 @@ pub(crate) fn entries<'a>(
         let len = u32_at(lane, pos + 8) as usize;
         let kind = u32_at(lane, pos + 12);
         let size = entry_size(len);
-        let known = kind == KIND_WRITE || (kind == KIND_VERIFY && len == VERIFY_LEN);
-        if pos + size > end || !known {
+        if pos + size > end {
             bad = true;
             return Some(None);
         }
         let data = &lane[pos + ENTRY_HEADER..pos + ENTRY_HEADER + len];
+        if !Entry::well_formed(off, kind, data) {
+            bad = true;
+            return Some(None);
+        }
         pos += size;
         Some(Some(Entry { off, kind, data }))
     })
@@ -334,6 +462,90 @@ mod tests {
         assert!(w.push_kind(4096, 9, &[7; 8]));
         w.seal(3);
         assert_eq!(decode(&lane), None, "an unknown kind is a malformed record");
+    }
+
+    #[test]
+    fn write_sum_and_new_entries_round_trip() {
+        let mut lane = vec![0u8; 512];
+        let mut w = RecordWriter::new(&mut lane);
+        assert!(w.push_write_sum(4096 + 32, &[5; 8], 4096 - 4, [1, 2, 3, 4]));
+        assert!(w.push_new(8192 - 16, 40, 0xdead_beef));
+        assert!(
+            !w.push_write_sum(100, &[5; 8], 98, [0; 4]),
+            "sum overlaps the data"
+        );
+        assert!(
+            !w.push_write_sum(100, &[5; 8], 200, [0; 4]),
+            "sum above the data"
+        );
+        let n = w.seal(9);
+        assert_eq!(
+            n,
+            ENTRIES_OFFSET - SEAL_OFFSET + entry_size(WRITE_SUM_PREFIX + 8) + entry_size(NEW_LEN)
+        );
+        let r = decode(&lane).unwrap();
+        let ops: Vec<Op<'_>> = entries(&lane, &r).map(|e| e.unwrap().op()).collect();
+        assert_eq!(
+            ops,
+            vec![
+                Op::Write {
+                    off: 4096 + 32,
+                    data: &[5; 8],
+                    sum: Some((4096 - 4, [1, 2, 3, 4])),
+                },
+                Op::New {
+                    hdr: 8192 - 16,
+                    size: 40,
+                    crc: 0xdead_beef,
+                    header: None,
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn older_verify_entries_still_read() {
+        let mut lane = vec![0u8; 512];
+        let mut w = RecordWriter::new(&mut lane);
+        let mut v = [0u8; VERIFY_LEN];
+        v[..8].copy_from_slice(&48u64.to_le_bytes());
+        v[8..12].copy_from_slice(&0x77u32.to_le_bytes());
+        v[16..20].copy_from_slice(&0x1234_5678u32.to_le_bytes());
+        assert!(w.push_kind(4096, KIND_VERIFY, &v));
+        w.seal(3);
+        let r = decode(&lane).unwrap();
+        let e = entries(&lane, &r).next().unwrap().unwrap();
+        let mut header = [0u8; 16];
+        header.copy_from_slice(&v[..16]);
+        assert_eq!(
+            e.op(),
+            Op::New {
+                hdr: 4096,
+                size: 48,
+                crc: 0x1234_5678,
+                header: Some(header),
+            }
+        );
+    }
+
+    #[test]
+    fn misshapen_entries_make_the_record_malformed() {
+        let bad: [(u64, u32, &[u8]); 5] = [
+            (4096, KIND_VERIFY, &[0; 8]),
+            (4096, KIND_NEW, &[0; 16]),
+            (4096, KIND_WRITE_SUM, &[0; 4]),
+            // back = 2: the checksum would overlap the data
+            (4096, KIND_WRITE_SUM, &[2, 0, 0, 0, 0, 0, 0, 0, 9]),
+            // back beyond offset 0
+            (8, KIND_WRITE_SUM, &[16, 0, 0, 0, 0, 0, 0, 0, 9]),
+        ];
+        for (off, kind, data) in bad {
+            let mut lane = vec![0u8; 512];
+            let mut w = RecordWriter::new(&mut lane);
+            assert!(w.push_kind(off, kind, data));
+            w.seal(3);
+            assert_eq!(decode(&lane), None, "kind {kind}, {} bytes", data.len());
+        }
     }
 
     #[test]

@@ -64,26 +64,33 @@ pub(crate) fn recover(media: &Media, geo: &Geometry, pool_len: u64) -> Result<Re
                 offset: off,
                 detail: "malformed entry".into(),
             })?;
-            if e.kind != record::KIND_WRITE {
+            let record::Op::Write {
+                off: dst,
+                data,
+                sum,
+            } = e.op()
+            else {
                 continue;
+            };
+            let sum = sum.as_ref().map(|(at, bytes)| (*at, &bytes[..]));
+            for (dst, data) in std::iter::once((dst, data)).chain(sum) {
+                let end = dst.checked_add(data.len() as u64);
+                if dst < geo.zones_offset() || end.is_none_or(|e| e > pool_len) {
+                    return Err(Error::Corrupt {
+                        what: "redo record",
+                        offset: off,
+                        detail: format!(
+                            "entry targets {dst:#x}+{}, outside the heap; the record verifies, \
+                             so this is a bug or a deliberate forgery",
+                            data.len()
+                        ),
+                    });
+                }
+                // SAFETY: the target range lies inside the heap (checked above); recovery
+                // runs alone.
+                unsafe { media.write(dst, data) };
+                media.flush(dst, data.len() as u64);
             }
-            let (dst, data) = (e.off, e.data);
-            let end = dst.checked_add(data.len() as u64);
-            if dst < geo.zones_offset() || end.is_none_or(|e| e > pool_len) {
-                return Err(Error::Corrupt {
-                    what: "redo record",
-                    offset: off,
-                    detail: format!(
-                        "entry targets {dst:#x}+{}, outside the heap; the record verifies, so \
-                         this is a bug or a deliberate forgery",
-                        data.len()
-                    ),
-                });
-            }
-            // SAFETY: the target range lies inside the heap (checked above); recovery runs
-            // alone.
-            unsafe { media.write(dst, data) };
-            media.flush(dst, data.len() as u64);
         }
         out.replayed += 1;
     }
@@ -114,23 +121,24 @@ fn new_objects_verify(
 ) -> bool {
     for e in record::entries(lane, rec) {
         let Some(e) = e else { return false };
-        if e.kind != record::KIND_VERIFY {
+        let record::Op::New {
+            hdr,
+            size,
+            crc,
+            header,
+        } = e.op()
+        else {
             continue;
-        }
-        let mut hdr = [0u8; 16];
-        hdr.copy_from_slice(&e.data[..16]);
-        let size = crate::heap::layout::ObjectHeader::from_bytes(&hdr).size;
-        let end = e.off.checked_add(16).and_then(|v| v.checked_add(size));
-        if e.off < geo.zones_offset() || end.is_none_or(|v| v > pool_len) {
+        };
+        let end = hdr.checked_add(16).and_then(|v| v.checked_add(size));
+        if hdr < geo.zones_offset() || end.is_none_or(|v| v > pool_len) {
             return false;
         }
         // SAFETY: the object's range lies inside the heap (checked above); recovery runs
         // alone.
-        let found = unsafe {
-            std::slice::from_raw_parts(media.ptr(e.off) as *const u8, 16 + size as usize)
-        };
-        let want = u32::from_le_bytes([e.data[16], e.data[17], e.data[18], e.data[19]]);
-        if found[..16] != hdr || crate::checksum::strong(found) != want {
+        let found =
+            unsafe { std::slice::from_raw_parts(media.ptr(hdr) as *const u8, 16 + size as usize) };
+        if header.is_some_and(|h| found[..16] != h) || crate::checksum::strong(found) != crc {
             return false;
         }
     }
