@@ -9,7 +9,11 @@
 //! Invariant: a block or chunk is handed out to at most one transaction at a time: it is
 //! reserved in the volatile state before its metadata change is logged, and released only
 //! after that change is applied (free) or abandoned (abort). The persistent bitmap of a run
-//! equals its volatile one minus in-flight reservations plus in-flight frees.
+//! equals its volatile one minus in-flight reservations plus in-flight frees. A reservation
+//! is made only once the allocating transaction holds the new object's write lock (`claim`
+//! in `alloc`), so a transaction holding an object's lock in any mode never sees its block
+//! reserved by another: `locate` under that lock finds only committed objects (or its own
+//! reservations), and their blocks stay allocated, and their runs bound, until it lets go.
 
 use super::class::SizeClasses;
 use super::layout::*;
@@ -80,6 +84,8 @@ struct RunState {
     /// Taken out of service for a bitmap word that neither verifies nor can be rebuilt
     /// (`dead` too); counted once in `Heap::quarantined`.
     quarantined: bool,
+    /// Gave up its chunk (which may hold another run now, sharing this run's slab).
+    retired: bool,
     hint: usize,
 }
 
@@ -406,6 +412,7 @@ impl Heap {
                 pooled: false,
                 dead: false,
                 quarantined: false,
+                retired: false,
                 hint: 0,
             }),
         });
@@ -545,12 +552,18 @@ impl Heap {
 
     /// Reserves room for a payload of `size` bytes; returns the header offset and capacity.
     /// The metadata changes go to `meta`, the undo steps to `undo`.
+    ///
+    /// `claim(payload)` takes the write lock of the object a block or chunk would hold (see
+    /// the module invariant); a block whose claim fails is passed over. `Error::Conflict`
+    /// if a run with free blocks had none to claim, or a large object's chunks could not
+    /// be.
     pub(crate) fn alloc(
         &self,
         arena: &mut Arena,
         size: u64,
         meta: &mut MetaOps,
         undo: &mut Vec<HeapUndo>,
+        claim: &mut dyn FnMut(u64) -> bool,
     ) -> Result<ObjPlace> {
         if size > self.max_object() {
             return Err(Error::ObjectTooLarge {
@@ -559,8 +572,8 @@ impl Heap {
             });
         }
         match self.classes.class_for(size + HEADER_SIZE) {
-            Some(class) => self.alloc_small(arena, class, size, meta, undo),
-            None => self.alloc_large(size, meta, undo),
+            Some(class) => self.alloc_small(arena, class, size, meta, undo, claim),
+            None => self.alloc_large(size, meta, undo, claim),
         }
     }
 
@@ -571,10 +584,41 @@ impl Heap {
         size: u64,
         meta: &mut MetaOps,
         undo: &mut Vec<HeapUndo>,
+        claim: &mut dyn FnMut(u64) -> bool,
     ) -> Result<ObjPlace> {
         if arena.current.len() < self.classes.len() {
             arena.current.resize(self.classes.len(), None);
         }
+        // Runs whose free blocks were all locked by other transactions: passed over for
+        // this allocation, pooled again after it.
+        let mut passed: Vec<Arc<Run>> = Vec::new();
+        let r = self.take_block(arena, class, size, meta, undo, claim, &mut passed);
+        for run in passed {
+            let mut st = run.st.lock();
+            if !st.owned && !st.pooled && !st.dead {
+                st.pooled = true;
+                drop(st);
+                self.pools[class as usize].lock().push(run);
+            }
+        }
+        r
+    }
+
+    /// The loop of `alloc_small`: the lane's run, else a pooled one, else a new one, until
+    /// a block is claimed (at most `PASS_OVER_LIMIT` runs passed over, then a conflict).
+    #[allow(clippy::too_many_arguments)]
+    fn take_block(
+        &self,
+        arena: &mut Arena,
+        class: u16,
+        size: u64,
+        meta: &mut MetaOps,
+        undo: &mut Vec<HeapUndo>,
+        claim: &mut dyn FnMut(u64) -> bool,
+        passed: &mut Vec<Arc<Run>>,
+    ) -> Result<ObjPlace> {
+        /// Runs one allocation passes over before it gives up with a conflict.
+        const PASS_OVER_LIMIT: usize = 4;
         loop {
             if let Some(run) = arena.current[class as usize].clone() {
                 let mut st = run.st.lock();
@@ -583,7 +627,9 @@ impl Heap {
                     arena.current[class as usize] = None;
                     continue;
                 }
-                if let Some(idx) = take_bit(run.bits(), &mut st, run.nblocks) {
+                let payload = |idx| run.block_offset(idx) + HEADER_SIZE;
+                let taken = take_bit(run.bits(), &mut st, run.nblocks, |idx| claim(payload(idx)));
+                if let Some(idx) = taken {
                     drop(st);
                     let (word, bit) = run.word_of(idx);
                     meta.set_bits(word, bit, run.checked);
@@ -594,8 +640,17 @@ impl Heap {
                     });
                 }
                 st.owned = false;
+                let free_blocks = st.used < run.nblocks;
                 drop(st);
                 arena.current[class as usize] = None;
+                if free_blocks {
+                    passed.push(run.clone());
+                    if passed.len() >= PASS_OVER_LIMIT {
+                        return Err(Error::Conflict {
+                            offset: run.block_offset(0) + HEADER_SIZE,
+                        });
+                    }
+                }
             }
             // Next: a pooled run with free blocks, else a new run.
             let next = {
@@ -661,6 +716,7 @@ impl Heap {
                 pooled: false,
                 dead: false,
                 quarantined: false,
+                retired: false,
                 hint: 0,
             }),
         });
@@ -785,6 +841,7 @@ impl Heap {
                 if st.reclaimable() {
                     // Retire the empty run: its chunk is reused; the run leaves its pool lazily.
                     st.dead = true;
+                    st.retired = true;
                     drop(st);
                     *slot = None;
                     zone.kinds[c as usize].store(KIND_RESERVED, Ordering::Release);
@@ -802,13 +859,23 @@ impl Heap {
         size: u64,
         meta: &mut MetaOps,
         undo: &mut Vec<HeapUndo>,
+        claim: &mut dyn FnMut(u64) -> bool,
     ) -> Result<ObjPlace> {
         let n = (size + HEADER_SIZE).div_ceil(self.geo.chunk_size);
-        let _g = self.chunk_lock.lock();
+        let mut free = self.chunk_lock.lock();
         let Some((zone_idx, first)) = self.claim_chunks(n) else {
             return Err(self.full(size));
         };
         let zone = self.zone(zone_idx).expect("claimed zone exists");
+        let payload = self.geo.chunk_offset(zone_idx, first) + HEADER_SIZE;
+        if !claim(payload) {
+            // Reserved chunks, not yet a large object: back to free.
+            for c in (first..first + n).rev() {
+                zone.kinds[c as usize].store(KIND_FREE, Ordering::Release);
+                free.push((zone_idx, c));
+            }
+            return Err(Error::Conflict { offset: payload });
+        }
         meta.set(self.table_entry(zone_idx, first), large_entry(n));
         zone.kinds[first as usize].store(large_entry(n), Ordering::Release);
         for c in first + 1..first + n {
@@ -890,6 +957,7 @@ impl Heap {
                 if let Some(zone) = self.zone(run.zone) {
                     let mut st = run.st.lock();
                     st.dead = true;
+                    st.retired = true;
                     drop(st);
                     let mut slot = zone.runs[run.chunk as usize].lock();
                     if slot.as_ref().is_some_and(|r| Arc::ptr_eq(r, &run)) {
@@ -905,6 +973,12 @@ impl Heap {
 
     fn release_block(&self, run: &Arc<Run>, idx: u32) {
         let mut st = run.st.lock();
+        // A retired run holds no block (it was empty, and reservations need the object's
+        // lock, see the module docs): its slab may be another run's by now.
+        debug_assert!(!st.retired, "a block released in a retired run");
+        if st.retired {
+            return;
+        }
         let w = idx as usize / 64;
         let word = run.bits()[w].load(Ordering::Relaxed);
         if word & (1 << (idx % 64)) != 0 {
@@ -964,8 +1038,14 @@ impl Heap {
     }
 }
 
-/// Reserves a free block of a run (`bits`, `st` its state, locked by the caller).
-fn take_bit(bits: &[AtomicU64], st: &mut RunState, nblocks: u32) -> Option<u32> {
+/// Reserves a free block of a run (`bits`, `st` its state, locked by the caller) that
+/// `claim` accepts (it takes the block's object lock before the bit is set).
+fn take_bit(
+    bits: &[AtomicU64],
+    st: &mut RunState,
+    nblocks: u32,
+    mut claim: impl FnMut(u32) -> bool,
+) -> Option<u32> {
     if st.used >= nblocks {
         return None;
     }
@@ -973,19 +1053,21 @@ fn take_bit(bits: &[AtomicU64], st: &mut RunState, nblocks: u32) -> Option<u32> 
     for i in 0..words {
         let w = (st.hint + i) % words;
         let word = bits[w].load(Ordering::Relaxed);
-        let free = !word;
-        if free == 0 {
-            continue;
+        let mut free = !word;
+        while free != 0 {
+            let bit = free.trailing_zeros();
+            let idx = w as u32 * 64 + bit;
+            if idx >= nblocks {
+                break;
+            }
+            if claim(idx) {
+                bits[w].store(word | 1 << bit, Ordering::Release);
+                st.used += 1;
+                st.hint = w;
+                return Some(idx);
+            }
+            free &= free - 1;
         }
-        let bit = free.trailing_zeros();
-        let idx = w as u32 * 64 + bit;
-        if idx >= nblocks {
-            continue;
-        }
-        bits[w].store(word | 1 << bit, Ordering::Release);
-        st.used += 1;
-        st.hint = w;
-        return Some(idx);
     }
     None
 }
@@ -1218,5 +1300,116 @@ mod tests {
         assert!(not_an_object(pool.get(second).map(drop)));
         drop(pool);
         std::fs::remove_file(&path).unwrap();
+    }
+
+    /// A block is reserved only once its object lock is held: a transaction holding the
+    /// lock of a freed object's oid (a failed read keeps it) makes an allocation pass the
+    /// block over, so the oid never resolves and cannot be freed under the new owner.
+    #[test]
+    fn a_block_whose_lock_is_held_is_passed_over() {
+        use std::sync::mpsc;
+        use std::time::Duration;
+        let path = crate::scratch_pool("passed-over");
+        let pool = Pool::create(&path, &Config::small("passed-over")).unwrap();
+        let (geo, zones) = (pool.info().header.geo, pool.info().header.zones);
+        let chunk = |o: Oid<Obj>| {
+            let p = geo.locate(o.raw(), zones).unwrap();
+            (p.zone, p.chunk)
+        };
+        // This thread's lane fills a run and moves on to the next one.
+        let mut objs: Vec<Oid<Obj>> = vec![pool.tx(|tx| tx.alloc([0u64; 8])).unwrap()];
+        loop {
+            let o = pool.tx(|tx| tx.alloc([1u64; 8])).unwrap();
+            if chunk(o) != chunk(objs[0]) {
+                break;
+            }
+            objs.push(o);
+        }
+        // Freeing x gives its full run one free block; the run goes to its class's pool.
+        let x = objs[0];
+        pool.tx(|tx| tx.free(x)).unwrap();
+        let (held, go) = mpsc::channel();
+        let (done, allocated) = mpsc::channel();
+        let pool_ref = &pool;
+        std::thread::scope(|s| {
+            let pool = pool_ref;
+            // Another thread, so another lane: it finds x's run in the pool.
+            s.spawn(move || {
+                go.recv().unwrap();
+                let o = pool.tx(|tx| tx.alloc([5u64; 8])).unwrap();
+                done.send(()).unwrap();
+                assert_ne!(o, x, "a block whose lock another transaction held");
+            });
+            let mut runs = 0;
+            pool.tx(|tx| {
+                runs += 1;
+                assert!(tx.get(x).is_err(), "x is free");
+                // This transaction holds x's stripe now.
+                held.send(()).unwrap();
+                // An allocation that reserved x before taking its lock would conflict, and
+                // retry until this transaction ends.
+                allocated
+                    .recv_timeout(Duration::from_secs(10))
+                    .expect("the allocation finished while x's lock was held");
+                match tx.free(x) {
+                    Err(crate::Error::InvalidOid { .. }) => Ok(()),
+                    other => panic!("the stale oid freed something: {other:?}"),
+                }
+            })
+            .unwrap();
+            assert_eq!(runs, 1);
+        });
+        // x's run was pooled again: once this lane's run is full, x's block is reused.
+        let reused = (0..2 * objs.len()).any(|_| pool.tx(|tx| tx.alloc([6u64; 8])).unwrap() == x);
+        assert!(reused, "x's run went back to its pool");
+        drop(pool);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// Readers of a freed object's oid never find it live while other transactions keep
+    /// allocating its block and aborting: a reserved block is not an object.
+    #[test]
+    fn an_uncommitted_reservation_is_never_located() {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let path = crate::scratch_pool("reserved-not-live");
+        let mut c = Config::small("reserved");
+        c.lanes = 1;
+        let pool = Pool::create(&path, &c).unwrap();
+        let objs: Vec<Oid<Obj>> = (0..10u64)
+            .map(|i| pool.tx(|tx| tx.alloc([i; 8])).unwrap())
+            .collect();
+        let x = objs[0];
+        pool.tx(|tx| tx.free(x)).unwrap();
+        let (stop, hits, took_x) = (AtomicBool::new(false), AtomicU64::new(0), AtomicU64::new(0));
+        let tries = crate::miri_or(20_000, 10);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for _ in 0..tries {
+                    let r: crate::Result<()> = pool.tx(|tx| {
+                        if tx.alloc([99u64; 8])? == x {
+                            took_x.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(crate::Error::config("never commits"))
+                    });
+                    assert!(
+                        matches!(r, Err(crate::Error::InvalidConfig { .. })),
+                        "{r:?}"
+                    );
+                }
+                stop.store(true, Ordering::Relaxed);
+            });
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    if pool.get(x).is_ok() {
+                        hits.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        });
+        let (h, t) = (hits.load(Ordering::Relaxed), took_x.load(Ordering::Relaxed));
+        drop(pool);
+        std::fs::remove_file(&path).unwrap();
+        assert!(t > 0, "the allocations reserved x's block ({t} of {tries})");
+        assert_eq!(h, 0, "a never-committed block read as live ({h} times)");
     }
 }

@@ -389,14 +389,35 @@ impl<'p> Tx<'p> {
             return Err(Error::config("zero-sized objects cannot be allocated"));
         }
         let lane = &mut *st.lane;
+        let (objects, held) = (&self.eng.objects, &mut lane.scratch.held);
+        // The new object's write lock is taken before its block is reserved (see
+        // `heap::alloc`); a block whose stripe another transaction holds is passed over.
+        let mut claim = |off: u64| {
+            let stripe = ObjectLocks::stripe(off);
+            match held.get(stripe) {
+                Some(Held::Write) => true,
+                h if objects.try_write(stripe, h) => {
+                    held.insert(stripe, Held::Write);
+                    true
+                }
+                _ => false,
+            }
+        };
         let place = self.eng.heap.alloc(
             &mut lane.arena,
             size as u64,
             &mut lane.scratch.meta,
             &mut lane.scratch.undo,
-        )?;
+            &mut claim,
+        );
+        let place = match place {
+            Err(Error::Conflict { offset }) => {
+                st.poison.get_or_insert(Error::Conflict { offset });
+                return Err(Error::Conflict { offset });
+            }
+            p => p?,
+        };
         let off = place.hdr + HEADER_SIZE;
-        self.lock(st, off, Held::Write)?;
         let p = self.new_buffer(st, off, size, type_id, BufKind::New);
         st.allocs += 1;
         Ok((off, p))
