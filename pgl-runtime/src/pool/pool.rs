@@ -1036,9 +1036,17 @@ impl Pool {
     /// The header and bytes of the object at payload offset `offset`, whatever its type.
     pub fn read_object(&self, offset: u64) -> Result<(ObjectHeader, Vec<u8>)> {
         let eng = &self.inner.eng;
-        let place = eng.heap.locate(offset)?;
+        // Locked before it is located: only the lock keeps the object, and so its run's
+        // layout, from changing between the two.
         let stripe = crate::tx::stripe_of(offset);
         eng.objects.read(stripe);
+        let place = match eng.heap.locate(offset) {
+            Ok(p) => p,
+            Err(e) => {
+                eng.objects.release(stripe, crate::tx::Held::Read);
+                return Err(e);
+            }
+        };
         let mut h = [0u8; 16];
         // SAFETY: a located object, under its read lock.
         unsafe { eng.media.read(offset - HEADER_SIZE, &mut h) };
@@ -1089,37 +1097,12 @@ impl Pool {
         let total = objs.len() as u64;
         let mut bad = Vec::new();
         for (i, (off, h)) in objs.into_iter().enumerate() {
-            let cap = match self.inner.eng.heap.locate(off) {
-                Ok(p) => p.capacity,
-                Err(e) => {
-                    bad.push((off, e));
-                    continue;
-                }
-            };
-            if h.size > cap {
-                bad.push((
-                    off,
-                    Error::Corrupt {
-                        what: "object header",
-                        offset: off - HEADER_SIZE,
-                        detail: format!("size {} exceeds its block of {cap} bytes", h.size),
-                    },
-                ));
-                continue;
-            }
             let eng = &self.inner.eng;
+            // Locked before it is located: only the lock keeps the object, and so its
+            // run's layout, from changing between the two.
             let stripe = crate::tx::stripe_of(off);
             eng.objects.read(stripe);
-            let mut now = [0u8; 16];
-            // SAFETY: the object's header, under its read lock.
-            unsafe { eng.media.read(off - HEADER_SIZE, &mut now) };
-            let now = ObjectHeader::from_bytes(&now);
-            // Freed or reallocated since the walk: nothing to report about it.
-            let r = if now == h {
-                tx::verify_in_place(eng, off, &h)
-            } else {
-                Ok(())
-            };
+            let r = self.verify_locked(off, &h);
             eng.objects.release(stripe, crate::tx::Held::Read);
             if let Err(e) = r {
                 bad.push((off, e));
@@ -1127,6 +1110,30 @@ impl Pool {
             progress(i as u64 + 1, total);
         }
         Ok((bad, damaged))
+    }
+}
+
+impl Pool {
+    /// Verifies the object at `off`, listed with header `h`, under its read lock (held by
+    /// the caller).
+    fn verify_locked(&self, off: u64, h: &ObjectHeader) -> Result<()> {
+        let eng = &self.inner.eng;
+        let cap = eng.heap.locate(off)?.capacity;
+        if h.size > cap {
+            return Err(Error::Corrupt {
+                what: "object header",
+                offset: off - HEADER_SIZE,
+                detail: format!("size {} exceeds its block of {cap} bytes", h.size),
+            });
+        }
+        let mut now = [0u8; 16];
+        // SAFETY: the object's header, under its read lock.
+        unsafe { eng.media.read(off - HEADER_SIZE, &mut now) };
+        // Freed or reallocated since the walk: nothing to report about it.
+        if ObjectHeader::from_bytes(&now) != *h {
+            return Ok(());
+        }
+        tx::verify_in_place(eng, off, h)
     }
 }
 
