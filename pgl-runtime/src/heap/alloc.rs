@@ -554,9 +554,10 @@ impl Heap {
     /// The metadata changes go to `meta`, the undo steps to `undo`.
     ///
     /// `claim(payload)` takes the write lock of the object a block or chunk would hold (see
-    /// the module invariant); a block whose claim fails is passed over. `Error::Conflict`
-    /// if a run with free blocks had none to claim, or a large object's chunks could not
-    /// be.
+    /// the module invariant); a block or chunk range whose claim fails is passed over.
+    /// `Error::Conflict` if none could be claimed: every free block of a run this
+    /// transaction made (and of the runs passed over before it), or the first few ranges
+    /// of chunks free for a large object.
     pub(crate) fn alloc(
         &self,
         arena: &mut Arena,
@@ -589,8 +590,9 @@ impl Heap {
         if arena.current.len() < self.classes.len() {
             arena.current.resize(self.classes.len(), None);
         }
-        // Runs whose free blocks were all locked by other transactions: passed over for
-        // this allocation, pooled again after it.
+        // Runs whose free blocks all failed their claims (their stripes held by other
+        // transactions, or by this thread's `Ref`s): passed over for this allocation, then
+        // pooled again, at the bottom, behind the runs not yet tried.
         let mut passed: Vec<Arc<Run>> = Vec::new();
         let r = self.take_block(arena, class, size, meta, undo, claim, &mut passed);
         for run in passed {
@@ -598,14 +600,16 @@ impl Heap {
             if !st.owned && !st.pooled && !st.dead {
                 st.pooled = true;
                 drop(st);
-                self.pools[class as usize].lock().push(run);
+                self.pools[class as usize].lock().insert(0, run);
             }
         }
         r
     }
 
     /// The loop of `alloc_small`: the lane's run, else a pooled one, else a new one, until
-    /// a block is claimed (at most `PASS_OVER_LIMIT` runs passed over, then a conflict).
+    /// a block is claimed. After `PASS_OVER_LIMIT` runs passed over, a new run; a run this
+    /// transaction made is never passed over (it is not committed: no other transaction may
+    /// use it, and it must not look reclaimable): no block of it to claim is a conflict.
     #[allow(clippy::too_many_arguments)]
     fn take_block(
         &self,
@@ -639,21 +643,24 @@ impl Heap {
                         capacity: run.block - HEADER_SIZE,
                     });
                 }
-                st.owned = false;
                 let free_blocks = st.used < run.nblocks;
+                if free_blocks && made_by(undo, &run) {
+                    return Err(Error::Conflict {
+                        offset: run.block_offset(0) + HEADER_SIZE,
+                    });
+                }
+                st.owned = false;
                 drop(st);
                 arena.current[class as usize] = None;
                 if free_blocks {
                     passed.push(run.clone());
-                    if passed.len() >= PASS_OVER_LIMIT {
-                        return Err(Error::Conflict {
-                            offset: run.block_offset(0) + HEADER_SIZE,
-                        });
-                    }
                 }
             }
-            // Next: a pooled run with free blocks, else a new run.
-            let next = {
+            // Next: a pooled run with free blocks (unless enough were passed over), else a
+            // new run.
+            let next = if passed.len() >= PASS_OVER_LIMIT {
+                None
+            } else {
                 let mut pool = self.pools[class as usize].lock();
                 let mut found = None;
                 while let Some(r) = pool.pop() {
@@ -684,7 +691,9 @@ impl Heap {
         undo: &mut Vec<HeapUndo>,
     ) -> Result<Arc<Run>> {
         let mut free = self.chunk_lock.lock();
-        let Some((zone_idx, chunk)) = self.pop_free(&mut free).or_else(|| self.claim_chunks(1))
+        let Some((zone_idx, chunk)) = self
+            .pop_free(&mut free)
+            .or_else(|| self.claim_chunks(1, (0, 1)))
         else {
             return Err(self.full(size));
         };
@@ -778,13 +787,13 @@ impl Heap {
         None
     }
 
-    /// Finds and reserves `n` contiguous chunks that are free or empty, unowned runs.
-    /// Caller holds `chunk_lock`.
-    fn claim_chunks(&self, n: u64) -> Option<(u64, u64)> {
+    /// Finds and reserves `n` contiguous chunks that are free or empty, unowned runs, at
+    /// or after chunk `from.1` of zone `from.0`. Caller holds `chunk_lock`.
+    fn claim_chunks(&self, n: u64, from: (u64, u64)) -> Option<(u64, u64)> {
         let per = self.geo.chunks_per_zone();
-        for zi in 0..self.zone_count() {
+        for zi in from.0..self.zone_count() {
             let Some(zone) = self.zone(zi) else { continue };
-            let mut start = 1;
+            let mut start = if zi == from.0 { from.1.max(1) } else { 1 };
             while start + n <= per {
                 if let Some(busy) = (start..start + n).find(|&c| !self.chunk_available(zone, c)) {
                     start = busy + 1;
@@ -861,21 +870,39 @@ impl Heap {
         undo: &mut Vec<HeapUndo>,
         claim: &mut dyn FnMut(u64) -> bool,
     ) -> Result<ObjPlace> {
+        /// Ranges of free chunks one large allocation tries to claim.
+        const CLAIM_TRIES: usize = 8;
         let n = (size + HEADER_SIZE).div_ceil(self.geo.chunk_size);
         let mut free = self.chunk_lock.lock();
-        let Some((zone_idx, first)) = self.claim_chunks(n) else {
-            return Err(self.full(size));
-        };
-        let zone = self.zone(zone_idx).expect("claimed zone exists");
-        let payload = self.geo.chunk_offset(zone_idx, first) + HEADER_SIZE;
-        if !claim(payload) {
-            // Reserved chunks, not yet a large object: back to free.
+        let mut from = (0, 1);
+        let mut tries = 0;
+        let (zone_idx, first) = loop {
+            let Some((z, first)) = self.claim_chunks(n, from) else {
+                return Err(if tries == 0 {
+                    self.full(size)
+                } else {
+                    Error::Conflict {
+                        offset: self.geo.chunk_offset(from.0, from.1) + HEADER_SIZE,
+                    }
+                });
+            };
+            let payload = self.geo.chunk_offset(z, first) + HEADER_SIZE;
+            if claim(payload) {
+                break (z, first);
+            }
+            // Reserved chunks, not yet a large object: back to free; try further on.
+            let zone = self.zone(z).expect("claimed zone exists");
             for c in (first..first + n).rev() {
                 zone.kinds[c as usize].store(KIND_FREE, Ordering::Release);
-                free.push((zone_idx, c));
+                free.push((z, c));
             }
-            return Err(Error::Conflict { offset: payload });
-        }
+            tries += 1;
+            if tries == CLAIM_TRIES {
+                return Err(Error::Conflict { offset: payload });
+            }
+            from = (z, first + 1);
+        };
+        let zone = self.zone(zone_idx).expect("claimed zone exists");
         meta.set(self.table_entry(zone_idx, first), large_entry(n));
         zone.kinds[first as usize].store(large_entry(n), Ordering::Release);
         for c in first + 1..first + n {
@@ -963,7 +990,9 @@ impl Heap {
                     if slot.as_ref().is_some_and(|r| Arc::ptr_eq(r, &run)) {
                         *slot = None;
                         zone.kinds[run.chunk as usize].store(KIND_FREE, Ordering::Release);
-                        free.push((run.zone, run.chunk));
+                        // At the bottom of the free stack: a transaction that retries
+                        // after a conflict on this run's blocks gets another chunk.
+                        free.insert(0, (run.zone, run.chunk));
                     }
                 }
             }
@@ -1036,6 +1065,13 @@ impl Heap {
     pub(crate) fn capacity_bytes(&self) -> u64 {
         self.zone_count() * (self.geo.chunks_per_zone() - 1) * self.geo.chunk_size
     }
+}
+
+/// Whether `undo` holds the creation of `run`: the transaction made it and has not
+/// committed.
+fn made_by(undo: &[HeapUndo], run: &Arc<Run>) -> bool {
+    undo.iter()
+        .any(|u| matches!(u, HeapUndo::NewRun(r) if Arc::ptr_eq(r, run)))
 }
 
 /// Reserves a free block of a run (`bits`, `st` its state, locked by the caller) that
@@ -1164,6 +1200,7 @@ mod tests {
     use super::PLAIN_RUNS;
     use crate::heap::layout::*;
     use crate::{Config, Oid, Pool};
+    use std::sync::mpsc;
 
     type Obj = [u64; 8];
 
@@ -1307,7 +1344,6 @@ mod tests {
     /// block over, so the oid never resolves and cannot be freed under the new owner.
     #[test]
     fn a_block_whose_lock_is_held_is_passed_over() {
-        use std::sync::mpsc;
         use std::time::Duration;
         let path = crate::scratch_pool("passed-over");
         let pool = Pool::create(&path, &Config::small("passed-over")).unwrap();
@@ -1411,5 +1447,206 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         assert!(t > 0, "the allocations reserved x's block ({t} of {tries})");
         assert_eq!(h, 0, "a never-committed block read as live ({h} times)");
+    }
+
+    /// Five pooled runs whose free blocks all lie under locks a long reader holds: an
+    /// allocation of the class passes over a few of them, then makes a new run (it does
+    /// not conflict until the reader ends). (From a review.)
+    #[test]
+    fn runs_passed_over_do_not_starve_their_class() {
+        let path = crate::scratch_pool("stuck-runs");
+        let mut c = Config::small("passing");
+        c.lanes = 3;
+        c.size = c.geometry().pool_size(4);
+        c.max_size = c.geometry().pool_size(8);
+        let pool = Pool::create(&path, &c).unwrap();
+        const BIG: usize = 16384 - 16;
+        // Six full runs of 3 blocks.
+        let objs: Vec<u64> = (0..18)
+            .map(|_| {
+                pool.tx(|tx| tx.alloc_raw(BIG, 0xabcd, |p| p.fill(1)))
+                    .unwrap()
+            })
+            .collect();
+        // One free block in each of the first five.
+        let freed: Vec<u64> = (0..5).map(|r| objs[3 * r + 1]).collect();
+        for &o in &freed {
+            pool.tx(|tx| tx.free_raw(o)).unwrap();
+        }
+        let free_before = pool.free_bytes();
+        let (geo, zones) = (pool.info().header.geo, pool.info().header.zones);
+        let runs: Vec<u64> = objs
+            .iter()
+            .map(|&o| geo.locate(o, zones).unwrap().chunk)
+            .collect();
+        eprintln!("chunks of the objects: {runs:?}");
+        let (held, held_rx) = mpsc::channel::<()>();
+        let (done, done_rx) = mpsc::channel::<()>();
+        let pool = &pool;
+        let freed = &freed;
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                pool.tx(|tx| {
+                    for &o in freed {
+                        assert!(tx.object_bytes(o).is_err());
+                    }
+                    held.send(()).unwrap();
+                    done_rx.recv().unwrap();
+                    Ok(())
+                })
+                .unwrap();
+            });
+            held_rx.recv().unwrap();
+            let r = s
+                .spawn(|| {
+                    let mut calls = 0;
+                    let r = pool.tx(|tx| {
+                        calls += 1;
+                        if calls > 200 {
+                            return Err(crate::Error::config("still conflicting"));
+                        }
+                        tx.alloc_raw(BIG, 0xabcd, |p| p.fill(2))
+                    });
+                    (r, calls)
+                })
+                .join()
+                .unwrap();
+            eprintln!("allocation while the reader runs: {r:?} (free before: {free_before:?})");
+            done.send(()).unwrap();
+            assert!(
+                r.0.is_ok(),
+                "a lane with free chunks available livelocked: {r:?}"
+            );
+        });
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// A run this transaction makes may have none of its blocks claimable. It must not be
+    /// passed over: empty and unowned, it would be reclaimable, another transaction's
+    /// large object could take its chunk, and the creator's commit would write the run's
+    /// table entry and bitmap over that object. The allocation conflicts instead, and its
+    /// retry gets another chunk. (From a review.)
+    #[test]
+    fn a_new_run_without_a_claimable_block_stays_its_creators() {
+        let path = crate::scratch_pool("new-run-kept");
+        let mut c = Config::small("passing");
+        c.lanes = 3;
+        c.size = c.geometry().pool_size(1);
+        c.max_size = c.geometry().pool_size(8);
+        let pool = Pool::create(&path, &c).unwrap();
+        let (geo, zones) = (pool.info().header.geo, pool.info().header.zones);
+        let chunk = move |o: u64| {
+            let p = geo.locate(o, zones).unwrap();
+            (p.zone, p.chunk)
+        };
+        const BIG: usize = 16384 - 16;
+        const WHOLE: usize = (64 << 10) - 16;
+        // Where the next new run goes (an aborted run's chunk goes back on top).
+        let mut x = 0;
+        let _ = pool.tx(|tx| {
+            x = tx.alloc_raw(BIG, 0xabcd, |p| p.fill(0))?;
+            Err::<(), _>(crate::Error::config("probe"))
+        });
+        let (held, held_rx) = mpsc::channel::<()>();
+        let (b_go, b_go_rx) = mpsc::channel::<()>();
+        let (d_go, d_go_rx) = mpsc::channel::<()>();
+        let (d_done, d_done_rx) = mpsc::channel::<u64>();
+        let pool = &pool;
+        let d_obj = std::thread::scope(|s| {
+            s.spawn(move || {
+                pool.tx(|tx| {
+                    for k in 0..3 {
+                        assert!(tx.object_bytes(x + k * 16384).is_err());
+                    }
+                    held.send(()).unwrap();
+                    b_go_rx.recv().unwrap();
+                    Ok(())
+                })
+                .unwrap();
+            });
+            s.spawn(move || {
+                d_go_rx.recv().unwrap();
+                let d = pool
+                    .tx(|tx| tx.alloc_raw(WHOLE, 0xd0d0, |p| p.fill(0x5a)))
+                    .unwrap();
+                d_done.send(d).unwrap();
+            });
+            held_rx.recv().unwrap();
+            let mut d = 0;
+            let y = pool
+                .tx(|tx| {
+                    let y = tx.alloc_raw(BIG, 0xabcd, |p| p.fill(2))?;
+                    d_go.send(()).unwrap();
+                    d = d_done_rx.recv().unwrap();
+                    Ok(y)
+                })
+                .unwrap();
+            b_go.send(()).unwrap();
+            eprintln!(
+                "x {x:#x} {:?}, y {y:#x} {:?}, d {d:#x} {:?}",
+                chunk(x),
+                chunk(y),
+                chunk(d)
+            );
+            d
+        });
+        let r = pool.tx(|tx| tx.object_bytes(d_obj).map(|(t, b)| (t, b[0], b[WHOLE - 1])));
+        eprintln!("D's large object after T committed: {r:?}");
+        assert!(matches!(r, Ok((0xd0d0, 0x5a, 0x5a))), "{r:?}");
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// A `Ref` this thread holds, on the stripe of the chunk a large allocation would
+    /// pick: the allocation takes other chunks at once instead of retrying the same ones.
+    /// (From a review.)
+    #[test]
+    fn a_large_object_passes_over_chunks_this_threads_ref_blocks() {
+        let path = crate::scratch_pool("own-ref-large");
+        let pool = Pool::create(&path, &Config::new("passing")).unwrap();
+        const LARGE: usize = 100_000;
+        let stripe = crate::tx::stripe_of;
+        let mut smalls: Vec<u64> = Vec::new();
+        let (o, l) = loop {
+            for _ in 0..4 {
+                pool.tx(|tx| {
+                    for _ in 0..1000 {
+                        smalls.push(tx.alloc([1u64, 2])?.raw());
+                    }
+                    Ok(())
+                })
+                .unwrap();
+            }
+            let mut l = 0;
+            let _ = pool.tx(|tx| {
+                l = tx.alloc_raw(LARGE, 0x1a1a, |p| p.fill(0))?;
+                Err::<(), _>(crate::Error::config("probe"))
+            });
+            if let Some(&o) = smalls.iter().find(|&&o| stripe(o) == stripe(l)) {
+                break (o, l);
+            }
+            assert!(smalls.len() < 400_000);
+        };
+        eprintln!(
+            "{} small objects; {o:#x} shares a stripe with {l:#x}",
+            smalls.len()
+        );
+        let r = pool.get(crate::Oid::<[u64; 2]>::from_raw(o)).unwrap();
+        let mut calls = 0;
+        let t = std::time::Instant::now();
+        let res = pool.tx(|tx| {
+            calls += 1;
+            if calls > 30 {
+                return Err(crate::Error::config("still conflicting"));
+            }
+            tx.alloc_raw(LARGE, 0x1a1a, |p| p.fill(2))
+        });
+        eprintln!(
+            "with this thread's Ref held: {res:?} after {calls} runs, {:?}",
+            t.elapsed()
+        );
+        drop(r);
+        assert!(calls <= 1, "{res:?} after {calls} runs");
+        drop(pool);
+        std::fs::remove_file(&path).unwrap();
     }
 }

@@ -392,6 +392,7 @@ impl<'p> Tx<'p> {
         let (objects, held) = (&self.eng.objects, &mut lane.scratch.held);
         // The new object's write lock is taken before its block is reserved (see
         // `heap::alloc`); a block whose stripe another transaction holds is passed over.
+        let mut own_ref = None;
         let mut claim = |off: u64| {
             let stripe = ObjectLocks::stripe(off);
             match held.get(stripe) {
@@ -400,7 +401,12 @@ impl<'p> Tx<'p> {
                     held.insert(stripe, Held::Write);
                     true
                 }
-                _ => false,
+                _ => {
+                    if ref_held(self.eng.id, stripe) {
+                        own_ref = Some(off);
+                    }
+                    false
+                }
             }
         };
         let place = self.eng.heap.alloc(
@@ -411,6 +417,11 @@ impl<'p> Tx<'p> {
             &mut claim,
         );
         let place = match place {
+            // Blocked by this thread's own `Ref`: no retry can succeed while it is held.
+            Err(Error::Conflict { .. }) if own_ref.is_some() => {
+                let offset = own_ref.unwrap_or_default();
+                return Err(Error::LockedByThisThread { offset });
+            }
             Err(Error::Conflict { offset }) => {
                 st.poison.get_or_insert(Error::Conflict { offset });
                 return Err(Error::Conflict { offset });
