@@ -578,6 +578,13 @@ impl Heap {
         }
     }
 
+    /// The lane's run, else a pooled one, else a new one, until a block is claimed. A run
+    /// whose free blocks all fail their claims (their stripes held by other transactions,
+    /// or by this thread's `Ref`s) is passed over for this allocation, then pooled again at
+    /// the bottom, behind the runs not yet tried; after `PASS_OVER_LIMIT` of them, a new
+    /// run. A run this transaction made is never passed over (it is not committed: no
+    /// other transaction may use it, and it must not look reclaimable): no block of it to
+    /// claim is a conflict.
     fn alloc_small(
         &self,
         arena: &mut Arena,
@@ -587,43 +594,13 @@ impl Heap {
         undo: &mut Vec<HeapUndo>,
         claim: &mut dyn FnMut(u64) -> bool,
     ) -> Result<ObjPlace> {
+        /// Runs one allocation passes over before it makes a new run.
+        const PASS_OVER_LIMIT: usize = 4;
         if arena.current.len() < self.classes.len() {
             arena.current.resize(self.classes.len(), None);
         }
-        // Runs whose free blocks all failed their claims (their stripes held by other
-        // transactions, or by this thread's `Ref`s): passed over for this allocation, then
-        // pooled again, at the bottom, behind the runs not yet tried.
         let mut passed: Vec<Arc<Run>> = Vec::new();
-        let r = self.take_block(arena, class, size, meta, undo, claim, &mut passed);
-        for run in passed {
-            let mut st = run.st.lock();
-            if !st.owned && !st.pooled && !st.dead {
-                st.pooled = true;
-                drop(st);
-                self.pools[class as usize].lock().insert(0, run);
-            }
-        }
-        r
-    }
-
-    /// The loop of `alloc_small`: the lane's run, else a pooled one, else a new one, until
-    /// a block is claimed. After `PASS_OVER_LIMIT` runs passed over, a new run; a run this
-    /// transaction made is never passed over (it is not committed: no other transaction may
-    /// use it, and it must not look reclaimable): no block of it to claim is a conflict.
-    #[allow(clippy::too_many_arguments)]
-    fn take_block(
-        &self,
-        arena: &mut Arena,
-        class: u16,
-        size: u64,
-        meta: &mut MetaOps,
-        undo: &mut Vec<HeapUndo>,
-        claim: &mut dyn FnMut(u64) -> bool,
-        passed: &mut Vec<Arc<Run>>,
-    ) -> Result<ObjPlace> {
-        /// Runs one allocation passes over before it gives up with a conflict.
-        const PASS_OVER_LIMIT: usize = 4;
-        loop {
+        let r = 'take: loop {
             if let Some(run) = arena.current[class as usize].clone() {
                 let mut st = run.st.lock();
                 if st.dead {
@@ -638,14 +615,14 @@ impl Heap {
                     let (word, bit) = run.word_of(idx);
                     meta.set_bits(word, bit, run.checked);
                     undo.push(HeapUndo::Block(run.clone(), idx));
-                    return Ok(ObjPlace {
+                    break 'take Ok(ObjPlace {
                         hdr: run.block_offset(idx),
                         capacity: run.block - HEADER_SIZE,
                     });
                 }
                 let free_blocks = st.used < run.nblocks;
                 if free_blocks && made_by(undo, &run) {
-                    return Err(Error::Conflict {
+                    break 'take Err(Error::Conflict {
                         offset: run.block_offset(0) + HEADER_SIZE,
                     });
                 }
@@ -677,10 +654,22 @@ impl Heap {
             };
             let run = match next {
                 Some(r) => r,
-                None => self.new_run(class, size, meta, undo)?,
+                None => match self.new_run(class, size, meta, undo) {
+                    Ok(r) => r,
+                    Err(e) => break 'take Err(e),
+                },
             };
             arena.current[class as usize] = Some(run);
+        };
+        for run in passed {
+            let mut st = run.st.lock();
+            if !st.owned && !st.pooled && !st.dead {
+                st.pooled = true;
+                drop(st);
+                self.pools[class as usize].lock().insert(0, run);
+            }
         }
+        r
     }
 
     fn new_run(
@@ -1204,6 +1193,17 @@ mod tests {
 
     type Obj = [u64; 8];
 
+    /// A pool of `Config::small` geometry at a scratch path named `name`, with `lanes`
+    /// lanes and `zones` zones.
+    fn small_pool(name: &str, lanes: u64, zones: u64) -> (std::path::PathBuf, Pool) {
+        let path = crate::scratch_pool(name);
+        let mut c = Config::small(name);
+        c.lanes = lanes;
+        c.size = c.geometry().pool_size(zones);
+        let pool = Pool::create(&path, &c).unwrap();
+        (path, pool)
+    }
+
     fn word(file: &[u8], off: u64) -> u64 {
         u64::from_le_bytes(file[off as usize..off as usize + 8].try_into().unwrap())
     }
@@ -1285,10 +1285,8 @@ mod tests {
     /// oids stop resolving and the new run's free blocks read as free.
     #[test]
     fn a_chunk_that_changes_class_forgets_its_old_run() {
-        let path = crate::scratch_pool("chunk-changes-class");
-        let mut c = Config::small("rebind");
-        c.lanes = 1;
-        let pool = Pool::create(&path, &c).unwrap();
+        let (path, pool) = small_pool("chunk-changes-class", 1, 1);
+        let c = Config::small("rebind");
         // Every free chunk but one goes to a large object.
         let whole = c.chunk_size - HEADER_SIZE;
         let mut large = Vec::new();
@@ -1407,10 +1405,7 @@ mod tests {
     #[test]
     fn an_uncommitted_reservation_is_never_located() {
         use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-        let path = crate::scratch_pool("reserved-not-live");
-        let mut c = Config::small("reserved");
-        c.lanes = 1;
-        let pool = Pool::create(&path, &c).unwrap();
+        let (path, pool) = small_pool("reserved-not-live", 1, 1);
         let objs: Vec<Oid<Obj>> = (0..10u64)
             .map(|i| pool.tx(|tx| tx.alloc([i; 8])).unwrap())
             .collect();
@@ -1454,12 +1449,7 @@ mod tests {
     /// not conflict until the reader ends). (From a review.)
     #[test]
     fn runs_passed_over_do_not_starve_their_class() {
-        let path = crate::scratch_pool("stuck-runs");
-        let mut c = Config::small("passing");
-        c.lanes = 3;
-        c.size = c.geometry().pool_size(4);
-        c.max_size = c.geometry().pool_size(8);
-        let pool = Pool::create(&path, &c).unwrap();
+        let (path, pool) = small_pool("stuck-runs", 3, 4);
         const BIG: usize = 16384 - 16;
         // Six full runs of 3 blocks.
         let objs: Vec<u64> = (0..18)
@@ -1528,12 +1518,7 @@ mod tests {
     /// retry gets another chunk. (From a review.)
     #[test]
     fn a_new_run_without_a_claimable_block_stays_its_creators() {
-        let path = crate::scratch_pool("new-run-kept");
-        let mut c = Config::small("passing");
-        c.lanes = 3;
-        c.size = c.geometry().pool_size(1);
-        c.max_size = c.geometry().pool_size(8);
-        let pool = Pool::create(&path, &c).unwrap();
+        let (path, pool) = small_pool("new-run-kept", 3, 1);
         let (geo, zones) = (pool.info().header.geo, pool.info().header.zones);
         let chunk = move |o: u64| {
             let p = geo.locate(o, zones).unwrap();
