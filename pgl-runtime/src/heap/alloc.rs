@@ -67,12 +67,11 @@ pub(crate) struct Run {
     /// `layout`) or plain (64 a word: runs of pools made before format 5).
     checked: bool,
     /// One bit per block, set while the block is allocated or reserved (64 blocks a word,
-    /// whatever the persistent format): the first `words` words of the chunk's slab
-    /// (`Zone::slabs`). Written under `st`'s lock; read without it by `Heap::locate` (a
-    /// reader holding an object's lock sees every change to that object's bit made before
-    /// the lock was taken).
+    /// whatever the persistent format): the first `nblocks / 64` words (rounded up) of
+    /// the chunk's slab (`Zone::slabs`). Written under `st`'s lock; read without it by
+    /// `Heap::locate` (a reader holding an object's lock sees every change to that
+    /// object's bit made before the lock was taken).
     bits: Arc<[AtomicU64]>,
-    words: usize,
     st: Mutex<RunState>,
 }
 
@@ -100,7 +99,7 @@ impl RunState {
 impl Run {
     /// The run's bitmap words.
     fn bits(&self) -> &[AtomicU64] {
-        &self.bits[..self.words]
+        &self.bits[..self.nblocks.div_ceil(64) as usize]
     }
 
     /// The block whose payload starts `within` bytes into the run's chunk, if one could
@@ -405,7 +404,6 @@ impl Heap {
             header: self.classes.header_in(class, checked),
             checked,
             bits: bits.into_iter().map(AtomicU64::new).collect(),
-            words,
             st: Mutex::new(RunState {
                 used,
                 owned: false,
@@ -707,7 +705,6 @@ impl Heap {
             header: self.classes.header_in(class, checked),
             checked,
             bits: self.bind_slab(zone, chunk),
-            words: nblocks.div_ceil(64) as usize,
             st: Mutex::new(RunState {
                 used: 0,
                 owned: true,
