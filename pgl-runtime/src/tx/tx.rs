@@ -7,6 +7,7 @@
 use super::buffer::{BufKind, Buffer};
 use super::engine::{Engine, VerifyPolicy};
 use super::handle::{Mut, Read, ReadSource, Ref};
+use super::held::HeldStripes;
 use super::lane::{Lane, LaneState};
 use super::locks::{Held, ObjectLocks};
 use crate::heap::layout::{object_checksum, ObjectHeader, HEADER_SIZE};
@@ -59,25 +60,11 @@ impl<'p> Tx<'p> {
     }
 
     fn lock(&self, st: &mut TxState<'p>, off: u64, want: Held) -> Result<()> {
-        let stripe = ObjectLocks::stripe(off);
-        let held = st.lane.scratch.held.get(stripe);
-        let ok = match (want, held) {
-            (_, Some(Held::Write)) | (Held::Read, Some(Held::Read)) => return Ok(()),
-            (Held::Write, h) => self.eng.objects.try_write(stripe, h),
-            (Held::Read, None) => self.eng.objects.try_read(stripe),
-        };
-        if ok {
-            st.lane.scratch.held.insert(stripe, want);
-            Ok(())
-        } else {
-            if want == Held::Write && ref_held(self.eng.id, stripe) {
-                // Our own `Ref` blocks it: no retry can succeed while the closure runs.
-                return Err(Error::LockedByThisThread { offset: off });
-            }
-            let e = Error::Conflict { offset: off };
-            st.poison.get_or_insert(Error::Conflict { offset: off });
-            Err(e)
+        let r = take_stripe(self.eng, &mut st.lane.scratch.held, off, want);
+        if let Err(Error::Conflict { offset }) = r {
+            st.poison.get_or_insert(Error::Conflict { offset });
         }
+        r
     }
 
     /// Checks `T`'s layout against the pool's type registry; when `storing` (an
@@ -389,25 +376,17 @@ impl<'p> Tx<'p> {
             return Err(Error::config("zero-sized objects cannot be allocated"));
         }
         let lane = &mut *st.lane;
-        let (objects, held) = (&self.eng.objects, &mut lane.scratch.held);
+        let held = &mut lane.scratch.held;
         // The new object's write lock is taken before its block is reserved (see
         // `heap::alloc`); a block whose stripe another transaction holds is passed over.
         let mut own_ref = None;
-        let mut claim = |off: u64| {
-            let stripe = ObjectLocks::stripe(off);
-            match held.get(stripe) {
-                Some(Held::Write) => true,
-                h if objects.try_write(stripe, h) => {
-                    held.insert(stripe, Held::Write);
-                    true
-                }
-                _ => {
-                    if ref_held(self.eng.id, stripe) {
-                        own_ref = Some(off);
-                    }
-                    false
-                }
+        let mut claim = |off: u64| match take_stripe(self.eng, held, off, Held::Write) {
+            Ok(()) => true,
+            Err(Error::LockedByThisThread { offset }) => {
+                own_ref = Some(offset);
+                false
             }
+            Err(_) => false,
         };
         let place = self.eng.heap.alloc(
             &mut lane.arena,
@@ -416,17 +395,16 @@ impl<'p> Tx<'p> {
             &mut lane.scratch.undo,
             &mut claim,
         );
-        let place = match place {
+        let place = match (place, own_ref) {
             // Blocked by this thread's own `Ref`: no retry can succeed while it is held.
-            Err(Error::Conflict { .. }) if own_ref.is_some() => {
-                let offset = own_ref.unwrap_or_default();
+            (Err(Error::Conflict { .. }), Some(offset)) => {
                 return Err(Error::LockedByThisThread { offset });
             }
-            Err(Error::Conflict { offset }) => {
+            (Err(Error::Conflict { offset }), None) => {
                 st.poison.get_or_insert(Error::Conflict { offset });
                 return Err(Error::Conflict { offset });
             }
-            p => p?,
+            (p, _) => p?,
         };
         let off = place.hdr + HEADER_SIZE;
         let p = self.new_buffer(st, off, size, type_id, BufKind::New);
@@ -668,6 +646,26 @@ pub(crate) fn note_ref(id: u64, stripe: u32, delta: i32) {
 /// Whether this thread holds any `Ref` of engine `id`.
 pub(crate) fn any_ref_held(id: u64) -> bool {
     REFS.with(|r| r.borrow().iter().any(|&(i, _, _)| i == id))
+}
+
+/// Takes the lock of the object at `off` as `want` for a transaction holding `held`,
+/// without waiting: `Error::LockedByThisThread` if only this thread's own `Ref` blocks a
+/// write lock (no retry can succeed while the closure runs), else `Error::Conflict`.
+fn take_stripe(eng: &Engine, held: &mut HeldStripes, off: u64, want: Held) -> Result<()> {
+    let stripe = ObjectLocks::stripe(off);
+    let ok = match (want, held.get(stripe)) {
+        (_, Some(Held::Write)) | (Held::Read, Some(Held::Read)) => return Ok(()),
+        (Held::Write, h) => eng.objects.try_write(stripe, h),
+        (Held::Read, None) => eng.objects.try_read(stripe),
+    };
+    if ok {
+        held.insert(stripe, want);
+        Ok(())
+    } else if want == Held::Write && ref_held(eng.id, stripe) {
+        Err(Error::LockedByThisThread { offset: off })
+    } else {
+        Err(Error::Conflict { offset: off })
+    }
 }
 
 pub(crate) fn ref_held(id: u64, stripe: u32) -> bool {
