@@ -22,6 +22,9 @@
 //! | `MLPC` | yes | yes | yes (`Config::new`, the default) |
 //!
 //! (The pool header is always replicated; zone metadata is covered by parity.)
+//!
+//! Pools are created preallocated (`Config::preallocate`), as PMDK's `pmemobj_create`
+//! allocates its file: no timed transaction faults a page in from the file system.
 
 use pgl::{Config, Oid, Persistent, Pool};
 use std::sync::{Arc, Barrier};
@@ -155,7 +158,9 @@ where
     let path = format!("{dir}/pgl_bench_{}_{S}_{threads}", std::process::id());
     let _ = std::fs::remove_file(&path);
     let need = (n * threads * (S + 64)) as u64 * 2 + (256 << 20);
-    let cfg = protection(config, Config::new("fig3").size(need)).expect("a known config");
+    // Preallocated, as pmemobj_create's file is (posix_fallocate).
+    let cfg = Config::new("fig3").size(need).preallocate(true);
+    let cfg = protection(config, cfg).expect("a known config");
     let pool = Pool::create(&path, &cfg).expect("create bench pool");
     run_once::<S>(&pool, n.min(10_000), threads); // warm-up
     let mut a = Vec::new();

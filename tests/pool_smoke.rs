@@ -103,3 +103,30 @@ fn create_is_sparse_for_1_gib() {
     drop(pool);
     std::fs::remove_file(&path).unwrap();
 }
+
+#[test]
+fn create_preallocated_owns_every_block_and_grows_so() {
+    let path = tmp("prealloc");
+    let t = std::time::Instant::now();
+    let cfg = Config::new("prealloc").size(256 << 20).preallocate(true);
+    let pool = Pool::create(&path, &cfg).unwrap();
+    let took = t.elapsed();
+    use std::os::unix::fs::MetadataExt;
+    let allocated = |p: &std::path::Path| std::fs::metadata(p).unwrap().blocks() * 512;
+    let len = std::fs::metadata(&path).unwrap().len();
+    assert!(
+        allocated(&path) >= len,
+        "{} of {len} bytes allocated",
+        allocated(&path)
+    );
+    pool.grow(pool.size() + (64 << 20)).unwrap();
+    let len = std::fs::metadata(&path).unwrap().len();
+    assert!(
+        allocated(&path) >= len,
+        "grown: {} of {len} bytes allocated",
+        allocated(&path)
+    );
+    println!("created a preallocated {} byte pool in {took:?}", cfg.size);
+    drop(pool);
+    std::fs::remove_file(&path).unwrap();
+}

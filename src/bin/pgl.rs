@@ -27,7 +27,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Create a new pool file (sparse: no data is written).
+    /// Create a new pool file (sparse unless --preallocate: no data is written).
     Create(CreateArgs),
     /// Show a pool's header, geometry, space, objects by type and counters.
     Info {
@@ -280,6 +280,10 @@ struct CreateArgs {
     /// Bytes of one lane copy: the largest redo record [default: 256K].
     #[arg(long, value_parser = parse_size)]
     lane_size: Option<u64>,
+    /// Give the file all its blocks now, as PMDK does: a full file system fails here
+    /// instead of killing a program with SIGBUS when it first writes a page.
+    #[arg(long)]
+    preallocate: bool,
 }
 
 /// Parses a byte count: a decimal number with an optional K, M, G or T suffix (powers of
@@ -371,6 +375,7 @@ fn create(a: &CreateArgs) -> Result<String> {
     set(&mut config.rows, a.rows);
     set(&mut config.lanes, a.lanes);
     set(&mut config.lane_size, a.lane_size);
+    config.preallocate = a.preallocate;
     let pool = Pool::create(&a.file, &config)?;
     let info = pool.info();
     let mut out = String::new();

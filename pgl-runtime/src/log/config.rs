@@ -17,6 +17,9 @@ pub struct LogConfig {
     pub policy: ForcePolicy,
     /// How stores are made durable; `None` picks one for the file (as for pools).
     pub flush: Option<FlushMode>,
+    /// Whether `Log::create` gives the file all its blocks up front, as `pmemlog_create`
+    /// does (default `false`: sparse). See `Config::preallocate` for what it buys.
+    pub preallocate: bool,
 }
 
 impl LogConfig {
@@ -26,12 +29,20 @@ impl LogConfig {
             capacity,
             policy: ForcePolicy::Sync,
             flush: None,
+            preallocate: false,
         }
     }
 
     /// The same with force policy `policy`.
     pub fn policy(mut self, policy: ForcePolicy) -> LogConfig {
         self.policy = policy;
+        self
+    }
+
+    /// The same with the file's blocks allocated at create (see
+    /// [`LogConfig::preallocate`](LogConfig#structfield.preallocate)).
+    pub fn preallocate(mut self, on: bool) -> LogConfig {
+        self.preallocate = on;
         self
     }
 

@@ -132,7 +132,7 @@ impl Log {
     pub fn create(path: impl AsRef<Path>, config: LogConfig) -> Result<Log> {
         let cap = config.area()?;
         let len = format::file_len(cap);
-        let media = Media::create_file(path.as_ref(), len, len, config.flush)?;
+        let media = Media::create_file(path.as_ref(), len, len, config.flush, config.preallocate)?;
         Self::format(&media, cap, config.policy);
         Self::from_media(media)
     }

@@ -77,13 +77,74 @@ fn map(file: &File, path: &Path, reserve: u64, min: u64) -> Result<(MmapRaw, u64
     }
 }
 
+/// Gives `file` real blocks for its bytes `from..to` (`Config::preallocate`), as PMDK does
+/// when it creates a pool. A full file system then fails here with `ENOSPC`, as a typed
+/// error, instead of raising `SIGBUS` at some later store into a hole of the mapping, in
+/// the middle of a commit. A file system (or sandbox) without `fallocate` (`EOPNOTSUPP`,
+/// `ENOSYS`) keeps the sparse file: Linux's `fallocate(2)` is used rather than `posix_fallocate(3)`, whose
+/// fallback writes every block.
+fn allocate(file: &File, path: &Path, from: u64, to: u64) -> Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let (Ok(off), Ok(len)) = (
+            libc::off_t::try_from(from),
+            libc::off_t::try_from(to.saturating_sub(from)),
+        ) else {
+            return Err(Error::config(format!(
+                "a pool of {to} bytes is beyond this system's file offsets"
+            )));
+        };
+        if len == 0 {
+            return Ok(());
+        }
+        loop {
+            // SAFETY: fallocate takes a file descriptor and two integers and touches no
+            // memory of ours; the descriptor is open for writing and owned by `file`, which
+            // outlives the call.
+            let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, off, len) };
+            if rc == 0 {
+                return Ok(());
+            }
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EOPNOTSUPP | libc::ENOSYS) => return Ok(()),
+                _ => return Err(Error::io("allocate space for", path, e)),
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (file, path, from, to);
+        Ok(())
+    }
+}
+
+/// Whether `file` has blocks for all of its length (not sparse).
+fn fully_allocated(file: &File) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        file.metadata()
+            .is_ok_and(|m| m.blocks().saturating_mul(512) >= m.len())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = file;
+        false
+    }
+}
+
 impl Media {
-    /// Creates a new file of `len` bytes (sparse: no zeroing pass) and maps it.
+    /// Creates a new file of `len` bytes, sparse or with its blocks allocated (see
+    /// [`allocate`]), and maps it.
     pub(crate) fn create_file(
         path: &Path,
         len: u64,
         reserve: u64,
         mode: Option<FlushMode>,
+        preallocate: bool,
     ) -> Result<Media> {
         let file = OpenOptions::new()
             .read(true)
@@ -101,6 +162,9 @@ impl Media {
             })?;
         let made = (|| {
             file.set_len(len).map_err(|e| Error::io("size", path, e))?;
+            if preallocate {
+                allocate(&file, path, 0, len)?;
+            }
             map(&file, path, reserve, len)
         })();
         let mode = mode.unwrap_or_else(|| FlushMode::for_file(&file));
@@ -208,8 +272,18 @@ impl Media {
         }
         match &self.backing {
             Backing::File { file, path, .. } => {
+                // A preallocated file stays so (whoever created it; a sparse file has
+                // fewer blocks than its length, a preallocated one at least as many).
+                let preallocated = fully_allocated(file);
                 file.set_len(new_len)
                     .map_err(|e| Error::io("grow", path, e))?;
+                if preallocated {
+                    if let Err(e) = allocate(file, path, self.len(), new_len) {
+                        // Nothing refers to the new bytes yet: give them back.
+                        let _ = file.set_len(self.len());
+                        return Err(e);
+                    }
+                }
                 // The new size must be durable before a header can say the zones exist.
                 if self.mode != FlushMode::None {
                     file.sync_all().map_err(|e| Error::io("fsync", path, e))?;
@@ -392,5 +466,51 @@ impl Media {
     pub(crate) unsafe fn read_u64(&self, off: u64) -> u64 {
         // SAFETY: aligned, in bounds, no concurrent writer (caller's contract).
         u64::from_le(unsafe { (self.ptr(off) as *const u64).read() })
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    /// Bytes the file system has given `path` (not its length: a sparse file has fewer).
+    fn allocated(path: &Path) -> u64 {
+        std::fs::metadata(path).expect("stat").blocks() * 512
+    }
+
+    #[test]
+    fn a_new_file_and_its_growth_own_their_blocks() {
+        let path = crate::scratch_pool("media-allocate");
+        let media = Media::create_file(&path, 1 << 20, 4 << 20, Some(FlushMode::None), true)
+            .expect("create");
+        assert!(
+            allocated(&path) >= 1 << 20,
+            "created sparse: {} bytes allocated",
+            allocated(&path)
+        );
+        media.grow(3 << 20).expect("grow");
+        assert!(
+            allocated(&path) >= 3 << 20,
+            "grew sparse: {} bytes allocated",
+            allocated(&path)
+        );
+        drop(media);
+        std::fs::remove_file(&path).expect("remove");
+    }
+
+    #[test]
+    fn a_sparse_file_grows_sparse() {
+        let path = crate::scratch_pool("media-sparse");
+        let media = Media::create_file(&path, 1 << 20, 4 << 20, Some(FlushMode::None), false)
+            .expect("create");
+        media.grow(3 << 20).expect("grow");
+        assert!(
+            allocated(&path) < 1 << 20,
+            "{} bytes allocated to an untouched sparse file",
+            allocated(&path)
+        );
+        drop(media);
+        std::fs::remove_file(&path).expect("remove");
     }
 }

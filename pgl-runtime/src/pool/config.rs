@@ -53,6 +53,16 @@ pub struct Config {
     /// verified and damage goes unnoticed; opening the pool with it again recomputes every
     /// object's checksum (over the bytes as they are then).
     pub checksums: bool,
+    /// Whether `Pool::create` gives the file all its blocks up front, as PMDK does
+    /// (default `false`: a sparse file, created in O(1)); `grow` then keeps a file that has
+    /// all its blocks so. On a file system without `fallocate` the file stays sparse. A sparse pool takes blocks
+    /// from the file system as pages are first written; if the file system is full then,
+    /// the store raises `SIGBUS` and the process dies in the middle of a commit (the pool
+    /// recovers on reopen). Preallocated, a full file system is an `Error::Io` from
+    /// `create` or `grow` instead, and no page fault allocates (on tmpfs each one would
+    /// also zero a page). Costs the allocation at create: on tmpfs, zeroing the pool's
+    /// memory.
+    pub preallocate: bool,
 }
 
 impl Config {
@@ -73,6 +83,7 @@ impl Config {
             parity_atomic_max: crate::integrity::ATOMIC_XOR_MAX_BYTES,
             replicate_lanes: true,
             checksums: true,
+            preallocate: false,
         }
     }
 
@@ -104,6 +115,13 @@ impl Config {
     /// Turns zone parity upkeep on or off (see [`Config::parity`](Config#structfield.parity)).
     pub fn parity(mut self, on: bool) -> Self {
         self.parity = on;
+        self
+    }
+
+    /// Gives the file all its blocks at create (see
+    /// [`Config::preallocate`](Config#structfield.preallocate)).
+    pub fn preallocate(mut self, on: bool) -> Self {
+        self.preallocate = on;
         self
     }
 

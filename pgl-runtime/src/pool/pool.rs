@@ -127,7 +127,8 @@ fn new_uuid() -> [u8; 16] {
 
 impl Pool {
     /// Creates a new pool file at `path`. Fails with `Error::AlreadyExists` if a file is
-    /// there. The file is sparse: a 1 GiB pool is created without writing 1 GiB.
+    /// there. The file is sparse unless `config.preallocate`: a 1 GiB pool is created
+    /// without writing 1 GiB.
     pub fn create(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
         let path = path.as_ref();
         let (geo, zones) = config.validate()?;
@@ -136,6 +137,7 @@ impl Pool {
             geo.pool_size(zones),
             config.max_size,
             config.flush_mode(),
+            config.preallocate,
         )?;
         Self::format(&media, &geo, zones, &config.layout, config.parity);
         Self::from_media(media, Some(&config.layout), config, false)
