@@ -27,6 +27,8 @@ enum Fill {
     /// `tx.alloc_unzeroed` then `write_bytes` of these ranges only: the rest keeps the
     /// block's earlier bytes.
     Unzeroed(Vec<(usize, usize)>),
+    /// `tx.alloc_unzeroed` and nothing else: the commit writes only the header.
+    Untouched,
 }
 
 impl Fill {
@@ -65,15 +67,20 @@ fn alloc_tx(
     fill: &Fill,
     whole_root: bool,
 ) -> pgl::Result<(u64, Vec<u8>)> {
-    pool.tx(|tx| {
+    let (o, contents) = pool.tx(|tx| {
         let (o, contents) = match fill {
             Fill::Value => (tx_alloc(tx, data)?, data.to_vec()),
             Fill::ZeroedThenWrite => (tx_alloc_then_write(tx, data)?, data.to_vec()),
             Fill::Unzeroed(ranges) => tx_alloc_unzeroed(tx, data, ranges)?,
+            Fill::Untouched => (tx_alloc_untouched(tx, data.len())?, Vec::new()),
         };
         tx_set_slot(tx, root, slot, o, whole_root)?;
         Ok((o, contents))
-    })
+    })?;
+    match fill {
+        Fill::Untouched => Ok((o, object_bytes(pool, o, data.len())?)),
+        _ => Ok((o, contents)),
+    }
 }
 
 /// Setup helper: allocate one object of each size in `sizes` into the first free slots.
@@ -201,8 +208,13 @@ fn crash_alloc() {
                     .expect("setup free");
                     m.take(slot);
                 });
-                // Unfilled: the stale bytes it keeps must be durable and checksummed.
-                let fill = Fill::unzeroed(&mut run.rng, n);
+                // Unfilled: the stale bytes it keeps must be durable and checksummed. Left
+                // untouched, the block's old header lends its checksum (a sealed block).
+                let fill = if run.rng.chance(500) {
+                    Fill::Untouched
+                } else {
+                    Fill::unzeroed(&mut run.rng, n)
+                };
                 alloc_op(&mut run, "alloc", n, "into space freed earlier", Some(fill));
             }
         }

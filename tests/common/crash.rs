@@ -193,6 +193,18 @@ pub fn tx_alloc_unzeroed(
     })
 }
 
+/// `tx.alloc_unzeroed` of an `n`-byte object that the transaction never touches: its
+/// commit writes only the header (with the checksum a sealed block lends it, if the block
+/// is one). Read its contents after the commit (`object_bytes`).
+pub fn tx_alloc_untouched(tx: &Tx<'_>, n: usize) -> pgl::Result<u64> {
+    by_size!(n, N => tx.alloc_unzeroed::<[u8; N]>().map(|o| o.raw()))
+}
+
+/// The bytes of the `n`-byte object `oid`, read outside any transaction.
+pub fn object_bytes(pool: &Pool, oid: u64, n: usize) -> pgl::Result<Vec<u8>> {
+    by_size!(n, N => pool.get(Oid::<[u8; N]>::from_raw(oid)).map(|r| r.to_vec()))
+}
+
 /// Writes `bytes` at `at` into the `size`-byte object `oid` (marks only that range).
 pub fn tx_write(tx: &Tx<'_>, oid: u64, size: usize, at: usize, bytes: &[u8]) -> pgl::Result<()> {
     by_size!(size, N => {

@@ -14,6 +14,13 @@
 //! in `alloc`), so a transaction holding an object's lock in any mode never sees its block
 //! reserved by another: `locate` under that lock finds only committed objects (or its own
 //! reservations), and their blocks stay allocated, and their runs bound, until it lets go.
+//!
+//! A block freed by a committed transaction, and taken again within the life of its run
+//! (this `Heap`), is handed out *sealed*: its header and payload are still what the freed
+//! object's last commit wrote (nothing writes a free block; a fault that does is a fault
+//! like any other), so its header's checksum is that of its payload. An unfilled
+//! allocation derives its new checksum from it without reading the payload (`tx`), while
+//! parity could repair damage to the block (`Engine::seals_trusted`).
 
 use super::class::SizeClasses;
 use super::layout::*;
@@ -86,6 +93,9 @@ struct RunState {
     /// Gave up its chunk (which may hold another run now, sharing this run's slab).
     retired: bool,
     hint: usize,
+    /// One bit per block (64 a word; empty until the first sealed free): set while the
+    /// block is free and sealed (see the module docs).
+    sealed: Vec<u64>,
 }
 
 impl RunState {
@@ -188,6 +198,16 @@ pub(crate) struct ObjPlace {
     pub capacity: u64,
 }
 
+/// What `Heap::alloc` reserved.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Reserved {
+    /// Where the new object goes.
+    pub place: ObjPlace,
+    /// Whether the block is sealed (see the module docs): its header and payload are those
+    /// a committed transaction last wrote there.
+    pub sealed: bool,
+}
+
 /// What to undo if the transaction aborts.
 pub(crate) enum HeapUndo {
     Block(Arc<Run>, u32),
@@ -197,8 +217,13 @@ pub(crate) enum HeapUndo {
 
 /// A free to finish in the volatile state once its transaction has applied.
 pub(crate) enum PendingFree {
-    Block(Arc<Run>, u32),
-    Chunks { zone: u64, first: u64, n: u64 },
+    /// A block of a run; sealed when released if the flag is set.
+    Block(Arc<Run>, u32, bool),
+    Chunks {
+        zone: u64,
+        first: u64,
+        n: u64,
+    },
 }
 
 /// The allocator of one pool.
@@ -412,6 +437,7 @@ impl Heap {
                 quarantined: false,
                 retired: false,
                 hint: 0,
+                sealed: Vec::new(),
             }),
         });
         if damaged {
@@ -563,7 +589,7 @@ impl Heap {
         meta: &mut MetaOps,
         undo: &mut Vec<HeapUndo>,
         claim: &mut dyn FnMut(u64) -> bool,
-    ) -> Result<ObjPlace> {
+    ) -> Result<Reserved> {
         if size > self.max_object() {
             return Err(Error::ObjectTooLarge {
                 requested: size,
@@ -572,7 +598,12 @@ impl Heap {
         }
         match self.classes.class_for(size + HEADER_SIZE) {
             Some(class) => self.alloc_small(arena, class, size, meta, undo, claim),
-            None => self.alloc_large(size, meta, undo, claim),
+            None => self
+                .alloc_large(size, meta, undo, claim)
+                .map(|place| Reserved {
+                    place,
+                    sealed: false,
+                }),
         }
     }
 
@@ -591,7 +622,7 @@ impl Heap {
         meta: &mut MetaOps,
         undo: &mut Vec<HeapUndo>,
         claim: &mut dyn FnMut(u64) -> bool,
-    ) -> Result<ObjPlace> {
+    ) -> Result<Reserved> {
         /// Runs one allocation passes over before it makes a new run.
         const PASS_OVER_LIMIT: usize = 4;
         if arena.current.len() < self.classes.len() {
@@ -608,14 +639,17 @@ impl Heap {
                 }
                 let payload = |idx| run.block_offset(idx) + HEADER_SIZE;
                 let taken = take_bit(run.bits(), &mut st, run.nblocks, |idx| claim(payload(idx)));
-                if let Some(idx) = taken {
+                if let Some((idx, sealed)) = taken {
                     drop(st);
                     let (word, bit) = run.word_of(idx);
                     meta.set_bits(word, bit, run.checked);
                     undo.push(HeapUndo::Block(run.clone(), idx));
-                    break 'take Ok(ObjPlace {
-                        hdr: run.block_offset(idx),
-                        capacity: run.block - HEADER_SIZE,
+                    break 'take Ok(Reserved {
+                        place: ObjPlace {
+                            hdr: run.block_offset(idx),
+                            capacity: run.block - HEADER_SIZE,
+                        },
+                        sealed,
                     });
                 }
                 let free_blocks = st.used < run.nblocks;
@@ -713,6 +747,7 @@ impl Heap {
                 quarantined: false,
                 retired: false,
                 hint: 0,
+                sealed: Vec::new(),
             }),
         });
         let entry = run_entry(class, block, checked);
@@ -908,8 +943,14 @@ impl Heap {
 
     /// Prepares the free of the object whose payload is at `payload` (already located, by
     /// `locate` or when its buffer was made, and locked by the caller): records the metadata
-    /// change and what to finish after commit.
-    pub(crate) fn free(&self, payload: u64, meta: &mut MetaOps) -> Result<PendingFree> {
+    /// change and what to finish after commit. `committed`: the object was committed before
+    /// this transaction, whose changes to it are dropped, so its block is released sealed.
+    pub(crate) fn free(
+        &self,
+        payload: u64,
+        meta: &mut MetaOps,
+        committed: bool,
+    ) -> Result<PendingFree> {
         let pos = self
             .place_of(payload)
             .ok_or_else(|| Error::invalid_oid(payload, "outside the pool's zones"))?;
@@ -928,7 +969,7 @@ impl Heap {
                     .ok_or_else(|| Error::invalid_oid(payload, "not the start of an object"))?;
                 let (word, bit) = run.word_of(idx);
                 meta.clear_bits(word, bit, run.checked);
-                Ok(PendingFree::Block(run, idx))
+                Ok(PendingFree::Block(run, idx, committed))
             }
             KIND_LARGE => {
                 let n = entry_arg(e);
@@ -948,7 +989,7 @@ impl Heap {
     /// Releases what a committed transaction freed.
     pub(crate) fn finish_free(&self, f: PendingFree) {
         match f {
-            PendingFree::Block(run, idx) => self.release_block(&run, idx),
+            PendingFree::Block(run, idx, sealed) => self.release_block(&run, idx, sealed),
             PendingFree::Chunks { zone, first, n } => self.release_chunks(zone, first, n),
         }
     }
@@ -964,7 +1005,7 @@ impl Heap {
     /// Rolls back an aborted transaction's reservations.
     pub(crate) fn undo(&self, u: HeapUndo) {
         match u {
-            HeapUndo::Block(run, idx) => self.release_block(&run, idx),
+            HeapUndo::Block(run, idx) => self.release_block(&run, idx, false),
             HeapUndo::NewRun(run) => {
                 let mut free = self.chunk_lock.lock();
                 if let Some(zone) = self.zone(run.zone) {
@@ -986,7 +1027,9 @@ impl Heap {
         }
     }
 
-    fn release_block(&self, run: &Arc<Run>, idx: u32) {
+    /// Releases a reserved or allocated block; `sealed`: it is free after a committed
+    /// free of a committed object (see the module docs).
+    fn release_block(&self, run: &Arc<Run>, idx: u32, sealed: bool) {
         let mut st = run.st.lock();
         // A retired run holds no block (it was empty, and reservations need the object's
         // lock, see the module docs): its slab may be another run's by now.
@@ -1000,6 +1043,12 @@ impl Heap {
             run.bits()[w].store(word & !(1 << (idx % 64)), Ordering::Release);
             st.used -= 1;
             st.hint = st.hint.min(w);
+            if sealed {
+                if st.sealed.is_empty() {
+                    st.sealed = vec![0; run.bits().len()];
+                }
+                st.sealed[w] |= 1 << (idx % 64);
+            }
         }
         if !st.owned && !st.pooled && !st.dead {
             st.pooled = true;
@@ -1061,13 +1110,14 @@ fn made_by(undo: &[HeapUndo], run: &Arc<Run>) -> bool {
 }
 
 /// Reserves a free block of a run (`bits`, `st` its state, locked by the caller) that
-/// `claim` accepts (it takes the block's object lock before the bit is set).
+/// `claim` accepts (it takes the block's object lock before the bit is set). Returns it
+/// and whether it was sealed (it is not any more).
 fn take_bit(
     bits: &[AtomicU64],
     st: &mut RunState,
     nblocks: u32,
     mut claim: impl FnMut(u32) -> bool,
-) -> Option<u32> {
+) -> Option<(u32, bool)> {
     if st.used >= nblocks {
         return None;
     }
@@ -1086,7 +1136,11 @@ fn take_bit(
                 bits[w].store(word | 1 << bit, Ordering::Release);
                 st.used += 1;
                 st.hint = w;
-                return Some(idx);
+                let sealed = st.sealed.get(w).is_some_and(|s| s & 1 << bit != 0);
+                if sealed {
+                    st.sealed[w] &= !(1 << bit);
+                }
+                return Some((idx, sealed));
             }
             free &= free - 1;
         }

@@ -547,6 +547,14 @@ impl Pool {
             reconciled,
             scrubs: Default::default(),
         });
+        if inner.reconciled.unrecoverable > 0 {
+            // Objects beyond repair may be freed: see `Engine::seals_trusted`.
+            inner
+                .eng
+                .repairs
+                .free_space_suspect
+                .store(true, Ordering::Relaxed);
+        }
         // Now at its final address: the media-error handler may point at it.
         inner.eng.arm_fault_handler();
         if let crate::VerifyPolicy::Scrub { every_n_tx } = config.verify {

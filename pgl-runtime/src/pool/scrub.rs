@@ -108,6 +108,12 @@ impl Pool {
                     // SAFETY: as above.
                     unsafe { crate::integrity::recompute_zone(&eng.media, &eng.geo, z) };
                     eng.media.fence();
+                    // What disagreed was free space (every object verified): its bytes
+                    // are now the parity's, so a sealed block may hold others than its
+                    // freed object's.
+                    eng.repairs
+                        .free_space_suspect
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
                     fixed = bad.len() as u64;
                 }
                 (bad.len() as u64, fixed)

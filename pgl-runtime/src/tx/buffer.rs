@@ -22,6 +22,16 @@ pub(crate) enum BufKind {
     Freed,
 }
 
+/// A new object allocated unfilled whose payload is still only in the pool (its block's
+/// bytes): the transaction copies it in when the object is first accessed, and a commit
+/// before that writes only the header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PendingRead {
+    /// The object's checksum over those bytes, when known without reading them (a sealed
+    /// block, see `heap::alloc`).
+    pub sum: Option<u32>,
+}
+
 /// One micro-buffer.
 pub(crate) struct Buffer {
     /// Payload offset in the pool.
@@ -36,6 +46,8 @@ pub(crate) struct Buffer {
     pub kind: BufKind,
     /// Shared borrows (> 0) or an exclusive one (-1) by live handles.
     pub borrow: isize,
+    /// Set while the payload is not copied in yet (new objects only; no handle exists).
+    pub pending_read: Option<PendingRead>,
     storage: Vec<u128>,
     canary: u128,
     dirty: Vec<(u32, u32)>,
@@ -56,6 +68,7 @@ impl Buffer {
             checksum: 0,
             kind,
             borrow: 0,
+            pending_read: None,
             storage,
             canary: c,
             dirty: Vec::new(),
@@ -90,6 +103,7 @@ impl Buffer {
         self.checksum = 0;
         self.kind = kind;
         self.borrow = 0;
+        self.pending_read = None;
         self.canary = c;
         self.dirty.clear();
     }

@@ -20,6 +20,7 @@ use crate::heap::layout::{
     HEADER_SIZE, META_SUM_OFFSET,
 };
 use crate::integrity::replica;
+use crate::persist::Media;
 use crate::stats::Counter;
 use crate::{Error, Result};
 use std::ptr::NonNull;
@@ -71,20 +72,34 @@ fn new_pieces(buf: &Buffer, hdr: &[u8; 16], mut f: impl FnMut(u64, &[u8])) {
     }
 }
 
+/// The payload of new object `buf`: its buffer's, or the pool's bytes while its read is
+/// pending (see `PendingRead`).
+fn new_payload<'a>(media: &'a Media, buf: &'a Buffer) -> &'a [u8] {
+    if buf.pending_read.is_some() {
+        // SAFETY: the payload lies inside the pool, in a block reserved for this
+        // transaction and write-locked by it: nothing writes it while the slice lives
+        // (this commit writes only the header of an object whose read is pending).
+        unsafe { std::slice::from_raw_parts(media.ptr(buf.off) as *const u8, buf.size) }
+    } else {
+        buf.payload()
+    }
+}
+
 /// The headers of the new objects `news`, in order, into `hdrs` (checksum 0 without
 /// `checksums`: the pool's header says they are not kept).
-fn new_headers(news: &[NonNull<Buffer>], hdrs: &mut Vec<[u8; 16]>, checksums: bool) {
+fn new_headers(media: &Media, news: &[NonNull<Buffer>], hdrs: &mut Vec<[u8; 16]>, checksums: bool) {
     hdrs.clear();
     hdrs.extend(news.iter().map(|b| {
         // SAFETY: buffers live until release.
         let buf = unsafe { b.as_ref() };
+        let known = buf.pending_read.and_then(|r| r.sum);
         ObjectHeader {
             size: buf.size as u64,
             type_id: buf.type_id,
-            checksum: if checksums {
-                object_checksum(buf.off, buf.type_id, buf.payload())
-            } else {
-                0
+            checksum: match known {
+                _ if !checksums => 0,
+                Some(sum) => sum,
+                None => object_checksum(buf.off, buf.type_id, new_payload(media, buf)),
             },
         }
         .to_bytes()
@@ -376,7 +391,7 @@ impl Tx<'_> {
     ) -> Result<()> {
         let eng = self.eng;
         let media = &eng.media;
-        new_headers(news, hdrs, self.eng.checksums);
+        new_headers(&eng.media, news, hdrs, self.eng.checksums);
         self.new_objects_parity(news, hdrs);
         let written = 8 + self.write_new_objects(news, hdrs);
         // The word may be covered by another lane's record that is not yet retired: that
@@ -549,13 +564,13 @@ impl Tx<'_> {
                 };
             i = j;
         }
-        new_headers(news, hdrs, self.eng.checksums);
+        new_headers(&self.eng.media, news, hdrs, self.eng.checksums);
         for (b, h) in news.iter().zip(hdrs.iter()) {
             // SAFETY: buffers live until release.
             let buf = unsafe { b.as_ref() };
             let mut crc = crate::checksum::Strong::new();
             crc.update(h);
-            crc.update(buf.payload());
+            crc.update(new_payload(&self.eng.media, buf));
             needed += record::entry_size(record::NEW_LEN);
             // Payloads are at most `u32::MAX` bytes (`Heap::max_object`).
             let size = u32::try_from(buf.size).map_err(|_| Error::ObjectTooLarge {

@@ -128,6 +128,22 @@ impl Engine {
     }
 
     /// The media-error handler's view of this pool, if it is registered with the handler.
+    /// Whether a sealed block's header may be trusted to hold the checksum of its bytes
+    /// (see `heap::alloc`). Damage to a free block is then repaired from parity when the
+    /// new object is first verified. Not without parity (nothing could repair it), nor
+    /// once something made free-space damage permanent since the pool opened: a scrub
+    /// recomputed parity over it, a lost page was zero-filled, or an object was found
+    /// beyond repair (it may have been freed since, with its damage).
+    pub(crate) fn seals_trusted(&self) -> bool {
+        self.checksums
+            && self.parity.enabled()
+            && !self.repairs.free_space_suspect.load(Ordering::Relaxed)
+            && self.repairs.unrecoverable.load(Ordering::Relaxed) == 0
+            && self
+                .fault_ctx()
+                .is_none_or(|c| c.lost.load(Ordering::Relaxed) == 0)
+    }
+
     pub(crate) fn fault_ctx(&self) -> Option<&crate::integrity::handler::FaultCtx> {
         if self.fault_slot.load(Ordering::Acquire) == usize::MAX {
             return None;

@@ -40,6 +40,10 @@ pub(crate) struct RepairCounters {
     pub unrecoverable: AtomicU64,
     /// Allocation bitmap words rebuilt from parity.
     pub bitmap_words: AtomicU64,
+    /// Set once free space may hold damage parity will not repair: a scrub recomputed
+    /// parity over damaged free space, or the pool opened with objects beyond repair.
+    /// Sealed blocks are no longer trusted then (`Engine::seals_trusted`).
+    pub free_space_suspect: std::sync::atomic::AtomicBool,
 }
 
 /// What a repair attempt found.

@@ -4,13 +4,16 @@
 //! Invariant: until commit, a transaction changes nothing in NVMM that a recovery or another
 //! transaction could see (new objects are written only into space still free on media).
 
-use super::buffer::{BufKind, Buffer};
+use super::buffer::{BufKind, Buffer, PendingRead};
 use super::engine::{Engine, VerifyPolicy};
 use super::handle::{Mut, Read, ReadSource, Ref};
 use super::held::HeldStripes;
 use super::lane::{Lane, LaneState};
 use super::locks::{Held, ObjectLocks};
-use crate::heap::layout::{object_checksum, ObjectHeader, HEADER_SIZE};
+use crate::checksum::adler32_patch;
+use crate::heap::layout::{
+    checksum_prefix, object_checksum, ObjectHeader, CHECKSUM_PREFIX, HEADER_SIZE,
+};
 use crate::persistent::{Oid, Persistent};
 use crate::stats::Counter;
 use crate::{Error, Result};
@@ -85,8 +88,9 @@ impl<'p> Tx<'p> {
 
     fn header(&self, off: u64) -> ObjectHeader {
         let mut h = [0u8; 16];
-        // SAFETY: `off` was located as a live object (its header lies inside the pool) and we
-        // hold its lock, so no commit changes it meanwhile.
+        // SAFETY: `off` was located as a live object or reserved for this transaction (its
+        // header lies inside the pool) and we hold its lock, so no commit changes it
+        // meanwhile.
         unsafe { self.eng.media.read(off - HEADER_SIZE, &mut h) };
         ObjectHeader::from_bytes(&h)
     }
@@ -121,8 +125,18 @@ impl<'p> Tx<'p> {
         let b = st.lane.scratch.bufs[i];
         // SAFETY: buffers live until the transaction ends; only handles alias them, and
         // those are checked through `borrow` before any access.
-        if unsafe { b.as_ref() }.kind == BufKind::Freed {
+        let buf = unsafe { b.as_ref() };
+        if buf.kind == BufKind::Freed {
             return Err(Error::UseAfterFree { offset: off });
+        }
+        if buf.pending_read.is_some() {
+            // SAFETY: a buffer whose read is pending has never been handed out: no handle
+            // aliases it.
+            let buf = unsafe { &mut *b.as_ptr() };
+            buf.pending_read = None;
+            // SAFETY: the payload lies inside the pool, in a block reserved for this
+            // transaction (no one else writes it) and write-locked by it.
+            unsafe { self.eng.media.read(off, buf.payload_mut()) };
         }
         Ok(Some(b))
     }
@@ -307,7 +321,9 @@ impl<'p> Tx<'p> {
     /// (zeros in space never used, else bytes of an object freed earlier; every
     /// `Persistent` type is valid for any bytes). The commit writes the object's header and
     /// only the bytes changed through `tx.open`, so this is the cheapest way to allocate a
-    /// large object that is filled in part or later. It is `pmemobj_tx_alloc` to
+    /// large object that is filled in part or later. Its bytes are not even read until the
+    /// object is first accessed: in a block freed earlier (while the pool keeps parity),
+    /// the new checksum comes from the freed object's header. It is `pmemobj_tx_alloc` to
     /// [`alloc_zeroed`](Self::alloc_zeroed)'s `pmemobj_tx_zalloc`.
     ///
     /// The bytes may be another object's, freed earlier in this pool: allocate with
@@ -333,19 +349,43 @@ impl<'p> Tx<'p> {
     /// ```
     pub fn alloc_unzeroed<T: Persistent>(&self) -> Result<Oid<T>> {
         self.check_layout::<T>(true)?;
+        let size = core::mem::size_of::<T>();
         let mut st = self.st.borrow_mut();
-        let (off, mut p) = self.alloc_block(&mut st, core::mem::size_of::<T>(), T::TYPE_ID)?;
+        let (off, mut p, sealed) = self.alloc_block(&mut st, size, T::TYPE_ID)?;
         // SAFETY: just created; no handle to it exists yet.
         let buf = unsafe { p.as_mut() };
-        // SAFETY: the payload lies inside the pool, in a block the heap reserved for this
-        // transaction (no one else writes it) and that it write-locked.
-        unsafe { self.eng.media.read(off, buf.payload_mut()) };
         if T::__OWNS_TAIL {
+            // SAFETY: the payload lies inside the pool, in a block the heap reserved for
+            // this transaction (no one else writes it) and that it write-locked.
+            unsafe { self.eng.media.read(off, buf.payload_mut()) };
             // A stale link would make the new object own a freed object's groups (or
             // whatever now lives in their blocks).
             super::tail::clear_link(buf);
+        } else {
+            // The bytes stay in the pool until the object is first accessed (`buffered`).
+            let sum = (sealed && self.eng.seals_trusted())
+                .then(|| self.sealed_sum(off, size, T::TYPE_ID))
+                .flatten();
+            buf.pending_read = Some(PendingRead { sum });
         }
         Ok(Oid::from_raw(off))
+    }
+
+    /// The checksum of the bytes of sealed block `off` (see `heap::alloc`) as an object of
+    /// `size` bytes of type `type_id`, from the freed object's header, without reading
+    /// them: the freed object's checksum with the type and size in its prefix replaced
+    /// (`None` if its size was another).
+    fn sealed_sum(&self, off: u64, size: usize, type_id: u32) -> Option<u32> {
+        let old = self.header(off);
+        (old.size == size as u64).then(|| {
+            adler32_patch(
+                old.checksum,
+                CHECKSUM_PREFIX + size,
+                0,
+                &checksum_prefix(off, old.size, old.type_id),
+                &checksum_prefix(off, old.size, type_id),
+            )
+        })
     }
 
     /// Allocates `size` payload bytes of type `type_id`, filled by `fill`.
@@ -356,7 +396,7 @@ impl<'p> Tx<'p> {
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<u64> {
         let mut st = self.st.borrow_mut();
-        let (off, mut p) = self.alloc_block(&mut st, size, type_id)?;
+        let (off, mut p, _) = self.alloc_block(&mut st, size, type_id)?;
         // SAFETY: just created; no handle to it exists yet.
         let buf = unsafe { p.as_mut() };
         fill(buf.payload_mut());
@@ -365,13 +405,14 @@ impl<'p> Tx<'p> {
     }
 
     /// Reserves a block for `size` payload bytes of type `type_id`, write-locks it and
-    /// gives it a new (unfilled, unmarked) buffer.
+    /// gives it a new (unfilled, unmarked) buffer. Returns the payload's offset, the
+    /// buffer, and whether the block is sealed (see `heap::alloc`).
     fn alloc_block(
         &self,
         st: &mut TxState<'p>,
         size: usize,
         type_id: u32,
-    ) -> Result<(u64, NonNull<Buffer>)> {
+    ) -> Result<(u64, NonNull<Buffer>, bool)> {
         if size == 0 {
             return Err(Error::config("zero-sized objects cannot be allocated"));
         }
@@ -388,14 +429,14 @@ impl<'p> Tx<'p> {
             }
             Err(_) => false,
         };
-        let place = self.eng.heap.alloc(
+        let reserved = self.eng.heap.alloc(
             &mut lane.arena,
             size as u64,
             &mut lane.scratch.meta,
             &mut lane.scratch.undo,
             &mut claim,
         );
-        let place = match (place, own_ref) {
+        let reserved = match (reserved, own_ref) {
             // Blocked by this thread's own `Ref`: no retry can succeed while it is held.
             (Err(Error::Conflict { .. }), Some(offset)) => {
                 return Err(Error::LockedByThisThread { offset });
@@ -406,10 +447,10 @@ impl<'p> Tx<'p> {
             }
             (p, _) => p?,
         };
-        let off = place.hdr + HEADER_SIZE;
+        let off = reserved.place.hdr + HEADER_SIZE;
         let p = self.new_buffer(st, off, size, type_id, BufKind::New);
         st.allocs += 1;
-        Ok((off, p))
+        Ok((off, p, reserved.sealed))
     }
 
     /// Frees the object when the transaction commits (an `#[extendible]` object with its
@@ -451,7 +492,11 @@ impl<'p> Tx<'p> {
         if buf.borrow != 0 {
             return Err(Error::AlreadyBorrowed { offset: off });
         }
-        let f = self.eng.heap.free(off, &mut st.lane.scratch.meta)?;
+        let committed = buf.kind != BufKind::New;
+        let f = self
+            .eng
+            .heap
+            .free(off, &mut st.lane.scratch.meta, committed)?;
         st.lane.scratch.frees.push(f);
         buf.kind = BufKind::Freed;
         Ok(())
@@ -469,7 +514,7 @@ impl<'p> Tx<'p> {
         self.lock(st, off, Held::Write)?;
         let place = self.eng.heap.locate(off)?;
         let type_id = check(&self.header(off), place.capacity)?;
-        let f = self.eng.heap.free(off, &mut st.lane.scratch.meta)?;
+        let f = self.eng.heap.free(off, &mut st.lane.scratch.meta, true)?;
         st.lane.scratch.frees.push(f);
         self.new_buffer(st, off, 0, type_id, BufKind::Freed);
         Ok(())
