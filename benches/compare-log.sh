@@ -15,7 +15,9 @@
 # Environment: PGL_BENCH_N (default 100000), PGL_BENCH_RUNS (default 5), PGL_BENCH_SIZES
 # (default "64 256 1024 4096"), PGL_BENCH_THREADS (default "1 2 4"), PGL_BENCH_LOG_SIZE
 # (throughput record size, default 64), PGL_BENCH_LOG_MIB, PGL_BENCH_DIR (default
-# /dev/shm), PEER_KIT. Output: the combined CSV on stdout, then a markdown table.
+# /dev/shm), PEER_KIT, PGL_COMPARE_ROUNDS (default 3: pgl and pmemlog run in turn that
+# many times, each figure the median of its rounds). Output: the combined CSV on stdout
+# (every round), then a markdown table.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -25,6 +27,7 @@ runs=${PGL_BENCH_RUNS:-5}
 sizes=${PGL_BENCH_SIZES:-64 256 1024 4096}
 tsize=${PGL_BENCH_LOG_SIZE:-64}
 dir=${PGL_BENCH_DIR:-/dev/shm}
+rounds=${PGL_COMPARE_ROUNDS:-3}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -37,26 +40,43 @@ echo "[compare-log] building pgl's bench" >&2
 (cd "$here" && cargo bench --bench log --no-run -q) >&2
 
 echo "[compare-log] pgl" >&2
-(cd "$here" && PGL_BENCH_N=$n PGL_BENCH_RUNS=$runs PGL_BENCH_SIZES="$sizes" \
-	PGL_BENCH_LOG_SIZE=$tsize PGL_BENCH_DIR=$dir cargo bench --bench log -q) \
-	>"$out/pgl.csv" 2>"$out/pgl.err"
+for r in $(seq "$rounds"); do
+	echo "[compare-log] round $r of $rounds: pgl" >&2
+	(cd "$here" && PGL_BENCH_N=$n PGL_BENCH_RUNS=$runs PGL_BENCH_SIZES="$sizes" \
+		PGL_BENCH_LOG_SIZE=$tsize PGL_BENCH_DIR=$dir cargo bench --bench log -q) \
+		>"$out/pgl.$r.csv" 2>"$out/pgl.err"
 
-echo "[compare-log] pmemlog (peer kit)" >&2
-PEER_SUITES=log PEER_N=$n PEER_RUNS=$runs PEER_SIZES="$peer_sizes" PEER_DIR=$dir \
-	bash "$kit" >"$out/pmdk.csv" 2>"$out/pmdk.err" ||
-	{ cat "$out/pmdk.err" >&2; exit 1; }
+	echo "[compare-log] round $r of $rounds: pmemlog (peer kit)" >&2
+	PEER_SUITES=log PEER_N=$n PEER_RUNS=$runs PEER_SIZES="$peer_sizes" PEER_DIR=$dir \
+		bash "$kit" >"$out/pmdk.$r.csv" 2>"$out/pmdk.err" ||
+		{ cat "$out/pmdk.err" >&2; exit 1; }
+done
+head -n 1 "$out/pgl.1.csv" >"$out/pgl.csv"
+head -n 1 "$out/pmdk.1.csv" >"$out/pmdk.csv"
+for r in $(seq "$rounds"); do
+	tail -n +2 "$out/pgl.$r.csv" >>"$out/pgl.csv"
+	tail -n +2 "$out/pmdk.$r.csv" >>"$out/pmdk.csv"
+done
 
 cat "$out/pgl.csv"
 tail -n +2 "$out/pmdk.csv"
+echo
+echo "(medians of $rounds rounds, pgl and pmemlog in turn)"
 
 python3 - "$out/pgl.csv" "$out/pmdk.csv" <<'PY'
-import csv, sys
-pgl, peer = [], {}
+import csv, statistics, sys
+order, runs, peer_runs = [], {}, {}
 for r in csv.DictReader(open(sys.argv[1])):
-    pgl.append(r)
+    key = (r["bench"], r["config"], int(r["size"]), r["threads"])
+    if key not in runs:
+        order.append(key)
+    runs.setdefault(key, []).append(float(r["ns_per_op"]))
 for r in csv.DictReader(open(sys.argv[2])):
     if r["suite"] == "log" and r["system"] == "pmemlog":
-        peer[int(r["size"])] = float(r["ns_per_op"])
+        peer_runs.setdefault(int(r["size"]), []).append(float(r["ns_per_op"]))
+peer = {s: statistics.median(v) for s, v in peer_runs.items()}
+pgl = [dict(bench=b, config=c, size=s, threads=t, ns_per_op=statistics.median(runs[(b, c, s, t)]))
+       for (b, c, s, t) in order]
 print("\n| bench | config | size | threads | pgl ns/op | pmemlog ns/op | ratio |")
 print("|---|---|---|---|---|---|---|")
 for r in pgl:

@@ -9,8 +9,10 @@
 # Environment: PGL_BENCH_N (ops per thread, default 100000), PGL_BENCH_RUNS (default 5),
 # PGL_BENCH_SIZES, PGL_BENCH_THREADS, PGL_BENCH_CONFIGS (pgl's protection configurations,
 # default "pangolin ML MLP MLPC"; see benches/micro.rs), PGL_BENCH_DIR (default /dev/shm),
-# PEER_KIT (path to run.sh). Output: the combined CSV on stdout, then a markdown table of
-# ratios, one row per pgl configuration.
+# PEER_KIT (path to run.sh), PGL_COMPARE_ROUNDS (default 3: pgl and pmemobj run in turn
+# that many times, and each figure is the median of its rounds, so that a slow phase of a
+# shared machine hits both sides). Output: the combined CSV on stdout (every round), then
+# a markdown table of ratios, one row per pgl configuration.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -21,6 +23,7 @@ sizes=${PGL_BENCH_SIZES:-64 256 1024 4096}
 threads=${PGL_BENCH_THREADS:-1 2}
 dir=${PGL_BENCH_DIR:-/dev/shm}
 configs=${PGL_BENCH_CONFIGS:-pangolin ML MLP MLPC}
+rounds=${PGL_COMPARE_ROUNDS:-3}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -29,27 +32,39 @@ trap 'rm -rf "$out"' EXIT
 echo "[compare] building pgl's bench" >&2
 (cd "$here" && cargo bench --bench micro --no-run -q) >&2
 
-echo "[compare] pgl" >&2
-(cd "$here" && PGL_BENCH_N=$n PGL_BENCH_RUNS=$runs PGL_BENCH_SIZES="$sizes" \
-	PGL_BENCH_THREADS="$threads" PGL_BENCH_CONFIGS="$configs" PGL_BENCH_DIR=$dir \
-	cargo bench --bench micro -q) \
-	>"$out/pgl.csv" 2>"$out/pgl.err"
+for r in $(seq "$rounds"); do
+	echo "[compare] round $r of $rounds: pgl" >&2
+	(cd "$here" && PGL_BENCH_N=$n PGL_BENCH_RUNS=$runs PGL_BENCH_SIZES="$sizes" \
+		PGL_BENCH_THREADS="$threads" PGL_BENCH_CONFIGS="$configs" PGL_BENCH_DIR=$dir \
+		cargo bench --bench micro -q) \
+		>"$out/pgl.$r.csv" 2>"$out/pgl.err"
 
-echo "[compare] pmemobj (peer kit)" >&2
-PEER_SUITES=fig3 PEER_N=$n PEER_RUNS=$runs PEER_SIZES="$sizes" PEER_THREADS="$threads" \
-	PEER_DIR=$dir bash "$kit" >"$out/pmdk.csv" 2>"$out/pmdk.err" ||
-	{ cat "$out/pmdk.err" >&2; exit 1; }
+	echo "[compare] round $r of $rounds: pmemobj (peer kit)" >&2
+	PEER_SUITES=fig3 PEER_N=$n PEER_RUNS=$runs PEER_SIZES="$sizes" PEER_THREADS="$threads" \
+		PEER_DIR=$dir bash "$kit" >"$out/pmdk.$r.csv" 2>"$out/pmdk.err" ||
+		{ cat "$out/pmdk.err" >&2; exit 1; }
+done
+head -n 1 "$out/pgl.1.csv" >"$out/pgl.csv"
+head -n 1 "$out/pmdk.1.csv" >"$out/pmdk.csv"
+for r in $(seq "$rounds"); do
+	tail -n +2 "$out/pgl.$r.csv" >>"$out/pgl.csv"
+	tail -n +2 "$out/pmdk.$r.csv" >>"$out/pmdk.csv"
+done
 
 cat "$out/pgl.csv"
 tail -n +2 "$out/pmdk.csv"
+echo
+echo "(medians of $rounds rounds, pgl and pmemobj in turn)"
 
 python3 - "$out/pgl.csv" "$out/pmdk.csv" <<'PY'
-import csv, sys
-rows = {}
+import csv, statistics, sys
+runs = {}
 for f in sys.argv[1:]:
     for r in csv.DictReader(open(f)):
         config = r["config"] if r["system"] == "pgl" else ""
-        rows[(r["bench"], r["system"], config, r["size"], r["threads"])] = float(r["ns_per_op"])
+        key = (r["bench"], r["system"], config, r["size"], r["threads"])
+        runs.setdefault(key, []).append(float(r["ns_per_op"]))
+rows = {k: statistics.median(v) for k, v in runs.items()}
 order = {"pangolin": 0, "ML": 1, "MLP": 2, "MLPC": 3}
 keys = sorted({(b, c, z, t) for (b, sy, c, z, t) in rows if sy == "pgl"},
               key=lambda k: (k[0], int(k[2]), int(k[3]), order.get(k[1], 9)))
