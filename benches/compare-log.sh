@@ -29,6 +29,8 @@ tsize=${PGL_BENCH_LOG_SIZE:-64}
 dir=${PGL_BENCH_DIR:-/dev/shm}
 rounds=${PGL_COMPARE_ROUNDS:-3}
 out=$(mktemp -d)
+# shellcheck source=rounds.sh
+source "$here/benches/rounds.sh"
 trap 'rm -rf "$out"' EXIT
 
 [[ -x $kit || -f $kit ]] || { echo "peer kit not found at $kit (set PEER_KIT)" >&2; exit 1; }
@@ -39,24 +41,12 @@ peer_sizes=$(printf '%s\n' $sizes $tsize | sort -nu | tr '\n' ' ')
 echo "[compare-log] building pgl's bench" >&2
 (cd "$here" && cargo bench --bench log --no-run -q) >&2
 
-echo "[compare-log] pgl" >&2
-for r in $(seq "$rounds"); do
-	echo "[compare-log] round $r of $rounds: pgl" >&2
-	(cd "$here" && PGL_BENCH_N=$n PGL_BENCH_RUNS=$runs PGL_BENCH_SIZES="$sizes" \
-		PGL_BENCH_LOG_SIZE=$tsize PGL_BENCH_DIR=$dir cargo bench --bench log -q) \
-		>"$out/pgl.$r.csv" 2>"$out/pgl.err"
-
-	echo "[compare-log] round $r of $rounds: pmemlog (peer kit)" >&2
-	PEER_SUITES=log PEER_N=$n PEER_RUNS=$runs PEER_SIZES="$peer_sizes" PEER_DIR=$dir \
-		bash "$kit" >"$out/pmdk.$r.csv" 2>"$out/pmdk.err" ||
-		{ cat "$out/pmdk.err" >&2; exit 1; }
-done
-head -n 1 "$out/pgl.1.csv" >"$out/pgl.csv"
-head -n 1 "$out/pmdk.1.csv" >"$out/pmdk.csv"
-for r in $(seq "$rounds"); do
-	tail -n +2 "$out/pgl.$r.csv" >>"$out/pgl.csv"
-	tail -n +2 "$out/pmdk.$r.csv" >>"$out/pmdk.csv"
-done
+q() { printf '%q' "$1"; }
+in_rounds "$out" "$rounds" \
+	"cd $(q "$here") && PGL_BENCH_N=$n PGL_BENCH_RUNS=$runs PGL_BENCH_SIZES=$(q "$sizes") \
+		PGL_BENCH_LOG_SIZE=$tsize PGL_BENCH_DIR=$(q "$dir") cargo bench --bench log -q" \
+	"PEER_SUITES=log PEER_N=$n PEER_RUNS=$runs PEER_SIZES=$(q "$peer_sizes") \
+		PEER_DIR=$(q "$dir") bash $(q "$kit")"
 
 cat "$out/pgl.csv"
 tail -n +2 "$out/pmdk.csv"

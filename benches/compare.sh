@@ -25,6 +25,8 @@ dir=${PGL_BENCH_DIR:-/dev/shm}
 configs=${PGL_BENCH_CONFIGS:-pangolin ML MLP MLPC}
 rounds=${PGL_COMPARE_ROUNDS:-3}
 out=$(mktemp -d)
+# shellcheck source=rounds.sh
+source "$here/benches/rounds.sh"
 trap 'rm -rf "$out"' EXIT
 
 [[ -x $kit || -f $kit ]] || { echo "peer kit not found at $kit (set PEER_KIT)" >&2; exit 1; }
@@ -32,24 +34,13 @@ trap 'rm -rf "$out"' EXIT
 echo "[compare] building pgl's bench" >&2
 (cd "$here" && cargo bench --bench micro --no-run -q) >&2
 
-for r in $(seq "$rounds"); do
-	echo "[compare] round $r of $rounds: pgl" >&2
-	(cd "$here" && PGL_BENCH_N=$n PGL_BENCH_RUNS=$runs PGL_BENCH_SIZES="$sizes" \
-		PGL_BENCH_THREADS="$threads" PGL_BENCH_CONFIGS="$configs" PGL_BENCH_DIR=$dir \
-		cargo bench --bench micro -q) \
-		>"$out/pgl.$r.csv" 2>"$out/pgl.err"
-
-	echo "[compare] round $r of $rounds: pmemobj (peer kit)" >&2
-	PEER_SUITES=fig3 PEER_N=$n PEER_RUNS=$runs PEER_SIZES="$sizes" PEER_THREADS="$threads" \
-		PEER_DIR=$dir bash "$kit" >"$out/pmdk.$r.csv" 2>"$out/pmdk.err" ||
-		{ cat "$out/pmdk.err" >&2; exit 1; }
-done
-head -n 1 "$out/pgl.1.csv" >"$out/pgl.csv"
-head -n 1 "$out/pmdk.1.csv" >"$out/pmdk.csv"
-for r in $(seq "$rounds"); do
-	tail -n +2 "$out/pgl.$r.csv" >>"$out/pgl.csv"
-	tail -n +2 "$out/pmdk.$r.csv" >>"$out/pmdk.csv"
-done
+q() { printf '%q' "$1"; }
+in_rounds "$out" "$rounds" \
+	"cd $(q "$here") && PGL_BENCH_N=$n PGL_BENCH_RUNS=$runs PGL_BENCH_SIZES=$(q "$sizes") \
+		PGL_BENCH_THREADS=$(q "$threads") PGL_BENCH_CONFIGS=$(q "$configs") \
+		PGL_BENCH_DIR=$(q "$dir") cargo bench --bench micro -q" \
+	"PEER_SUITES=fig3 PEER_N=$n PEER_RUNS=$runs PEER_SIZES=$(q "$sizes") \
+		PEER_THREADS=$(q "$threads") PEER_DIR=$(q "$dir") bash $(q "$kit")"
 
 cat "$out/pgl.csv"
 tail -n +2 "$out/pmdk.csv"

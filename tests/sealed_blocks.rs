@@ -5,15 +5,64 @@
 
 mod support;
 
-use pgl::{Config, Fault, Pool};
+use pgl::{Config, Fault, Oid, Pool};
+
+type Page = [u8; 4096];
 
 fn pool(name: &str, cfg: impl FnOnce(Config) -> Config) -> (Pool, std::path::PathBuf) {
-    let path = support::test_dir().join(format!("pgl-sealrev-{name}-{}", std::process::id()));
+    let path = support::test_dir().join(format!("pgl-sealed-{name}-{}", std::process::id()));
     let _ = std::fs::remove_file(&path);
     (
         Pool::create(&path, &cfg(Config::small(name))).unwrap(),
         path,
     )
+}
+
+/// Commits a filled page, frees it (its block is sealed), then injects `fault` (given
+/// the page's oid). Returns the oid.
+fn freed_and_damaged(pool: &Pool, fault: impl FnOnce(u64) -> Fault) -> u64 {
+    let a = pool
+        .tx(|tx| {
+            let a = tx.alloc_zeroed::<Page>()?;
+            tx.open(a)?.fill(0x5a);
+            Ok(a)
+        })
+        .unwrap();
+    pool.tx(|tx| tx.free(a)).unwrap();
+    pool.inject(&fault(a.raw())).unwrap();
+    a.raw()
+}
+
+/// One fault: 24 random bytes over the payload of the page at `oid`.
+fn scribble(oid: u64) -> Fault {
+    Fault::Scribble {
+        offset: oid + 1000,
+        len: 24,
+        seed: 11,
+    }
+}
+
+/// Allocates a page unfilled, untouched, linked from the root (if the pool has one);
+/// asserts it landed on the freed block `freed` and that it opens.
+fn reuse_unfilled(pool: &Pool, freed: u64, root: Option<Oid<u64>>) -> Oid<Page> {
+    let b = pool
+        .tx(|tx| {
+            let b = tx.alloc_unzeroed::<Page>()?;
+            if let Some(root) = root {
+                *tx.open(root)? = b.raw();
+            }
+            Ok(b)
+        })
+        .unwrap();
+    assert_eq!(
+        b.raw(),
+        freed,
+        "the freed block is reused (the test needs it)"
+    );
+    // Any bytes are a valid page: a new, unfilled object must open.
+    let r = pool.tx(|tx| tx.open(b).map(|h| h[0]));
+    assert!(r.is_ok(), "a freshly allocated unfilled object: {r:?}");
+    b
 }
 
 /// A scrub that repairs declares damage to free space benign and recomputes parity over
@@ -23,39 +72,12 @@ fn pool(name: &str, cfg: impl FnOnce(Config) -> Config) -> (Pool, std::path::Pat
 #[test]
 fn a_scrub_over_free_space_damage_voids_the_seals() {
     let (pool, path) = pool("scrub", |c| c);
-    let root = pool.root::<[u64; 1]>().unwrap();
-    let a = pool
-        .tx(|tx| {
-            let a = tx.alloc_zeroed::<[u8; 4096]>()?;
-            tx.open(a)?.fill(0x5a);
-            Ok(a)
-        })
-        .unwrap();
-    pool.tx(|tx| tx.free(a)).unwrap();
-    pool.inject(&Fault::Scribble {
-        offset: a.raw() + 1000,
-        len: 24,
-        seed: 11,
-    })
-    .unwrap();
+    let root = pool.root::<u64>().unwrap();
+    let a = freed_and_damaged(&pool, scribble);
     let report = pool.scrub(true, |_, _| {}).unwrap();
     assert!(report.is_clean(), "{report:?}");
     assert!(pool.verify_parity().unwrap().is_empty());
-    let b = pool
-        .tx(|tx| {
-            let b = tx.alloc_unzeroed::<[u8; 4096]>()?;
-            tx.open(root)?[0] = b.raw();
-            Ok(b)
-        })
-        .unwrap();
-    assert_eq!(
-        b.raw(),
-        a.raw(),
-        "the freed block is reused (the test needs it)"
-    );
-    // Any bytes are a valid [u8; 4096]: a new, unfilled object must open.
-    let r = pool.tx(|tx| tx.open(b).map(|h| h[0]));
-    assert!(r.is_ok(), "a freshly allocated unfilled object: {r:?}");
+    reuse_unfilled(&pool, a, Some(root));
     let bad = pool.verify_objects(|_, _| {}).unwrap();
     assert!(bad.is_empty(), "damaged after a clean scrub: {bad:?}");
     drop(pool);
@@ -67,28 +89,8 @@ fn a_scrub_over_free_space_damage_voids_the_seals() {
 #[test]
 fn without_parity_free_space_damage_stays_harmless() {
     let (pool, path) = pool("noparity", |c| c.parity(false));
-    let a = pool
-        .tx(|tx| {
-            let a = tx.alloc_zeroed::<[u8; 4096]>()?;
-            tx.open(a)?.fill(0x5a);
-            Ok(a)
-        })
-        .unwrap();
-    pool.tx(|tx| tx.free(a)).unwrap();
-    pool.inject(&Fault::Scribble {
-        offset: a.raw() + 1000,
-        len: 24,
-        seed: 11,
-    })
-    .unwrap();
-    let b = pool.tx(|tx| tx.alloc_unzeroed::<[u8; 4096]>()).unwrap();
-    assert_eq!(
-        b.raw(),
-        a.raw(),
-        "the freed block is reused (the test needs it)"
-    );
-    let r = pool.tx(|tx| tx.open(b).map(|h| h[0]));
-    assert!(r.is_ok(), "a freshly allocated unfilled object: {r:?}");
+    let a = freed_and_damaged(&pool, scribble);
+    reuse_unfilled(&pool, a, None);
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
@@ -99,27 +101,9 @@ fn without_parity_free_space_damage_stays_harmless() {
 #[test]
 fn a_lost_free_page_stays_harmless() {
     let (pool, path) = pool("lostpage", |c| c.parity(false));
-    let a = pool
-        .tx(|tx| {
-            let a = tx.alloc_zeroed::<[u8; 4096]>()?;
-            tx.open(a)?.fill(0x5a);
-            Ok(a)
-        })
-        .unwrap();
-    pool.tx(|tx| tx.free(a)).unwrap();
     // The page of the payload's last byte (not the header's: 16 + 4096 bytes span two).
-    pool.inject(&Fault::MediaError {
-        offset: a.raw() + 4095,
-    })
-    .unwrap();
-    let b = pool.tx(|tx| tx.alloc_unzeroed::<[u8; 4096]>()).unwrap();
-    assert_eq!(
-        b.raw(),
-        a.raw(),
-        "the freed block is reused (the test needs it)"
-    );
-    let r = pool.tx(|tx| tx.open(b).map(|h| h[0]));
-    assert!(r.is_ok(), "a freshly allocated unfilled object: {r:?}");
+    let a = freed_and_damaged(&pool, |a| Fault::MediaError { offset: a + 4095 });
+    reuse_unfilled(&pool, a, None);
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
@@ -129,29 +113,10 @@ fn a_lost_free_page_stays_harmless() {
 #[test]
 fn a_scrubbed_pool_reopens_clean() {
     let (pool, path) = pool("durable", |c| c);
-    let root = pool.root::<[u64; 1]>().unwrap();
-    let a = pool
-        .tx(|tx| {
-            let a = tx.alloc_zeroed::<[u8; 4096]>()?;
-            tx.open(a)?.fill(0x5a);
-            Ok(a)
-        })
-        .unwrap();
-    pool.tx(|tx| tx.free(a)).unwrap();
-    pool.inject(&Fault::Scribble {
-        offset: a.raw() + 1000,
-        len: 24,
-        seed: 11,
-    })
-    .unwrap();
+    let root = pool.root::<u64>().unwrap();
+    let a = freed_and_damaged(&pool, scribble);
     assert!(pool.scrub(true, |_, _| {}).unwrap().is_clean());
-    let b = pool
-        .tx(|tx| {
-            let b = tx.alloc_unzeroed::<[u8; 4096]>()?;
-            tx.open(root)?[0] = b.raw();
-            Ok(b)
-        })
-        .unwrap();
+    let b = reuse_unfilled(&pool, a, Some(root));
     drop(pool);
     let pool = Pool::open(&path, "durable").unwrap();
     let report = pool.scrub(true, |_, _| {}).unwrap();
@@ -159,4 +124,5 @@ fn a_scrubbed_pool_reopens_clean() {
     drop(pool);
     std::fs::remove_file(&path).unwrap();
     assert!(report.is_clean(), "after reopen: {report:?}; get: {got:?}");
+    assert!(got.is_ok(), "{got:?}");
 }
