@@ -124,7 +124,7 @@ impl Parity {
 
     /// The bytes of `[off, off + len)` announced by `update_new` are written.
     pub(crate) fn new_written(&self, off: u64, len: u64) {
-        self.each_parity_page(off, len, |parity, _| {
+        self.each_parity_range(off, len, |parity, _| {
             let before = self
                 .stripe_of(parity)
                 .pending
@@ -141,7 +141,7 @@ impl Parity {
 
     /// Calls `f(parity offset, bytes)` for each piece of `[off, off + len)` that parity
     /// covers (see `each_page`); nothing without parity.
-    fn each_parity_page(&self, off: u64, len: u64, mut f: impl FnMut(u64, u64)) {
+    pub(crate) fn each_parity_range(&self, off: u64, len: u64, mut f: impl FnMut(u64, u64)) {
         if !self.enabled {
             return;
         }
@@ -235,12 +235,12 @@ impl Parity {
     /// Prefetches the parity bytes of `[off, off + len)`: issued while a commit's log
     /// record drains, so that `write` finds them cached after the fence.
     pub(crate) fn prefetch(&self, media: &Media, off: u64, len: u64) {
-        self.each_parity_page(off, len, |parity, n| media.prefetch(parity, n));
+        self.each_parity_range(off, len, |parity, n| media.prefetch(parity, n));
     }
 
     /// Flushes the parity bytes of `[off, off + len)` (updated by `write` or `update_new`).
     pub(crate) fn flush(&self, media: &Media, off: u64, len: u64) {
-        self.each_parity_page(off, len, |parity, n| media.flush(parity, n));
+        self.each_parity_range(off, len, |parity, n| media.flush(parity, n));
     }
 }
 

@@ -60,6 +60,21 @@ fn for_each_write(
     }
 }
 
+/// Sorts the half-open byte ranges `r` and merges those that overlap or touch, in place.
+fn merge_ranges(r: &mut Vec<(u64, u64)>) {
+    r.sort_unstable();
+    let mut n = 0;
+    for i in 0..r.len() {
+        if n > 0 && r[i].0 <= r[n - 1].1 {
+            r[n - 1].1 = r[n - 1].1.max(r[i].1);
+        } else {
+            r[n] = r[i];
+            n += 1;
+        }
+    }
+    r.truncate(n);
+}
+
 /// Calls `f(offset, bytes)` for the pieces of new object `buf` a commit writes: its header
 /// `hdr` and the payload ranges marked (all of it when allocated with a value or zeroed;
 /// only what was changed when allocated unfilled, whose other bytes already hold its
@@ -326,7 +341,7 @@ impl Tx<'_> {
                 self.commit_new_direct(&mut lane.hdrs, &news, vals[0], &touched)
             } else {
                 self.commit_logged(
-                    &mut lane.stage,
+                    &mut lane.record,
                     &mut lane.hdrs,
                     &items,
                     &news,
@@ -500,7 +515,7 @@ impl Tx<'_> {
 
     fn commit_logged(
         &self,
-        stage: &mut Vec<u64>,
+        record: &mut super::lane::RecordScratch,
         hdrs: &mut Vec<[u8; 16]>,
         items: &[Item],
         news: &[NonNull<Buffer>],
@@ -510,6 +525,7 @@ impl Tx<'_> {
         let eng = self.eng;
         let media = &eng.media;
         let lane_size = eng.geo.lane_size as usize;
+        let super::lane::RecordScratch { stage, flushes } = record;
         // 3a. the record, built in DRAM (cache-hot for the checksum and the apply step)
         if stage.len() * 8 < lane_size {
             stage.resize(lane_size / 8, 0);
@@ -632,12 +648,21 @@ impl Tx<'_> {
             apply(off, &v.to_le_bytes());
             written += 8;
         }
+        // Each byte range once: a checked object's checksum word ends where its payload
+        // starts, and a second write-back of a line already on its way waits for the first
+        // (measured: ~120 ns a 64-byte overwrite when they were flushed apart).
+        flushes.clear();
         for_each_write(items, vals, &[], |dst, len| {
             if !crate::fault::drop_apply_flush() {
-                media.flush(dst, len);
+                flushes.push((dst, dst + len));
             }
-            eng.parity.flush(media, dst, len);
+            eng.parity
+                .each_parity_range(dst, len, |p, n| flushes.push((p, p + n)));
         });
+        merge_ranges(flushes);
+        for &(a, z) in flushes.iter() {
+            media.flush(a, z - a);
+        }
         media.fence();
         // A failed write-back of the applied bytes: the record must stay unretired, so that
         // reopening the pool replays it.
@@ -653,5 +678,61 @@ impl Tx<'_> {
         c.add(Counter::BytesLogged, eng.lane_copies().end * n as u64);
         c.add(Counter::BytesWritten, written);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge_ranges;
+
+    #[test]
+    fn ranges_that_overlap_or_touch_merge_and_others_stay_apart() {
+        let mut r = vec![
+            (100, 164),
+            (96, 100),
+            (300, 310),
+            (150, 170),
+            (200, 200),
+            (305, 306),
+        ];
+        merge_ranges(&mut r);
+        assert_eq!(r, vec![(96, 170), (200, 200), (300, 310)]);
+        let mut e: Vec<(u64, u64)> = Vec::new();
+        merge_ranges(&mut e);
+        assert!(e.is_empty());
+    }
+
+    #[test]
+    fn merged_ranges_cover_exactly_the_bytes_of_the_input() {
+        // Every byte of the input in exactly one output range, and no other byte.
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        for _ in 0..crate::miri_or(500, 20) {
+            let mut r = Vec::new();
+            for _ in 0..8 {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let a = (seed >> 33) % 200;
+                let n = (seed >> 20) % 24;
+                r.push((a, a + n));
+            }
+            let mut want = [false; 256];
+            for &(a, z) in &r {
+                want[a as usize..z as usize].fill(true);
+            }
+            merge_ranges(&mut r);
+            let mut got = [0u8; 256];
+            for w in r.windows(2) {
+                assert!(w[0].1 < w[1].0, "{r:?}: sorted, apart");
+            }
+            for &(a, z) in &r {
+                for b in &mut got[a as usize..z as usize] {
+                    *b += 1;
+                }
+            }
+            for i in 0..256 {
+                assert_eq!(got[i], u8::from(want[i]), "byte {i} of {r:?}");
+            }
+        }
     }
 }

@@ -37,6 +37,15 @@ pub(crate) struct Scratch {
     pub frees: Vec<PendingFree>,
 }
 
+/// Reusable buffers of a logged commit: its record and its apply step.
+#[derive(Default)]
+pub(crate) struct RecordScratch {
+    /// The record under construction (DRAM), one lane copy long.
+    pub stage: Vec<u64>,
+    /// The byte ranges the apply step flushes (`commit::merge_ranges`).
+    pub flushes: Vec<(u64, u64)>,
+}
+
 /// Per-lane state owned by the transaction that holds the lane.
 #[derive(Default)]
 pub(crate) struct LaneState {
@@ -55,8 +64,8 @@ pub(crate) struct LaneState {
     /// opened (durable once the fence that follows them completed; see
     /// `Tx::mark_dirty_zones`).
     pub dirty: super::record::DirtyZones,
-    /// The record under construction (DRAM), one lane copy long.
-    pub stage: Vec<u64>,
+    /// A logged commit's record and apply-step buffers.
+    pub record: RecordScratch,
     /// Headers of the new objects of a commit.
     pub hdrs: Vec<[u8; 16]>,
 

@@ -272,12 +272,12 @@ impl Engine {
             })
             .peekable();
         while pieces.peek().is_some() {
-            if lane.stage.len() * 8 < lane_size {
-                lane.stage.resize(lane_size / 8, 0);
+            if lane.record.stage.len() * 8 < lane_size {
+                lane.record.stage.resize(lane_size / 8, 0);
             }
             // SAFETY: a u64 vector viewed as bytes (alignment 8 >= 1; any bytes are valid).
             let stage: &mut [u8] = unsafe {
-                std::slice::from_raw_parts_mut(lane.stage.as_mut_ptr() as *mut u8, lane_size)
+                std::slice::from_raw_parts_mut(lane.record.stage.as_mut_ptr() as *mut u8, lane_size)
             };
             let mut w = RecordWriter::new(stage);
             let mut batch = Vec::new();
