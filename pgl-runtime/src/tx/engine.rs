@@ -127,7 +127,6 @@ impl Engine {
         }
     }
 
-    /// The media-error handler's view of this pool, if it is registered with the handler.
     /// Whether a sealed block's header may be trusted to hold the checksum of its bytes
     /// (see `heap::alloc`). Damage to a free block is then repaired from parity when the
     /// new object is first verified. Not without parity (nothing could repair it), nor
@@ -144,6 +143,7 @@ impl Engine {
                 .is_none_or(|c| c.lost.load(Ordering::Relaxed) == 0)
     }
 
+    /// The media-error handler's view of this pool, if it is registered with the handler.
     pub(crate) fn fault_ctx(&self) -> Option<&crate::integrity::handler::FaultCtx> {
         if self.fault_slot.load(Ordering::Acquire) == usize::MAX {
             return None;

@@ -373,8 +373,8 @@ impl<'p> Tx<'p> {
 
     /// The checksum of the bytes of sealed block `off` (see `heap::alloc`) as an object of
     /// `size` bytes of type `type_id`, from the freed object's header, without reading
-    /// them: the freed object's checksum with the type and size in its prefix replaced
-    /// (`None` if its size was another).
+    /// them: the freed object's checksum with the type id in its prefix replaced (`None`
+    /// if its size was another).
     fn sealed_sum(&self, off: u64, size: usize, type_id: u32) -> Option<u32> {
         let old = self.header(off);
         (old.size == size as u64).then(|| {
