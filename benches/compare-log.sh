@@ -41,7 +41,6 @@ peer_sizes=$(printf '%s\n' $sizes $tsize | sort -nu | tr '\n' ' ')
 echo "[compare-log] building pgl's bench" >&2
 (cd "$here" && cargo bench --bench log --no-run -q) >&2
 
-q() { printf '%q' "$1"; }
 in_rounds "$out" "$rounds" \
 	"cd $(q "$here") && PGL_BENCH_N=$n PGL_BENCH_RUNS=$runs PGL_BENCH_SIZES=$(q "$sizes") \
 		PGL_BENCH_LOG_SIZE=$tsize PGL_BENCH_DIR=$(q "$dir") cargo bench --bench log -q" \

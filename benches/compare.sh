@@ -34,7 +34,6 @@ trap 'rm -rf "$out"' EXIT
 echo "[compare] building pgl's bench" >&2
 (cd "$here" && cargo bench --bench micro --no-run -q) >&2
 
-q() { printf '%q' "$1"; }
 in_rounds "$out" "$rounds" \
 	"cd $(q "$here") && PGL_BENCH_N=$n PGL_BENCH_RUNS=$runs PGL_BENCH_SIZES=$(q "$sizes") \
 		PGL_BENCH_THREADS=$(q "$threads") PGL_BENCH_CONFIGS=$(q "$configs") \

@@ -1,5 +1,8 @@
 # rounds.sh -- sourced by compare.sh and compare-log.sh: the peer and pgl in turn.
 #
+# q WORD: WORD quoted for a shell command line (for building PGL_CMD and PEER_CMD).
+q() { printf '%q' "$1"; }
+
 # in_rounds OUT ROUNDS PGL_CMD PEER_CMD: runs `PGL_CMD` then `PEER_CMD` (shell commands
 # printing CSV with a header) ROUNDS times, so that a slow phase of a shared machine hits
 # both sides, and writes every round's rows under one header to OUT/pgl.csv and

@@ -97,7 +97,9 @@ fn without_parity_free_space_damage_stays_harmless() {
 
 /// A media error on a free block's page that nothing can rebuild (no parity) is
 /// zero-filled by the handler and costs nothing: no object lives there. The unfilled
-/// object over it holds the zeros under a checksum of them.
+/// object over it holds the zeros under a checksum of them. (Like the test above, this
+/// guards the parity condition of `Engine::seals_trusted`: without parity no seal is
+/// trusted, lost page or not.)
 #[test]
 fn a_lost_free_page_stays_harmless() {
     let (pool, path) = pool("lostpage", |c| c.parity(false));
