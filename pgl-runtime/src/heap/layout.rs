@@ -190,12 +190,15 @@ pub const fn entry_arg(e: u64) -> u64 {
     e >> 32
 }
 
+/// Where the type id lies in an object's checksummed prefix.
+pub const PREFIX_TYPE_OFFSET: usize = 16;
+
 /// The checksummed prefix of an object.
 pub fn checksum_prefix(payload_off: u64, size: u64, type_id: u32) -> [u8; CHECKSUM_PREFIX] {
     let mut p = [0u8; CHECKSUM_PREFIX];
     p[0..8].copy_from_slice(&payload_off.to_le_bytes());
     p[8..16].copy_from_slice(&size.to_le_bytes());
-    p[16..20].copy_from_slice(&type_id.to_le_bytes());
+    p[PREFIX_TYPE_OFFSET..].copy_from_slice(&type_id.to_le_bytes());
     p
 }
 

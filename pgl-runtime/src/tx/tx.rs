@@ -12,7 +12,7 @@ use super::lane::{Lane, LaneState};
 use super::locks::{Held, ObjectLocks};
 use crate::checksum::adler32_patch;
 use crate::heap::layout::{
-    checksum_prefix, object_checksum, ObjectHeader, CHECKSUM_PREFIX, HEADER_SIZE,
+    object_checksum, ObjectHeader, CHECKSUM_PREFIX, HEADER_SIZE, PREFIX_TYPE_OFFSET,
 };
 use crate::persistent::{Oid, Persistent};
 use crate::stats::Counter;
@@ -374,18 +374,22 @@ impl<'p> Tx<'p> {
     /// The checksum of the bytes of sealed block `off` (see `heap::alloc`) as an object of
     /// `size` bytes of type `type_id`, from the freed object's header, without reading
     /// them: the freed object's checksum with the type id in its prefix replaced (`None`
-    /// if its size was another).
+    /// if its size was another; the offset, the prefix's other field, is the same).
     fn sealed_sum(&self, off: u64, size: usize, type_id: u32) -> Option<u32> {
         let old = self.header(off);
-        (old.size == size as u64).then(|| {
-            adler32_patch(
-                old.checksum,
-                CHECKSUM_PREFIX + size,
-                0,
-                &checksum_prefix(off, old.size, old.type_id),
-                &checksum_prefix(off, old.size, type_id),
-            )
-        })
+        if old.size != size as u64 {
+            return None;
+        }
+        if old.type_id == type_id {
+            return Some(old.checksum);
+        }
+        Some(adler32_patch(
+            old.checksum,
+            CHECKSUM_PREFIX + size,
+            PREFIX_TYPE_OFFSET,
+            &old.type_id.to_le_bytes(),
+            &type_id.to_le_bytes(),
+        ))
     }
 
     /// Allocates `size` payload bytes of type `type_id`, filled by `fill`.
