@@ -1251,6 +1251,14 @@ impl<T: Persistent> Drop for Detached<'_, T> {
 }
 
 #[cfg(test)]
+impl Pool {
+    /// The engine: for unit tests of the layers below, which look at their volatile state.
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.inner.eng
+    }
+}
+
+#[cfg(test)]
 mod walk_race {
     use crate::heap::layout::*;
     use crate::{Config, Oid, Pool};
