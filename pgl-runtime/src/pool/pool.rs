@@ -869,11 +869,17 @@ impl Pool {
         if let crate::Fault::MediaError { offset } = *fault {
             return self.inject_media_error(offset);
         }
-        let target = fault.target(&eng.geo, eng.media.len(), |oid| {
-            let p = eng.heap.locate(oid)?;
-            Ok((p.hdr, HEADER_SIZE + p.capacity))
-        })?;
+        let target = || {
+            fault.target(&eng.geo, eng.media.len(), |oid| {
+                let p = eng.heap.locate(oid)?;
+                Ok((p.hdr, HEADER_SIZE + p.capacity))
+            })
+        };
+        // Checked first, so that a bad fault is reported without freezing the pool; then
+        // found again with the pool frozen, where no commit can free or move the object.
+        let first = target()?;
         eng.exclusive(|| {
+            let target = target()?;
             let mut old = vec![0u8; target.len as usize];
             // SAFETY: the range lies in the pool (checked by `target`); we hold every lock
             // and lane, so nothing else reads or writes it.
@@ -886,7 +892,7 @@ impl Pool {
             eng.media.check()
         })
         .unwrap_or(Err(Error::Conflict {
-            offset: target.offset,
+            offset: first.offset,
         }))
     }
 
