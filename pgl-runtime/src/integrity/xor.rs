@@ -11,6 +11,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
+/// Ranges shorter than this take the portable loop directly: the AVX2 kernels work in
+/// 32-byte vectors.
+const VECTOR_MIN: usize = 32;
+
 type Xor2 = unsafe fn(&mut [u8], &[u8]);
 type Xor3 = unsafe fn(&mut [u8], &[u8], &[u8]);
 
@@ -64,6 +68,12 @@ pub fn xor_delta_into(dst: &mut [u8], a: &[u8], b: &[u8]) {
         dst.len() == a.len() && a.len() == b.len(),
         "xor_delta_into: lengths differ"
     );
+    if dst.len() < VECTOR_MIN {
+        // A header or a metadata word (every allocation and free updates one): the
+        // vector kernel would run its scalar tail anyway, behind a dispatch.
+        // SAFETY: the lengths are equal (checked above).
+        return unsafe { portable_xor3(dst, a, b) };
+    }
     // SAFETY: as in `xor_into`.
     unsafe { (kernels().xor3)(dst, a, b) }
 }
@@ -128,6 +138,7 @@ unsafe fn portable_xor2(dst: &mut [u8], src: &[u8]) {
 ///
 /// # Safety
 /// As `portable_xor2`.
+#[inline]
 unsafe fn portable_xor3(dst: &mut [u8], a: &[u8], b: &[u8]) {
     let mut d = dst.chunks_exact_mut(8);
     let mut x = a.chunks_exact(8);
