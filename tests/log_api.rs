@@ -260,3 +260,27 @@ fn log_is_send_and_sync() {
     fn send<T: Send>() {}
     send::<pgl::log::Reservation<'static>>();
 }
+
+#[test]
+fn an_empty_log_takes_a_record_of_max_record_bytes_wherever_its_tail_is() {
+    let sim = CrashSim::new(1 << 20);
+    let log = Log::create_sim(&sim, LogConfig::new(4096)).unwrap();
+    let first = log.append(&[1u8; 100]).unwrap();
+    log.reclaim(first).unwrap();
+    // Nothing is live, yet the tail is at 128: the record must wrap to offset 0.
+    let big = payload(2, log.max_record() as usize);
+    let lsn = log.append(&big).unwrap(); // was LogFull { needed: 4096, free: 4096 }
+    assert_eq!(
+        all(&log),
+        vec![Record {
+            lsn,
+            payload: big.clone()
+        }]
+    );
+    drop(log);
+    let log = Log::open_sim(&sim).unwrap();
+    assert_eq!(log.recovery().next_lsn, lsn + 1);
+    assert_eq!(all(&log), vec![Record { lsn, payload: big }]);
+    log.reclaim(lsn).unwrap();
+    assert_eq!(log.append(b"after").unwrap(), lsn + 1);
+}

@@ -306,3 +306,47 @@ fn fuzzed_log_images_never_panic() {
         "opened {opened}, refused {refused}"
     );
 }
+
+#[test]
+fn damage_to_the_superline_copy_in_use_loses_no_record_and_revives_none() {
+    // No reclaim since the log was opened: only the opening (copy B) named the epoch its
+    // records carry; copy A is the one `format` wrote.
+    let f = TempLog::new("super-in-use");
+    let cfg = LogConfig::new(64 << 10).flush(FlushMode::None);
+    let cap = {
+        let log = Log::create(&f.0, cfg).unwrap();
+        for lsn in 1..=8 {
+            log.append(&filled(lsn)).unwrap();
+        }
+        log.capacity()
+    };
+    flip(&f.0, format::super_offset(1, cap) + 33);
+    let mut expect: Vec<(u64, Vec<u8>)>;
+    {
+        let log = Log::open_with(&f.0, Some(FlushMode::None)).unwrap();
+        expect = log
+            .iter()
+            .map(|r| r.unwrap())
+            .map(|r| (r.lsn, r.payload))
+            .collect();
+        let lsn = log.append(&[0xAB; 100]).unwrap();
+        expect.push((lsn, vec![0xAB; 100]));
+    }
+    let log = Log::open_with(&f.0, Some(FlushMode::None)).unwrap();
+    let got: Vec<_> = log
+        .iter()
+        .map(|r| r.unwrap())
+        .map(|r| (r.lsn, r.payload))
+        .collect();
+    assert_eq!(
+        got.iter().map(|r| r.0).collect::<Vec<_>>(),
+        expect.iter().map(|r| r.0).collect::<Vec<_>>(),
+        "records the last recovery dropped came back"
+    );
+    assert_eq!(got, expect);
+    assert_eq!(
+        got.len(),
+        9,
+        "the eight forced records survive one damaged copy"
+    );
+}

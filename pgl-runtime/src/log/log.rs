@@ -228,6 +228,12 @@ impl Log {
         };
         let new_copy = 1 - copy;
         write_superline(&media, cap, new_copy, &new_line)?;
+        // Then the same line into the copy just read, so that both copies name the new
+        // epoch before any record carries it: were the newer copy lost later, the other
+        // must not lead recovery (and the next open) to an older epoch, which would reject
+        // this generation's records and then hand their epoch out again, reviving them.
+        // The copy written first already holds the new state if this write is torn.
+        write_superline(&media, cap, copy, &new_line)?;
 
         let slots: Box<[AtomicU64]> = (0..RING).map(|_| AtomicU64::new(0)).collect();
         let ends: Box<[AtomicU64]> = (0..RING).map(|_| AtomicU64::new(0)).collect();
@@ -246,7 +252,8 @@ impl Log {
                 next,
                 vtail: scan.end_voff,
                 head_lsn: line.start_lsn,
-                head_voff: line.start_voff,
+                // Where the first live record is (past the superline's start if it wrapped).
+                head_voff: scan.index.first().copied().unwrap_or(line.start_voff),
                 index: scan.index.into(),
             }),
             next: AtomicU64::new(next),
@@ -365,6 +372,12 @@ impl Log {
             let left = self.cap - t.vtail % self.cap;
             let start = if left < size { t.vtail + left } else { t.vtail };
             let end = start + size;
+            // With no live record, the bytes a wrapping record skips hold nothing: the log
+            // starts where the record does (recovery measures its lap from the first record
+            // it finds, not from a start offset that record skipped).
+            if t.index.is_empty() {
+                t.head_voff = start;
+            }
             if end - t.head_voff > self.cap {
                 return Err(Error::LogFull {
                     path: self.media.path(),

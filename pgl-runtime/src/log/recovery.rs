@@ -83,10 +83,15 @@ pub(crate) fn scan(area: &[u8], sb: &Superline, area_offset: u64, want_index: bo
         start_lsn: sb.start_lsn,
         ..RecoveryReport::default()
     };
-    let limit = sb.start_voff.saturating_add(cap);
+    let mut limit = sb.start_voff.saturating_add(cap);
     loop {
         match locate(area, voff, lsn, rule) {
             Ok((at, h)) => {
+                if lsn == sb.start_lsn {
+                    // The first record may have wrapped past the start offset: the bytes it
+                    // skipped hold nothing live, the lap starts at the record.
+                    limit = at.saturating_add(cap);
+                }
                 let end = at + record_size(h.len());
                 if end > limit {
                     // More than a capacity of records: the rest must be stale.
