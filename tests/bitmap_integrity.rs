@@ -565,6 +565,41 @@ fn runs_of_any_geometry_fit_their_first_record() {
     }
 }
 
+/// As above, but the new plain run's chunk held a large object before: its bitmap words
+/// are not zero, so its first commit must log every one of them, and a plain bitmap of
+/// the smallest class (8 KiB here) does not fit a lane of 8 KiB. An
+/// allocation of 8 bytes fails with `TxTooLarge`. (From a review; no fix yet: ignored.)
+#[test]
+#[ignore = "known: a new plain run over a reused chunk may not fit one lane record"]
+fn a_plain_run_over_a_reused_chunk_fits_its_first_record() {
+    let p = path("plain-reused");
+    let mut c = Config::new("bitmaps");
+    c.chunk_size = 2 << 20;
+    c.chunks_per_row = 2;
+    c.rows = 2;
+    c.lanes = 2;
+    c.lane_size = 8 << 10;
+    c.size = c.geometry().pool_size(1);
+    c.max_size = c.size;
+    let pool = Pool::create(&p, &c).unwrap();
+    // A large object whose first 8 KiB hold 0xff, freed: the next new run takes its chunk.
+    let big = pool
+        .tx(|tx| tx.alloc_zeroed::<[u8; (2 << 20) - 16]>())
+        .unwrap();
+    for at in (0..8192).step_by(2048) {
+        pool.tx(|tx| {
+            tx.open(big)?.write_bytes(at, &[0xff; 2048]);
+            Ok(())
+        })
+        .unwrap();
+    }
+    pool.tx(|tx| tx.free(big)).unwrap();
+    let r = pool.tx(|tx| tx.alloc([7u8; 8]));
+    assert!(r.is_ok(), "{r:?}");
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
+
 #[test]
 fn a_word_beyond_repair_is_reported_by_a_scrub_and_its_run_taken_out_of_service() {
     let p = path("quarantine");

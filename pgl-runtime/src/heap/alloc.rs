@@ -688,6 +688,14 @@ impl Heap {
                 Some(r) => r,
                 None => match self.new_run(class, size, meta, undo) {
                     Ok(r) => r,
+                    // No chunk for a new run, but runs passed over have free blocks: they
+                    // are only locked for now, so this is a conflict (retried), not a
+                    // full pool.
+                    Err(Error::PoolFull { .. }) if !passed.is_empty() => {
+                        break 'take Err(Error::Conflict {
+                            offset: passed[0].block_offset(0) + HEADER_SIZE,
+                        })
+                    }
                     Err(e) => break 'take Err(e),
                 },
             };
@@ -1692,6 +1700,55 @@ mod tests {
         let r = pool.tx(|tx| tx.object_bytes(d_obj).map(|(t, b)| (t, b[0], b[WHOLE - 1])));
         eprintln!("D's large object after T committed: {r:?}");
         assert!(matches!(r, Ok((0xd0d0, 0x5a, 0x5a))), "{r:?}");
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// A full pool whose one free block lies under a lock another transaction holds: an
+    /// allocation passes the block over and finds no chunk for a new run. That is a
+    /// conflict (the block is free; the retry takes it once the lock is let go), not a
+    /// full pool.
+    #[test]
+    fn a_full_pool_with_a_locked_free_block_conflicts_instead_of_being_full() {
+        let (path, pool) = small_pool("full-locked-block", 2, 1);
+        let mut objs: Vec<Oid<Obj>> = Vec::new();
+        loop {
+            match pool.tx(|tx| tx.alloc([3u64; 8])) {
+                Ok(o) => objs.push(o),
+                Err(crate::Error::PoolFull { .. }) => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let x = objs[objs.len() / 2];
+        pool.tx(|tx| tx.free(x)).unwrap();
+        let (held, held_rx) = mpsc::channel::<()>();
+        let (done, done_rx) = mpsc::channel::<()>();
+        let pool = &pool;
+        let r = std::thread::scope(|s| {
+            s.spawn(move || {
+                pool.tx(|tx| {
+                    assert!(tx.get(x).is_err(), "x is free");
+                    held.send(()).unwrap();
+                    done_rx.recv().unwrap();
+                    Ok(())
+                })
+                .unwrap();
+            });
+            held_rx.recv().unwrap();
+            let mut calls = 0;
+            let r = pool.tx(|tx| {
+                calls += 1;
+                if calls == 3 {
+                    // Conflicted twice: let the reader go; the retry finds the block free.
+                    done.send(()).unwrap();
+                }
+                tx.alloc([4u64; 8])
+            });
+            if calls < 3 {
+                done.send(()).unwrap();
+            }
+            r
+        });
+        assert_eq!(r.unwrap(), x, "the free block, once its lock was let go");
         std::fs::remove_file(&path).unwrap();
     }
 
