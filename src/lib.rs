@@ -24,7 +24,9 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private {
     pub use pgl_runtime::__leds::{run_init, zeroed, ExtGroups, ExtPlaces};
-    pub use pgl_runtime::persistent::{fnv1a64, fold_type_id, mix64, Persistent, MAX_ALIGN};
+    pub use pgl_runtime::persistent::{
+        fnv1a64, fold_type_id, group_type_id, mix64, Persistent, MAX_ALIGN,
+    };
     pub use pgl_runtime::{
         AsPlace, Error, Ext, ExtLink, ExtMut, Extendible, ExtendibleData, Mut, Oid, Place, Read,
         Result, Tx,

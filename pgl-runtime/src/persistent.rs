@@ -91,6 +91,14 @@ pub const fn fold_type_id(h: u64) -> u32 {
     }
 }
 
+/// The type id of extension group `k` (1, 2, ...) of the `#[extendible]` struct whose id is
+/// `base`: what `#[extendible]` gives the group's hidden struct, and how the runtime tells
+/// which part of a struct a layout mismatch is about.
+#[doc(hidden)]
+pub const fn group_type_id(base: u32, k: u64) -> u32 {
+    fold_type_id(mix64(base as u64, 0x1ed5_0000 + k))
+}
+
 macro_rules! primitive {
     ($($t:ty),*) => {$(
         // SAFETY: fixed-width integers and floats are valid for every bit pattern, have no

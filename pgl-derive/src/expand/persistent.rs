@@ -114,10 +114,10 @@ fn type_id(cont: &Container<'_>) -> TokenStream {
     };
     if let Some((base, k)) = &cont.attrs.group_of {
         return quote! {
-            ::pgl::__private::fold_type_id(::pgl::__private::mix64(
-                <#base as ::pgl::__private::Persistent>::TYPE_ID as u64,
-                0x1ed5_0000_u64 + #k,
-            ))
+            ::pgl::__private::group_type_id(
+                <#base as ::pgl::__private::Persistent>::TYPE_ID,
+                #k,
+            )
         };
     }
     if !cont.is_generic() {

@@ -12,7 +12,7 @@
 use super::extendible::{Extendible, ExtendibleData, MAX_GROUPS};
 use super::link::{ExtLink, LINK_SIZE};
 use super::view::{Ext, ExtMut};
-use crate::persistent::Oid;
+use crate::persistent::{group_type_id, Oid};
 use crate::tx::Tx;
 use crate::{Error, Result};
 
@@ -48,6 +48,27 @@ fn in_part<T: Extendible>(e: Error, group: usize) -> Error {
             group: Some(group as u32),
         },
         e => e,
+    }
+}
+
+/// The part of an extendible `T` whose type id is `type_id`: 0 for the base, `k` for group
+/// `k` (`group_type_id`, the id `#[extendible]` gives it).
+fn part_of<T: Extendible>(type_id: u32) -> Option<usize> {
+    if type_id == T::TYPE_ID {
+        return Some(0);
+    }
+    (1..=T::GROUPS).find(|&k| group_type_id(T::TYPE_ID, k as u64) == type_id)
+}
+
+/// Names the part of `T` a layout mismatch of one of its types is about (for errors that
+/// do not come from a walk, which knows the group it is at).
+fn in_own_part<T: Extendible>(e: Error) -> Error {
+    match &e {
+        Error::LayoutMismatch { type_id, .. } => match part_of::<T>(*type_id) {
+            Some(k) => in_part::<T>(e, k),
+            None => e,
+        },
+        _ => e,
     }
 }
 
@@ -185,7 +206,7 @@ impl<'p> Tx<'p> {
         if D::Struct::GROUPS > MAX_GROUPS {
             return Err(too_many_groups::<D::Struct>());
         }
-        D::Struct::__alloc(self, data)
+        D::Struct::__alloc(self, data).map_err(in_own_part::<D::Struct>)
     }
 
     /// Allocates a copy of an `#[extendible]` object and of its whole chain (groups this
