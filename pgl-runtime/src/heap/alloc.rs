@@ -1296,6 +1296,18 @@ mod tests {
         (path, pool)
     }
 
+    /// Allocates objects `[v; 8]` until the pool is full.
+    fn fill_until_full(pool: &Pool, v: u64) -> Vec<Oid<Obj>> {
+        let mut objs = Vec::new();
+        loop {
+            match pool.tx(|tx| tx.alloc([v; 8])) {
+                Ok(o) => objs.push(o),
+                Err(crate::Error::PoolFull { .. }) => return objs,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
     fn word(file: &[u8], off: u64) -> u64 {
         u64::from_le_bytes(file[off as usize..off as usize + 8].try_into().unwrap())
     }
@@ -1419,14 +1431,7 @@ mod tests {
         }
         pool.tx(|tx| tx.free(large.pop().unwrap())).unwrap();
         // The last chunk: a run of 80-byte blocks, filled until the pool is full.
-        let mut small: Vec<Oid<Obj>> = Vec::new();
-        loop {
-            match pool.tx(|tx| tx.alloc([7u64; 8])) {
-                Ok(o) => small.push(o),
-                Err(crate::Error::PoolFull { .. }) => break,
-                Err(e) => panic!("{e}"),
-            }
-        }
+        let small = fill_until_full(&pool, 7);
         assert!(small.len() > 100, "{} small objects", small.len());
         for &o in &small {
             pool.tx(|tx| tx.free(o)).unwrap();
@@ -1710,14 +1715,7 @@ mod tests {
     #[test]
     fn a_full_pool_with_a_locked_free_block_conflicts_instead_of_being_full() {
         let (path, pool) = small_pool("full-locked-block", 2, 1);
-        let mut objs: Vec<Oid<Obj>> = Vec::new();
-        loop {
-            match pool.tx(|tx| tx.alloc([3u64; 8])) {
-                Ok(o) => objs.push(o),
-                Err(crate::Error::PoolFull { .. }) => break,
-                Err(e) => panic!("{e}"),
-            }
-        }
+        let objs = fill_until_full(&pool, 3);
         let x = objs[objs.len() / 2];
         pool.tx(|tx| tx.free(x)).unwrap();
         let (held, held_rx) = mpsc::channel::<()>();
