@@ -280,6 +280,8 @@ fn an_empty_log_takes_a_record_of_max_record_bytes_wherever_its_tail_is() {
     drop(log);
     let log = Log::open_sim(&sim).unwrap();
     assert_eq!(log.recovery().next_lsn, lsn + 1);
+    // The record fills the area: not the area and the bytes it skipped (review).
+    assert_eq!(log.recovery().bytes, log.capacity());
     assert_eq!(all(&log), vec![Record { lsn, payload: big }]);
     log.reclaim(lsn).unwrap();
     assert_eq!(log.append(b"after").unwrap(), lsn + 1);

@@ -84,6 +84,8 @@ pub(crate) fn scan(area: &[u8], sb: &Superline, area_offset: u64, want_index: bo
         ..RecoveryReport::default()
     };
     let mut limit = sb.start_voff.saturating_add(cap);
+    // Where the first record is (past the start offset if it wrapped).
+    let mut first = sb.start_voff;
     loop {
         match locate(area, voff, lsn, rule) {
             Ok((at, h)) => {
@@ -91,6 +93,7 @@ pub(crate) fn scan(area: &[u8], sb: &Superline, area_offset: u64, want_index: bo
                     // The first record may have wrapped past the start offset: the bytes it
                     // skipped hold nothing live, the lap starts at the record.
                     limit = at.saturating_add(cap);
+                    first = at;
                 }
                 let end = at + record_size(h.len());
                 if end > limit {
@@ -118,7 +121,7 @@ pub(crate) fn scan(area: &[u8], sb: &Superline, area_offset: u64, want_index: bo
         }
     }
     report.next_lsn = lsn;
-    report.bytes = voff - sb.start_voff;
+    report.bytes = voff - first;
     Scan {
         report,
         index,
