@@ -1737,13 +1737,14 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
     }
 
-    /// A full pool whose one free block lies under a lock another transaction holds: an
-    /// allocation passes the block over and finds no chunk for a new run. That is a
-    /// conflict (the block is free; the retry takes it once the lock is let go), not a
-    /// full pool.
-    #[test]
-    fn a_full_pool_with_a_locked_free_block_conflicts_instead_of_being_full() {
-        let (path, pool) = small_pool("full-locked-block", 2, 1);
+    /// Fills a pool of `Config::small` geometry, frees one object `x` and runs
+    /// `f(pool, x, release)` while another thread's transaction holds `x`'s lock (reading
+    /// it: it is free) until `release()` is called, or for 10 s.
+    fn with_a_locked_free_block<R>(
+        name: &str,
+        f: impl FnOnce(&Pool, Oid<Obj>, &dyn Fn()) -> R,
+    ) -> R {
+        let (path, pool) = small_pool(name, 2, 1);
         let objs = fill_until_full(&pool, 3);
         let x = objs[objs.len() / 2];
         pool.tx(|tx| tx.free(x)).unwrap();
@@ -1755,28 +1756,42 @@ mod tests {
                 pool.tx(|tx| {
                     assert!(tx.get(x).is_err(), "x is free");
                     held.send(()).unwrap();
-                    done_rx.recv().unwrap();
+                    let _ = done_rx.recv_timeout(std::time::Duration::from_secs(10));
                     Ok(())
                 })
                 .unwrap();
             });
             held_rx.recv().unwrap();
+            let release = || {
+                let _ = done.send(());
+            };
+            let r = f(pool, x, &release);
+            release();
+            r
+        });
+        std::fs::remove_file(&path).unwrap();
+        r
+    }
+
+    /// A full pool whose one free block lies under a lock another transaction holds: an
+    /// allocation passes the block over and finds no chunk for a new run. That is a
+    /// conflict (the block is free; the retry takes it once the lock is let go), not a
+    /// full pool.
+    #[test]
+    fn a_full_pool_with_a_locked_free_block_conflicts_instead_of_being_full() {
+        let (r, x) = with_a_locked_free_block("full-locked-block", |pool, x, release| {
             let mut calls = 0;
             let r = pool.tx(|tx| {
                 calls += 1;
                 if calls == 3 {
                     // Conflicted twice: let the reader go; the retry finds the block free.
-                    done.send(()).unwrap();
+                    release();
                 }
                 tx.alloc([4u64; 8])
             });
-            if calls < 3 {
-                done.send(()).unwrap();
-            }
-            r
+            (r, x)
         });
         assert_eq!(r.unwrap(), x, "the free block, once its lock was let go");
-        std::fs::remove_file(&path).unwrap();
     }
 
     /// A `Ref` this thread holds, on the stripe of the chunk a large allocation would
@@ -1839,37 +1854,16 @@ mod tests {
     /// attempts, minutes, and then a `Conflict`). (Review.)
     #[test]
     fn a_full_pool_whose_free_block_a_long_reader_holds_is_reported_full() {
-        let (path, pool) = small_pool("full-long-reader", 2, 1);
-        let objs = fill_until_full(&pool, 3);
-        let x = objs[objs.len() / 2];
-        pool.tx(|tx| tx.free(x)).unwrap();
-        let (held, held_rx) = mpsc::channel::<()>();
-        let (done, done_rx) = mpsc::channel::<()>();
-        let pool = &pool;
-        let (r, took) = std::thread::scope(|s| {
-            s.spawn(move || {
-                pool.tx(|tx| {
-                    assert!(tx.get(x).is_err(), "x is free");
-                    held.send(()).unwrap();
-                    // Holds the lock for 10 s, or until the allocation is done.
-                    let _ = done_rx.recv_timeout(std::time::Duration::from_secs(10));
-                    Ok(())
-                })
-                .unwrap();
-            });
-            held_rx.recv().unwrap();
+        let (r, took) = with_a_locked_free_block("full-long-reader", |pool, _, _| {
             let t = std::time::Instant::now();
             let r = pool.tx(|tx| tx.alloc([4u64; 8]));
-            let took = t.elapsed();
-            let _ = done.send(());
-            (r, took)
+            (r, t.elapsed())
         });
         assert!(
             matches!(r, Err(crate::Error::PoolFull { .. })),
             "{r:?} after {took:?}"
         );
         assert!(took < std::time::Duration::from_secs(2), "{took:?}");
-        std::fs::remove_file(&path).unwrap();
     }
 
     /// `add_zones` pushes a new zone's free chunks on the stack before it publishes the
