@@ -1,5 +1,6 @@
 //! Crash consistency of every kind of pool operation on `CrashSim`: alloc, overwrite
-//! (64 B … 64 KiB), free, multi-object transactions, nested transactions and `pool.grow`.
+//! (64 B … 64 KiB), free, multi-object transactions, nested transactions, `pool.grow`, and
+//! a new run made over a chunk that a freed large object used.
 //!
 //! Each test explores at least `PGL_CRASH_STATES` (default 10,000) crash images of its op
 //! type and requires every recovered pool to equal the state before or after the op (see
@@ -947,4 +948,103 @@ fn crash_alloc_record_durable_before_new_object() {
         let obj = p.get(Oid::<[u8; 64]>::from_raw(slot0)).unwrap();
         assert_eq!(*obj, [0xab; 64], "the new object's payload did not survive");
     }
+}
+
+/// A geometry whose smallest class gets plain run bitmaps (a checked one would take more
+/// than half of its 8 KiB lanes): 512 KiB chunks, one a row, three data rows (the
+/// metadata, the root's run and one more chunk).
+fn plain_run_config() -> pgl::Config {
+    let mut c = config(1);
+    c.chunk_size = 512 << 10;
+    c.chunks_per_row = 1;
+    c.rows = 3;
+    c.lane_size = 8 << 10;
+    c.size = c.geometry().pool_size(1);
+    c.max_size = c.size;
+    c
+}
+
+/// Payload bytes of the large object whose chunk the new run takes.
+const BIG: usize = 200_000;
+
+/// A new plain run made over the chunk of a large object freed earlier: the run's bitmap
+/// words hold the old payload's bytes, which the commit clears with one zero entry, ahead
+/// of the entry that sets the new object's bit. The old bytes are random (every word to
+/// clear) or zero but for a few words (a short entry); then a second object joins the run
+/// (no entry, a direct commit) and the first is freed (the run's last object but one).
+#[test]
+fn crash_new_run_over_freed_large_object() {
+    let mut suite = Suite::new("new run over a freed large object");
+    let mut seed = 900;
+    let cfg = plain_run_config();
+    let geo = cfg.geometry();
+    let chunk_of = move |off: u64| (off - geo.zones_offset()) / geo.chunk_size;
+    while !suite.done() {
+        seed += 1;
+        let mut run = suite.run(format!("plain run #{seed}"), cfg.clone(), seed);
+        let sparse = seed % 2 == 0;
+        let mut big_chunk = 0;
+        run.setup(|pool, _, _, rng| {
+            let mut v = Box::new([0u8; BIG]);
+            if sparse {
+                for _ in 0..rng.range(1, 4) {
+                    let w = rng.below(256);
+                    v[w * 8..w * 8 + 8].copy_from_slice(&(rng.next() | 1).to_le_bytes());
+                }
+            } else {
+                v[..4096].copy_from_slice(&rng.bytes(4096));
+            }
+            let o = pool.tx(|tx| tx.alloc(*v)).expect("setup: large alloc");
+            big_chunk = chunk_of(o.raw());
+            pool.tx(|tx| tx.free(o)).expect("setup: large free");
+        });
+        let what = if sparse {
+            "a few nonzero words"
+        } else {
+            "random bytes"
+        };
+        let slot = run.model.free_slot();
+        let data = run.rng.bytes(16);
+        let fill = Fill::random(&mut run.rng, 16);
+        run.op(
+            "alloc",
+            format!("alloc 16 B into slot {slot}: a new run over {what} ({fill:?})"),
+            |pool, root, m, _| {
+                let (o, contents) =
+                    alloc_tx(pool, root, slot, &data, &fill, false).expect("alloc tx");
+                assert_eq!(chunk_of(o), big_chunk, "the run took the freed chunk");
+                m.put(slot, contents);
+            },
+        );
+        if run.done() {
+            break;
+        }
+        let n = 16;
+        let data = run.rng.bytes(n);
+        let second = run.model.free_slot();
+        run.op(
+            "alloc",
+            format!("alloc 16 B into slot {second}, the same run"),
+            |pool, root, m, _| {
+                let (o, contents) =
+                    alloc_tx(pool, root, second, &data, &Fill::Value, false).expect("alloc tx");
+                assert_eq!(chunk_of(o), big_chunk);
+                m.put(second, contents);
+            },
+        );
+        run.op(
+            "free",
+            format!("free the first 16 B object (slot {slot})"),
+            |pool, root, m, _| {
+                let oid = slot_oid(pool, root, slot);
+                pool.tx(|tx| {
+                    tx_free(tx, oid, n)?;
+                    tx_set_slot(tx, root, slot, 0, false)
+                })
+                .expect("free tx");
+                m.take(slot);
+            },
+        );
+    }
+    suite.assert_clean();
 }

@@ -127,6 +127,10 @@ impl Rng {
 macro_rules! by_size {
     ($n:expr, $N:ident => $body:expr) => {
         match $n {
+            16 => {
+                const $N: usize = 16;
+                $body
+            }
             64 => {
                 const $N: usize = 64;
                 $body

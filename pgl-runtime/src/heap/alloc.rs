@@ -781,9 +781,17 @@ impl Heap {
         });
         let entry = run_entry(class, block, checked);
         meta.set(self.table_entry(zone_idx, chunk), entry);
-        for w in 0..u64::from(self.classes.bitmap_words(class, checked)) {
-            let at = run.off + w * 8;
-            meta.set(at, if checked { bitmap_word(at, 0) } else { 0 });
+        let words = u64::from(self.classes.bitmap_words(class, checked));
+        if checked {
+            // Sealed empty words are not zero: each is logged (they fit, see above).
+            for w in 0..words {
+                let at = run.off + w * 8;
+                meta.set(at, bitmap_word(at, 0));
+            }
+        } else {
+            // A chunk a large object used holds its old bytes: one record entry zeroes
+            // them, however many there are.
+            meta.zero(run.off, words * 8);
         }
         *zone.runs[chunk as usize].lock() = Some(run.clone());
         zone.kinds[chunk as usize].store(entry, Ordering::Release);

@@ -54,13 +54,45 @@ impl Default for WordChange {
 #[derive(Default)]
 pub(crate) struct MetaOps {
     words: SmallMap<u64, WordChange>,
+    /// Ranges `(off, len)` set to zero whole (new plain runs' bitmaps): their words' old
+    /// bytes are nobody's, and the commit zeroes those that are not zero with one record
+    /// entry instead of logging each.
+    zeroed: Vec<(u64, u64)>,
     sorted: bool,
 }
 
 impl MetaOps {
     /// Whether no word changes.
     pub(crate) fn is_empty(&self) -> bool {
-        self.words.is_empty()
+        self.words.is_empty() && self.zeroed.is_empty()
+    }
+
+    /// Sets every word of `[off, off + len)` to zero (`off` and `len` multiples of 8): the
+    /// words a plain run's bitmap takes in a chunk this transaction claimed. Later changes
+    /// to those words build on zero, not on their committed values.
+    pub(crate) fn zero(&mut self, off: u64, len: u64) {
+        debug_assert!(!self.sorted);
+        debug_assert!(off % 8 == 0 && len % 8 == 0);
+        self.zeroed.push((off, len));
+    }
+
+    /// The ranges set to zero (see `zero`).
+    pub(crate) fn zeroed(&self) -> &[(u64, u64)] {
+        &self.zeroed
+    }
+
+    /// Whether the word at `off` lies in a range set to zero.
+    pub(crate) fn is_zeroed(&self, off: u64) -> bool {
+        in_ranges(&self.zeroed, off)
+    }
+
+    /// The change of the word at `off`, created as "no change" if there is none yet.
+    fn entry(&mut self, off: u64) -> &mut WordChange {
+        let zeroed = &self.zeroed;
+        self.words.entry_or_insert_with(off, || WordChange {
+            base: in_ranges(zeroed, off).then_some(0),
+            ..WordChange::default()
+        })
     }
 
     /// Sets the word at `off` to `value` (a checked bitmap word: its sealed value).
@@ -81,7 +113,7 @@ impl MetaOps {
     pub(crate) fn set_bits(&mut self, off: u64, mask: u64, checked: bool) {
         debug_assert!(!self.sorted);
         debug_assert!(!checked || mask >> 32 == 0);
-        let w = self.words.entry_or_insert_with(off, WordChange::default);
+        let w = self.entry(off);
         w.or |= mask;
         w.and |= mask;
         w.checked |= checked;
@@ -90,7 +122,7 @@ impl MetaOps {
     pub(crate) fn clear_bits(&mut self, off: u64, mask: u64, checked: bool) {
         debug_assert!(!self.sorted);
         debug_assert!(!checked || mask >> 32 == 0);
-        let w = self.words.entry_or_insert_with(off, WordChange::default);
+        let w = self.entry(off);
         w.and &= !mask;
         w.or &= !mask;
         w.checked |= checked;
@@ -107,8 +139,14 @@ impl MetaOps {
     /// Forgets everything.
     pub(crate) fn clear(&mut self) {
         self.words.clear();
+        self.zeroed.clear();
         self.sorted = false;
     }
+}
+
+/// Whether `off` lies in one of the ranges `(off, len)` of `ranges`.
+fn in_ranges(ranges: &[(u64, u64)], off: u64) -> bool {
+    ranges.iter().any(|&(a, n)| off >= a && off - a < n)
 }
 
 #[cfg(test)]
@@ -151,5 +189,32 @@ mod tests {
         m.set_bits(off, 1, true);
         let (_, w) = m.iter().next().unwrap();
         assert_eq!(w.apply(off, 0xdead), Some(bitmap_word(off, 1)));
+    }
+
+    #[test]
+    fn words_of_a_zeroed_range_build_on_zero() {
+        let mut m = MetaOps::default();
+        assert!(m.is_empty());
+        m.zero(4096, 64);
+        assert!(!m.is_empty(), "a zeroed range is a change");
+        m.set_bits(4096 + 8, 0b101, false);
+        m.clear_bits(4096 + 56, 1, false);
+        m.set_bits(4096 + 64, 0b10, false);
+        assert!(m.is_zeroed(4096) && m.is_zeroed(4096 + 56));
+        assert!(!m.is_zeroed(4096 + 64) && !m.is_zeroed(4088));
+        m.sort();
+        let got: Vec<_> = m.iter().map(|(o, w)| (o, w.apply(o, u64::MAX))).collect();
+        assert_eq!(
+            got,
+            vec![
+                (4096 + 8, Some(0b101)),
+                (4096 + 56, Some(0)),
+                // outside the range: built on the committed value
+                (4096 + 64, Some(u64::MAX)),
+            ]
+        );
+        assert_eq!(m.zeroed(), &[(4096, 64)]);
+        m.clear();
+        assert!(m.is_empty() && m.zeroed().is_empty());
     }
 }

@@ -408,6 +408,16 @@ impl Media {
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr(off), src.len()) }
     }
 
+    /// Stores `len` zero bytes at `off` (not yet durable: flush and fence).
+    ///
+    /// # Safety
+    /// As for [`Media::write`], for `[off, off + len)`.
+    #[inline]
+    pub(crate) unsafe fn write_zeros(&self, off: u64, len: u64) {
+        // SAFETY: the caller guarantees bounds and exclusive ownership of the range.
+        unsafe { std::ptr::write_bytes(self.ptr(off), 0, len as usize) }
+    }
+
     /// Stores `src` at `off` so that it is durable after the next `fence`: with streaming
     /// (non-temporal) stores for copies of at least `STREAM_MIN` bytes on cache-flush
     /// back-ends (no flush needed, and the lines do not linger in the cache), else a plain

@@ -45,8 +45,10 @@ pub const MAGIC: [u8; 8] = *b"PGLPOOL\0";
 /// redo records with two shorter entry kinds (`tx::record`: a change carrying its object's
 /// new checksum, and a new object's verify entry without a copy of its header): records of
 /// older pools still replay, and older builds refuse version 6, whose records they would
-/// discard as malformed.
-pub const FORMAT_VERSION: u32 = 6;
+/// discard as malformed. Version 7 adds a redo entry that zeroes a range (`tx::record`:
+/// a new run's bitmap over a chunk whose old bytes are not zero); older builds refuse
+/// version 7, whose records they would discard as malformed.
+pub const FORMAT_VERSION: u32 = 7;
 /// The oldest format version this build reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
 /// Header flag: a process has the pool open; still set after a crash.

@@ -29,6 +29,15 @@ use std::sync::atomic::Ordering;
 /// Ranges of a buffer closer than this many bytes are logged as one.
 const MERGE_GAP: usize = 32;
 
+/// What a logged commit writes: object changes, zeroed ranges, metadata words (in this
+/// order, in the record as in place), and new objects.
+struct Writes<'a> {
+    items: &'a [Item],
+    fills: &'a [(u64, u64)],
+    news: &'a [NonNull<Buffer>],
+    vals: &'a [(u64, u64)],
+}
+
 pub(crate) struct Item {
     off: u64,
     src: *const u8,
@@ -38,17 +47,25 @@ pub(crate) struct Item {
     sum: bool,
 }
 
-/// Calls `f(offset, len)` for every range a commit writes in place: logged items, metadata
-/// words, and new objects (header and whole payload: the ranges a commit orders and marks
-/// dirty cover the object even where its unchanged bytes are not rewritten).
+/// Zeros for the apply step of zero entries.
+static ZEROS: [u8; 4096] = [0; 4096];
+
+/// Calls `f(offset, len)` for every range a commit writes in place: logged items, zeroed
+/// ranges, metadata words, and new objects (header and whole payload: the ranges a commit
+/// orders and marks dirty cover the object even where its unchanged bytes are not
+/// rewritten).
 fn for_each_write(
     items: &[Item],
+    fills: &[(u64, u64)],
     vals: &[(u64, u64)],
     news: &[NonNull<Buffer>],
     mut f: impl FnMut(u64, u64),
 ) {
     for it in items {
         f(it.off, it.len as u64);
+    }
+    for &(off, len) in fills {
+        f(off, len);
     }
     for &(off, _) in vals {
         f(off, 8);
@@ -302,10 +319,29 @@ impl Tx<'_> {
         );
         // Everything between taking the metadata locks and releasing them, in one block
         // that every outcome leaves through the unlock below.
+        // The words of ranges set to zero that are not zero yet, as ranges to zero (from
+        // the first such word to the last).
+        let mut fills: Vec<(u64, u64)> = Vec::new();
+        for &(a, len) in lane.scratch.meta.zeroed() {
+            // SAFETY: words of a chunk this transaction claimed for a new run: inside the
+            // pool, and nothing else writes them.
+            let nonzero = |w: u64| unsafe { eng.media.read_u64(a + w * 8) } != 0;
+            let words = len / 8;
+            if let Some(first) = (0..words).find(|&w| nonzero(w)) {
+                let last = (first..words).rev().find(|&w| nonzero(w)).unwrap_or(first);
+                fills.push((a + first * 8, (last + 1 - first) * 8));
+            }
+        }
         let r: Result<()> = 'locked: {
             for (off, ch) in lane.scratch.meta.iter() {
                 // SAFETY: heap metadata word inside the pool, protected by its metadata lock.
                 let cur = unsafe { eng.media.read_u64(off) };
+                // A word of a range set to zero holds zero once `fills` are applied.
+                let cur = if lane.scratch.meta.is_zeroed(off) {
+                    0
+                } else {
+                    cur
+                };
                 match ch.apply(off, cur) {
                     Some(new) if new != cur => vals.push((off, new)),
                     Some(_) => {}
@@ -321,7 +357,7 @@ impl Tx<'_> {
             let map = &eng.map;
             let mut touched = Touched::default();
             let mut zones = lane.dirty;
-            for_each_write(&items, &vals, &news, |off, len| {
+            for_each_write(&items, &fills, &vals, &news, |off, len| {
                 touched.add(off, len, map.chunk_shift());
                 for at in [off, off + len.max(1) - 1] {
                     if let Some(zone) = map.zone_of(at) {
@@ -335,17 +371,20 @@ impl Tx<'_> {
                     break 'locked Err(e);
                 }
             }
-            if items.is_empty() && news.is_empty() && vals.len() <= 1 {
+            if items.is_empty() && fills.is_empty() && news.is_empty() && vals.len() <= 1 {
                 self.commit_direct(&vals, &touched)
-            } else if items.is_empty() && vals.len() == 1 {
+            } else if items.is_empty() && fills.is_empty() && vals.len() == 1 {
                 self.commit_new_direct(&mut lane.hdrs, &news, vals[0], &touched)
             } else {
                 self.commit_logged(
                     &mut lane.record,
                     &mut lane.hdrs,
-                    &items,
-                    &news,
-                    &vals,
+                    Writes {
+                        items: &items,
+                        fills: &fills,
+                        news: &news,
+                        vals: &vals,
+                    },
                     &touched,
                 )
             }
@@ -517,11 +556,15 @@ impl Tx<'_> {
         &self,
         record: &mut super::lane::RecordScratch,
         hdrs: &mut Vec<[u8; 16]>,
-        items: &[Item],
-        news: &[NonNull<Buffer>],
-        vals: &[(u64, u64)],
+        writes: Writes<'_>,
         touched: &Touched,
     ) -> Result<()> {
+        let Writes {
+            items,
+            fills,
+            news,
+            vals,
+        } = writes;
         let eng = self.eng;
         let media = &eng.media;
         let lane_size = eng.geo.lane_size as usize;
@@ -557,6 +600,11 @@ impl Tx<'_> {
             needed += record::entry_size(it.len);
             fits = fits && w.push(it.off, data);
             k += 1;
+        }
+        // Ranges set to zero, before the words that may change within them.
+        for &(off, len) in fills {
+            needed += record::entry_size(record::ZERO_LEN);
+            fits = fits && w.push_zero(off, len);
         }
         // Metadata words, neighbours in one entry (a new run's bitmap is hundreds of
         // words: one entry header for them all, not one each).
@@ -627,7 +675,7 @@ impl Tx<'_> {
         // durable, and applying it in place would leave changes no record protects.
         eng.media.check()?;
         // 4. apply, from the transaction's buffers (the bytes the record holds: its write
-        // entries are `items` then `vals`). Parity and stores first, all flushes after: the
+        // entries are `items`, `fills` then `vals`). Parity and stores first, all flushes after: the
         // parity locks are locked instructions, which would each wait for pending flushes
         // like a fence.
         let apply = |dst: u64, data: &[u8]| {
@@ -644,6 +692,13 @@ impl Tx<'_> {
             });
             written += it.len as u64;
         }
+        for &(off, len) in fills {
+            for at in (off..off + len).step_by(ZEROS.len()) {
+                let n = (off + len - at).min(ZEROS.len() as u64);
+                apply(at, &ZEROS[..n as usize]);
+            }
+            written += len;
+        }
         for &(off, v) in vals {
             apply(off, &v.to_le_bytes());
             written += 8;
@@ -652,7 +707,7 @@ impl Tx<'_> {
         // starts, and a second write-back of a line already on its way seems to wait for
         // the first (not flushing the word at all saved ~120 ns a 64-byte overwrite).
         flushes.clear();
-        for_each_write(items, vals, &[], |dst, len| {
+        for_each_write(items, fills, vals, &[], |dst, len| {
             if !crate::fault::drop_apply_flush() {
                 flushes.push((dst, dst + len));
             }

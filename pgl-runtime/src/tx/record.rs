@@ -24,6 +24,9 @@
 //!                             The record counts as committed only if every such object
 //!                             verifies (its words, flushed under the same fence as the
 //!                             record, may not all have reached media)
+//!        kind 4 (zero):       `data` = count u64: store `count` zero bytes at `off` (a new
+//!                             run's bitmap over a chunk whose old bytes are not zero;
+//!                             format 7 on)
 //!        kind 1 (verify):     what kind 3 says, as records of format 5 and older wrote it:
 //!                             `data` = the 16-byte header ++ crc u32 ++ 0 u32 (still read,
 //!                             so that a crashed older pool's record replays)
@@ -82,6 +85,10 @@ pub(crate) const WRITE_SUM_PREFIX: usize = 8;
 pub(crate) const KIND_NEW: u32 = 3;
 /// Bytes of a new-object entry's data.
 pub(crate) const NEW_LEN: usize = 8;
+/// Entry kind: store zeros.
+pub(crate) const KIND_ZERO: u32 = 4;
+/// Bytes of a zero entry's data.
+pub(crate) const ZERO_LEN: usize = 8;
 
 /// One entry of a record, as stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,6 +118,8 @@ pub(crate) enum Op<'a> {
         crc: u32,
         header: Option<[u8; 16]>,
     },
+    /// Store `len` zero bytes at `off`.
+    Zero { off: u64, len: u64 },
 }
 
 impl<'a> Entry<'a> {
@@ -128,6 +137,10 @@ impl<'a> Entry<'a> {
                 size: u64::from(u32_at(d, 0)),
                 crc: u32_at(d, 4),
                 header: None,
+            },
+            KIND_ZERO => Op::Zero {
+                off: self.off,
+                len: u64_at(d, 0),
             },
             KIND_VERIFY => {
                 let mut header = [0u8; 16];
@@ -153,6 +166,7 @@ impl<'a> Entry<'a> {
             KIND_WRITE => true,
             KIND_VERIFY => data.len() == VERIFY_LEN,
             KIND_NEW => data.len() == NEW_LEN,
+            KIND_ZERO => data.len() == ZERO_LEN && off.checked_add(u64_at(data, 0)).is_some(),
             KIND_WRITE_SUM => {
                 data.len() >= WRITE_SUM_PREFIX && {
                     let back = u64::from(u32_at(data, 0));
@@ -224,6 +238,11 @@ impl<'a> RecordWriter<'a> {
     /// the crc of its header and payload.
     pub(crate) fn push_new(&mut self, hdr: u64, size: u32, crc: u32) -> bool {
         self.push_parts(hdr, KIND_NEW, &[&size.to_le_bytes(), &crc.to_le_bytes()])
+    }
+
+    /// Appends an entry storing `len` zero bytes at `off`; returns false if it does not fit.
+    pub(crate) fn push_zero(&mut self, off: u64, len: u64) -> bool {
+        self.push_parts(off, KIND_ZERO, &[&len.to_le_bytes()])
     }
 
     /// Appends an entry of kind `kind`.
@@ -465,11 +484,12 @@ mod tests {
     }
 
     #[test]
-    fn write_sum_and_new_entries_round_trip() {
+    fn write_sum_new_and_zero_entries_round_trip() {
         let mut lane = vec![0u8; 512];
         let mut w = RecordWriter::new(&mut lane);
         assert!(w.push_write_sum(4096 + 32, &[5; 8], 4096 - 4, [1, 2, 3, 4]));
         assert!(w.push_new(8192 - 16, 40, 0xdead_beef));
+        assert!(w.push_zero(16384, 2048));
         assert!(
             !w.push_write_sum(100, &[5; 8], 98, [0; 4]),
             "sum overlaps the data"
@@ -481,7 +501,10 @@ mod tests {
         let n = w.seal(9);
         assert_eq!(
             n,
-            ENTRIES_OFFSET - SEAL_OFFSET + entry_size(WRITE_SUM_PREFIX + 8) + entry_size(NEW_LEN)
+            ENTRIES_OFFSET - SEAL_OFFSET
+                + entry_size(WRITE_SUM_PREFIX + 8)
+                + entry_size(NEW_LEN)
+                + entry_size(ZERO_LEN)
         );
         let r = decode(&lane).unwrap();
         let ops: Vec<Op<'_>> = entries(&lane, &r).map(|e| e.unwrap().op()).collect();
@@ -498,6 +521,10 @@ mod tests {
                     size: 40,
                     crc: 0xdead_beef,
                     header: None,
+                },
+                Op::Zero {
+                    off: 16384,
+                    len: 2048,
                 },
             ]
         );
@@ -530,9 +557,12 @@ mod tests {
 
     #[test]
     fn misshapen_entries_make_the_record_malformed() {
-        let bad: [(u64, u32, &[u8]); 5] = [
+        let bad: [(u64, u32, &[u8]); 7] = [
             (4096, KIND_VERIFY, &[0; 8]),
             (4096, KIND_NEW, &[0; 16]),
+            (4096, KIND_ZERO, &[0; 4]),
+            // a zero range past the end of the address space
+            (u64::MAX - 8, KIND_ZERO, &[16, 0, 0, 0, 0, 0, 0, 0]),
             (4096, KIND_WRITE_SUM, &[0; 4]),
             // back = 2: the checksum would overlap the data
             (4096, KIND_WRITE_SUM, &[2, 0, 0, 0, 0, 0, 0, 0, 9]),

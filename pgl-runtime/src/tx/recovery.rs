@@ -64,28 +64,25 @@ pub(crate) fn recover(media: &Media, geo: &Geometry, pool_len: u64) -> Result<Re
                 offset: off,
                 detail: "malformed entry".into(),
             })?;
-            let record::Op::Write {
-                off: dst,
-                data,
-                sum,
-            } = e.op()
-            else {
-                continue;
+            let (dst, data, sum) = match e.op() {
+                record::Op::Write {
+                    off: dst,
+                    data,
+                    sum,
+                } => (dst, data, sum),
+                record::Op::Zero { off: dst, len } => {
+                    check_target(geo, pool_len, off, dst, len)?;
+                    // SAFETY: the target range lies inside the heap (checked above);
+                    // recovery runs alone.
+                    unsafe { media.write_zeros(dst, len) };
+                    media.flush(dst, len);
+                    continue;
+                }
+                record::Op::New { .. } => continue,
             };
             let sum = sum.as_ref().map(|(at, bytes)| (*at, &bytes[..]));
             for (dst, data) in std::iter::once((dst, data)).chain(sum) {
-                let end = dst.checked_add(data.len() as u64);
-                if dst < geo.zones_offset() || end.is_none_or(|e| e > pool_len) {
-                    return Err(Error::Corrupt {
-                        what: "redo record",
-                        offset: off,
-                        detail: format!(
-                            "entry targets {dst:#x}+{}, outside the heap; the record verifies, \
-                             so this is a bug or a deliberate forgery",
-                            data.len()
-                        ),
-                    });
-                }
+                check_target(geo, pool_len, off, dst, data.len() as u64)?;
                 // SAFETY: the target range lies inside the heap (checked above); recovery
                 // runs alone.
                 unsafe { media.write(dst, data) };
@@ -109,6 +106,23 @@ pub(crate) fn recover(media: &Media, geo: &Geometry, pool_len: u64) -> Result<Re
         media.fence();
     }
     Ok(out)
+}
+
+/// Checks that a replayed entry of the record in the lane at `lane` targets `[dst, dst +
+/// len)` inside the heap.
+fn check_target(geo: &Geometry, pool_len: u64, lane: u64, dst: u64, len: u64) -> Result<()> {
+    let end = dst.checked_add(len);
+    if dst < geo.zones_offset() || end.is_none_or(|e| e > pool_len) {
+        return Err(Error::Corrupt {
+            what: "redo record",
+            offset: lane,
+            detail: format!(
+                "entry targets {dst:#x}+{len}, outside the heap; the record verifies, so this \
+                 is a bug or a deliberate forgery"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Whether every object the record created is on media as the record describes it.
