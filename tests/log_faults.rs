@@ -115,13 +115,12 @@ fn a_corrupt_superline_copy_is_replaced_by_the_other() {
             .clone()
             .expect("the damage is reported");
         assert!(why.contains("checksum"), "{why}");
-        // Copy A held the reclaim (B the open before it): without A the start is older,
-        // and the records before it are still there, as their space was not reused.
-        let start = if copy == 0 { 1 } else { 4 };
+        // The reclaim wrote both copies: either one holds it.
+        let start = 4;
         assert_eq!((r.start_lsn, r.next_lsn), (start, 9));
         assert_eq!(log.policy(), ForcePolicy::GroupCommit(4));
         drop(log);
-        // Opening rewrote the damaged copy (it was the one not in use).
+        // Opening rewrote the damaged copy (an open writes both).
         let log = Log::open_with(&f.0, Some(FlushMode::None)).unwrap();
         assert_eq!(log.recovery().other_copy_invalid, None);
         assert_eq!(log.iter().count() as u64, 9 - start);
@@ -349,4 +348,38 @@ fn damage_to_the_superline_copy_in_use_loses_no_record_and_revives_none() {
         9,
         "the eight forced records survive one damaged copy"
     );
+}
+
+#[test]
+fn damage_to_the_superline_copy_a_reclaim_wrote_keeps_the_reclaim() {
+    // A reclaim, then enough appends to reuse the reclaimed space: were the copy holding
+    // the reclaim lost, an older start would point into space newer records now fill.
+    for copy in [0usize, 1] {
+        let f = TempLog::new(&format!("super-reclaim-{copy}"));
+        let cfg = LogConfig::new(64 << 10).flush(FlushMode::None);
+        let (cap, per_lap) = {
+            let log = Log::create(&f.0, cfg).unwrap();
+            let per_lap = log.capacity() / 128;
+            for lsn in 1..=per_lap / 2 {
+                log.append(&filled(lsn)).unwrap();
+            }
+            log.reclaim(per_lap / 2 - 1).unwrap();
+            // Around the end and over the reclaimed records' space.
+            for lsn in per_lap / 2 + 1..per_lap + per_lap / 4 {
+                log.append(&filled(lsn)).unwrap();
+            }
+            (log.capacity(), per_lap)
+        };
+        let last = per_lap + per_lap / 4 - 1;
+        flip(&f.0, format::super_offset(copy, cap) + 33);
+        let log = Log::open_with(&f.0, Some(FlushMode::None)).unwrap();
+        let r = log.recovery();
+        assert_eq!(
+            (r.start_lsn, r.next_lsn),
+            (per_lap / 2, last + 1),
+            "copy {copy} damaged: the reclaim or the records after it were lost"
+        );
+        let got: Vec<u64> = log.iter().map(|r| r.unwrap().lsn).collect();
+        assert_eq!(got, (per_lap / 2..=last).collect::<Vec<_>>());
+    }
 }

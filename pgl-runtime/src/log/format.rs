@@ -38,8 +38,8 @@
 //!
 //! No tail pointer is stored: the end of the log is found by scanning records. The copies
 //! alternate: a superline write always goes to the copy that is *not* the valid one, so a
-//! torn write leaves the other, still valid, copy in place. An open then writes the same
-//! line (same `seq`) into the other copy too, so that both name the current epoch and the
+//! torn write leaves the other, still valid, copy in place. The same line (same `seq`) then
+//! goes into the other copy too, so that both name the current epoch and start and the
 //! loss of either never brings back an older one. Every superline update raises
 //! `seq`, and with it `start_lsn` (a reclaim) or `epoch` (an open): the valid copy is the one
 //! with the newest start LSN in its epoch.

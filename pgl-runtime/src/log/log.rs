@@ -226,14 +226,12 @@ impl Log {
             epoch_lsn: next,
             ..line.clone()
         };
+        // Both copies name the new epoch before any record carries it: were the newer
+        // copy lost later, the other must not lead recovery (and the next open) to an
+        // older epoch, which would reject this generation's records and then hand their
+        // epoch out again, reviving them.
         let new_copy = 1 - copy;
-        write_superline(&media, cap, new_copy, &new_line)?;
-        // Then the same line into the copy just read, so that both copies name the new
-        // epoch before any record carries it: were the newer copy lost later, the other
-        // must not lead recovery (and the next open) to an older epoch, which would reject
-        // this generation's records and then hand their epoch out again, reviving them.
-        // The copy written first already holds the new state if this write is torn.
-        write_superline(&media, cap, copy, &new_line)?;
+        write_superlines(&media, cap, new_copy, &new_line)?;
 
         let slots: Box<[AtomicU64]> = (0..RING).map(|_| AtomicU64::new(0)).collect();
         let ends: Box<[AtomicU64]> = (0..RING).map(|_| AtomicU64::new(0)).collect();
@@ -653,8 +651,11 @@ impl Log {
             start_epoch,
             ..sb.line.clone()
         };
+        // Both copies hold the new start before its space is reused: were the copy
+        // holding it lost later, an older start would point into space that newer records
+        // fill, and recovery would find no log there, losing every record.
         let copy = 1 - sb.copy;
-        write_superline(&self.media, self.cap, copy, &line)?;
+        write_superlines(&self.media, self.cap, copy, &line)?;
         *sb = Super { line, copy };
         // The new start is durable: the space before it may be reused, once no reader is
         // inside it.
@@ -685,6 +686,14 @@ fn backoff(spins: &mut u32) {
     } else {
         std::thread::yield_now();
     }
+}
+
+/// Writes `line` durably into superline copy `first` (the one not valid now), then into
+/// the other: a torn write of either leaves a valid copy holding the newest state or the
+/// one before, and once both are written the loss of either loses nothing.
+fn write_superlines(media: &Media, cap: u64, first: usize, line: &Superline) -> Result<()> {
+    write_superline(media, cap, first, line)?;
+    write_superline(media, cap, 1 - first, line)
 }
 
 /// Writes superline copy `copy`, durably.
