@@ -165,9 +165,35 @@ fn errors_say_what_went_wrong() {
     }
     log.append(&[1; 2500]).unwrap();
     match log.append(&[2; 2000]) {
-        Err(e @ Error::LogFull { .. }) => {
+        Err(
+            e @ Error::LogFull {
+                needed: 2048,
+                free: 1536,
+                largest: 1536,
+                capacity: 4096,
+                ..
+            },
+        ) => {
             let m = e.to_string();
             assert!(m.contains("reclaim") && m.contains("<crash-sim>"), "{m}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Free space split by the end of the area: 3 records of 1000 bytes (1024 in the
+    // area), the first reclaimed: 2048 bytes are free, 1024 before the end and 1024 at
+    // the start, and a record of 1500 fits neither.
+    let split = Log::create_sim(&CrashSim::new(1 << 20), LogConfig::new(4096)).unwrap();
+    for i in 0..3 {
+        split.append(&[i; 1000]).unwrap();
+    }
+    split.reclaim(1).unwrap();
+    match split.append(&[9; 1500]) {
+        Err(e @ Error::LogFull { free, largest, .. }) => {
+            assert_eq!((free, largest), (2048, 1024), "{e}");
+            assert!(
+                e.to_string().contains("at most 1024 of them in one piece"),
+                "{e}"
+            );
         }
         other => panic!("{other:?}"),
     }

@@ -298,7 +298,7 @@ pub enum Error {
     },
 
     /// The log's record area has no room for the record asked for.
-    #[error("{path}: log full: a record of {needed} bytes (header and padding included) does not fit in the {free} free bytes of the {capacity}-byte record area; reclaim records (Log::reclaim) or create a larger log")]
+    #[error("{path}: log full: a record of {needed} bytes (header and padding included) does not fit: {free} bytes of the {capacity}-byte record area are free, at most {largest} of them in one piece (a record never wraps around the end of the area); reclaim records (Log::reclaim) or create a larger log")]
     LogFull {
         /// The log file.
         path: PathBuf,
@@ -306,6 +306,9 @@ pub enum Error {
         needed: u64,
         /// Bytes free.
         free: u64,
+        /// The most bytes free in one piece: a record never wraps around the end of the
+        /// area, so it needs this many.
+        largest: u64,
         /// Bytes of the record area.
         capacity: u64,
     },

@@ -377,10 +377,14 @@ impl Log {
                 t.head_voff = start;
             }
             if end - t.head_voff > self.cap {
+                // The free bytes run from the tail to the head, perhaps around the end.
+                let free = self.cap - (t.vtail - t.head_voff);
+                let before_end = free.min(left);
                 return Err(Error::LogFull {
                     path: self.media.path(),
                     needed: size,
-                    free: self.cap - (t.vtail - t.head_voff),
+                    free,
+                    largest: before_end.max(free - before_end),
                     capacity: self.cap,
                 });
             }
