@@ -409,3 +409,41 @@ fn an_unzeroed_extendible_object_owns_no_stale_groups() {
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
+
+#[test]
+fn reset_on_mismatch_sees_a_changed_extension_group() {
+    let (pool, path) = pool("reset-groups");
+    let cfg = Config::small("reset-groups");
+    pool.tx(|tx| {
+        tx.alloc_ext(v1::NodeData {
+            key: 1,
+            value: 2,
+            next: Oid::NULL,
+            name: PStr::truncating("a"),
+        })
+        .map(drop)
+    })
+    .unwrap();
+    drop(pool);
+    assert_eq!(
+        pgl::type_keys::<v1::Node>().len(),
+        2,
+        "the base and group 1"
+    );
+    assert_eq!(pgl::type_keys::<v2::Node>().len(), 3);
+    // The same build, and a later one that adds a group: kept.
+    for keys in [pgl::type_keys::<v1::Node>(), pgl::type_keys::<v2::Node>()] {
+        let (pool, reset) = Pool::open_or_reset(&path, &cfg, &keys).unwrap();
+        assert!(!reset, "{keys:x?}");
+        assert_eq!(pool.objects().unwrap().len(), 2);
+    }
+    // Group 1 retyped, base unchanged: the base's key alone cannot tell; its group's can.
+    let base_only = [pgl::type_key::<v2_changed_group::Node>()];
+    assert!(!Pool::open_or_reset(&path, &cfg, &base_only).unwrap().1);
+    let keys = pgl::type_keys::<v2_changed_group::Node>();
+    let (pool, reset) = Pool::open_or_reset(&path, &cfg, &keys).unwrap();
+    assert!(reset, "a changed extension group resets the pool");
+    assert_eq!(pool.objects().unwrap().len(), 0);
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}

@@ -55,8 +55,8 @@ pub use heap::layout::ObjectHeader;
 pub use heap::SizeClasses;
 pub use inject::Fault;
 pub use leds::{
-    type_key, Ext, ExtLink, ExtMut, Extendible, ExtendibleData, Migration, PendingMigration, Remap,
-    MAX_GROUPS,
+    type_key, type_keys, Ext, ExtLink, ExtMut, Extendible, ExtendibleData, Migration,
+    PendingMigration, Remap, MAX_GROUPS,
 };
 pub use log::{ForcePolicy, Log, LogConfig, LogStats, Lsn, RecoveryReport, Reservation};
 pub use persist::{CrashPoint, CrashSim, FlushMode};

@@ -487,6 +487,10 @@ impl<'m, 'a> Gen<'m, 'a> {
                 type Refs<'__pgl_a> = #refs;
                 type Places<'__pgl_a> = #places;
                 const GROUPS: usize = #n;
+                const GROUP_KEYS: &'static [(u32, u64)] = &[#((
+                    <#tys as ::pgl::__private::Persistent>::TYPE_ID,
+                    <#tys as ::pgl::__private::Persistent>::LAYOUT,
+                )),*];
 
                 #[inline]
                 fn __link(&self) -> u64 {

@@ -40,6 +40,9 @@ pub trait Extendible: Persistent {
 
     /// The number of extension groups this build knows.
     const GROUPS: usize;
+    /// `(TYPE_ID, LAYOUT)` of groups 1 to `GROUPS`, as this build defines them.
+    #[doc(hidden)]
+    const GROUP_KEYS: &'static [(u32, u64)];
 
     /// The link to group 1 stored in the base.
     #[doc(hidden)]

@@ -15,5 +15,5 @@ pub use extendible::{run_init, zeroed, ExtGroups, ExtPlaces};
 pub use extendible::{Extendible, ExtendibleData, MAX_GROUPS};
 pub use link::ExtLink;
 pub use migrate::{Migration, PendingMigration, Remap};
-pub use reset::type_key;
+pub use reset::{type_key, type_keys};
 pub use view::{Ext, ExtMut};

@@ -1,6 +1,7 @@
 //! The Reset retention model of LEDS (discard the pool when its types changed), for
 //! comparison with `#[extendible]`; the Manual model is in `migrate`.
 
+use super::Extendible;
 use crate::persistent::Persistent;
 use crate::pool::{Config, Pool};
 use crate::{Error, Result};
@@ -27,7 +28,8 @@ impl Pool {
 
     /// The Reset model on mismatch: opens the pool at `path`, or creates it if there is
     /// none; if the pool stores a type of `types` (`(type id, layout)`, as
-    /// [`type_key`] gives) with another layout than this build's, resets it instead.
+    /// [`type_key`] gives, or [`type_keys`] for an `#[extendible]` struct and its
+    /// extension groups) with another layout than this build's, resets it instead.
     /// Returns the pool and whether it was reset.
     pub fn open_or_reset(
         path: impl AsRef<Path>,
@@ -52,7 +54,17 @@ impl Pool {
     }
 }
 
-/// `(TYPE_ID, LAYOUT)` of `T`, for [`Pool::open_or_reset`].
+/// `(TYPE_ID, LAYOUT)` of `T`, for [`Pool::open_or_reset`]. For an `#[extendible]`
+/// struct this is its base only: [`type_keys`] adds its extension groups.
 pub fn type_key<T: Persistent>() -> (u32, u64) {
     (T::TYPE_ID, T::LAYOUT)
+}
+
+/// `(TYPE_ID, LAYOUT)` of an `#[extendible]` struct and of each of its extension groups,
+/// for [`Pool::open_or_reset`]: a group whose fields changed since the pool stored it
+/// then resets the pool too.
+pub fn type_keys<T: Extendible>() -> Vec<(u32, u64)> {
+    std::iter::once(type_key::<T>())
+        .chain(T::GROUP_KEYS.iter().copied())
+        .collect()
 }
