@@ -447,3 +447,70 @@ fn reset_on_mismatch_sees_a_changed_extension_group() {
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
+
+mod flat {
+    use pgl::{Oid, PStr, Persistent};
+
+    /// v1's node as a plain struct: what a Manual migration away from `#[extendible]`
+    /// produces.
+    #[derive(Persistent, Debug)]
+    #[pgl(id = 0x5eed_0002)]
+    #[repr(C)]
+    pub struct Node {
+        pub key: u32,
+        pub value: u32,
+        pub next: Oid<Node>,
+        pub name: PStr<16>,
+        pub _pad: u32,
+    }
+}
+
+#[test]
+fn a_manual_migration_of_an_extendible_type_keeps_its_extension_fields() {
+    use v1::NodeExtFields as _;
+    let (pool, path) = pool("migrate-ext");
+    // One node written by v0 (no group), linked from one written by v1 (its name set).
+    let b = pool
+        .tx(|tx| {
+            tx.alloc_ext(v0::NodeData {
+                key: 7,
+                value: 8,
+                next: Oid::NULL,
+            })
+        })
+        .unwrap();
+    let a = pool
+        .tx(|tx| {
+            tx.alloc_ext(v1::NodeData {
+                key: 1,
+                value: 2,
+                next: Oid::from_raw(b.raw()),
+                name: PStr::truncating("alpha"),
+            })
+        })
+        .unwrap();
+    assert_eq!(pool.objects().unwrap().len(), 3);
+    let remap = pool
+        .migration()
+        .convert_ext(|old: &pgl::Ext<'_, v1::Node>, r| flat::Node {
+            key: old.key,
+            value: old.value,
+            next: r.oid(old.next),
+            name: *old.name(),
+            _pad: 0,
+        })
+        .run()
+        .unwrap();
+    assert_eq!(remap.len(), 2);
+    let na = pool.get(remap.oid::<_, flat::Node>(a)).unwrap();
+    assert_eq!((na.key, na.value, na.name.as_str()), (1, 2, "alpha"));
+    // The v0 node was upgraded on the way: its name is its init's.
+    let nb = pool.get(na.next).unwrap();
+    assert_eq!((nb.key, nb.value, nb.name.as_str()), (7, 8, "node7"));
+    assert!(nb.next.is_null());
+    drop((na, nb));
+    // The old nodes are gone, their groups with them.
+    assert_eq!(pool.objects().unwrap().len(), 2);
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}

@@ -13,6 +13,7 @@
 
 use super::journal::{Journal, Loaded, State};
 use super::link::{ExtLink, LINK_SIZE};
+use super::{Ext, Extendible};
 use crate::persistent::{Oid, Persistent};
 use crate::pool::Pool;
 use crate::tx::Tx;
@@ -66,14 +67,38 @@ trait Step {
     fn free_old(&self, tx: &Tx<'_>, old: u64) -> Result<()>;
 }
 
-struct Conversion<Old, New, F> {
-    convert: F,
+/// How a step computes the new value of an old object.
+trait Converter<Old, New> {
+    fn call(&mut self, tx: &Tx<'_>, old: Oid<Old>, remap: &Remap) -> Result<New>;
+}
+
+/// A converter of the old object itself (`Migration::convert`).
+struct Plain<F>(F);
+
+impl<Old: Persistent, New, F: FnMut(&Old, &Remap) -> New> Converter<Old, New> for Plain<F> {
+    fn call(&mut self, tx: &Tx<'_>, old: Oid<Old>, remap: &Remap) -> Result<New> {
+        Ok((self.0)(&*tx.get(old)?, remap))
+    }
+}
+
+/// A converter of an `#[extendible]` old object with its extension groups
+/// (`Migration::convert_ext`).
+struct WithGroups<F>(F);
+
+impl<Old: Extendible, New, F: FnMut(&Ext<'_, Old>, &Remap) -> New> Converter<Old, New>
+    for WithGroups<F>
+{
+    fn call(&mut self, tx: &Tx<'_>, old: Oid<Old>, remap: &Remap) -> Result<New> {
+        Ok((self.0)(&tx.ext(old)?, remap))
+    }
+}
+
+struct Conversion<Old, New, C> {
+    convert: C,
     types: PhantomData<fn(&Old) -> New>,
 }
 
-impl<Old: Persistent, New: Persistent, F: FnMut(&Old, &Remap) -> New> Step
-    for Conversion<Old, New, F>
-{
+impl<Old: Persistent, New: Persistent, C: Converter<Old, New>> Step for Conversion<Old, New, C> {
     fn old(&self) -> (u32, u64) {
         (Old::TYPE_ID, core::mem::size_of::<Old>() as u64)
     }
@@ -92,7 +117,7 @@ impl<Old: Persistent, New: Persistent, F: FnMut(&Old, &Remap) -> New> Step
     }
 
     fn convert(&mut self, tx: &Tx<'_>, remap: &Remap, old: u64, new: u64) -> Result<()> {
-        let value = (self.convert)(&*tx.get(Oid::<Old>::from_raw(old))?, remap);
+        let value = self.convert.call(tx, Oid::from_raw(old), remap)?;
         let mut n = tx.open(Oid::<New>::from_raw(new))?;
         *n = value;
         if New::__OWNS_TAIL {
@@ -126,10 +151,30 @@ impl<'a> Migration<'a> {
     /// (which gets the old-to-new [`Remap`] of the whole migration to translate the oids
     /// it holds). `Old` must be the definition the pool stored (same type id and layout);
     /// `New` needs another type id. An `#[extendible]` `New` object starts without
-    /// extension groups: they are created, from their `init`s, on first access.
+    /// extension groups: they are created, from their `init`s, on first access. An
+    /// `#[extendible]` `Old` shows only its base here: convert it with
+    /// [`convert_ext`](Self::convert_ext) to keep its extension fields.
     pub fn convert<Old: Persistent, New: Persistent>(
-        mut self,
+        self,
         convert: impl FnMut(&Old, &Remap) -> New + 'a,
+    ) -> Self {
+        self.step::<Old, New>(Plain(convert))
+    }
+
+    /// [`convert`](Self::convert) for an `#[extendible]` `Old`: the converter sees every
+    /// field, extension fields included, through an [`Ext`] view. An old object that
+    /// lacks groups this build knows is upgraded first, in the converting transaction
+    /// (its groups are freed with it).
+    pub fn convert_ext<Old: Extendible, New: Persistent>(
+        self,
+        convert: impl FnMut(&Ext<'_, Old>, &Remap) -> New + 'a,
+    ) -> Self {
+        self.step::<Old, New>(WithGroups(convert))
+    }
+
+    fn step<Old: Persistent, New: Persistent>(
+        mut self,
+        convert: impl Converter<Old, New> + 'a,
     ) -> Self {
         // Each type is either converted or produced, once: a chain (A to B, B to C) would
         // convert the new B objects again and hand B-typed oids C objects.
