@@ -951,27 +951,74 @@ fn crash_alloc_record_durable_before_new_object() {
 }
 
 /// A geometry whose smallest class gets plain run bitmaps (a checked one would take more
-/// than half of its 8 KiB lanes): 512 KiB chunks, one a row, three data rows (the
-/// metadata, the root's run and one more chunk).
+/// than half of its 8 KiB lanes): 512 KiB chunks, one a row, four data rows (the
+/// metadata, the root's run and two more chunks).
 fn plain_run_config() -> pgl::Config {
     let mut c = config(1);
     c.chunk_size = 512 << 10;
     c.chunks_per_row = 1;
-    c.rows = 3;
+    c.rows = 4;
     c.lane_size = 8 << 10;
     c.size = c.geometry().pool_size(1);
     c.max_size = c.size;
     c
 }
 
-/// Payload bytes of the large object whose chunk the new run takes.
-const BIG: usize = 200_000;
+/// Bytes a plain bitmap of the smallest class takes at the start of a 512 KiB chunk.
+const PLAIN_BITMAP: u64 = 2048;
 
-/// A new plain run made over the chunk of a large object freed earlier: the run's bitmap
+/// Allocates a large `[u8; N]` (zeroed), leaves old bytes where the bitmap of a run made
+/// over each of its chunks would lie, and frees it; the chunks it took. `sparse`: a few
+/// nonzero words, none at the start of a chunk but the first (whose first words hold the
+/// object's header), so that a zero entry starts after them; else random bytes over
+/// the whole bitmap.
+fn freed_large_object<const N: usize>(pool: &Pool, rng: &mut Rng, sparse: bool) -> Vec<u64>
+where
+    [u8; N]: pgl::Persistent,
+{
+    let g = pool.info().header.geo;
+    let o = pool
+        .tx(|tx| tx.alloc_zeroed::<[u8; N]>())
+        .expect("setup: large alloc");
+    let chunk_of = |off: u64| (off - g.zones_offset()) / g.chunk_size;
+    let chunks: Vec<u64> = (chunk_of(o.raw() - 16)..=chunk_of(o.raw() + N as u64 - 1)).collect();
+    for &c in &chunks {
+        // The bitmap's bytes inside the payload, as payload offsets.
+        let at = g.zones_offset() + c * g.chunk_size;
+        let (from, to) = (at.max(o.raw()) - o.raw(), at + PLAIN_BITMAP - o.raw());
+        let writes: Vec<(u64, Vec<u8>)> = if sparse {
+            (0..rng.range(1, 3))
+                .map(|_| {
+                    let w = rng.range(2, (PLAIN_BITMAP / 8) as usize - 1) as u64;
+                    (
+                        at + w * 8 - o.raw(),
+                        (rng.next() | 1).to_le_bytes().to_vec(),
+                    )
+                })
+                .collect()
+        } else {
+            vec![(from, rng.bytes((to - from) as usize))]
+        };
+        pool.tx(|tx| {
+            let mut h = tx.open(o)?;
+            for (a, bytes) in &writes {
+                h.write_bytes(*a as usize, bytes);
+            }
+            Ok(())
+        })
+        .expect("setup: old bytes");
+    }
+    pool.tx(|tx| tx.free(o)).expect("setup: large free");
+    chunks
+}
+
+/// A new plain run made over a chunk of a large object freed earlier: the run's bitmap
 /// words hold the old payload's bytes, which the commit clears with one zero entry, ahead
-/// of the entry that sets the new object's bit. The old bytes are random (every word to
-/// clear) or zero but for a few words (a short entry); then a second object joins the run
-/// (no entry, a direct commit) and the first is freed (the run's last object but one).
+/// of the entry that sets the new object's bit. The old object took one chunk or two
+/// (then the run takes the second, whose bitmap holds payload bytes only); its bytes there
+/// are random (every word to clear) or zero but for a few words (a short entry). Then a
+/// second object joins the run (no zero entry: the bitmap is clear) and the first is
+/// freed (the run's last object but one).
 #[test]
 fn crash_new_run_over_freed_large_object() {
     let mut suite = Suite::new("new run over a freed large object");
@@ -983,36 +1030,51 @@ fn crash_new_run_over_freed_large_object() {
         seed += 1;
         let mut run = suite.run(format!("plain run #{seed}"), cfg.clone(), seed);
         let sparse = seed % 2 == 0;
-        let mut big_chunk = 0;
-        run.setup(|pool, _, _, rng| {
-            let mut v = Box::new([0u8; BIG]);
-            if sparse {
-                for _ in 0..rng.range(1, 4) {
-                    let w = rng.below(256);
-                    v[w * 8..w * 8 + 8].copy_from_slice(&(rng.next() | 1).to_le_bytes());
-                }
+        let two = seed / 2 % 2 == 1;
+        let mut big_chunks = Vec::new();
+        run.setup(|pool, root, m, rng| {
+            big_chunks = if two {
+                freed_large_object::<700_000>(pool, rng, sparse)
             } else {
-                v[..4096].copy_from_slice(&rng.bytes(4096));
+                freed_large_object::<200_000>(pool, rng, sparse)
+            };
+            if two {
+                // A one-chunk object takes the first chunk back, so that the run goes
+                // to the second, whose bitmap words hold payload bytes only.
+                let slot = m.free_slot();
+                pool.tx(|tx| {
+                    let o = tx.alloc_zeroed::<[u8; 200_000]>()?;
+                    tx_set_slot(tx, root, slot, o.raw(), false)
+                })
+                .expect("setup: filler");
+                m.put(slot, vec![0; 200_000]);
             }
-            let o = pool.tx(|tx| tx.alloc(*v)).expect("setup: large alloc");
-            big_chunk = chunk_of(o.raw());
-            pool.tx(|tx| tx.free(o)).expect("setup: large free");
         });
-        let what = if sparse {
-            "a few nonzero words"
-        } else {
-            "random bytes"
-        };
+        let what = format!(
+            "{} over a freed {}-chunk object",
+            if sparse {
+                "a few nonzero words"
+            } else {
+                "random bytes"
+            },
+            big_chunks.len()
+        );
         let slot = run.model.free_slot();
         let data = run.rng.bytes(16);
         let fill = Fill::random(&mut run.rng, 16);
+        let mut chunk = 0;
         run.op(
             "alloc",
-            format!("alloc 16 B into slot {slot}: a new run over {what} ({fill:?})"),
+            format!("alloc 16 B into slot {slot}: a new run, {what} ({fill:?})"),
             |pool, root, m, _| {
                 let (o, contents) =
                     alloc_tx(pool, root, slot, &data, &fill, false).expect("alloc tx");
-                assert_eq!(chunk_of(o), big_chunk, "the run took the freed chunk");
+                chunk = chunk_of(o);
+                assert_eq!(
+                    chunk,
+                    *big_chunks.last().unwrap(),
+                    "the run took the freed chunk"
+                );
                 m.put(slot, contents);
             },
         );
@@ -1028,7 +1090,7 @@ fn crash_new_run_over_freed_large_object() {
             |pool, root, m, _| {
                 let (o, contents) =
                     alloc_tx(pool, root, second, &data, &Fill::Value, false).expect("alloc tx");
-                assert_eq!(chunk_of(o), big_chunk);
+                assert_eq!(chunk_of(o), chunk);
                 m.put(second, contents);
             },
         );

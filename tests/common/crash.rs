@@ -155,6 +155,10 @@ macro_rules! by_size {
                 const $N: usize = 65536;
                 $body
             }
+            200_000 => {
+                const $N: usize = 200_000;
+                $body
+            }
             other => panic!("the crash suite has no object type of {other} bytes"),
         }
     };
