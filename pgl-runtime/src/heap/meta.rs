@@ -77,17 +77,24 @@ impl MetaOps {
     }
 
     /// The ranges set to zero (see `zero`).
+    #[inline]
     pub(crate) fn zeroed(&self) -> &[(u64, u64)] {
         &self.zeroed
     }
 
     /// Whether the word at `off` lies in a range set to zero.
+    #[inline]
     pub(crate) fn is_zeroed(&self, off: u64) -> bool {
         in_ranges(&self.zeroed, off)
     }
 
     /// The change of the word at `off`, created as "no change" if there is none yet.
+    #[inline]
     fn entry(&mut self, off: u64) -> &mut WordChange {
+        if self.zeroed.is_empty() {
+            // The common case, kept as lean as it was before zeroed ranges.
+            return self.words.entry_or_insert_with(off, WordChange::default);
+        }
         let zeroed = &self.zeroed;
         self.words.entry_or_insert_with(off, || WordChange {
             base: in_ranges(zeroed, off).then_some(0),
@@ -110,6 +117,7 @@ impl MetaOps {
     }
     /// Sets the bits of `mask` in the word at `off` (a checked bitmap word if `checked`:
     /// `mask` within bits 0..32).
+    #[inline]
     pub(crate) fn set_bits(&mut self, off: u64, mask: u64, checked: bool) {
         debug_assert!(!self.sorted);
         debug_assert!(!checked || mask >> 32 == 0);
@@ -119,6 +127,7 @@ impl MetaOps {
         w.checked |= checked;
     }
     /// Clears the bits of `mask` in the word at `off` (see `set_bits`).
+    #[inline]
     pub(crate) fn clear_bits(&mut self, off: u64, mask: u64, checked: bool) {
         debug_assert!(!self.sorted);
         debug_assert!(!checked || mask >> 32 == 0);
@@ -145,6 +154,7 @@ impl MetaOps {
 }
 
 /// Whether `off` lies in one of the ranges `(off, len)` of `ranges`.
+#[inline]
 fn in_ranges(ranges: &[(u64, u64)], off: u64) -> bool {
     ranges.iter().any(|&(a, n)| off >= a && off - a < n)
 }

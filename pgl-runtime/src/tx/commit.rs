@@ -336,8 +336,9 @@ impl Tx<'_> {
             for (off, ch) in lane.scratch.meta.iter() {
                 // SAFETY: heap metadata word inside the pool, protected by its metadata lock.
                 let cur = unsafe { eng.media.read_u64(off) };
-                // A word of a range set to zero holds zero once `fills` are applied.
-                let cur = if lane.scratch.meta.is_zeroed(off) {
+                // A word of a range set to zero holds zero once `fills` are applied (and
+                // already does if there are none).
+                let cur = if !fills.is_empty() && lane.scratch.meta.is_zeroed(off) {
                     0
                 } else {
                     cur
