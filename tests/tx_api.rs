@@ -435,3 +435,183 @@ fn an_unfilled_allocation_of_a_freed_block_inherits_the_committed_checksum() {
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
+
+/// Runs `f` on a thread of its own and returns its result, or panics if it has not
+/// finished in `secs` seconds (a hang: the thread is left behind).
+fn within<R: Send + 'static>(secs: u64, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (send, recv) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = send.send(f());
+    });
+    recv.recv_timeout(std::time::Duration::from_secs(secs))
+        .expect("hung: the thread waits for itself")
+}
+
+#[test]
+fn a_detached_handle_makes_this_threads_reads_and_transactions_fail_at_once() {
+    let (pool, path) = pool("detachedheld");
+    let root = pool.root::<u64>().unwrap();
+    let p = pool.clone();
+    let (get, write, read) = within(30, move || {
+        let mut d = p.open_mut(root).unwrap();
+        *d = 5;
+        let get = p.get(root).map(|_| ());
+        let write = p.tx(|tx| {
+            *tx.open(root)? = 1;
+            Ok(())
+        });
+        let read = p.tx(|tx| tx.get(root).map(|r| *r));
+        // Freezing the pool would wait for the handle's lane and lock.
+        let t = std::time::Instant::now();
+        let frozen = p.verify_parity();
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "{frozen:?}"
+        );
+        assert!(matches!(frozen, Err(Error::Conflict { .. })), "{frozen:?}");
+        d.commit().unwrap();
+        (get, write, read)
+    });
+    assert!(
+        matches!(get, Err(Error::LockedByThisThread { .. })),
+        "{get:?}"
+    );
+    assert!(
+        matches!(write, Err(Error::LockedByThisThread { .. })),
+        "{write:?}"
+    );
+    assert!(
+        matches!(read, Err(Error::LockedByThisThread { .. })),
+        "{read:?}"
+    );
+    assert_eq!(*pool.get(root).unwrap(), 5);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn a_thread_holding_a_detached_handle_never_waits_for_its_own_lane() {
+    // Two lanes: another thread holds one, this thread's `Detached` the other. A
+    // transaction of this thread must wait for the other thread's lane, not its own.
+    let (pool, path) = pool("detachedlane");
+    let (a, b, c) = pool
+        .tx(|tx| Ok((tx.alloc(0u64)?, tx.alloc(0u64)?, tx.alloc(0u64)?)))
+        .unwrap();
+    let (held, release) = (
+        std::sync::Arc::new(std::sync::Barrier::new(2)),
+        std::sync::Arc::new(std::sync::Barrier::new(2)),
+    );
+    let other = {
+        let (pool, held, release) = (pool.clone(), held.clone(), release.clone());
+        std::thread::spawn(move || {
+            let mut d = pool.open_mut(b).unwrap();
+            *d = 2;
+            held.wait();
+            release.wait();
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            d.commit().unwrap();
+        })
+    };
+    let p = pool.clone();
+    let r = within(30, move || {
+        held.wait();
+        let mut d = p.open_mut(a).unwrap();
+        *d = 1;
+        release.wait();
+        // Both lanes are taken: this waits until the other thread commits.
+        let r = p.tx(|tx| {
+            *tx.open(c)? = 3;
+            Ok(())
+        });
+        d.commit().unwrap();
+        // Every lane held by this thread: an error, not a wait for itself.
+        let d1 = p.open_mut(a).unwrap();
+        let d2 = p.open_mut(b).unwrap();
+        let full = p.tx(|tx| tx.get(c).map(|_| ()));
+        drop((d1, d2));
+        (r, full)
+    });
+    other.join().unwrap();
+    assert!(r.0.is_ok(), "{:?}", r.0);
+    assert!(matches!(r.1, Err(Error::InTransaction { .. })), "{:?}", r.1);
+    assert_eq!(*pool.get(a).unwrap(), 1);
+    assert_eq!(*pool.get(b).unwrap(), 2);
+    assert_eq!(*pool.get(c).unwrap(), 3);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn pool_root_inside_a_transaction_that_holds_the_root_returns_it() {
+    // Helpers that look the root up themselves, called twice in one transaction.
+    let (pool, path) = pool("rootheld");
+    let root = pool.root::<u64>().unwrap();
+    pool.tx(|tx| {
+        *tx.open(pool.root::<u64>()?)? += 1;
+        let mut live = tx.open(pool.root::<u64>()?)?;
+        *live += 1;
+        assert_eq!(pool.root::<u64>()?, root, "with a live handle to it");
+        assert!(matches!(pool.root::<u32>(), Err(Error::RootType { .. })));
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(*pool.get(root).unwrap(), 2);
+    let again = pool.tx(|tx| {
+        let _r = tx.get(root)?;
+        pool.root::<u64>()
+    });
+    assert_eq!(again.unwrap(), root);
+    let mut d = pool.open_mut(pool.root::<u64>().unwrap()).unwrap();
+    *d += 1;
+    assert_eq!(pool.root::<u64>().unwrap(), root, "with a Detached of it");
+    d.commit().unwrap();
+    assert_eq!(*pool.get(root).unwrap(), 3);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn object_readers_never_wait_for_this_threads_own_locks() {
+    let (pool, path) = pool("readerswait");
+    let root = pool.root::<u64>().unwrap();
+    let p = pool.clone();
+    let (in_tx, other, listed, verified, read) = within(30, move || {
+        let in_tx = p.tx(|tx| {
+            *tx.open(root)? = 1;
+            p.read_object(root.raw()).map(|_| ())
+        });
+        let other = p.tx(|tx| {
+            let o = tx.alloc(7u64)?;
+            *tx.open(root)? = o.raw();
+            Ok(())
+        });
+        let o = Oid::<u64>::from_raw(*p.get(root).unwrap());
+        let other = other.and_then(|()| p.tx(|_| p.read_object(o.raw()).map(|(_, b)| b)));
+        let d = p.open_mut(root).unwrap();
+        let listed = p.objects().map(|l| l.len());
+        let verified = p.verify_objects(|_, _| {}).map(|v| v.len());
+        let read = p.read_object(root.raw()).map(|_| ());
+        drop(d);
+        (in_tx, other, listed, verified, read)
+    });
+    assert!(
+        matches!(in_tx, Err(Error::LockedByThisThread { .. })),
+        "{in_tx:?}"
+    );
+    assert_eq!(
+        other.unwrap(),
+        7u64.to_le_bytes(),
+        "another object reads fine"
+    );
+    assert!(
+        matches!(listed, Err(Error::LockedByThisThread { .. })),
+        "{listed:?}"
+    );
+    assert!(
+        matches!(verified, Err(Error::LockedByThisThread { .. })),
+        "{verified:?}"
+    );
+    assert!(
+        matches!(read, Err(Error::LockedByThisThread { .. })),
+        "{read:?}"
+    );
+    assert_eq!(pool.objects().unwrap().len(), 2);
+    std::fs::remove_file(path).unwrap();
+}

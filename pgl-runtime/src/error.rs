@@ -222,9 +222,10 @@ pub enum Error {
         offset: u64,
     },
 
-    /// The object is locked by this same thread: its transaction holds it, or a `Ref` from
-    /// `pool.get` does while a transaction of the thread wants to change it.
-    #[error("object at {offset:#x} is locked by this thread: by its open transaction (read it with tx.get inside the transaction) or by a pool.get Ref it still holds (drop the Ref before changing the object)")]
+    /// The object is locked by this same thread: its transaction or a `Detached` from
+    /// `pool.open_mut` holds it, or a `Ref` from `pool.get` does while a transaction of the
+    /// thread wants to change it.
+    #[error("object at {offset:#x} is locked by this thread: by its open transaction (read it with tx.get inside the transaction) or by a pool.get Ref or pool.open_mut handle it still holds (drop the Ref or commit the handle first)")]
     LockedByThisThread {
         /// The object's offset.
         offset: u64,

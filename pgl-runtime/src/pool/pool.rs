@@ -620,7 +620,9 @@ impl Pool {
 
     /// Opens one object for an atomic update outside a closure (Pangolin's
     /// `pgl_open`/`pgl_commit`): change it through the handle, then `.commit()`; dropping the
-    /// handle without committing discards the changes.
+    /// handle without committing discards the changes. Until then the handle holds the
+    /// object's lock and a redo lane: on this thread, reading or opening the object fails
+    /// with `Error::LockedByThisThread` instead of waiting for the handle.
     pub fn open_mut<T: Persistent>(&self, oid: Oid<T>) -> Result<Detached<'_, T>> {
         // A second transaction on this thread could wait forever for the lane or the object
         // its own outer transaction holds.
@@ -632,10 +634,15 @@ impl Pool {
         }
         let mut repairs = 0;
         loop {
-            let tx = std::ptr::NonNull::from(Box::leak(Box::new(Tx::begin(&self.inner.eng))));
-            let detached = |handle| Detached {
-                handle: Some(handle),
-                tx,
+            let tx = Tx::begin(&self.inner.eng, "pool.open_mut")?;
+            let tx = std::ptr::NonNull::from(Box::leak(Box::new(tx)));
+            let detached = |handle| {
+                // SAFETY: as below: the leaked Tx lives until the `Detached` drops it.
+                tx::enter_detached(self.inner.eng.id, unsafe { tx.as_ref() });
+                Detached {
+                    handle: Some(handle),
+                    tx,
+                }
             };
             // SAFETY: the Tx was just leaked into a stable heap allocation; the returned
             // `Detached` owns it and frees it only after dropping the handle.
@@ -693,8 +700,10 @@ impl Pool {
             cur
         };
         let oid = Oid::<T>::from_raw(cur);
-        match self.get(oid) {
-            Ok(_) => Ok(oid),
+        // Through this thread's transaction if that holds the root already (`pool.get`
+        // would be refused).
+        match tx::check_is(eng, oid) {
+            Ok(()) => Ok(oid),
             Err(Error::TypeMismatch {
                 found, found_size, ..
             }) => Err(Error::RootType {
@@ -1034,8 +1043,7 @@ impl Pool {
         let mut out = Vec::with_capacity(hdrs.len());
         for hdr in hdrs {
             let payload = hdr + HEADER_SIZE;
-            let stripe = crate::tx::stripe_of(payload);
-            eng.objects.read(stripe);
+            let stripe = tx::read_lock(eng, payload)?;
             let mut h = [0u8; 16];
             // SAFETY: an allocated block's header inside the pool, under the object's read
             // lock (commits that change it hold the write lock).
@@ -1050,12 +1058,14 @@ impl Pool {
     }
 
     /// The header and bytes of the object at payload offset `offset`, whatever its type.
+    /// Like `get`, it fails with `Error::LockedByThisThread` if this thread's transaction or
+    /// `Detached` holds the object, and inside a transaction with `Error::Conflict` if
+    /// another one does.
     pub fn read_object(&self, offset: u64) -> Result<(ObjectHeader, Vec<u8>)> {
         let eng = &self.inner.eng;
         // Locked before it is located: only the lock keeps the object, and so its run's
         // layout, from changing between the two.
-        let stripe = crate::tx::stripe_of(offset);
-        eng.objects.read(stripe);
+        let stripe = tx::read_lock(eng, offset)?;
         let place = match eng.heap.locate(offset) {
             Ok(p) => p,
             Err(e) => {
@@ -1116,8 +1126,7 @@ impl Pool {
             let eng = &self.inner.eng;
             // Locked before it is located: only the lock keeps the object, and so its
             // run's layout, from changing between the two.
-            let stripe = crate::tx::stripe_of(off);
-            eng.objects.read(stripe);
+            let stripe = tx::read_lock(eng, off)?;
             let r = self.verify_locked(off, &h);
             eng.objects.release(stripe, crate::tx::Held::Read);
             if let Err(e) = r {
@@ -1250,6 +1259,8 @@ impl<T: Persistent> std::ops::DerefMut for Detached<'_, T> {
 impl<T: Persistent> Drop for Detached<'_, T> {
     fn drop(&mut self) {
         drop(self.handle.take());
+        // SAFETY: leaked in `open_mut`, freed only below.
+        tx::leave_detached(unsafe { self.tx.as_ref() });
         // SAFETY: leaked in `open_mut`, freed exactly once here after the handle is gone;
         // dropping the Tx aborts it unless it committed.
         drop(unsafe { Box::from_raw(self.tx.as_ptr()) });

@@ -158,8 +158,13 @@ impl Lanes {
     }
 
     /// Takes a lane: this thread's usual one if free, else any free one, else waits for the
-    /// usual one.
-    pub(crate) fn acquire(&self) -> (&Lane, MutexGuard<'_, LaneState>) {
+    /// usual one — or, if `mine` says this thread holds that one itself (a `Detached`
+    /// handle, released only when this thread gets on), for the next one it does not hold.
+    /// `None` if this thread holds every lane.
+    pub(crate) fn acquire(
+        &self,
+        mine: impl Fn(usize) -> bool,
+    ) -> Option<(&Lane, MutexGuard<'_, LaneState>)> {
         let n = self.lanes.len();
         let hint = HINT.with(|h| h.get()) % n;
         for i in 0..n {
@@ -168,11 +173,13 @@ impl Lanes {
                 if i != 0 {
                     HINT.with(|h| h.set(l.idx));
                 }
-                return (l, g);
+                return Some((l, g));
             }
         }
-        let l = &self.lanes[hint];
-        (l, l.state.lock())
+        let l = (0..n)
+            .map(|i| &self.lanes[(hint + i) % n])
+            .find(|l| !mine(l.idx))?;
+        Some((l, l.state.lock()))
     }
 
     /// Calls `f(lane, generation)` for each lane whose retire mark may not be durable and

@@ -27,4 +27,7 @@ pub(crate) use registry::{list as list_types, TypeCache};
 pub(crate) use repair::{repairable, Outcome, RepairCounters};
 pub(crate) use tail::TAIL_LINK;
 pub use tx::Tx;
-pub(crate) use tx::{get, in_tx, run, stripe_of, try_repair, verify_in_place};
+pub(crate) use tx::{
+    check_is, enter_detached, get, in_tx, leave_detached, read_lock, run, stripe_of, try_repair,
+    verify_in_place,
+};

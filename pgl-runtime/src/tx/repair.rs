@@ -71,8 +71,12 @@ pub(crate) struct Frozen<'e> {
 }
 
 impl Engine {
-    /// Freezes the pool (see the module docs); `None` if some lane stayed busy for `WAIT`.
+    /// Freezes the pool (see the module docs); `None` if some lane stayed busy for `WAIT`,
+    /// or at once if this thread holds a `Detached` handle, whose lane it would wait for.
     pub(crate) fn freeze(&self) -> Option<Frozen<'_>> {
+        if super::tx::detached_held(self.id) {
+            return None;
+        }
         let deadline = Instant::now() + WAIT;
         let mut lanes = Vec::with_capacity(self.geo.lanes as usize);
         for lane in self.lanes.iter() {
@@ -84,10 +88,10 @@ impl Engine {
 
     /// Runs `f` with the pool to itself: every object lock and every lane held, so no
     /// transaction is in flight and no reader looks. `None` if that took longer than `WAIT`
-    /// (or this thread holds a `Ref`, which would never be released meanwhile). Call it
-    /// outside transactions.
+    /// (or this thread holds a `Ref` or a `Detached`, which would never be released
+    /// meanwhile). Call it outside transactions.
     pub(crate) fn exclusive<R>(&self, f: impl FnOnce() -> R) -> Option<R> {
-        if super::tx::any_ref_held(self.id) {
+        if super::tx::any_ref_held(self.id) || super::tx::detached_held(self.id) {
             return None;
         }
         if !self.objects.write_all(Instant::now() + WAIT) {
@@ -105,9 +109,10 @@ impl Engine {
             return Ok(self.count(Outcome::Unrecoverable));
         }
         let stripe = super::stripe_of(payload);
-        if super::tx::ref_held(self.id, stripe) {
+        if super::tx::ref_held(self.id, stripe) || super::tx::detached_held(self.id) {
             // This thread reads the object (or one sharing its lock): it cannot be rewritten
-            // under that reference.
+            // under that reference. Or it holds a `Detached`, whose lane `freeze` would
+            // need (and perhaps this object's lock).
             return Ok(Outcome::Busy);
         }
         if !self.lock_object(stripe) {

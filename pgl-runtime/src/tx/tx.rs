@@ -45,9 +45,18 @@ pub struct Tx<'p> {
 }
 
 impl<'p> Tx<'p> {
-    pub(crate) fn begin(eng: &'p Engine) -> Tx<'p> {
-        let (lane, guard) = eng.lanes.acquire();
-        Tx {
+    /// Begins a transaction on a free lane (waiting for one). `what` names the caller for
+    /// the error returned when this thread's `Detached` handles hold every lane: waiting
+    /// would never end.
+    pub(crate) fn begin(eng: &'p Engine, what: &'static str) -> Result<Tx<'p>> {
+        let Some((lane, guard)) = eng.lanes.acquire(|i| detached_lane(eng.id, i)) else {
+            return Err(Error::InTransaction {
+                what,
+                instead: "this thread's pool.open_mut handles hold every lane of the pool: \
+                          commit or drop one first",
+            });
+        };
+        Ok(Tx {
             eng,
             lane,
             st: RefCell::new(TxState {
@@ -59,7 +68,7 @@ impl<'p> Tx<'p> {
                 owns_registry: false,
             }),
             done: Cell::new(false),
-        }
+        })
     }
 
     fn lock(&self, st: &mut TxState<'p>, off: u64, want: Held) -> Result<()> {
@@ -268,6 +277,18 @@ impl<'p> Tx<'p> {
         // SAFETY: a live object of type T (checked), 16-byte aligned in the mapping, under a
         // lock this transaction holds until it ends.
         Ok(unsafe { Read::new(p, ReadSource::Locked) })
+    }
+
+    /// Checks that the object at `off`, whose lock this transaction holds, is a `T` (as
+    /// `get` would, without borrowing it: a handle of this transaction may hold it).
+    fn check_held<T: Persistent>(&self, off: u64) -> Result<()> {
+        self.check_layout::<T>(false)?;
+        let st = self.st.borrow();
+        if self.buffer_of::<T>(&st, off)?.is_some() {
+            return Ok(());
+        }
+        let place = self.eng.heap.locate(off)?;
+        Self::check_type::<T>(off, &self.header(off), place.capacity)
     }
 
     /// Injects a fault that lives inside this transaction (see [`Fault::SmashCanary`]);
@@ -698,8 +719,9 @@ pub(crate) fn any_ref_held(id: u64) -> bool {
 }
 
 /// Takes the lock of the object at `off` as `want` for a transaction holding `held`,
-/// without waiting: `Error::LockedByThisThread` if only this thread's own `Ref` blocks a
-/// write lock (no retry can succeed while the closure runs), else `Error::Conflict`.
+/// without waiting: `Error::LockedByThisThread` if this thread's own `Ref` blocks a write
+/// lock or its own `Detached` holds the object (no retry can succeed while the closure
+/// runs), else `Error::Conflict`.
 fn take_stripe(eng: &Engine, held: &mut HeldStripes, off: u64, want: Held) -> Result<()> {
     let stripe = ObjectLocks::stripe(off);
     let ok = match (want, held.get(stripe)) {
@@ -710,7 +732,7 @@ fn take_stripe(eng: &Engine, held: &mut HeldStripes, off: u64, want: Held) -> Re
     if ok {
         held.insert(stripe, want);
         Ok(())
-    } else if want == Held::Write && ref_held(eng.id, stripe) {
+    } else if (want == Held::Write && ref_held(eng.id, stripe)) || detached_holds(eng.id, stripe) {
         Err(Error::LockedByThisThread { offset: off })
     } else {
         Err(Error::Conflict { offset: off })
@@ -754,17 +776,74 @@ fn active(id: u64) -> Option<usize> {
     })
 }
 
-/// Whether this thread is inside a transaction of `eng` that holds `stripe`.
+/// Whether this thread is inside a transaction of `eng` that holds `stripe`, or holds a
+/// `Detached` handle of `eng` that does.
 fn held_by_this_thread(eng: &Engine, stripe: u32) -> bool {
-    match active(eng.id) {
-        // SAFETY: registered by `run` on this thread; that Tx is alive on its stack frame.
-        Some(p) => unsafe { &*(p as *const Tx<'_>) }
-            .st
+    detached_holds(eng.id, stripe)
+        || match active(eng.id) {
+            // SAFETY: registered by `run` on this thread; that Tx is alive on its stack frame.
+            Some(p) => unsafe { &*(p as *const Tx<'_>) }
+                .st
+                .try_borrow()
+                .map(|st| st.lane.scratch.held.contains(stripe))
+                .unwrap_or(true),
+            None => false,
+        }
+}
+
+thread_local! {
+    /// This thread's `Detached` handles: (engine id, address of their `Tx`). Each holds a
+    /// lane and an object's write lock while the thread runs other code, which must never
+    /// wait for them: they are released only when this thread gets on.
+    static DETACHED: RefCell<Vec<(u64, usize)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Records that `tx`, a `Detached` handle's transaction of engine `id` on this thread,
+/// holds its lane and lock from now on until `leave_detached`.
+pub(crate) fn enter_detached(id: u64, tx: &Tx<'_>) {
+    DETACHED.with(|d| d.borrow_mut().push((id, tx as *const Tx<'_> as usize)));
+}
+
+/// Records that the `Detached` transaction `tx` is about to end (before it is freed).
+pub(crate) fn leave_detached(tx: &Tx<'_>) {
+    let p = tx as *const Tx<'_> as usize;
+    // `try_with`: a `Detached` kept in a thread-local may be dropped after this one.
+    let _ = DETACHED.try_with(|d| d.borrow_mut().retain(|&(_, q)| q != p));
+}
+
+/// Calls `f` on each `Detached` transaction of engine `id` this thread holds, until it
+/// returns true; whether one did.
+fn any_detached(id: u64, mut f: impl FnMut(&Tx<'_>) -> bool) -> bool {
+    DETACHED
+        .try_with(|d| {
+            d.borrow().iter().any(|&(i, p)| {
+                // SAFETY: registered by `enter_detached` and removed by `leave_detached`
+                // before the `Detached` frees its boxed Tx; a `Detached` is not `Send`, so
+                // that Tx lives on this thread, which is running this code instead of
+                // changing it.
+                i == id && f(unsafe { &*(p as *const Tx<'_>) })
+            })
+        })
+        .unwrap_or(false)
+}
+
+/// Whether this thread holds a `Detached` handle of engine `id`.
+pub(crate) fn detached_held(id: u64) -> bool {
+    any_detached(id, |_| true)
+}
+
+/// Whether a `Detached` handle of engine `id` held by this thread locks `stripe`.
+fn detached_holds(id: u64, stripe: u32) -> bool {
+    any_detached(id, |tx| {
+        tx.st
             .try_borrow()
-            .map(|st| st.lane.scratch.held.contains(stripe))
-            .unwrap_or(true),
-        None => false,
-    }
+            .is_ok_and(|st| st.lane.scratch.held.contains(stripe))
+    })
+}
+
+/// Whether a `Detached` handle of engine `id` held by this thread holds lane `idx`.
+fn detached_lane(id: u64, idx: usize) -> bool {
+    any_detached(id, |tx| tx.lane.idx == idx)
 }
 
 /// Most closure re-runs after conflicts before `Error::Conflict` is returned.
@@ -782,7 +861,7 @@ pub(crate) fn run<'p, R>(eng: &'p Engine, mut f: impl FnMut(&Tx<'p>) -> Result<R
     let mut attempt = 0u32;
     let mut repairs = 0u32;
     loop {
-        let tx = Tx::begin(eng);
+        let tx = Tx::begin(eng, "pool.tx")?;
         let r = {
             let _a = Active::enter(eng.id, &tx);
             f(&tx)
@@ -880,18 +959,48 @@ pub(crate) fn get<'p, T: Persistent>(eng: &'p Engine, oid: Oid<T>) -> Result<Ref
     }
 }
 
-fn get_once<'p, T: Persistent>(eng: &'p Engine, oid: Oid<T>) -> Result<Ref<'p, T>> {
-    if !eng.types.knows::<T>() {
-        super::registry::check_outside::<T>(eng)?;
+/// Checks that the object at `oid` is a `T` (`pool.root`): through this thread's open
+/// transaction or `Detached` if one holds its lock already (where `pool.get` is refused
+/// with `LockedByThisThread`), else as `pool.get` does. Never fails the transaction but on
+/// a conflict, as `pool.get` inside it.
+pub(crate) fn check_is<T: Persistent>(eng: &Engine, oid: Oid<T>) -> Result<()> {
+    let stripe = stripe_of(oid.raw());
+    let holds = |tx: &Tx<'_>| {
+        tx.st
+            .try_borrow()
+            .is_ok_and(|st| st.lane.scratch.held.contains(stripe))
+    };
+    if let Some(p) = active(eng.id) {
+        // SAFETY: registered by `run` on this thread; that Tx is alive on its frame.
+        let tx = unsafe { &*(p as *const Tx<'_>) };
+        if holds(tx) {
+            return tx.check_held::<T>(oid.raw());
+        }
     }
-    let off = oid.raw();
+    let mut checked = None;
+    any_detached(eng.id, |tx| {
+        if holds(tx) {
+            checked = Some(tx.check_held::<T>(oid.raw()));
+        }
+        checked.is_some()
+    });
+    if let Some(r) = checked {
+        return r;
+    }
+    get(eng, oid).map(|_| ())
+}
+
+/// Takes the read lock of the object at `off` for a reader that is no transaction
+/// (`pool.get`, `pool.read_object`, the object walks); returns its stripe, which the caller
+/// releases. Never waits for this thread itself: `LockedByThisThread` if this thread's
+/// transaction or `Detached` holds the stripe. Inside a transaction a wait could close a
+/// cycle with another transaction: a conflict instead fails it, which re-runs the closure.
+pub(crate) fn read_lock(eng: &Engine, off: u64) -> Result<u32> {
     let stripe = ObjectLocks::stripe(off);
     if held_by_this_thread(eng, stripe) {
         return Err(Error::LockedByThisThread { offset: off });
     }
     if let Some(p) = active(eng.id) {
-        // Inside a transaction a wait could close a cycle with another transaction: fail
-        // with a conflict instead, which re-runs the closure.
         if !eng.objects.try_read(stripe) {
             // SAFETY: registered by `run` on this thread; that Tx is alive on its frame.
             let tx = unsafe { &*(p as *const Tx<'_>) };
@@ -902,6 +1011,15 @@ fn get_once<'p, T: Persistent>(eng: &'p Engine, oid: Oid<T>) -> Result<Ref<'p, T
     } else {
         eng.objects.read(stripe);
     }
+    Ok(stripe)
+}
+
+fn get_once<'p, T: Persistent>(eng: &'p Engine, oid: Oid<T>) -> Result<Ref<'p, T>> {
+    if !eng.types.knows::<T>() {
+        super::registry::check_outside::<T>(eng)?;
+    }
+    let off = oid.raw();
+    let stripe = read_lock(eng, off)?;
     let guard = ReleaseOnErr {
         eng,
         stripe,
