@@ -199,3 +199,40 @@ fn faults_outside_pools_still_reach_the_previous_handler() {
         "Rust's overflow report, not a hang or a silent exit: {stderr}"
     );
 }
+
+#[test]
+fn a_lost_page_under_a_new_object_spanning_rows_does_not_hang_its_commit() {
+    // A new object longer than a row has pages in the same page column of two rows. Its
+    // commit counts the first row's pages as pending in their parity stripes; if the
+    // second row's page in that column is lost, the fault on it must still be repaired,
+    // not wait for the committing thread's own pending bytes.
+    type Huge = [u8; 100_000];
+    let p = path("spanning");
+    let cfg = Config::small("media");
+    let geo = cfg.geometry();
+    assert!(geo.row_size() + 4096 < 100_000, "the object spans two rows");
+    let pool = Pool::create(&p, &cfg).unwrap();
+    let v: Huge = std::array::from_fn(|i| (i * 7 + 3) as u8);
+    let first: Oid<Huge> = pool.tx(|tx| tx.alloc(v)).unwrap();
+    pool.tx(|tx| tx.free(first)).unwrap();
+    // The page one row past the object's start: the same column as its first page.
+    pool.inject(&Fault::MediaError {
+        offset: first.raw() + geo.row_size(),
+    })
+    .unwrap();
+    let (send, recv) = std::sync::mpsc::channel();
+    let p2 = pool.clone();
+    std::thread::spawn(move || {
+        let _ = send.send(p2.tx(|tx| tx.alloc(v)));
+    });
+    let again = recv
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the commit finished")
+        .unwrap();
+    assert_eq!(again.raw(), first.raw(), "the freed block was reused");
+    assert_eq!(pool.tx(|tx| Ok(*tx.open(again)?)).unwrap(), v);
+    assert_eq!(pool.stats().media_errors_repaired, 1);
+    assert_eq!(pool.verify_parity().unwrap(), Vec::<u64>::new());
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}

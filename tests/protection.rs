@@ -401,3 +401,44 @@ fn a_commit_over_a_damaged_metadata_word_leaves_parity_right_after_the_repair() 
     drop(pool);
     std::fs::remove_file(&p).unwrap();
 }
+
+#[test]
+fn a_zeroed_zone_metadata_copy_is_not_taken_for_the_good_one() {
+    // A zone's metadata copy A fits one page; a media error nobody read before the pool
+    // closed leaves that page zeroed. A zeroed copy verifies (a new zone is zeros), but it
+    // differs from copy B: it is the damaged one, and B must be copied over it, not it
+    // over B (which would free every chunk of the zone).
+    let p = path("zeroed");
+    let cfg = Config::small("meta").size(Config::small("meta").geometry().pool_size(4));
+    let geo = cfg.geometry();
+    let pool = Pool::create(&p, &cfg).unwrap();
+    let mut objs = Vec::new();
+    let in_zone_1 = loop {
+        let i = objs.len() as u8;
+        let o: Oid<[u8; 40_000]> = pool.tx(|tx| tx.alloc([i; 40_000])).unwrap();
+        objs.push(o);
+        if o.raw() >= geo.zone_offset(1) {
+            break o;
+        }
+        assert!(objs.len() < 20, "an object lands in zone 1");
+    };
+    assert!(in_zone_1.raw() < geo.zone_offset(2));
+    pool.inject(&Fault::MediaError {
+        offset: geo.chunk_offset(1, 0),
+    })
+    .unwrap();
+    drop(pool);
+    let pool = Pool::open_with(&p, &cfg).unwrap();
+    assert_eq!(pool.stats().metadata_repairs, 1, "copy A rewritten");
+    for (i, &o) in objs.iter().enumerate() {
+        assert_eq!(pool.get(o).unwrap()[39_999], i as u8);
+    }
+    // Its chunk is still allocated: a new object does not land on it.
+    let other: Oid<[u8; 40_000]> = pool.tx(|tx| tx.alloc([0xee; 40_000])).unwrap();
+    assert_ne!(other.raw(), in_zone_1.raw());
+    assert_eq!(pool.get(in_zone_1).unwrap()[0], objs.len() as u8 - 1);
+    assert!(pool.scrub(true, |_, _| {}).unwrap().is_clean());
+    assert!(pool.verify_parity().unwrap().is_empty());
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}

@@ -197,13 +197,15 @@ impl Fault {
                 len,
                 seed,
             } => {
-                let base = geo.chunk_offset(zone, 0);
-                if base.checked_add(geo.chunk_size).is_none_or(|e| e > size) {
+                // Checked before any offset is computed from it: a large enough zone
+                // number overflows the arithmetic (and, wrapping, lands in the pool).
+                if zone >= geo.zones_for(size) {
                     return Err(Error::config(format!(
                         "zone {zone} is not in the pool ({} zones)",
                         geo.zones_for(size)
                     )));
                 }
+                let base = geo.chunk_offset(zone, 0);
                 (
                     within("zone metadata chunk", base, geo.chunk_size, at, len)?,
                     len,

@@ -241,8 +241,15 @@ impl FaultCtx {
             .map(|(p, _)| (p, parity.stripe_of(p)));
         if let Some((_, s)) = stripe {
             // Async-signal-safe: atomics, spinning and `sched_yield` (see `StripeLock`).
-            s.lock();
-            while s.pending() != 0 {
+            // Not holding the stripe while its pending objects drain: the commit that
+            // counts them may need the stripe again for its next new piece before it can
+            // write them (and so wait for us while we wait for it).
+            loop {
+                s.lock();
+                if s.pending() == 0 {
+                    break;
+                }
+                s.unlock();
                 yield_now();
             }
         }
@@ -409,5 +416,65 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) 
         // SAFETY: the previous handler was installed with this signature.
         let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(h) };
         f(sig);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::persist::FlushMode;
+    use std::time::Duration;
+
+    #[test]
+    fn a_repair_waiting_for_pending_objects_lets_their_commit_take_the_stripe() {
+        // A commit counts a new object's piece as pending in a stripe and then needs the
+        // stripe again for its next piece (the same column, another row); meanwhile another
+        // thread's fault in that column waits for the pending count to drain. The repair
+        // must not hold the stripe while it waits.
+        let geo = Geometry {
+            chunk_size: 16 << 10,
+            chunks_per_row: 1,
+            rows: 3,
+            lanes: 1,
+            lane_size: 8192,
+        };
+        let path = crate::scratch_pool("handler-pending");
+        let len = geo.pool_size(1);
+        let media =
+            Media::create_file(&path, len, len, Some(FlushMode::None), false).expect("create");
+        let parity = Parity::new(true, 0, &geo);
+        let ctx = FaultCtx::new(&media, &parity, geo);
+        let row = |r: u64| geo.zone_offset(0) + r * geo.row_size() + PAGE;
+        // SAFETY: pages of zone 0's data rows, inside the pool; nothing else writes them.
+        unsafe { parity.update_new(&media, row(0), &[7; 8]) };
+        let (done, wait) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            let (media, parity, ctx) = (&media, &parity, &ctx);
+            s.spawn(move || ctx.repair(row(2)));
+            s.spawn(move || {
+                // Give the repair time to start waiting.
+                std::thread::sleep(Duration::from_millis(100));
+                // SAFETY: as above.
+                unsafe { parity.update_new(media, row(1), &[9; 8]) };
+                done.send(()).expect("the test waits");
+            });
+            let finished = wait.recv_timeout(Duration::from_secs(20));
+            // The commit's bytes are written: the repair may go on (even if it held up
+            // the commit, so that the scope can end).
+            // SAFETY: as above.
+            unsafe {
+                media.write(row(0), &[7; 8]);
+            }
+            parity.new_written(row(0), 8);
+            if finished.is_ok() {
+                // SAFETY: as above.
+                unsafe { media.write(row(1), &[9; 8]) };
+                parity.new_written(row(1), 8);
+            }
+            assert!(finished.is_ok(), "the commit waited for the repair");
+        });
+        assert_eq!(ctx.repaired.load(Ordering::Relaxed), 1);
+        drop(media);
+        std::fs::remove_file(&path).expect("remove");
     }
 }

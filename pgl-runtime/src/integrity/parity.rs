@@ -122,6 +122,28 @@ impl Parity {
         unsafe { self.apply(media, off, new, Then::Pending) }
     }
 
+    /// Loads a byte of every page of `[off, off + len)` that parity covers, so that a page
+    /// lost to a media error is rebuilt now. A commit calls it on all its new objects
+    /// before the first `update_new`: once one piece counts as pending in a stripe, a fault
+    /// on a later piece of the same stripe (the same column one row on, in an object longer
+    /// than a row or another new object) would have the handler wait for this very
+    /// thread's pending bytes, forever.
+    ///
+    /// # Safety
+    /// The range lies inside the pool.
+    pub(crate) unsafe fn touch(&self, media: &Media, off: u64, len: u64) {
+        if !self.enabled {
+            return;
+        }
+        // Each piece lies in one data page (see `apply`).
+        self.each_page(off, len, |parity, at, _| {
+            if parity.is_some() {
+                // SAFETY: `at` lies in the pool (caller).
+                unsafe { std::ptr::read_volatile(media.ptr(at)) };
+            }
+        });
+    }
+
     /// The bytes of `[off, off + len)` announced by `update_new` are written.
     pub(crate) fn new_written(&self, off: u64, len: u64) {
         self.each_parity_range(off, len, |parity, _| {

@@ -43,6 +43,46 @@ pub(crate) fn block_verifies(hdr: u64, capacity: u64, bytes: &[u8]) -> bool {
         ) == h.checksum
 }
 
+/// Pages of a block whose rebuilt bytes differ from the current ones, up to which
+/// `mix_pages` tries every mix (2^this candidates at most).
+const MIX_MAX_PAGES: usize = 8;
+
+/// The block at `hdr` (`capacity` payload bytes) with some of its pages taken from
+/// `rebuilt` (its bytes rebuilt from parity, which do not verify) and the others from
+/// `now` (its bytes in place), the first such mix that verifies; `None` if none does.
+///
+/// A page column that disagrees with its parity has one damaged page (within what parity
+/// rebuilds), which may lie in another row: then this block's page in the column is right
+/// as it is, and its rebuild carries the other row's damage. So a block damaged in one
+/// column and spanning another damaged elsewhere verifies only with its own damaged pages
+/// rebuilt and the others kept.
+pub(crate) fn mix_pages(hdr: u64, capacity: u64, now: &[u8], rebuilt: &[u8]) -> Option<Vec<u8>> {
+    // The block's pieces in each pool page where the two differ.
+    let mut differ = Vec::new();
+    let mut from = 0usize;
+    while from < now.len() {
+        let to = now
+            .len()
+            .min(from + (PAGE - (hdr + from as u64) % PAGE) as usize);
+        if now[from..to] != rebuilt[from..to] {
+            differ.push((from, to));
+        }
+        from = to;
+    }
+    // Neither nothing nor everything rebuilt: both are known not to verify.
+    if differ.len() < 2 || differ.len() > MIX_MAX_PAGES {
+        return None;
+    }
+    let mut mix = now.to_vec();
+    (1u32..(1 << differ.len()) - 1).find_map(|mask| {
+        for (i, &(a, z)) in differ.iter().enumerate() {
+            let src = if mask & (1 << i) != 0 { rebuilt } else { now };
+            mix[a..z].copy_from_slice(&src[a..z]);
+        }
+        block_verifies(hdr, capacity, &mix).then(|| mix.clone())
+    })
+}
+
 /// Reconciles zone `z` (see the module docs). `objects` lists the allocated blocks of the
 /// zone as `(header offset, payload capacity)`, sorted by offset. Issues flushes and one
 /// fence per column where it repaired an object; the caller fences at the end.
@@ -92,8 +132,15 @@ pub(crate) unsafe fn reconcile_zone(
                     continue;
                 }
                 // SAFETY: as above; reads only.
-                match unsafe { rebuild_range(media, geo, hdr, len) } {
-                    Some(new) if block_verifies(hdr, cap, &new) => {
+                let rebuilt = unsafe { rebuild_range(media, geo, hdr, len) }.and_then(|new| {
+                    if block_verifies(hdr, cap, &new) {
+                        Some(new)
+                    } else {
+                        mix_pages(hdr, cap, &now, &new)
+                    }
+                });
+                match rebuilt {
+                    Some(new) => {
                         for (i, chunk) in new.chunks(PAGE as usize).enumerate() {
                             let at = hdr + (i as u64) * PAGE;
                             let old = &now[i * PAGE as usize..][..chunk.len()];

@@ -101,6 +101,10 @@ pub(crate) unsafe fn check_zone(
     };
     let (to, from) = match (verifies(a), verifies(b)) {
         (true, true) if a == b => return Copies::Sound,
+        // Both verify but differ. A zeroed copy verifies by design (a new zone's copies
+        // are zeros), so one that is all zeros beside a different valid one is the
+        // damaged one (a lost page zeroed); never copied over the other.
+        (true, true) if a.iter().all(|&x| x == 0) => (a_off, b.to_vec()),
         // Equal checksums over different bytes: not one of our states; A is the copy the
         // heap reads.
         (true, _) => (b_off, a.to_vec()),

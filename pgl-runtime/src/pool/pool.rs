@@ -908,7 +908,11 @@ impl Pool {
     fn inject_media_error(&self, offset: u64) -> Result<()> {
         let eng = &self.inner.eng;
         let page = offset / PAGE * PAGE;
-        if eng.map.parity_of(page).is_none() || page + PAGE > eng.media.len() {
+        if page
+            .checked_add(PAGE)
+            .is_none_or(|end| end > eng.media.len())
+            || eng.map.parity_of(page).is_none()
+        {
             return Err(Error::config(format!(
                 "a media error can be injected only into the zones' data rows (where objects \
                  and allocator metadata live), not at offset {offset:#x}"

@@ -511,6 +511,15 @@ impl Tx<'_> {
     /// each wait for pending write-backs like a fence.
     fn new_objects_parity(&self, news: &[NonNull<Buffer>], hdrs: &[[u8; 16]]) {
         let eng = self.eng;
+        // Every page first, before any piece counts as pending (see `Parity::touch`).
+        for (b, h) in news.iter().zip(hdrs) {
+            // SAFETY: buffers live until release.
+            let buf = unsafe { b.as_ref() };
+            new_pieces(buf, h, |off, bytes| {
+                // SAFETY: the block lies inside the pool.
+                unsafe { eng.parity.touch(&eng.media, off, bytes.len() as u64) };
+            });
+        }
         for (b, h) in news.iter().zip(hdrs) {
             // SAFETY: buffers live until release.
             let buf = unsafe { b.as_ref() };

@@ -161,6 +161,7 @@ impl Lanes {
     /// usual one — or, if `mine` says this thread holds that one itself (a `Detached`
     /// handle, released only when this thread gets on), for the next one it does not hold.
     /// `None` if this thread holds every lane.
+    #[inline]
     pub(crate) fn acquire(
         &self,
         mine: impl Fn(usize) -> bool,

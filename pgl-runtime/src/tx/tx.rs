@@ -48,6 +48,7 @@ impl<'p> Tx<'p> {
     /// Begins a transaction on a free lane (waiting for one). `what` names the caller for
     /// the error returned when this thread's `Detached` handles hold every lane: waiting
     /// would never end.
+    #[inline]
     pub(crate) fn begin(eng: &'p Engine, what: &'static str) -> Result<Tx<'p>> {
         let Some((lane, guard)) = eng.lanes.acquire(|i| detached_lane(eng.id, i)) else {
             return Err(Error::InTransaction {
