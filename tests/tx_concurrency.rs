@@ -391,8 +391,10 @@ fn serial_replay(threads: usize) {
                     let mut rng = Rng(0xc0ffee ^ ((threads as u64) << 8) ^ t as u64);
                     start.wait();
                     let deadline = Instant::now() + run_for();
+                    // Past the deadline until it has MIN_OPS: on a loaded machine a
+                    // thread may get few turns while the others run.
                     (0..MAX_OPS)
-                        .take_while(|_| Instant::now() < deadline)
+                        .take_while(|&i| i < MIN_OPS || Instant::now() < deadline)
                         .map(|i| {
                             let op = random_op(&mut rng);
                             run_op(pool, log, accs, op, tag(t, i))
@@ -406,11 +408,6 @@ fn serial_replay(threads: usize) {
         done.store(true, Ordering::Relaxed);
         out
     });
-    let counts: Vec<usize> = per_thread.iter().map(Vec::len).collect();
-    assert!(
-        counts.iter().all(|&n| n >= MIN_OPS),
-        "{threads} threads: some thread committed too little to mean much: {counts:?}"
-    );
     let mut commits: Vec<Committed> = per_thread.into_iter().flatten().collect();
     commits.sort_by_key(|c| c.ticket);
     let model = replay(&commits).unwrap_or_else(|e| panic!("{threads} threads: {e}"));
@@ -448,7 +445,8 @@ fn run_for() -> std::time::Duration {
 }
 /// At most this many transactions per thread.
 const MAX_OPS: usize = 1 << 20;
-/// At least this many per thread, or the test proves little.
+/// At least this many per thread (each runs past its deadline until it has them), or the
+/// test proves little.
 const MIN_OPS: usize = 20;
 
 #[test]
@@ -580,7 +578,9 @@ fn bank_total(writers: usize, readers: usize) {
                     let mut delta: BTreeMap<usize, i64> = BTreeMap::new();
                     let mut receipts = std::collections::VecDeque::new();
                     let mut done_ops = 0;
-                    for i in (0..MAX_OPS).take_while(|_| Instant::now() < deadline) {
+                    // Past the deadline until it has MIN_OPS (see `serial_replay`).
+                    for i in (0..MAX_OPS).take_while(|&i| i < MIN_OPS || Instant::now() < deadline)
+                    {
                         done_ops += 1;
                         let from = rng.below(ACCOUNTS as u64) as usize;
                         let to = (from + 1 + rng.below(ACCOUNTS as u64 - 1) as usize) % ACCOUNTS;
@@ -627,10 +627,6 @@ fn bank_total(writers: usize, readers: usize) {
         out
     });
     let transfers: Vec<usize> = per_writer.iter().map(|p| p.1).collect();
-    assert!(
-        transfers.iter().all(|&n| n >= MIN_OPS),
-        "some writer committed too little to mean much: {transfers:?}"
-    );
     let deltas: Vec<BTreeMap<usize, i64>> = per_writer.into_iter().map(|p| p.0).collect();
     let violations = violations.into_inner().unwrap();
     assert!(
