@@ -531,22 +531,16 @@ fn canary_smashes_are_injected_inside_the_transaction() {
     std::fs::remove_file(&p).unwrap();
 }
 
-#[test]
-fn an_object_is_rebuilt_when_another_column_it_spans_is_damaged_elsewhere() {
-    // An object over two pages, damaged in its first; the column of its second page has
-    // one damaged page too, but in another row. Each column has one bad page, within
-    // what parity rebuilds: the object's second page is right as it is, and rebuilding it
-    // from its column (which holds the other row's damage) would make it wrong.
-    let p = path("othercol");
-    let cfg = Config::small("repair");
-    let geo = cfg.geometry();
-    let pool = Pool::create(&p, &cfg).unwrap();
+/// A new object over two pages, damaged in its first; the column of its second page gets
+/// one damaged page too, in another data row (not row 0, the zone's metadata chunk). The
+/// object and its value.
+fn damaged_beside_another_row(pool: &Pool) -> (Oid<Big>, Big) {
+    let geo = pool.info().header.geo;
     let v: Big = std::array::from_fn(|i| (i * 13 + 1) as u8);
     let o: Oid<Big> = pool.tx(|tx| tx.alloc(v)).unwrap();
     let second = (o.raw() - 16) / 4096 * 4096 + 4096;
     let rel = second - geo.zones_offset();
     let row = rel % geo.zone_size() / geo.row_size();
-    // Another data row of the zone, not row 0 (the zone's metadata chunk).
     let other_row = if row + 1 < geo.rows { row + 1 } else { row - 1 };
     assert!(other_row >= 1 && other_row != row);
     let other = second - row * geo.row_size() + other_row * geo.row_size();
@@ -563,6 +557,19 @@ fn an_object_is_rebuilt_when_another_column_it_spans_is_damaged_elsewhere() {
         seed: 8,
     })
     .unwrap();
+    (o, v)
+}
+
+#[test]
+fn an_object_is_rebuilt_when_another_column_it_spans_is_damaged_elsewhere() {
+    // An object over two pages, damaged in its first; the column of its second page has
+    // one damaged page too, but in another row. Each column has one bad page, within
+    // what parity rebuilds: the object's second page is right as it is, and rebuilding it
+    // from its column (which holds the other row's damage) would make it wrong.
+    let p = path("othercol");
+    let cfg = Config::small("repair");
+    let pool = Pool::create(&p, &cfg).unwrap();
+    let (o, v) = damaged_beside_another_row(&pool);
     assert_eq!(pool.tx(|tx| Ok(*tx.open(o)?)).unwrap(), v);
     let s = pool.stats();
     assert_eq!((s.objects_repaired, s.objects_unrecoverable), (1, 0));
@@ -582,27 +589,7 @@ fn reopening_after_a_crash_rebuilds_an_object_beside_damage_in_another_row() {
     let geo = cfg.geometry();
     let sim = CrashSim::new(geo.pool_size(4));
     let pool = Pool::create_sim(&sim, &cfg).unwrap();
-    let v: Big = std::array::from_fn(|i| (i * 13 + 1) as u8);
-    let o: Oid<Big> = pool.tx(|tx| tx.alloc(v)).unwrap();
-    let second = (o.raw() - 16) / 4096 * 4096 + 4096;
-    let rel = second - geo.zones_offset();
-    let row = rel % geo.zone_size() / geo.row_size();
-    let other_row = if row + 1 < geo.rows { row + 1 } else { row - 1 };
-    assert!(other_row >= 1 && other_row != row);
-    let other = second - row * geo.row_size() + other_row * geo.row_size();
-    pool.inject(&Fault::Scribble {
-        offset: other + 200,
-        len: 64,
-        seed: 7,
-    })
-    .unwrap();
-    pool.inject(&Fault::ObjectScribble {
-        oid: o.raw(),
-        at: 0,
-        len: 16,
-        seed: 8,
-    })
-    .unwrap();
+    let (o, v) = damaged_beside_another_row(&pool);
     let image = sim.crash_point().image(|_| false);
     drop(pool);
     let dev = CrashSim::from_image(&image, sim.len(), sim.capacity());
