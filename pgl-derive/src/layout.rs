@@ -1,11 +1,12 @@
 //! The layout facts the derive proves at compile time, and the layout fingerprint.
 //!
 //! Invariant: together the checks prove `size_of::<S>() == Σ size_of::<Field>()` (no byte
-//! of padding between fields or at the end), `0 < size_of::<S>()`, `align_of::<S>() <=
-//! MAX_ALIGN`, every field aligned (checked separately for `repr(packed)`, where rustc does
-//! not guarantee it), and every field `Persistent`. Each fact has its own trait whose
-//! `#[diagnostic::on_unimplemented]` message names the struct and the field, and each check
-//! is spanned at the field it is about.
+//! of padding between fields or at the end; rustc proves it of a `repr(transparent)`
+//! struct, whose fields but one are zero-sized with alignment 1), `0 < size_of::<S>()`,
+//! `align_of::<S>() <= MAX_ALIGN`, every field aligned (checked separately for
+//! `repr(packed)`, where rustc does not guarantee it), and every field `Persistent`. Each
+//! fact has its own trait whose `#[diagnostic::on_unimplemented]` message names the struct
+//! and the field, and each check is spanned at the field it is about.
 //!
 //! Non-generic structs are checked while type-checking: a padding hole becomes a const
 //! argument of a trait that is only implemented for `0`, so the error can say how many
@@ -124,6 +125,22 @@ impl<'a> Layout<'a> {
         self.checked_prefix() == self.fields.len()
     }
 
+    /// Whether padding is checked between and after the fields. A `repr(transparent)`
+    /// struct has none by rustc's own rule, and rustc places its zero-sized fields where it
+    /// likes, not in declaration order, which the padding checks assume.
+    fn checks_padding(&self) -> bool {
+        self.cont.attrs.repr.transparent.is_none()
+    }
+
+    /// How many fields the "padding after field `i`" checks cover.
+    fn gaps_checked(&self) -> usize {
+        if self.checks_padding() {
+            self.checked_prefix().saturating_sub(1)
+        } else {
+            0
+        }
+    }
+
     fn field_trait(field: &Field<'_>) -> Ident {
         format_ident!("__PglField{}", field.index)
     }
@@ -226,7 +243,7 @@ impl<'a> Layout<'a> {
         let prefix = self.checked_prefix();
 
         // Padding after each field whose successor is also in the checked prefix.
-        for i in 0..prefix.saturating_sub(1) {
+        for i in 0..self.gaps_checked() {
             let (a, b) = (&self.fields[i], &self.fields[i + 1]);
             let (ma, mb) = (&a.member, &b.member);
             let ty = &self.field_tys[i];
@@ -263,7 +280,7 @@ impl<'a> Layout<'a> {
         }
 
         if self.all_fields_accepted() {
-            if let Some(last) = self.fields.last() {
+            if let Some(last) = self.fields.last().filter(|_| self.checks_padding()) {
                 let ml = &last.member;
                 let ty = self.field_tys.last().map(ToTokens::to_token_stream);
                 out.extend(
@@ -401,7 +418,7 @@ impl<'a> Layout<'a> {
         let prefix = self.checked_prefix();
         let panic_at = |site: Site, message: String| site.respan(quote!(::core::panic!(#message)));
 
-        for i in 0..prefix.saturating_sub(1) {
+        for i in 0..self.gaps_checked() {
             let (a, b) = (&self.fields[i], &self.fields[i + 1]);
             let (ma, mb) = (&a.member, &b.member);
             let ty = &self.field_tys[i];
@@ -424,7 +441,7 @@ impl<'a> Layout<'a> {
         }
 
         if self.all_fields_accepted() {
-            if let Some(last) = self.fields.last() {
+            if let Some(last) = self.fields.last().filter(|_| self.checks_padding()) {
                 let ml = &last.member;
                 let ty = self.field_tys.last().map(ToTokens::to_token_stream);
                 let panic = panic_at(

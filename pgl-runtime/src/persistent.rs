@@ -43,6 +43,10 @@ pub unsafe trait Persistent: Send + Sync + Sized + 'static {
 
 /// The bytes of a persistent value (its in-pool representation).
 pub(crate) fn bytes_of<T: Persistent>(value: &T) -> &[u8] {
+    // A generic `#[derive(Persistent)]` struct proves it has no padding with its type
+    // arguments only where its `LAYOUT` is evaluated: evaluate it for every type whose bytes
+    // are read (`write_at` reads a value of a type the pool may never have checked).
+    let _: u64 = const { T::LAYOUT };
     // SAFETY: a `Persistent` type has no padding (trait contract), so all
     // `size_of::<T>()` bytes behind a valid reference are initialised; the slice borrows
     // `value` and lives no longer.

@@ -16,6 +16,7 @@ use syn::spanned::Spanned;
 use syn::{Expr, ItemStruct, Type, Visibility};
 
 use crate::ctxt::Ctxt;
+use crate::expand::handle;
 use crate::extension::{Args, Loc, Model};
 
 /// Expands `#[extendible(args)]` on `input`.
@@ -582,7 +583,8 @@ impl<'m, 'a> Gen<'m, 'a> {
         }
     }
 
-    /// `<Struct>ExtFields`: getter, setter and place of every name that reads a group.
+    /// `<Struct>ExtFields`: getter, setter and place of every name that reads a group field
+    /// at least as visible as the struct.
     fn ext_fields(&self) -> TokenStream {
         let Some(names) = self.m.names.last() else {
             return TokenStream::new();
@@ -599,6 +601,11 @@ impl<'m, 'a> Gen<'m, 'a> {
                 let Loc::Group { group, .. } = *loc else {
                     return None;
                 };
+                // As in `<Struct>Fields`: a field less visible than the struct (and so than
+                // this trait) gets no accessor.
+                if !handle::visible_enough(&self.m.field(*loc).vis, self.vis) {
+                    return None;
+                }
                 let g = Self::g(group);
                 let f = self.field_ident(*loc);
                 let ty = self.field_ty(*loc);

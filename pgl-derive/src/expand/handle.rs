@@ -39,7 +39,7 @@ fn accessible<'f, 'a>(cont: &Container<'_>, fields: &'f [Field<'a>]) -> Vec<&'f 
 
 /// Whether a field with visibility `field` may have an accessor in a trait with the
 /// struct's visibility `outer`.
-fn visible_enough(field: &Visibility, outer: &Visibility) -> bool {
+pub(crate) fn visible_enough(field: &Visibility, outer: &Visibility) -> bool {
     use quote::ToTokens;
     match (field, outer) {
         (Visibility::Public(_), _) | (_, Visibility::Inherited) => true,
