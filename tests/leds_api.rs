@@ -514,3 +514,47 @@ fn a_manual_migration_of_an_extendible_type_keeps_its_extension_fields() {
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
+
+#[test]
+fn an_overwritten_extension_link_never_frees_another_object() {
+    let (pool, path) = pool("link-overwritten");
+    let a = pool
+        .tx(|tx| {
+            tx.alloc_ext(v1::NodeData {
+                key: 1,
+                value: 2,
+                next: Oid::NULL,
+                name: PStr::truncating("a"),
+            })
+        })
+        .unwrap();
+    // Ending with 0, it reads like a last group.
+    let other = pool.tx(|tx| tx.alloc([9u64, 9, 9, 0])).unwrap();
+    // The base's last 8 bytes are its link to group 1: pointed at `other` by hand.
+    let link_at = std::mem::size_of::<v1::Node>() - 8;
+    pool.tx(|tx| {
+        tx.open(a)?.write_bytes(link_at, &other.raw().to_le_bytes());
+        Ok(())
+    })
+    .unwrap();
+    for r in [
+        pool.tx(|tx| tx.free(a)),
+        pool.tx(|tx| tx.copy_ext(a).map(drop)),
+    ] {
+        match r {
+            Err(Error::Corrupt { what, detail, .. }) => {
+                assert_eq!(what, "extension chain");
+                assert!(detail.contains("not to its extension group 1"), "{detail}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(
+        *pool.get(other).unwrap(),
+        [9u64, 9, 9, 0],
+        "the other object lives"
+    );
+    assert_eq!(pool.objects().unwrap().len(), 3);
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}

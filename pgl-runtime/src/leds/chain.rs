@@ -214,7 +214,7 @@ impl<'p> Tx<'p> {
     pub fn copy_ext<T: Extendible>(&self, oid: Oid<T>) -> Result<Oid<T>> {
         drop(self.get(oid).map_err(|e| in_part::<T>(e, 0))?);
         let (_, mut base) = self.object_bytes(oid.raw())?;
-        let chain = self.tail(oid.raw(), &base)?;
+        let chain = self.tail(oid.raw(), T::TYPE_ID, &base)?;
         let mut next = 0;
         for (_, type_id, mut bytes) in chain.into_iter().rev() {
             ExtLink::set_at_end_of(&mut bytes, next);

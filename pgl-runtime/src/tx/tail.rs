@@ -8,10 +8,15 @@
 //! ```
 //!
 //! Invariant: a walk ends at a null link; a chain longer than `MAX_TAIL` or one that
-//! revisits an object is reported as `Error::Corrupt`, never followed forever.
+//! revisits an object is reported as `Error::Corrupt`, never followed forever. The `k`-th
+//! object of an owner's tail is its extension group `k`, of type id `group_type_id(owner's
+//! type id, k)` whichever build wrote it; a link to anything else (bytes written over the
+//! link with `write_bytes`, or damage) is `Error::Corrupt` too, so that freeing an owner
+//! never frees another object.
 
 use super::buffer::Buffer;
 use super::Tx;
+use crate::persistent::group_type_id;
 use crate::{Error, Result};
 
 /// Bytes of the link that ends each object of a tail (and its owner).
@@ -41,9 +46,15 @@ pub(crate) fn clear_link(buf: &mut Buffer) {
 }
 
 impl<'p> Tx<'p> {
-    /// The tail of the object at `owner` whose payload is `bytes`: `(offset, type id,
-    /// bytes)` of each object, in order, each verified like any read.
-    pub(crate) fn tail(&self, owner: u64, bytes: &[u8]) -> Result<Vec<(u64, u32, Vec<u8>)>> {
+    /// The tail of the object at `owner`, of type id `owner_type`, whose payload is
+    /// `bytes`: `(offset, type id, bytes)` of each object, in order, each verified like any
+    /// read and checked to be the owner's next extension group.
+    pub(crate) fn tail(
+        &self,
+        owner: u64,
+        owner_type: u32,
+        bytes: &[u8],
+    ) -> Result<Vec<(u64, u32, Vec<u8>)>> {
         let mut out: Vec<(u64, u32, Vec<u8>)> = Vec::new();
         let mut link = link_at_end(bytes).unwrap_or(0);
         while link != 0 {
@@ -59,6 +70,20 @@ impl<'p> Tx<'p> {
                 });
             }
             let (type_id, bytes) = self.object_bytes(link)?;
+            let k = out.len() as u64 + 1;
+            let group = group_type_id(owner_type, k);
+            if type_id != group {
+                return Err(Error::Corrupt {
+                    what: "extension chain",
+                    offset: link,
+                    detail: format!(
+                        "link {k} of the object at {owner:#x} points to an object of type id \
+                         {type_id:#010x}, not to its extension group {k} (type id {group:#010x}): \
+                         the link was overwritten (write_bytes over the last 8 bytes of an \
+                         #[extendible] object) or damaged; nothing was freed or copied"
+                    ),
+                });
+            }
             let next = link_at_end(&bytes).ok_or_else(|| Error::Corrupt {
                 what: "extension chain",
                 offset: link,

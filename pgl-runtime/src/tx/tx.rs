@@ -491,7 +491,7 @@ impl<'p> Tx<'p> {
             if super::tail::link_at_end(bytes).unwrap_or(0) == 0 {
                 Vec::new()
             } else {
-                self.tail(off, bytes)?
+                self.tail(off, T::TYPE_ID, bytes)?
             }
         } else {
             Vec::new()
