@@ -362,6 +362,35 @@ fn errors_exit_2_with_the_message_on_stderr() {
     assert!(!out.stderr.contains("panicked"));
 }
 
+/// A pool a program has open looks crashed to any other opener (its OPEN flag is set):
+/// `pgl check` would replay its lanes and recompute its parity while the program commits.
+/// Every command refuses it with exit 2, and leaves the file alone.
+#[test]
+fn commands_refuse_a_pool_a_program_has_open() {
+    let dir = TempDir::new("busy");
+    let path = sample_pool(&dir);
+    let p = path.to_str().unwrap();
+    let pool = Pool::open_with(&path, &Config::new(LAYOUT).flush(FlushMode::Msync)).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    for args in [
+        &["check", p][..],
+        &["info", p],
+        &["scrub", p, "--repair"],
+        &["dump", p, "0x10"],
+    ] {
+        let out = pgl(&dir, args);
+        assert_eq!(out.code, 2, "{args:?}: {}{}", out.stdout, out.stderr);
+        assert!(
+            out.stderr.contains("the pool is open already"),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+    assert!(std::fs::read(&path).unwrap() == before, "the file changed");
+    drop(pool);
+    assert_eq!(pgl(&dir, &["check", p]).code, 0);
+}
+
 #[test]
 fn inject_then_scrub_finds_and_repairs() {
     let dir = TempDir::new("scrub");

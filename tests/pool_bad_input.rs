@@ -319,6 +319,31 @@ fn other_format_version_and_impossible_geometry() {
     assert!(matches!(r, Err(Error::HeaderCorrupt { .. })), "{r:?}");
 }
 
+/// A well-checksummed header naming no zone, in a file cut where zone 0 would start: the
+/// file is as long as the header says, yet the root word and the type registry (in zone 0)
+/// lie past its end, where a load raises SIGBUS. The header must be refused.
+#[test]
+fn a_header_naming_no_zone_is_corrupt() {
+    let p = TmpPath::new("no-zone");
+    let cfg = build_pool(&p);
+    let g = cfg.geometry();
+    let mut h = read_header(&p);
+    h.zones = 0;
+    let enc = h.encode();
+    patch(&p, 0, |b| b[..PAGE as usize].copy_from_slice(&enc));
+    patch(&p, g.header_offset(1), |b| {
+        b[..PAGE as usize].copy_from_slice(&enc)
+    });
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&*p)
+        .unwrap()
+        .set_len(g.zones_offset())
+        .unwrap();
+    let r = Pool::open(&*p, "bad-input").and_then(|pool| pool.root::<Root>().map(|_| ()));
+    assert!(matches!(r, Err(Error::HeaderCorrupt { .. })), "{r:?}");
+}
+
 #[test]
 fn create_refuses_an_existing_path_and_leaves_it_alone() {
     let p = TmpPath::new("exists");

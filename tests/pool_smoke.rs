@@ -130,3 +130,41 @@ fn create_preallocated_owns_every_block_and_grows_so() {
     drop(pool);
     std::fs::remove_file(&path).unwrap();
 }
+
+/// A second `Pool` on a file that one already has open (here, in this process; another
+/// process is refused alike, see the CLI tests) would share its bytes without sharing its
+/// locks and lanes: two commits could race on the same object, and its recovery would
+/// replay records under the first one's feet. Opening is refused until the first closes;
+/// clones of the first are the way to share it.
+#[test]
+fn a_pool_open_already_is_not_opened_again() {
+    let path = tmp("open-twice");
+    let cfg = Config::small("twice");
+    let pool = Pool::create(&path, &cfg).unwrap();
+    let root = pool.root::<u64>().unwrap();
+    let header = std::fs::read(&path).unwrap()[..4096].to_vec();
+    for r in [Pool::open(&path, "twice"), Pool::open_any(&path)] {
+        match r {
+            Err(Error::Io { ref source, .. })
+                if source.kind() == std::io::ErrorKind::WouldBlock => {}
+            other => panic!("a second open of an open pool: {other:?}"),
+        }
+    }
+    assert_eq!(
+        std::fs::read(&path).unwrap()[..4096],
+        header[..],
+        "the refused open changed the header"
+    );
+    let clone = pool.clone();
+    clone
+        .tx(|tx| {
+            *tx.open(root)? = 5;
+            Ok(())
+        })
+        .unwrap();
+    drop((pool, clone));
+    let pool = Pool::open(&path, "twice").unwrap();
+    assert_eq!(*pool.get(root).unwrap(), 5);
+    drop(pool);
+    std::fs::remove_file(&path).unwrap();
+}

@@ -223,6 +223,49 @@ impl Media {
         })
     }
 
+    /// Takes an exclusive lock (`flock`) on the pool file for as long as this `Media` lives,
+    /// so that no other `Pool` maps it meanwhile: not one in another process (`pgl check`
+    /// on a pool a program has open would take it for crashed, replay its lanes and
+    /// recompute its parity under the program's commits), nor a second one in this process
+    /// (its own locks and lanes would let two commits race on the same bytes). A lock
+    /// belongs to one open of the file, so the two `Pool`s of one process conflict too.
+    /// A file system without locks (`ENOLCK`, `EOPNOTSUPP`) leaves the file unlocked.
+    /// Simulated media is not locked.
+    pub(crate) fn lock_exclusive(&self) -> Result<()> {
+        let Backing::File { file, path, .. } = &self.backing else {
+            return Ok(());
+        };
+        #[cfg(unix)]
+        loop {
+            use std::os::fd::AsRawFd;
+            // SAFETY: flock takes a descriptor and flags and touches no memory of ours; the
+            // descriptor is owned by `file`, which outlives the call. The lock goes with the
+            // descriptor: it is released when `file` is closed.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if rc == 0 {
+                return Ok(());
+            }
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EWOULDBLOCK) => {
+                    return Err(Error::io(
+                        "open: the pool is open already (in another process, or as another \
+                         `Pool` of this one: clone that `Pool` instead); locking",
+                        path.clone(),
+                        e,
+                    ))
+                }
+                _ => return Ok(()),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = (file, path);
+            Ok(())
+        }
+    }
+
     /// Media over a crash-simulation device.
     pub(crate) fn sim(sim: Arc<CrashSim>) -> Media {
         Media {

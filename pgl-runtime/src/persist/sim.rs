@@ -68,9 +68,11 @@ impl CrashSim {
     }
 
     /// A device whose volatile and persisted images both equal `image` (a crash image, as
-    /// after a reboot), with capacity `capacity` (at least the image's length).
+    /// after a reboot), with capacity `capacity` (at least the image's length, and `len`).
     pub fn from_image(image: &[u64], len: u64, capacity: u64) -> Arc<CrashSim> {
-        let cap = (capacity.max(image.len() as u64 * 8).div_ceil(4096) * 4096) as usize;
+        // A pool reads all `len` bytes of its device: they must all be allocated (past the
+        // image they are zeros, as in a file extended by a hole).
+        let cap = (capacity.max(image.len() as u64 * 8).max(len).div_ceil(4096) * 4096) as usize;
         let words = cap / 8;
         let n = image.len().min(words);
         // SAFETY: the layout has a non-zero size; the memory is initialised below before use.
@@ -323,6 +325,17 @@ mod tests {
             done.store(true, Ordering::Release);
         });
         assert_eq!(bad, 0, "pending words older than their persisted value");
+    }
+
+    #[test]
+    fn a_device_holds_its_whole_length() {
+        // A length past the capacity asked for: the pool on it reads every byte up to it.
+        let sim = CrashSim::from_image(&[1, 2], 3 * 4096, 4096);
+        assert!(sim.capacity() >= 3 * 4096);
+        let img = sim.persisted_image();
+        assert_eq!(img.len(), 3 * 512);
+        assert_eq!((img[0], img[1], img[2], img[3 * 512 - 1]), (1, 2, 0, 0));
+        assert_eq!(sim.volatile_image(), img);
     }
 
     #[test]

@@ -286,8 +286,10 @@ fn check_geometry_of(g: &Geometry, zones: u64, replicated: bool) -> Result<(), S
             g.lanes, g.lane_size
         ));
     }
-    if zones > 1 << 20 {
-        return Err(format!("{zones} zones is more than the 2^20 supported"));
+    // Zone 0 holds the root word and the type registry: a pool always has it, and a header
+    // naming no zone would send every access to them past the end of the pool.
+    if !(1..=1 << 20).contains(&zones) {
+        return Err(format!("{zones} zones: a pool has 1 to 2^20"));
     }
     if zones.checked_mul(g.zone_size()).is_none_or(|v| v > 1 << 50) {
         return Err("pool larger than 1 PiB".into());
@@ -338,6 +340,12 @@ mod tests {
     fn bad_geometry_is_rejected_even_with_a_valid_checksum() {
         let mut h = sample();
         h.geo.chunk_size = 1000;
+        assert!(matches!(
+            Header::decode(&h.encode()),
+            Err(HeaderFault::Geometry(_))
+        ));
+        let mut h = sample();
+        h.zones = 0;
         assert!(matches!(
             Header::decode(&h.encode()),
             Err(HeaderFault::Geometry(_))

@@ -232,6 +232,8 @@ impl Pool {
         config: &Config,
         keep_modes: bool,
     ) -> Result<Pool> {
+        // Before anything is read: another `Pool` on this file could be changing it.
+        media.lock_exclusive()?;
         let path = media.path();
         let len = media.len();
         if len < 2 * PAGE {
@@ -241,8 +243,8 @@ impl Pool {
             });
         }
         let page = |off: u64| -> &[u8] {
-            // SAFETY: `off + PAGE <= len` is checked by every caller; nothing else has this
-            // pool open in this process yet, and a pool must not be opened by two processes.
+            // SAFETY: `off + PAGE <= len` is checked by every caller; no other `Pool`, in
+            // this process or another, has the file open (`lock_exclusive` above).
             unsafe { std::slice::from_raw_parts(media.ptr(off) as *const u8, PAGE as usize) }
         };
         let a = Header::decode(page(0));
