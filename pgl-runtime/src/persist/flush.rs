@@ -93,7 +93,7 @@ impl FromStr for FlushMode {
     }
 }
 
-mod fs {
+pub(super) mod fs {
     use std::os::fd::AsRawFd;
 
     const TMPFS_MAGIC: i64 = 0x0102_1994;
@@ -107,7 +107,7 @@ mod fs {
         rc == 0 && st.f_type as i64 == TMPFS_MAGIC
     }
 
-    pub(super) fn supports_map_sync(file: &std::fs::File) -> bool {
+    pub(in crate::persist) fn supports_map_sync(file: &std::fs::File) -> bool {
         let len = file.metadata().map(|m| m.len()).unwrap_or(0);
         if len < 4096 {
             return false;

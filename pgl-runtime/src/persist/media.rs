@@ -26,9 +26,67 @@ enum Backing {
     File {
         file: File,
         path: PathBuf,
-        _map: MmapRaw,
+        _map: Mapping,
     },
     Sim(Arc<CrashSim>),
+}
+
+/// A file's mapping: memmap2's, or one made with `MAP_SYNC`, which memmap2 cannot make.
+enum Mapping {
+    Plain(MmapRaw),
+    Sync(SyncMap),
+}
+
+impl Mapping {
+    fn as_mut_ptr(&self) -> *mut u8 {
+        match self {
+            Mapping::Plain(m) => m.as_mut_ptr(),
+            Mapping::Sync(m) => m.ptr,
+        }
+    }
+}
+
+/// A shared mapping made with `MAP_SYNC` (on a DAX file system): a write fault makes the
+/// file's metadata for the page (its block allocation, an unwritten extent converted)
+/// durable before the store can land, so cache-line write-backs alone make stores
+/// durable. Without it, data written into a block the file system allocated on that fault
+/// could be lost with the allocation at a power failure. Unmapped on drop.
+struct SyncMap {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl SyncMap {
+    /// Maps `len` bytes of `file` shared, read-write, with `MAP_SYNC`; the OS error if
+    /// the system refuses.
+    fn new(file: &File, len: usize) -> std::io::Result<SyncMap> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a new mapping at an address the kernel picks, of a descriptor `file`
+        // owns; no Rust reference to the mapped bytes exists yet, and `SyncMap` unmaps it
+        // exactly once.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(SyncMap { ptr: p.cast(), len })
+    }
+}
+
+impl Drop for SyncMap {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `new` made, unmapped once; the `Media` that held it is gone,
+        // and with it every pointer into the pool.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
 }
 
 /// The bytes of one pool and how to make them durable.
@@ -60,14 +118,28 @@ impl std::fmt::Debug for Media {
 }
 
 /// Maps `file` with `reserve` bytes of address space; where the system refuses that much
-/// (a `ulimit -v`, valgrind), retries with less, down to `min` bytes. Returns the mapping
-/// and the reserve obtained.
-fn map(file: &File, path: &Path, reserve: u64, min: u64) -> Result<(MmapRaw, u64)> {
+/// (a `ulimit -v`, valgrind), retries with less, down to `min` bytes. With `sync` (a file
+/// system that takes `MAP_SYNC`) the mapping is a `SyncMap` if the system makes one.
+/// Returns the mapping and the reserve obtained.
+fn map(file: &File, path: &Path, reserve: u64, min: u64, sync: bool) -> Result<(Mapping, u64)> {
     let mut want = reserve.max(min);
+    let mut sync = sync;
     loop {
         let len = usize::try_from(want).map_err(|_| Error::config("max_size overflows usize"))?;
+        if sync {
+            match SyncMap::new(file, len) {
+                Ok(m) => return Ok((Mapping::Sync(m), want)),
+                Err(e) if e.raw_os_error() == Some(libc::ENOMEM) && want > min => {
+                    want = (want / 4).max(min).div_ceil(4096) * 4096;
+                    continue;
+                }
+                // Refused for another reason: a plain mapping (the caller then flushes
+                // with msync).
+                Err(_) => sync = false,
+            }
+        }
         match MmapOptions::new().len(len).map_raw(file) {
-            Ok(m) => return Ok((m, want)),
+            Ok(m) => return Ok((Mapping::Plain(m), want)),
             Err(e) if want > min => {
                 let _ = e;
                 want = (want / 4).max(min).div_ceil(4096) * 4096;
@@ -165,9 +237,14 @@ impl Media {
             if preallocate {
                 allocate(&file, path, 0, len)?;
             }
-            map(&file, path, reserve, len)
+            map(
+                &file,
+                path,
+                reserve,
+                len,
+                super::flush::fs::supports_map_sync(&file),
+            )
         })();
-        let mode = mode.unwrap_or_else(|| FlushMode::for_file(&file));
         let (map, reserve) = match made {
             Ok(m) => m,
             Err(e) => {
@@ -175,6 +252,7 @@ impl Media {
                 return Err(e);
             }
         };
+        let mode = mode.unwrap_or_else(|| Self::mode_for(&file, &map));
         Ok(Media {
             base: map.as_mut_ptr(),
             len: AtomicU64::new(len),
@@ -187,6 +265,17 @@ impl Media {
             },
             failed: AtomicI32::new(0),
         })
+    }
+
+    /// The flush mode for `file` mapped as `map` ([`FlushMode::for_file`]), but `msync`
+    /// where the file system takes `MAP_SYNC` and `map` was made without it: cache-line
+    /// write-backs would not make the file's block allocations durable.
+    fn mode_for(file: &File, map: &Mapping) -> FlushMode {
+        if matches!(map, Mapping::Plain(_)) && super::flush::fs::supports_map_sync(file) {
+            FlushMode::Msync
+        } else {
+            FlushMode::for_file(file)
+        }
     }
 
     /// Opens and maps an existing file; its current length is `len()`.
@@ -206,9 +295,10 @@ impl Media {
                 reason: "not a regular file".into(),
             });
         }
-        let mode = mode.unwrap_or_else(|| FlushMode::for_file(&file));
         let min = len.div_ceil(4096) * 4096;
-        let (map, reserve) = map(&file, path, reserve, min)?;
+        let sync = super::flush::fs::supports_map_sync(&file);
+        let (map, reserve) = map(&file, path, reserve, min, sync)?;
+        let mode = mode.unwrap_or_else(|| Self::mode_for(&file, &map));
         Ok(Media {
             base: map.as_mut_ptr(),
             len: AtomicU64::new(len),
@@ -564,6 +654,32 @@ mod tests {
             allocated(&path)
         );
         drop(media);
+        std::fs::remove_file(&path).expect("remove");
+    }
+
+    #[test]
+    fn a_file_system_without_map_sync_gets_a_plain_mapping_that_works() {
+        // tmpfs (or the temp directory's file system) refuses MAP_SYNC: asking for it
+        // falls back to a plain mapping, and the mode is the file system's.
+        let path = crate::scratch_pool("media-sync");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .expect("create");
+        file.set_len(1 << 16).expect("size");
+        assert!(SyncMap::new(&file, 1 << 16).is_err());
+        let (m, reserve) = map(&file, &path, 1 << 20, 1 << 16, true).expect("map");
+        assert!(matches!(m, Mapping::Plain(_)));
+        assert_eq!(reserve, 1 << 20);
+        // SAFETY: the first byte of the 64 KiB file, mapped by `m`, which nothing else uses.
+        unsafe {
+            m.as_mut_ptr().write(7);
+            assert_eq!(m.as_mut_ptr().read(), 7);
+        }
+        assert_eq!(Media::mode_for(&file, &m), FlushMode::for_file(&file));
+        drop(m);
         std::fs::remove_file(&path).expect("remove");
     }
 }

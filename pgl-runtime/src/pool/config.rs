@@ -26,9 +26,11 @@ pub struct Config {
     /// Default 1 TiB (address space only; nothing is allocated).
     pub max_size: u64,
     /// Durability back-end. `None` (the default) picks by the file system: cache-line
-    /// flushes (the best the CPU has) on persistent memory (DAX) and tmpfs, `msync` on
-    /// ordinary files, where cache-line flushes would not reach the disk. `PGL_FLUSH`
-    /// overrides the choice.
+    /// flushes (the best the CPU has) on persistent memory (DAX, mapped with `MAP_SYNC`
+    /// so that the file system's block allocations are durable before a store lands) and
+    /// tmpfs, `msync` on ordinary files, where cache-line flushes would not reach the disk
+    /// (and on DAX if the system refuses the `MAP_SYNC` mapping). `PGL_FLUSH` overrides
+    /// the choice.
     pub flush: Option<FlushMode>,
     /// When objects are verified.
     pub verify: VerifyPolicy,
