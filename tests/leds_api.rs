@@ -65,20 +65,37 @@ fn pool(name: &str) -> (Pool, std::path::PathBuf) {
     (Pool::create(&path, &Config::small(name)).unwrap(), path)
 }
 
+/// A new node as the v0 build writes it (no extension group).
+fn v0_node(pool: &Pool, key: u32, value: u32) -> Oid<v0::Node> {
+    pool.tx(|tx| {
+        tx.alloc_ext(v0::NodeData {
+            key,
+            value,
+            next: Oid::NULL,
+        })
+    })
+    .unwrap()
+}
+
+/// A new node as the v1 build writes it (group 1 holding `name`), linked to `next`.
+fn v1_node(pool: &Pool, key: u32, value: u32, next: u64, name: &str) -> Oid<v1::Node> {
+    pool.tx(|tx| {
+        tx.alloc_ext(v1::NodeData {
+            key,
+            value,
+            next: Oid::from_raw(next),
+            name: PStr::truncating(name),
+        })
+    })
+    .unwrap()
+}
+
 #[test]
 fn old_objects_are_upgraded_lazily_and_once() {
     use v1::NodeExtFields as _;
     use v2::NodeExtFields as _;
     let (pool, path) = pool("lazy");
-    let a = pool
-        .tx(|tx| {
-            tx.alloc_ext(v0::NodeData {
-                key: 5,
-                value: 50,
-                next: Oid::NULL,
-            })
-        })
-        .unwrap();
+    let a = v0_node(&pool, 5, 50);
     assert_eq!(pool.stats().upgrades, 0);
 
     // v1 reads the base without upgrading; `tx.ext` upgrades.
@@ -186,15 +203,7 @@ fn new_objects_have_the_full_chain_and_copy_and_free_follow_it() {
 fn an_aborted_upgrade_leaves_the_object_as_it_was() {
     use v1::NodeExtFields as _;
     let (pool, path) = pool("abort");
-    let a = pool
-        .tx(|tx| {
-            tx.alloc_ext(v0::NodeData {
-                key: 1,
-                value: 2,
-                next: Oid::NULL,
-            })
-        })
-        .unwrap();
+    let a = v0_node(&pool, 1, 2);
     let a1: Oid<v1::Node> = a.cast();
     let r: pgl::Result<()> = pool.tx(|tx| {
         assert_eq!(tx.ext(a1)?.name().as_str(), "node1");
@@ -243,16 +252,7 @@ mod v_changed_base {
 #[test]
 fn a_changed_group_or_base_is_a_layout_mismatch_naming_it() {
     let (pool, path) = pool("mismatch");
-    let a = pool
-        .tx(|tx| {
-            tx.alloc_ext(v1::NodeData {
-                key: 1,
-                value: 2,
-                next: Oid::NULL,
-                name: PStr::truncating("n"),
-            })
-        })
-        .unwrap();
+    let a = v1_node(&pool, 1, 2, 0, "n");
     let e = pool
         .tx(|tx| tx.ext(a.cast::<v2_changed_group::Node>()).map(drop))
         .unwrap_err();
@@ -321,16 +321,7 @@ fn a_changed_group_or_base_is_a_layout_mismatch_naming_it() {
 fn a_damaged_extension_group_is_repaired_through_ext_mut() {
     use v1::NodeExtFields as _;
     let (pool, path) = pool("damaged-group");
-    let a: Oid<v1::Node> = pool
-        .tx(|tx| {
-            tx.alloc_ext(v0::NodeData {
-                key: 9,
-                value: 90,
-                next: Oid::NULL,
-            })
-        })
-        .unwrap()
-        .cast();
+    let a: Oid<v1::Node> = v0_node(&pool, 9, 90).cast();
     pool.tx(|tx| tx.upgrade(a)).unwrap();
     let group = pool
         .objects()
@@ -362,16 +353,7 @@ fn an_unzeroed_extendible_object_owns_no_stale_groups() {
     // lives where the freed object's group was.
     let (pool, path) = pool("unzeroed");
     let root = pool.root::<[u64; 2]>().unwrap();
-    let a = pool
-        .tx(|tx| {
-            tx.alloc_ext(v1::NodeData {
-                key: 1,
-                value: 2,
-                next: Oid::NULL,
-                name: PStr::truncating("a"),
-            })
-        })
-        .unwrap();
+    let a = v1_node(&pool, 1, 2, 0, "a");
     let group = pool
         .objects()
         .unwrap()
@@ -470,25 +452,8 @@ fn a_manual_migration_of_an_extendible_type_keeps_its_extension_fields() {
     use v1::NodeExtFields as _;
     let (pool, path) = pool("migrate-ext");
     // One node written by v0 (no group), linked from one written by v1 (its name set).
-    let b = pool
-        .tx(|tx| {
-            tx.alloc_ext(v0::NodeData {
-                key: 7,
-                value: 8,
-                next: Oid::NULL,
-            })
-        })
-        .unwrap();
-    let a = pool
-        .tx(|tx| {
-            tx.alloc_ext(v1::NodeData {
-                key: 1,
-                value: 2,
-                next: Oid::from_raw(b.raw()),
-                name: PStr::truncating("alpha"),
-            })
-        })
-        .unwrap();
+    let b = v0_node(&pool, 7, 8);
+    let a = v1_node(&pool, 1, 2, b.raw(), "alpha");
     assert_eq!(pool.objects().unwrap().len(), 3);
     let remap = pool
         .migration()
@@ -518,16 +483,7 @@ fn a_manual_migration_of_an_extendible_type_keeps_its_extension_fields() {
 #[test]
 fn an_overwritten_extension_link_never_frees_another_object() {
     let (pool, path) = pool("link-overwritten");
-    let a = pool
-        .tx(|tx| {
-            tx.alloc_ext(v1::NodeData {
-                key: 1,
-                value: 2,
-                next: Oid::NULL,
-                name: PStr::truncating("a"),
-            })
-        })
-        .unwrap();
+    let a = v1_node(&pool, 1, 2, 0, "a");
     // Ending with 0, it reads like a last group.
     let other = pool.tx(|tx| tx.alloc([9u64, 9, 9, 0])).unwrap();
     // The base's last 8 bytes are its link to group 1: pointed at `other` by hand.
