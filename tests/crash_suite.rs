@@ -371,6 +371,20 @@ fn crash_overwrite_with_protections_off() {
     }
 }
 
+/// A checked op: free the `n`-byte object in `slot` and clear the slot (through
+/// `DerefMut` of the root if `whole_root`).
+fn free_op(run: &mut Run<'_>, slot: usize, n: usize, whole_root: bool, label: String) {
+    run.op("free", label, |pool, root, m, _| {
+        let oid = slot_oid(pool, root, slot);
+        pool.tx(|tx| {
+            tx_free(tx, oid, n)?;
+            tx_set_slot(tx, root, slot, 0, whole_root)
+        })
+        .expect("free tx");
+        m.take(slot);
+    });
+}
+
 #[test]
 fn crash_free() {
     let mut suite = Suite::new("free");
@@ -407,15 +421,7 @@ fn crash_free() {
                     "via write_at"
                 }
             );
-            run.op("free", label, |pool, root, m, _| {
-                let oid = slot_oid(pool, root, slot);
-                pool.tx(|tx| {
-                    tx_free(tx, oid, n)?;
-                    tx_set_slot(tx, root, slot, 0, whole_root)
-                })
-                .expect("free tx");
-                m.take(slot);
-            });
+            free_op(&mut run, slot, n, whole_root, label);
         }
     }
     suite.assert_clean();
@@ -1094,18 +1100,12 @@ fn crash_new_run_over_freed_large_object() {
                 m.put(second, contents);
             },
         );
-        run.op(
-            "free",
+        free_op(
+            &mut run,
+            slot,
+            n,
+            false,
             format!("free the first 16 B object (slot {slot})"),
-            |pool, root, m, _| {
-                let oid = slot_oid(pool, root, slot);
-                pool.tx(|tx| {
-                    tx_free(tx, oid, n)?;
-                    tx_set_slot(tx, root, slot, 0, false)
-                })
-                .expect("free tx");
-                m.take(slot);
-            },
         );
     }
     suite.assert_clean();
