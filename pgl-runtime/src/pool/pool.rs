@@ -29,6 +29,11 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct Pool {
     pub(super) inner: Arc<Inner>,
+    /// The background scrubber (`VerifyPolicy::Scrub`), held by the program's handles
+    /// only: dropping the last of them stops the thread and waits for it, so that the
+    /// scrubber never keeps the pool open (or closes it) after the program let it go.
+    #[allow(dead_code)] // held for its `Drop` only
+    pub(super) scrubber: Option<Arc<super::scrub::Scrubber>>,
 }
 
 pub(super) struct Inner {
@@ -559,10 +564,13 @@ impl Pool {
         }
         // Now at its final address: the media-error handler may point at it.
         inner.eng.arm_fault_handler();
-        if let crate::VerifyPolicy::Scrub { every_n_tx } = config.verify {
-            super::scrub::spawn(Arc::downgrade(&inner), every_n_tx);
-        }
-        Ok(Pool { inner })
+        let scrubber = match config.verify {
+            crate::VerifyPolicy::Scrub { every_n_tx } => {
+                super::scrub::spawn(Arc::downgrade(&inner), every_n_tx)
+            }
+            _ => None,
+        };
+        Ok(Pool { inner, scrubber })
     }
 
     /// A pool of a format before zone metadata replicas may hold more registry entries

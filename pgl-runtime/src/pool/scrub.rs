@@ -9,8 +9,10 @@ use super::pool::Pool;
 use crate::stats::Counter;
 use crate::tx::{self, Outcome};
 use crate::{Error, Result};
+use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::Ordering;
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// What a scrub found and did.
@@ -233,19 +235,58 @@ impl Pool {
     }
 }
 
-/// The background scrubber of `VerifyPolicy::Scrub { every_n_tx }`: wakes every 20 ms,
-/// scrubs (repairing) once `every` more transactions committed, and exits when the pool
-/// closes.
-pub(crate) fn spawn(pool: Weak<super::pool::Inner>, every: u64) {
+/// The background scrubber of `VerifyPolicy::Scrub { every_n_tx }`, owned by the
+/// program's `Pool` handles: dropped with the last of them, it stops the thread and waits
+/// for it to exit. The thread holds the pool only while it scrubs; without the wait, a
+/// scrub running when the program drops its last handle would keep the pool open (its
+/// file locked, so that opening it again fails) and close it later, on the scrubber.
+pub(crate) struct Scrubber {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Scrubber {
+    fn drop(&mut self) {
+        *self.stop.0.lock() = true;
+        self.stop.1.notify_all();
+        if let Some(t) = self.thread.take() {
+            // Only the program's handles hold a `Scrubber`, never the thread itself.
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+/// Starts the background scrubber: wakes every 20 ms, scrubs (repairing) once `every`
+/// more transactions committed, and exits when told (`Scrubber`'s drop) or when the pool
+/// is gone. `None` if no thread could be started: the pool still works, the scrubs simply
+/// do not happen, which `stats().scrubs` shows.
+pub(crate) fn spawn(pool: Weak<super::pool::Inner>, every: u64) -> Option<Arc<Scrubber>> {
     let every = every.max(1);
-    let spawned = std::thread::Builder::new()
+    let stop = Arc::new((Mutex::new(false), Condvar::new()));
+    let told = Arc::clone(&stop);
+    let thread = std::thread::Builder::new()
         .name("pgl-scrub".into())
         .spawn(move || {
             let mut last = 0u64;
             loop {
-                std::thread::sleep(Duration::from_millis(20));
+                {
+                    let mut stopped = told.0.lock();
+                    if !*stopped {
+                        told.1.wait_for(&mut stopped, Duration::from_millis(20));
+                    }
+                    if *stopped {
+                        return;
+                    }
+                }
                 let Some(inner) = pool.upgrade() else { return };
-                let pool = Pool { inner };
+                #[cfg(test)]
+                tests::hold();
+                let pool = Pool {
+                    inner,
+                    scrubber: None,
+                };
                 let commits: u64 = pool
                     .inner
                     .eng
@@ -260,8 +301,53 @@ pub(crate) fn spawn(pool: Weak<super::pool::Inner>, every: u64) {
                     }
                 }
             }
-        });
-    // Without a thread the pool still works; the scrubs simply do not happen, which
-    // `stats().scrubs` shows.
-    drop(spawned);
+        })
+        .ok()?;
+    Some(Arc::new(Scrubber {
+        stop,
+        thread: Some(thread),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Config, Pool, VerifyPolicy};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    /// Armed by a test: the next scrubber to wake holds its pool for a while, as a long
+    /// scrub would.
+    static ARMED: AtomicBool = AtomicBool::new(false);
+    static HOLDING: AtomicBool = AtomicBool::new(false);
+
+    pub(super) fn hold() {
+        if ARMED.swap(false, Ordering::AcqRel) {
+            HOLDING.store(true, Ordering::Release);
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    #[test]
+    fn dropping_the_last_pool_closes_it_even_while_the_scrubber_holds_it() {
+        let path = crate::scratch_pool("scrub-drop");
+        let cfg = Config::small("scrub-drop").verify(VerifyPolicy::Scrub { every_n_tx: 1 });
+        let pool = Pool::create(&path, &cfg).unwrap();
+        pool.tx(|tx| tx.alloc(7u64)).unwrap();
+        ARMED.store(true, Ordering::Release);
+        let t = Instant::now();
+        while !HOLDING.load(Ordering::Acquire) {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "the scrubber never woke"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(pool);
+        // The file is closed (its lock released, the clean close recorded) once the last
+        // handle is gone: it opens again at once.
+        let again = Pool::open_with(&path, &cfg);
+        assert!(again.is_ok(), "reopen after drop: {:?}", again.err());
+        drop(again);
+        std::fs::remove_file(&path).unwrap();
+    }
 }
