@@ -15,6 +15,10 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+/// How long a scrub, with the pool frozen, waits for the root lock before it gives up
+/// (`Error::Conflict`): its holder only reads the root word, unless it waits for a lane.
+const ROOT_WAIT: Duration = Duration::from_millis(100);
+
 /// What a scrub found and did.
 #[derive(Debug, Default)]
 #[non_exhaustive]
@@ -141,27 +145,36 @@ impl Pool {
     fn scrub_metadata(&self, zones: u64, repair: bool, report: &mut ScrubReport) -> Result<()> {
         let eng = &self.inner.eng;
         for z in 0..zones {
-            // The root word lives in zone 0 and is read under the root lock.
-            let _root = (z == 0).then(|| self.inner.root_lock.lock());
-            let r = eng.exclusive(|| {
-                eng.meta.with_all(|| {
-                    // SAFETY: zone `z` lies in the pool; no commit runs and every metadata
-                    // reader (metadata locks, root lock) waits.
-                    let c = unsafe {
-                        crate::integrity::replica::check_zone(
-                            &eng.media,
-                            &eng.geo,
-                            z,
-                            repair,
-                            eng.parity.enabled(),
-                        )
+            let r = eng
+                .exclusive(|| {
+                    // The root word lives in zone 0 and is read under the root lock: taken with
+                    // the pool frozen, not before, or a transaction that asks for the root while
+                    // holding its lane would wait for this scrub while the scrub waits for it
+                    // (until `exclusive` gives up). Not for long either: its holder may be
+                    // waiting for a lane itself (creating the root, a migration).
+                    let _root = match z {
+                        0 => Some(self.inner.root_lock.try_lock_for(ROOT_WAIT)?),
+                        _ => None,
                     };
-                    let bitmaps = Self::scrub_bitmaps(eng, z, repair);
-                    // The rewrites are durable before the pool thaws.
-                    eng.media.fence();
-                    (c, bitmaps)
+                    Some(eng.meta.with_all(|| {
+                        // SAFETY: zone `z` lies in the pool; no commit runs and every metadata
+                        // reader (metadata locks, root lock) waits.
+                        let c = unsafe {
+                            crate::integrity::replica::check_zone(
+                                &eng.media,
+                                &eng.geo,
+                                z,
+                                repair,
+                                eng.parity.enabled(),
+                            )
+                        };
+                        let bitmaps = Self::scrub_bitmaps(eng, z, repair);
+                        // The rewrites are durable before the pool thaws.
+                        eng.media.fence();
+                        (c, bitmaps)
+                    }))
                 })
-            });
+                .flatten();
             let Some((copies, (bad_words, fixed_words))) = r else {
                 return Err(Error::Conflict {
                     offset: eng.geo.zone_offset(z),
@@ -348,6 +361,49 @@ mod tests {
         let again = Pool::open_with(&path, &cfg);
         assert!(again.is_ok(), "reopen after drop: {:?}", again.err());
         drop(again);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_scrub_does_not_stall_a_transaction_that_looks_up_the_root() {
+        // A transaction holds an object (its lock and lane) and then asks for the root
+        // (`pool.root` takes the root lock); meanwhile a scrub starts on zone 0. The scrub
+        // must not hold the root lock while it waits for that transaction to drain.
+        let path = crate::scratch_pool("scrub-root");
+        let pool = Pool::create(&path, &Config::small("scrub-root")).unwrap();
+        let root = pool.root::<[u64; 2]>().unwrap();
+        let other = pool.tx(|tx| tx.alloc(5u64)).unwrap();
+        let (ready, started) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            let p = &pool;
+            let tx = s.spawn(move || {
+                let t = Instant::now();
+                let mut first = true;
+                p.tx(|tx| {
+                    let mut o = tx.open(other)?;
+                    *o += 1;
+                    if std::mem::take(&mut first) {
+                        ready.send(()).unwrap();
+                        // The scrub has started meanwhile.
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                    assert_eq!(p.root::<[u64; 2]>()?, root);
+                    Ok(())
+                })
+                .unwrap();
+                t.elapsed()
+            });
+            started.recv().unwrap();
+            let scrub = s.spawn(move || p.scrub(true, |_, _| {}));
+            let took = tx.join().unwrap();
+            assert!(
+                took < Duration::from_secs(5),
+                "the transaction waited {took:?} for the scrub"
+            );
+            let report = scrub.join().unwrap().unwrap();
+            assert!(report.is_clean(), "{report:?}");
+        });
+        drop(pool);
         std::fs::remove_file(&path).unwrap();
     }
 }
