@@ -481,18 +481,71 @@ fn a_manual_migration_of_an_extendible_type_keeps_its_extension_fields() {
 }
 
 #[test]
-fn an_overwritten_extension_link_never_frees_another_object() {
+fn an_overwritten_extension_link_is_put_back_and_frees_no_other_object() {
+    use v1::NodeExtFields as _;
     let (pool, path) = pool("link-overwritten");
     let a = v1_node(&pool, 1, 2, 0, "a");
     // Ending with 0, it reads like a last group.
     let other = pool.tx(|tx| tx.alloc([9u64, 9, 9, 0])).unwrap();
-    // The base's last 8 bytes are its link to group 1: pointed at `other` by hand.
+    // The base's last 8 bytes are its link to group 1: written over by hand, they are
+    // back as pgl set them once the handle is gone (inside the transaction already).
     let link_at = std::mem::size_of::<v1::Node>() - 8;
     pool.tx(|tx| {
         tx.open(a)?.write_bytes(link_at, &other.raw().to_le_bytes());
+        assert_eq!(
+            tx.ext(a)?.name().as_str(),
+            "a",
+            "its own group, in the transaction"
+        );
         Ok(())
     })
     .unwrap();
+    assert_eq!(
+        pool.tx(|tx| Ok(tx.ext(a)?.name().as_str().to_owned()))
+            .unwrap(),
+        "a"
+    );
+    let copy = pool.tx(|tx| tx.copy_ext(a)).unwrap();
+    assert_eq!(
+        pool.tx(|tx| Ok(tx.ext(copy)?.name().as_str().to_owned()))
+            .unwrap(),
+        "a"
+    );
+    // a, its group, other, the copy and its group; freeing a frees its group only.
+    assert_eq!(pool.objects().unwrap().len(), 5);
+    pool.tx(|tx| tx.free(a)).unwrap();
+    assert_eq!(
+        *pool.get(other).unwrap(),
+        [9u64, 9, 9, 0],
+        "the other object lives"
+    );
+    assert_eq!(pool.objects().unwrap().len(), 3);
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn a_damaged_extension_link_never_frees_another_object() {
+    // A pool without checksums: damage to a link is caught only by the chain's own check.
+    let path = support::test_dir().join(format!("pgl-leds-link-damaged-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let mut cfg = Config::small("link-damaged");
+    cfg.checksums = false;
+    let pool = Pool::create(&path, &cfg).unwrap();
+    let a = v1_node(&pool, 1, 2, 0, "a");
+    // Ending with 0, it reads like a last group.
+    let other = pool.tx(|tx| tx.alloc([9u64, 9, 9, 0])).unwrap();
+    drop(pool);
+    // The base's last 8 bytes are its link to group 1: pointed at `other` on media (the
+    // pool file maps from offset 0, so an oid is a file offset).
+    let link_at = a.raw() + std::mem::size_of::<v1::Node>() as u64 - 8;
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.seek(SeekFrom::Start(link_at)).unwrap();
+        f.write_all(&other.raw().to_le_bytes()).unwrap();
+    }
+    let pool = Pool::open_with(&path, &cfg).unwrap();
     for r in [
         pool.tx(|tx| tx.free(a)),
         pool.tx(|tx| tx.copy_ext(a).map(drop)),
@@ -511,6 +564,93 @@ fn an_overwritten_extension_link_never_frees_another_object() {
         "the other object lives"
     );
     assert_eq!(pool.objects().unwrap().len(), 3);
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+mod copyable {
+    use pgl::{extendible, Persistent};
+
+    /// An `#[extendible]` struct a program may copy whole.
+    #[extendible]
+    #[derive(Persistent, Clone, Copy, Debug)]
+    #[pgl(id = 0x5eed_00c1)]
+    #[repr(C)]
+    pub struct Pair {
+        pub a: u64,
+        #[extension(1, init = |old| old.a() * 10)]
+        pub b: u64,
+    }
+}
+
+/// Two `copyable::Pair`s with their groups: (1, 100) and (2, 200).
+fn two_pairs(pool: &Pool) -> (Oid<copyable::Pair>, Oid<copyable::Pair>) {
+    pool.tx(|tx| {
+        Ok((
+            tx.alloc_ext(copyable::PairData { a: 1, b: 100 })?,
+            tx.alloc_ext(copyable::PairData { a: 2, b: 200 })?,
+        ))
+    })
+    .unwrap()
+}
+
+/// The base and extension fields of a `copyable::Pair`.
+fn pair(pool: &Pool, p: Oid<copyable::Pair>) -> (u64, u64) {
+    use copyable::PairExtFields as _;
+    pool.tx(|tx| {
+        let e = tx.ext(p)?;
+        Ok((e.a, *e.b()))
+    })
+    .unwrap()
+}
+
+#[test]
+fn copying_a_whole_extendible_struct_copies_its_base_not_its_groups() {
+    let (pool, path) = pool("copy-whole");
+    let (x, y) = two_pairs(&pool);
+    // `*x = *y` copies every byte of the Rust value, the hidden link to y's group
+    // included; x keeps its own group all the same.
+    pool.tx(|tx| {
+        let theirs = *tx.get(y)?;
+        *tx.open(x)? = theirs;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(
+        pair(&pool, x),
+        (2, 100),
+        "y's base, x's own extension field"
+    );
+    assert_eq!(pair(&pool, y), (2, 200));
+    // Freeing x frees x's group and nothing of y's.
+    pool.tx(|tx| tx.free(x)).unwrap();
+    assert_eq!(pair(&pool, y), (2, 200));
+    assert_eq!(pool.objects().unwrap().len(), 2, "y and its group");
+    assert!(pool.verify_objects(|_, _| {}).unwrap().is_empty());
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn allocating_a_copy_of_an_extendible_struct_shares_none_of_its_groups() {
+    let (pool, path) = pool("alloc-copy");
+    let (_, y) = two_pairs(&pool);
+    let z = pool
+        .tx(|tx| {
+            let theirs = *tx.get(y)?;
+            tx.alloc(theirs)
+        })
+        .unwrap();
+    assert_eq!(
+        pool.tx(|tx| tx.groups_present(z)).unwrap(),
+        0,
+        "no group yet"
+    );
+    // Read through `ext`, z is upgraded with a group of its own.
+    assert_eq!(pair(&pool, z), (2, 20));
+    pool.tx(|tx| tx.free(z)).unwrap();
+    assert_eq!(pair(&pool, y), (2, 200), "y's group lives");
+    assert_eq!(pool.objects().unwrap().len(), 4, "x, y and their groups");
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }

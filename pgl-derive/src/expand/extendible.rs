@@ -540,7 +540,7 @@ impl<'m, 'a> Gen<'m, 'a> {
                     let #data { #(#data_fields,)* } = __pgl_data;
                     let __pgl_next = #link::NULL;
                     #(#allocs)*
-                    __pgl_tx.alloc(#ident { #(#base_fields,)* __pgl_ext: __pgl_next })
+                    __pgl_tx.__alloc_linked(#ident { #(#base_fields,)* __pgl_ext: __pgl_next })
                 }
 
                 fn __reads<'__pgl_a>(

@@ -10,7 +10,7 @@
 //! base's write lock; the one that retries finds the groups linked and adds none.
 
 use super::extendible::{Extendible, ExtendibleData, MAX_GROUPS};
-use super::link::{ExtLink, LINK_SIZE};
+use super::link::ExtLink;
 use super::view::{Ext, ExtMut};
 use crate::persistent::{group_type_id, Oid};
 use crate::tx::Tx;
@@ -142,8 +142,7 @@ impl<'p> Tx<'p> {
             T::__set_next(self, k, chain.offs[k - 1], chain.offs[k])?;
         }
         if have == 0 {
-            let at = core::mem::size_of::<T>() - LINK_SIZE;
-            self.open(oid)?.write_at(at, &ExtLink::new(chain.offs[0]));
+            self.set_link(oid, chain.offs[0])?;
         } else {
             T::__set_next(self, have, chain.offs[have - 1], chain.offs[have])?;
         }

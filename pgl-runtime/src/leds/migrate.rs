@@ -12,7 +12,6 @@
 //! of a freed old one.
 
 use super::journal::{Journal, Loaded, State};
-use super::link::{ExtLink, LINK_SIZE};
 use super::{Ext, Extendible};
 use crate::persistent::{Oid, Persistent};
 use crate::pool::Pool;
@@ -118,14 +117,10 @@ impl<Old: Persistent, New: Persistent, C: Converter<Old, New>> Step for Conversi
 
     fn convert(&mut self, tx: &Tx<'_>, remap: &Remap, old: u64, new: u64) -> Result<()> {
         let value = self.convert.call(tx, Oid::from_raw(old), remap)?;
-        let mut n = tx.open(Oid::<New>::from_raw(new))?;
-        *n = value;
-        if New::__OWNS_TAIL {
-            // A new object starts without extension groups (they are made on first
-            // access): a link the converter copied would share the old object's, which
-            // the roll-back or the freeing of the old objects then frees.
-            n.write_at(core::mem::size_of::<New>() - LINK_SIZE, &ExtLink::new(0));
-        }
+        // An `#[extendible]` `New` keeps the null link `alloc_new` gave it whatever link
+        // the converter copied (the handle's drop puts it back, see `tx::tail`): the new
+        // object starts without extension groups, made on first access.
+        *tx.open(Oid::<New>::from_raw(new))? = value;
         Ok(())
     }
 

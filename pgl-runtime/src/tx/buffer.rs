@@ -48,6 +48,10 @@ pub(crate) struct Buffer {
     pub borrow: isize,
     /// Set while the payload is not copied in yet (new objects only; no handle exists).
     pub pending_read: Option<PendingRead>,
+    /// The link that ends the payload of an object that owns a tail (an `#[extendible]`
+    /// struct), as pgl last set it: the program's handles may write over those bytes, and
+    /// dropping the handle puts this value back (`tail::keep_link`).
+    pub link: Option<u64>,
     storage: Vec<u128>,
     canary: u128,
     dirty: Vec<(u32, u32)>,
@@ -69,6 +73,7 @@ impl Buffer {
             kind,
             borrow: 0,
             pending_read: None,
+            link: None,
             storage,
             canary: c,
             dirty: Vec::new(),
@@ -104,6 +109,7 @@ impl Buffer {
         self.kind = kind;
         self.borrow = 0;
         self.pending_read = None;
+        self.link = None;
         self.canary = c;
         self.dirty.clear();
     }

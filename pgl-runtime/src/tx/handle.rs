@@ -43,7 +43,7 @@ impl<'tx, T: Persistent> Mut<'tx, T> {
         unsafe { self.buf.as_ref() }
     }
 
-    fn buf_mut(&mut self) -> &mut Buffer {
+    pub(crate) fn buf_mut(&mut self) -> &mut Buffer {
         // SAFETY: as above; `&mut self` makes this the only access.
         unsafe { self.buf.as_mut() }
     }
@@ -116,8 +116,14 @@ impl<T: Persistent> DerefMut for Mut<'_, T> {
 }
 
 impl<T: Persistent> Drop for Mut<'_, T> {
+    /// Ends the borrow, first putting back the extension link of an `#[extendible]`
+    /// object if the handle wrote over it (the link is pgl's: see `tx::tail`).
     fn drop(&mut self) {
-        self.buf_mut().borrow = 0;
+        let buf = self.buf_mut();
+        if T::__OWNS_TAIL {
+            super::tail::keep_link(buf);
+        }
+        buf.borrow = 0;
     }
 }
 

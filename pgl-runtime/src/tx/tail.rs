@@ -7,12 +7,18 @@
 //! owner:  [ .. payload .. | next: u64 LE ] --> [ group | next ] --> [ group | 0 ]
 //! ```
 //!
+//! The link belongs to pgl, not to the program: a buffer of an owner remembers the link pgl
+//! set (`Buffer::link`), and dropping a handle to it puts that value back over whatever
+//! the handle wrote there (`*a = *b`, `write_bytes` over the last 8 bytes), before any
+//! walk, copy or commit can see the bytes. So no two owners ever link one chain, and an
+//! owner's chain changes only through `leds` (`Tx::set_link`, `Tx::__alloc_linked`).
+//!
 //! Invariant: a walk ends at a null link; a chain longer than `MAX_TAIL` or one that
 //! revisits an object is reported as `Error::Corrupt`, never followed forever. The `k`-th
 //! object of an owner's tail is its extension group `k`, of type id `group_type_id(owner's
-//! type id, k)` whichever build wrote it; a link to anything else (bytes written over the
-//! link with `write_bytes`, or damage) is `Error::Corrupt` too, so that freeing an owner
-//! never frees another object.
+//! type id, k)` whichever build wrote it; a link to anything else (damage that no
+//! checksum caught, in a pool that keeps none) is `Error::Corrupt` too, so that freeing an
+//! owner never frees another object.
 
 use super::buffer::Buffer;
 use super::Tx;
@@ -34,15 +40,27 @@ pub(crate) fn link_at_end(bytes: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(b))
 }
 
-/// Nulls the link that ends `buf`'s payload and marks it modified: the object owns no
-/// tail (a new object whose bytes were not filled must not own a freed object's).
-pub(crate) fn clear_link(buf: &mut Buffer) {
+/// Sets the link that ends `buf`'s payload to `link`, as pgl's own (kept over the
+/// program's writes from now on), marking it modified if it changes.
+pub(crate) fn set_link(buf: &mut Buffer, link: u64) {
+    buf.link = Some(link);
+    keep_link(buf);
+}
+
+/// Puts the link pgl set back at the end of `buf`'s payload if a handle wrote over it
+/// (marking it modified); nothing for a buffer without one.
+pub(crate) fn keep_link(buf: &mut Buffer) {
+    let Some(link) = buf.link else {
+        return;
+    };
     let Some(start) = buf.size.checked_sub(TAIL_LINK) else {
         return;
     };
-    let end = buf.size;
-    buf.payload_mut()[start..].fill(0);
-    buf.mark(start, end);
+    if link_at_end(buf.payload()) != Some(link) {
+        let end = buf.size;
+        buf.payload_mut()[start..].copy_from_slice(&link.to_le_bytes());
+        buf.mark(start, end);
+    }
 }
 
 impl<'p> Tx<'p> {
@@ -79,8 +97,8 @@ impl<'p> Tx<'p> {
                     detail: format!(
                         "link {k} of the object at {owner:#x} points to an object of type id \
                          {type_id:#010x}, not to its extension group {k} (type id {group:#010x}): \
-                         the link was overwritten (write_bytes over the last 8 bytes of an \
-                         #[extendible] object) or damaged; nothing was freed or copied"
+                         the link is damaged (`pgl check` verifies the objects); nothing was \
+                         freed or copied"
                     ),
                 });
             }
@@ -110,5 +128,29 @@ mod tests {
         assert_eq!(link_at_end(&obj), Some(0x1122_3344_5566_7788));
         assert_eq!(link_at_end(&obj[..7]), None);
         assert_eq!(link_at_end(&obj[..8]), Some(0));
+    }
+
+    #[test]
+    fn a_link_written_over_is_put_back_and_marked_and_an_intact_one_left_alone() {
+        use super::super::buffer::BufKind;
+        let mut b = Buffer::new(4096, 24, 1, 7, BufKind::Open);
+        keep_link(&mut b);
+        assert!(b.dirty().is_empty(), "no link kept: nothing to do");
+        set_link(&mut b, 0x40);
+        assert_eq!(link_at_end(b.payload()), Some(0x40));
+        assert_eq!(b.dirty(), &[(16, 24)]);
+        let mut c = Buffer::new(4096, 24, 1, 7, BufKind::Open);
+        c.payload_mut()[16..].copy_from_slice(&0x40u64.to_le_bytes());
+        c.link = Some(0x40);
+        keep_link(&mut c);
+        assert!(c.dirty().is_empty(), "intact: not marked");
+        c.payload_mut()[20] = 0xff;
+        keep_link(&mut c);
+        assert_eq!(link_at_end(c.payload()), Some(0x40));
+        assert_eq!(c.dirty(), &[(16, 24)]);
+        // Too short to end with a link: left alone.
+        let mut d = Buffer::new(4096, 4, 1, 7, BufKind::Open);
+        set_link(&mut d, 0x40);
+        assert!(d.dirty().is_empty());
     }
 }

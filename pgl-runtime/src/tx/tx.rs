@@ -237,6 +237,9 @@ impl<'p> Tx<'p> {
                     });
                 }
                 buf.checksum = h.checksum;
+                if T::__OWNS_TAIL {
+                    buf.link = super::tail::link_at_end(buf.payload());
+                }
                 p
             }
         };
@@ -325,17 +328,38 @@ impl<'p> Tx<'p> {
 
     /// Allocates a new object holding `value`; it becomes durable (and its oid valid after a
     /// crash) only if the transaction commits. Store the oid somewhere reachable.
+    ///
+    /// The hidden extension link that ends an `#[extendible]` struct is pgl's: the new
+    /// object gets a null one whatever `value` holds (it has no extension groups yet; use
+    /// [`alloc_ext`](Self::alloc_ext) for a full chain), so a copy of another object never
+    /// shares that object's groups.
     pub fn alloc<T: Persistent>(&self, value: T) -> Result<Oid<T>> {
+        self.alloc_value(value, 0)
+    }
+
+    /// `alloc` keeping `value`'s extension link: for the chains `#[extendible]` builds
+    /// (its generated `__alloc`), not an API.
+    #[doc(hidden)]
+    pub fn __alloc_linked<T: Persistent>(&self, value: T) -> Result<Oid<T>> {
+        let link = super::tail::link_at_end(crate::persistent::bytes_of(&value)).unwrap_or(0);
+        self.alloc_value(value, link)
+    }
+
+    /// Allocates a new object holding `value`, its extension link (if `T` owns a tail)
+    /// set to `link`.
+    fn alloc_value<T: Persistent>(&self, value: T, link: u64) -> Result<Oid<T>> {
         self.check_layout::<T>(true)?;
         let bytes = crate::persistent::bytes_of(&value);
-        self.alloc_raw(bytes.len(), T::TYPE_ID, |p| p.copy_from_slice(bytes))
+        let link = T::__OWNS_TAIL.then_some(link);
+        self.alloc_filled(bytes.len(), T::TYPE_ID, link, |p| p.copy_from_slice(bytes))
             .map(Oid::from_raw)
     }
 
     /// Allocates a new zero-filled object (every `Persistent` type is valid when zeroed).
     pub fn alloc_zeroed<T: Persistent>(&self) -> Result<Oid<T>> {
         self.check_layout::<T>(true)?;
-        self.alloc_raw(core::mem::size_of::<T>(), T::TYPE_ID, |p| p.fill(0))
+        let link = T::__OWNS_TAIL.then_some(0);
+        self.alloc_filled(core::mem::size_of::<T>(), T::TYPE_ID, link, |p| p.fill(0))
             .map(Oid::from_raw)
     }
 
@@ -382,7 +406,7 @@ impl<'p> Tx<'p> {
             unsafe { self.eng.media.read(off, buf.payload_mut()) };
             // A stale link would make the new object own a freed object's groups (or
             // whatever now lives in their blocks).
-            super::tail::clear_link(buf);
+            super::tail::set_link(buf, 0);
         } else {
             // The bytes stay in the pool until the object is first accessed (`buffered`).
             let sum = (sealed && self.eng.seals_trusted())
@@ -414,11 +438,24 @@ impl<'p> Tx<'p> {
         ))
     }
 
-    /// Allocates `size` payload bytes of type `type_id`, filled by `fill`.
+    /// Allocates `size` payload bytes of type `type_id`, filled by `fill` (their extension
+    /// link, if any, as `fill` leaves it: `leds` copies chains with it).
     pub(crate) fn alloc_raw(
         &self,
         size: usize,
         type_id: u32,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<u64> {
+        self.alloc_filled(size, type_id, None, fill)
+    }
+
+    /// Allocates `size` payload bytes of type `type_id`, filled by `fill`, then with the
+    /// extension link `link` kept at their end (see `tail`) if there is one.
+    fn alloc_filled(
+        &self,
+        size: usize,
+        type_id: u32,
+        link: Option<u64>,
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<u64> {
         let mut st = self.st.borrow_mut();
@@ -427,7 +464,19 @@ impl<'p> Tx<'p> {
         let buf = unsafe { p.as_mut() };
         fill(buf.payload_mut());
         buf.mark_all();
+        if let Some(link) = link {
+            super::tail::set_link(buf, link);
+        }
         Ok(off)
+    }
+
+    /// Sets the extension link of `oid` (an `#[extendible]` object this transaction may
+    /// change) to `link`: the one way `leds` relinks an owner (see `tail`).
+    pub(crate) fn set_link<T: Persistent>(&self, oid: Oid<T>, link: u64) -> Result<()> {
+        debug_assert!(T::__OWNS_TAIL);
+        let mut m = self.open(oid)?;
+        super::tail::set_link(m.buf_mut(), link);
+        Ok(())
     }
 
     /// Reserves a block for `size` payload bytes of type `type_id`, write-locks it and
