@@ -159,7 +159,9 @@ impl<'a> Migration<'a> {
     /// [`convert`](Self::convert) for an `#[extendible]` `Old`: the converter sees every
     /// field, extension fields included, through an [`Ext`] view. An old object that
     /// lacks groups this build knows is upgraded first, in the converting transaction
-    /// (its groups are freed with it).
+    /// (its groups are freed with it). As with `convert`, an `#[extendible]` `New` starts
+    /// without groups, whose fields come from their `init`s on first access: what must
+    /// survive the conversion goes into `New`'s base fields.
     pub fn convert_ext<Old: Extendible, New: Persistent>(
         self,
         convert: impl FnMut(&Ext<'_, Old>, &Remap) -> New + 'a,

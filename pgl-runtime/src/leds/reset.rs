@@ -62,7 +62,8 @@ pub fn type_key<T: Persistent>() -> (u32, u64) {
 
 /// `(TYPE_ID, LAYOUT)` of an `#[extendible]` struct and of each of its extension groups,
 /// for [`Pool::open_or_reset`]: a group whose fields changed since the pool stored it
-/// then resets the pool too.
+/// then resets the pool too. Types that `T` reaches through its `Oid` fields are not
+/// included: list their keys too.
 pub fn type_keys<T: Extendible>() -> Vec<(u32, u64)> {
     std::iter::once(type_key::<T>())
         .chain(T::GROUP_KEYS.iter().copied())
