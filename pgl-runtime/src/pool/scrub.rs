@@ -3,7 +3,8 @@
 //! thread every N transactions (`VerifyPolicy::Scrub`).
 //!
 //! Invariant: a scrub changes only damaged bytes (through online repair, which verifies
-//! what it writes) and parity pages that disagree with rows whose objects all verify.
+//! what it writes) and parity pages that disagree with rows whose objects all verify, checked
+//! again with the pool frozen right before the parity is rewritten.
 
 use super::pool::Pool;
 use crate::stats::Counter;
@@ -87,6 +88,74 @@ impl Pool {
             Vec::new()
         };
         report.objects_checked = checked;
+        self.settle(found, repair, &mut report)?;
+        if !eng.parity.enabled() {
+            return Ok(report);
+        }
+        for z in 0..zones {
+            let r = eng.exclusive(|| {
+                // SAFETY: zone `z` lies in the pool; the pool is held exclusively.
+                let bad = unsafe { crate::integrity::verify_zone(&eng.media, &eng.geo, z) };
+                let mut fixed = 0;
+                let mut late = Vec::new();
+                // Recomputed only when every object verified: without checksums nothing
+                // says whether the rows or the parity are right, so it is only reported.
+                if repair && eng.checksums && !bad.is_empty() && report.damaged.is_empty() {
+                    // The objects were verified with the pool running: one damaged since
+                    // then would have its damage made permanent (parity agreeing with it).
+                    // So they are verified again, frozen; if one fails, parity stays as it
+                    // is, to rebuild it.
+                    late = damaged_in_zone(eng, z);
+                    if late.is_empty() {
+                        // SAFETY: as above.
+                        unsafe { crate::integrity::recompute_zone(&eng.media, &eng.geo, z) };
+                        eng.media.fence();
+                        // What disagreed was free space (every object verified): its bytes
+                        // are now the parity's, so a sealed block may hold others than its
+                        // freed object's.
+                        eng.repairs
+                            .free_space_suspect
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                        fixed = bad.len() as u64;
+                    }
+                }
+                (bad.len() as u64, fixed, late)
+            });
+            let Some((bad, fixed, late)) = r else {
+                return Err(Error::Conflict {
+                    offset: eng.geo.zone_offset(z),
+                });
+            };
+            if late.is_empty() {
+                report.parity_columns_bad += bad;
+                report.parity_columns_fixed += fixed;
+                continue;
+            }
+            // Repaired from the parity just kept; the zone's columns are then checked again
+            // (a repair leaves them agreeing, unless free space disagrees too).
+            report.objects_checked += late.len() as u64;
+            self.settle(late, repair, &mut report)?;
+            let again = eng.exclusive(|| {
+                // SAFETY: as above.
+                unsafe { crate::integrity::verify_zone(&eng.media, &eng.geo, z) }.len() as u64
+            });
+            report.parity_columns_bad += again.ok_or(Error::Conflict {
+                offset: eng.geo.zone_offset(z),
+            })?;
+        }
+        eng.media.check()?;
+        Ok(report)
+    }
+
+    /// Repairs the damaged objects `found` (when repairing and parity can rebuild them) and
+    /// adds the others to the report's `damaged`.
+    fn settle(
+        &self,
+        found: Vec<(u64, Error)>,
+        repair: bool,
+        report: &mut ScrubReport,
+    ) -> Result<()> {
+        let eng = &self.inner.eng;
         for (off, e) in found {
             if repair && tx::repairable(&e).is_some() {
                 match eng.repair_object(off)? {
@@ -100,41 +169,48 @@ impl Pool {
             }
             report.damaged.push((off, e));
         }
-        if !eng.parity.enabled() {
-            return Ok(report);
-        }
-        for z in 0..zones {
-            let r = eng.exclusive(|| {
-                // SAFETY: zone `z` lies in the pool; the pool is held exclusively.
-                let bad = unsafe { crate::integrity::verify_zone(&eng.media, &eng.geo, z) };
-                let mut fixed = 0;
-                // Recomputed only when every object verified: without checksums nothing
-                // says whether the rows or the parity are right, so it is only reported.
-                if repair && eng.checksums && !bad.is_empty() && report.damaged.is_empty() {
-                    // SAFETY: as above.
-                    unsafe { crate::integrity::recompute_zone(&eng.media, &eng.geo, z) };
-                    eng.media.fence();
-                    // What disagreed was free space (every object verified): its bytes
-                    // are now the parity's, so a sealed block may hold others than its
-                    // freed object's.
-                    eng.repairs
-                        .free_space_suspect
-                        .store(true, std::sync::atomic::Ordering::Relaxed);
-                    fixed = bad.len() as u64;
-                }
-                (bad.len() as u64, fixed)
-            });
-            let Some((bad, fixed)) = r else {
-                return Err(Error::Conflict {
-                    offset: eng.geo.zone_offset(z),
-                });
-            };
-            report.parity_columns_bad += bad;
-            report.parity_columns_fixed += fixed;
-        }
-        eng.media.check()?;
-        Ok(report)
+        Ok(())
     }
+}
+
+/// The objects of zone `z` that fail verification now (header size, checksum); a block
+/// under a damaged bitmap word counts as one. Call it with the pool frozen
+/// (`Engine::exclusive`): no commit writes objects or heap metadata meanwhile.
+fn damaged_in_zone(eng: &crate::tx::Engine, z: u64) -> Vec<(u64, Error)> {
+    let mut out = Vec::new();
+    let words = crate::heap::walk_blocks(
+        &eng.geo,
+        eng.heap.classes(),
+        z..z + 1,
+        // SAFETY: a heap metadata word inside the pool; the pool is frozen.
+        |off| unsafe { eng.media.read_u64(off) },
+        |hdr, capacity| {
+            let mut b = [0u8; 16];
+            // SAFETY: an allocated block's header inside the pool; the pool is frozen.
+            unsafe { eng.media.read(hdr, &mut b) };
+            let h = crate::heap::layout::ObjectHeader::from_bytes(&b);
+            let off = hdr + crate::heap::layout::HEADER_SIZE;
+            let r = if h.size > capacity {
+                Err(Error::Corrupt {
+                    what: "object header",
+                    offset: hdr,
+                    detail: format!("size {} exceeds its block of {capacity} bytes", h.size),
+                })
+            } else {
+                tx::verify_in_place(eng, off, &h)
+            };
+            if let Err(e) = r {
+                out.push((off, e));
+            }
+        },
+        |_, _| {},
+    );
+    out.extend(
+        words
+            .into_iter()
+            .map(|(off, v)| (off, crate::heap::bitmap_mismatch(off, v))),
+    );
+    out
 }
 
 impl Pool {
@@ -403,6 +479,45 @@ mod tests {
             let report = scrub.join().unwrap().unwrap();
             assert!(report.is_clean(), "{report:?}");
         });
+        drop(pool);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn damage_after_an_object_was_verified_is_repaired_not_baked_into_parity() {
+        // The object pass has verified every object when one is damaged; the parity pass
+        // then finds its column disagreeing. Recomputing the column would make the damage
+        // permanent: parity would agree with it, and nothing could rebuild the object.
+        let path = crate::scratch_pool("scrub-late");
+        let pool = Pool::create(&path, &Config::small("scrub-late")).unwrap();
+        let objs: Vec<crate::Oid<[u64; 8]>> = (0..4u64)
+            .map(|i| pool.tx(|tx| tx.alloc([i; 8])).unwrap())
+            .collect();
+        let victim = objs[2];
+        let mut injected = 0;
+        let report = pool
+            .scrub(true, |done, total| {
+                if done == total && injected == 0 {
+                    pool.inject(&crate::Fault::ObjectScribble {
+                        oid: victim.raw(),
+                        at: 16 + 8,
+                        len: 16,
+                        seed: 5,
+                    })
+                    .unwrap();
+                    injected += 1;
+                }
+            })
+            .unwrap();
+        assert_eq!(injected, 1, "one fault injected during the scrub");
+        assert_eq!(report.objects_repaired, 1, "{report:?}");
+        assert!(report.is_clean(), "{report:?}");
+        assert_eq!(*pool.get(victim).unwrap(), [2u64; 8], "the committed bytes");
+        let again = pool.scrub(true, |_, _| {}).unwrap();
+        assert!(
+            again.is_clean() && again.parity_columns_bad == 0,
+            "{again:?}"
+        );
         drop(pool);
         std::fs::remove_file(&path).unwrap();
     }
