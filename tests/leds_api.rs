@@ -654,3 +654,23 @@ fn allocating_a_copy_of_an_extendible_struct_shares_none_of_its_groups() {
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
+
+#[test]
+fn a_forgotten_handle_cannot_relink_an_extendible_object() {
+    let (pool, path) = pool("forgotten-handle");
+    let (x, y) = two_pairs(&pool);
+    // The handle's drop never runs: the commit puts the link back all the same.
+    pool.tx(|tx| {
+        let theirs = *tx.get(y)?;
+        let mut h = tx.open(x)?;
+        *h = theirs;
+        std::mem::forget(h);
+        Ok(())
+    })
+    .unwrap();
+    pool.tx(|tx| tx.free(x)).unwrap();
+    assert_eq!(pair(&pool, y), (2, 200), "y's group lives");
+    assert_eq!(pool.objects().unwrap().len(), 2, "y and its group");
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}

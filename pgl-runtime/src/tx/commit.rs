@@ -236,6 +236,11 @@ impl Tx<'_> {
         for b in &st.lane.scratch.bufs {
             // SAFETY: as above.
             let buf = unsafe { &mut *b.as_ptr() };
+            // A handle's drop puts back the extension link pgl set; a handle leaked with
+            // `mem::forget` never dropped: the link is put back here too (see `tail`).
+            if buf.kind != BufKind::Freed {
+                super::tail::keep_link(buf);
+            }
             match buf.kind {
                 BufKind::New => {
                     buf.ranges(MERGE_GAP);
