@@ -78,8 +78,8 @@ pub enum Fault {
     /// A media error: the page holding `offset` loses its contents and any access to it
     /// faults (emulated with `mprotect`, as a poisoned page of real persistent memory
     /// raises `SIGBUS`). The next load from it is caught by pgl's handler, which rebuilds
-    /// the page from parity, and the load completes as if nothing happened. Only pages of
-    /// the zones' data rows.
+    /// the page from parity (a parity page from its column's data rows), and the load
+    /// completes as if nothing happened. Only pages of the zones' rows, data or parity.
     MediaError {
         /// A byte of the page.
         offset: u64,

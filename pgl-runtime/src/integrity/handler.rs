@@ -22,15 +22,16 @@
 //! - uses only async-signal-safe system calls (`mprotect`, `sched_yield`, `msync` through
 //!   the media layer) and never unwinds (nothing in it panics: indices are checked).
 //!
-//! What it cannot rebuild (no parity, the page outside the data rows, a second lost page in
-//! the column) it zero-fills and counts as lost; checksums then report the objects on it as
+//! A lost parity page is rebuilt from its column's data rows, under its own stripe. What it
+//! cannot rebuild (no parity, the page outside the zones' rows, a second lost page in the
+//! column) it zero-fills and counts as lost; checksums then report the objects on it as
 //! damaged, so nothing is lost silently.
 //!
 //! Invariant: a registered pool's media, geometry and parity outlive its registration
 //! (`Engine` unregisters before they drop).
 
 use super::parity::Parity;
-use super::rebuild::{column_of, rebuild_page_into};
+use super::rebuild::{column_of, parity_column_of, rebuild_page_into, rebuild_parity_page_into};
 use crate::geometry::{Geometry, PAGE};
 use crate::persist::Media;
 use std::cell::UnsafeCell;
@@ -195,20 +196,24 @@ impl FaultCtx {
         }
     }
 
-    /// Whether another page of `page`'s column in its zone is lost too.
+    /// Whether another page of `page`'s column in its zone (data rows and parity row) is
+    /// lost too.
     fn column_has_other_loss(&self, page: u64) -> bool {
         let g = &self.geo;
-        let Some((zone, row, col)) = column_of(g, page) else {
-            return true;
+        let (zone, col) = match (column_of(g, page), parity_column_of(g, page)) {
+            (Some((zone, _, col)), _) | (None, Some((zone, col))) => (zone, col),
+            (None, None) => return true,
         };
-        (0..g.rows).filter(|&r| r != row).any(|r| {
-            let other = g.zone_offset(zone) + r * g.row_size() + col;
-            self.is_poisoned(other)
-                || self
-                    .lost_pages
-                    .iter()
-                    .any(|p| p.load(Ordering::Acquire) == other + 1)
-        })
+        let lost = |other: u64| {
+            other != page
+                && (self.is_poisoned(other)
+                    || self
+                        .lost_pages
+                        .iter()
+                        .any(|p| p.load(Ordering::Acquire) == other + 1))
+        };
+        lost(g.parity_offset(zone) + col)
+            || (0..g.rows).any(|r| lost(g.zone_offset(zone) + r * g.row_size() + col))
     }
 
     /// Rebuilds `page` (see the module docs); called from the handler.
@@ -234,11 +239,17 @@ impl FaultCtx {
         }
         let media = self.media();
         let parity = self.parity();
+        // A data page's column is guarded by its parity page's stripe; a parity page is
+        // rebuilt from the data rows under its own.
+        let in_parity_row = parity_column_of(&self.geo, page).is_some();
         let stripe = parity
             .enabled()
-            .then(|| parity.map().parity_of(page))
+            .then(|| match in_parity_row {
+                true => Some(page),
+                false => parity.map().parity_of(page).map(|(p, _)| p),
+            })
             .flatten()
-            .map(|(p, _)| (p, parity.stripe_of(p)));
+            .map(|p| (p, parity.stripe_of(p)));
         if let Some((_, s)) = stripe {
             // Async-signal-safe: atomics, spinning and `sched_yield` (see `StripeLock`).
             // Not holding the stripe while its pending objects drain: the commit that
@@ -259,7 +270,12 @@ impl FaultCtx {
             && !self.column_has_other_loss(page)
             // SAFETY: `page` lies in a zone of the pool; its column is quiet (stripe held,
             // nothing pending); the buffer is the one preallocated for repairs.
-            && unsafe { rebuild_page_into(media, &self.geo, page, buf) };
+            && unsafe {
+                match in_parity_row {
+                    true => rebuild_parity_page_into(media, &self.geo, page, buf),
+                    false => rebuild_page_into(media, &self.geo, page, buf),
+                }
+            };
         if !rebuilt {
             buf.fill(0);
         }

@@ -11,7 +11,7 @@ pub mod stripe;
 pub mod xor;
 
 pub(crate) use parity::{recompute_zone, verify_zone, Parity};
-pub(crate) use rebuild::{rebuild_range, rewrite_bitmap_word};
+pub(crate) use rebuild::{parity_column_of, rebuild_range, rewrite_bitmap_word};
 pub(crate) use reconcile::{block_verifies, mix_pages, reconcile_zone, Reconciled};
 
 /// The default of `Config::parity_atomic_max`: parity updates of changed ranges up to this

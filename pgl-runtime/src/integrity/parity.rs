@@ -122,8 +122,8 @@ impl Parity {
         unsafe { self.apply(media, off, new, Then::Pending) }
     }
 
-    /// Loads a byte of every page of `[off, off + len)` that parity covers, so that a page
-    /// lost to a media error is rebuilt now. A commit calls it on all its new objects
+    /// Loads a byte of every page of `[off, off + len)` that parity covers, and of its
+    /// parity page, so that a page lost to a media error is rebuilt now. A commit calls it on all its new objects
     /// before the first `update_new`: once one piece counts as pending in a stripe, a fault
     /// on a later piece of the same stripe (the same column one row on, in an object longer
     /// than a row or another new object) would have the handler wait for this very
@@ -137,9 +137,12 @@ impl Parity {
         }
         // Each piece lies in one data page (see `apply`).
         self.each_page(off, len, |parity, at, _| {
-            if parity.is_some() {
-                // SAFETY: `at` lies in the pool (caller).
-                unsafe { std::ptr::read_volatile(media.ptr(at)) };
+            if let Some(parity) = parity {
+                // SAFETY: `at` lies in the pool (caller), and so does its parity.
+                unsafe {
+                    std::ptr::read_volatile(media.ptr(at));
+                    std::ptr::read_volatile(media.ptr(parity));
+                }
             }
         });
     }
@@ -214,10 +217,13 @@ impl Parity {
                 }
                 return;
             };
-            // Touch the old bytes before taking the stripe: a page lost to a media error
-            // faults here, where the handler may wait for the stripe, not under it.
-            // SAFETY: `at` lies in the pool (caller).
-            unsafe { std::ptr::read_volatile(media.ptr(at)) };
+            // Touch the old bytes and the parity before taking the stripe: a page lost to
+            // a media error faults here, where the handler may take the stripe, not under it.
+            // SAFETY: `at` lies in the pool (caller), and so does its parity.
+            unsafe {
+                std::ptr::read_volatile(media.ptr(at));
+                std::ptr::read_volatile(media.ptr(parity));
+            }
             let stripe = self.stripe_of(parity);
             let small = n as usize <= self.atomic_max;
             if small {

@@ -45,6 +45,47 @@ pub(crate) fn column_of(geo: &Geometry, page: u64) -> Option<(u64, u64, u64)> {
     Some((pos.zone, row, col))
 }
 
+/// The zone and in-row offset of parity page `page`, if it lies in a zone's parity row.
+pub(crate) fn parity_column_of(geo: &Geometry, page: u64) -> Option<(u64, u64)> {
+    let rel = page.checked_sub(geo.zones_offset())?;
+    let (zone, in_zone) = (rel / geo.zone_size(), rel % geo.zone_size());
+    let row = geo.rows * geo.row_size();
+    (in_zone >= row).then(|| (zone, in_zone - row))
+}
+
+/// Parity page `page` (page aligned, in a zone's parity row) rebuilt from the zone's data
+/// rows into `out`, allocating nothing (the media-error handler uses it); false outside
+/// the parity rows.
+///
+/// # Safety
+/// As `rebuild_range`.
+pub(crate) unsafe fn rebuild_parity_page_into(
+    media: &Media,
+    geo: &Geometry,
+    page: u64,
+    out: &mut [u8; PAGE as usize],
+) -> bool {
+    let Some((zone, col)) = parity_column_of(geo, page) else {
+        return false;
+    };
+    if page + PAGE > media.len() {
+        return false;
+    }
+    out.fill(0);
+    for r in 0..geo.rows {
+        // SAFETY: a page of row `r` of `zone`, whose parity row (its last bytes) lies in
+        // the pool (checked just above).
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                media.ptr(geo.zone_offset(zone) + r * geo.row_size() + col) as *const u8,
+                PAGE as usize,
+            )
+        };
+        xor_into(&mut out[..], bytes);
+    }
+    true
+}
+
 /// The page at `page` (page aligned, in a zone's data rows) rebuilt from parity; `None`
 /// outside the data rows.
 ///

@@ -921,11 +921,13 @@ impl Pool {
         if page
             .checked_add(PAGE)
             .is_none_or(|end| end > eng.media.len())
-            || eng.map.parity_of(page).is_none()
+            || (eng.map.parity_of(page).is_none()
+                && crate::integrity::parity_column_of(&eng.geo, page).is_none())
         {
             return Err(Error::config(format!(
-                "a media error can be injected only into the zones' data rows (where objects \
-                 and allocator metadata live), not at offset {offset:#x}"
+                "a media error can be injected only into the zones' rows (data rows, where \
+                 objects and allocator metadata live, and parity rows), not at offset \
+                 {offset:#x}"
             )));
         }
         let Some(ctx) = eng.fault_ctx() else {
@@ -935,7 +937,7 @@ impl Pool {
             ));
         };
         match eng.exclusive(|| {
-            // SAFETY: a page of the zones' data rows (checked above), held exclusively.
+            // SAFETY: a page of the zones' rows (checked above), held exclusively.
             unsafe { ctx.destroy(page) }
         }) {
             Some(true) => eng.media.check(),
