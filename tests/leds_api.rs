@@ -480,13 +480,31 @@ fn a_manual_migration_of_an_extendible_type_keeps_its_extension_fields() {
     std::fs::remove_file(path).unwrap();
 }
 
+/// A v1 node "a" and another object that reads like a last extension group (it ends
+/// with 0): what a wrong link would point at.
+fn node_and_other(pool: &Pool) -> (Oid<v1::Node>, Oid<[u64; 4]>) {
+    let a = v1_node(pool, 1, 2, 0, "a");
+    (a, pool.tx(|tx| tx.alloc([9u64, 9, 9, 0])).unwrap())
+}
+
+/// Checks that `other` is intact and that the pool holds 3 objects (it and one node with
+/// its group), then closes and removes the pool.
+fn the_other_lives(pool: Pool, path: std::path::PathBuf, other: Oid<[u64; 4]>) {
+    assert_eq!(
+        *pool.get(other).unwrap(),
+        [9u64, 9, 9, 0],
+        "the other object lives"
+    );
+    assert_eq!(pool.objects().unwrap().len(), 3);
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
 #[test]
 fn an_overwritten_extension_link_is_put_back_and_frees_no_other_object() {
     use v1::NodeExtFields as _;
     let (pool, path) = pool("link-overwritten");
-    let a = v1_node(&pool, 1, 2, 0, "a");
-    // Ending with 0, it reads like a last group.
-    let other = pool.tx(|tx| tx.alloc([9u64, 9, 9, 0])).unwrap();
+    let (a, other) = node_and_other(&pool);
     // The base's last 8 bytes are its link to group 1: written over by hand, they are
     // back as pgl set them once the handle is gone (inside the transaction already).
     let link_at = std::mem::size_of::<v1::Node>() - 8;
@@ -514,14 +532,7 @@ fn an_overwritten_extension_link_is_put_back_and_frees_no_other_object() {
     // a, its group, other, the copy and its group; freeing a frees its group only.
     assert_eq!(pool.objects().unwrap().len(), 5);
     pool.tx(|tx| tx.free(a)).unwrap();
-    assert_eq!(
-        *pool.get(other).unwrap(),
-        [9u64, 9, 9, 0],
-        "the other object lives"
-    );
-    assert_eq!(pool.objects().unwrap().len(), 3);
-    drop(pool);
-    std::fs::remove_file(path).unwrap();
+    the_other_lives(pool, path, other);
 }
 
 #[test]
@@ -532,9 +543,7 @@ fn a_damaged_extension_link_never_frees_another_object() {
     let mut cfg = Config::small("link-damaged");
     cfg.checksums = false;
     let pool = Pool::create(&path, &cfg).unwrap();
-    let a = v1_node(&pool, 1, 2, 0, "a");
-    // Ending with 0, it reads like a last group.
-    let other = pool.tx(|tx| tx.alloc([9u64, 9, 9, 0])).unwrap();
+    let (a, other) = node_and_other(&pool);
     drop(pool);
     // The base's last 8 bytes are its link to group 1: pointed at `other` on media (the
     // pool file maps from offset 0, so an oid is a file offset).
@@ -558,14 +567,7 @@ fn a_damaged_extension_link_never_frees_another_object() {
             other => panic!("{other:?}"),
         }
     }
-    assert_eq!(
-        *pool.get(other).unwrap(),
-        [9u64, 9, 9, 0],
-        "the other object lives"
-    );
-    assert_eq!(pool.objects().unwrap().len(), 3);
-    drop(pool);
-    std::fs::remove_file(path).unwrap();
+    the_other_lives(pool, path, other);
 }
 
 mod copyable {
