@@ -309,7 +309,9 @@ fn errors_exit_2_with_the_message_on_stderr() {
         assert_eq!(out.code, 2, "{cmd}");
         assert_eq!(out.stdout, "", "{cmd}");
         assert_eq!(
-            out.stderr, "error: open [DIR]/missing.pool: No such file or directory (os error 2)",
+            out.stderr,
+            "error: open [DIR]/missing.pool: No such file or directory (os error 2); check the \
+             path, or create the pool (Pool::create, `pgl create`)",
             "{cmd}"
         );
     }

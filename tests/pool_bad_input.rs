@@ -123,11 +123,35 @@ fn check_root_content(pool: &Pool) {
 fn missing_file_is_io_not_found() {
     let p = TmpPath::new("missing");
     match Pool::open(&*p, "x") {
-        Err(Error::Io { source, .. }) => {
-            assert_eq!(source.kind(), std::io::ErrorKind::NotFound)
+        Err(e @ Error::Io { .. }) => {
+            let Error::Io { source, .. } = &e else {
+                unreachable!()
+            };
+            assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+            // The message says what to do, not only what the OS said.
+            assert!(
+                e.to_string().ends_with(
+                    "No such file or directory (os error 2); check the path, or create the \
+                     pool (Pool::create, `pgl create`)"
+                ),
+                "{e}"
+            );
         }
         other => panic!("expected Io(NotFound), got {other:?}"),
     }
+}
+
+#[test]
+fn a_size_below_one_zone_says_how_to_fix_it() {
+    let p = TmpPath::new("below-a-zone");
+    match Pool::create(&*p, &Config::new("x").size(1 << 20)) {
+        Err(Error::InvalidConfig { reason }) => {
+            assert!(reason.contains("smaller than one zone"), "{reason}");
+            assert!(reason.contains("raise the size"), "{reason}");
+        }
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+    assert!(!p.exists());
 }
 
 #[test]

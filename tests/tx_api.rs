@@ -115,6 +115,8 @@ fn misuse_returns_typed_errors() {
         tx.open(o).map(|_| ())
     });
     assert!(matches!(r, Err(Error::UseAfterFree { .. })));
+    let msg = r.unwrap_err().to_string();
+    assert!(msg.contains("free an object last"), "{msg}");
     pool.tx(|tx| tx.free(o)).unwrap();
     assert!(matches!(
         pool.tx(|tx| tx.free(o)),

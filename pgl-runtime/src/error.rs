@@ -12,7 +12,7 @@ pub type Result<T, E = Error> = core::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// An operating-system call on the pool file failed.
-    #[error("{op} {path}: {source}")]
+    #[error("{op} {path}: {source}{}", io_advice(op, source))]
     Io {
         /// What pgl was doing ("open", "map", "grow", ...).
         op: &'static str,
@@ -242,7 +242,7 @@ pub enum Error {
     },
 
     /// The object was freed earlier in this transaction.
-    #[error("object at {offset:#x} was freed in this transaction")]
+    #[error("object at {offset:#x} was freed in this transaction, which can no longer read, change or free it; free an object last, once the transaction is done with it")]
     UseAfterFree {
         /// The object's offset.
         offset: u64,
@@ -370,6 +370,19 @@ impl Error {
             offset,
             reason: reason.into(),
         }
+    }
+}
+
+/// What to do about an `Io` error, where the cause is plain: a missing pool file.
+fn io_advice(op: &str, source: &io::Error) -> &'static str {
+    match source.kind() {
+        io::ErrorKind::NotFound if op == "open" => {
+            "; check the path, or create the pool (Pool::create, `pgl create`)"
+        }
+        io::ErrorKind::PermissionDenied if op == "open" => {
+            "; a pool is opened for reading and writing: this user needs both permissions"
+        }
+        _ => "",
     }
 }
 

@@ -161,7 +161,9 @@ impl Config {
         let zones = geo.zones_for(self.size);
         if zones == 0 {
             return Err(Error::config(format!(
-                "size {} is smaller than one zone: the smallest pool of this geometry is {} bytes",
+                "size {} is smaller than one zone: the smallest pool of this geometry is {} \
+                 bytes; raise the size, or make zones smaller (fewer rows or smaller chunks: \
+                 Config::rows and chunk_size, `pgl create --rows --chunk-size`)",
                 self.size,
                 geo.pool_size(1)
             )));
