@@ -430,6 +430,27 @@ fn reset_on_mismatch_sees_a_changed_extension_group() {
     std::fs::remove_file(path).unwrap();
 }
 
+/// Resetting a pool that is open would leave its owner committing to a removed file.
+#[test]
+fn reset_refuses_a_pool_that_is_open() {
+    let (pool, path) = pool("reset-open");
+    let cfg = Config::small("reset-open");
+    let o = pool.tx(|tx| tx.alloc(7u64)).unwrap();
+    match Pool::reset(&path, &cfg) {
+        Err(e @ Error::Io { .. }) => {
+            assert!(e.to_string().contains("the pool is open"), "{e}")
+        }
+        other => panic!("expected Io (pool open), got {:?}", other.map(drop)),
+    }
+    assert_eq!(*pool.get(o).unwrap(), 7, "the open pool is untouched");
+    drop(pool);
+    assert!(Pool::open(&path, "reset-open").unwrap().get(o).is_ok());
+    let fresh = Pool::reset(&path, &cfg).unwrap();
+    assert!(fresh.objects().unwrap().is_empty(), "closed, it resets");
+    drop(fresh);
+    std::fs::remove_file(path).unwrap();
+}
+
 mod flat {
     use pgl::{Oid, PStr, Persistent};
 

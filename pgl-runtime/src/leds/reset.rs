@@ -9,9 +9,36 @@ use std::path::Path;
 
 impl Pool {
     /// The Reset model: removes the pool file at `path` (if any) and creates a new, empty
-    /// pool there. Every object is lost; use it when the data can be rebuilt.
+    /// pool there. Every object is lost; use it when the data can be rebuilt. A pool that
+    /// is open (in another process, or as a `Pool` of this one) is refused with
+    /// `Error::Io`, and left alone: its owner would go on committing to a file no longer
+    /// there.
     pub fn reset(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
         let path = path.as_ref();
+        // Hold the old file's lock while it is removed, so no one opens it meanwhile.
+        let _old = match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+        {
+            Ok(f) => {
+                crate::persist::lock_file(
+                    &f,
+                    path,
+                    "reset: the pool is open (in another process, or as a `Pool` of this \
+                     one: drop it before resetting); locking",
+                )?;
+                Some(f)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => {
+                return Err(Error::Io {
+                    op: "reset (open the old pool)",
+                    path: path.to_owned(),
+                    source: e,
+                })
+            }
+        };
         match std::fs::remove_file(path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

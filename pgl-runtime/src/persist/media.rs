@@ -325,35 +325,12 @@ impl Media {
         let Backing::File { file, path, .. } = &self.backing else {
             return Ok(());
         };
-        #[cfg(unix)]
-        loop {
-            use std::os::fd::AsRawFd;
-            // SAFETY: flock takes a descriptor and flags and touches no memory of ours; the
-            // descriptor is owned by `file`, which outlives the call. The lock goes with the
-            // descriptor: it is released when `file` is closed.
-            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-            if rc == 0 {
-                return Ok(());
-            }
-            let e = std::io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(libc::EWOULDBLOCK) => {
-                    return Err(Error::io(
-                        "open: the pool is open already (in another process, or as another \
-                         `Pool` of this one: clone that `Pool` instead); locking",
-                        path.clone(),
-                        e,
-                    ))
-                }
-                _ => return Ok(()),
-            }
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = (file, path);
-            Ok(())
-        }
+        lock_file(
+            file,
+            path,
+            "open: the pool is open already (in another process, or as another `Pool` of \
+             this one: clone that `Pool` instead); locking",
+        )
     }
 
     /// Media over a crash-simulation device.
@@ -609,6 +586,34 @@ impl Media {
     pub(crate) unsafe fn read_u64(&self, off: u64) -> u64 {
         // SAFETY: aligned, in bounds, no concurrent writer (caller's contract).
         u64::from_le(unsafe { (self.ptr(off) as *const u64).read() })
+    }
+}
+
+/// Takes an exclusive `flock` on `file` without waiting, for as long as the descriptor
+/// stays open. Fails with `Error::Io { op: busy, .. }` when another open of the file
+/// holds it; a file system without locks (`ENOLCK`, `EOPNOTSUPP`) leaves it unlocked.
+pub(crate) fn lock_file(file: &File, path: &Path, busy: &'static str) -> Result<()> {
+    #[cfg(unix)]
+    loop {
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock takes a descriptor and flags and touches no memory of ours; the
+        // descriptor is owned by `file`, which outlives the call. The lock goes with the
+        // descriptor: it is released when `file` is closed.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) => return Err(Error::io(busy, path, e)),
+            _ => return Ok(()),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (file, path, busy);
+        Ok(())
     }
 }
 
