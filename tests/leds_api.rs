@@ -451,6 +451,25 @@ fn reset_refuses_a_pool_that_is_open() {
     std::fs::remove_file(path).unwrap();
 }
 
+/// A migration commits transactions of its own: inside one it is refused, by its name.
+#[test]
+fn a_migration_inside_a_transaction_is_refused_by_name() {
+    let (pool, path) = pool("migrate-in-tx");
+    pool.tx(|tx| tx.alloc(3u64).map(drop)).unwrap();
+    let r = pool.tx(|_| {
+        pool.migrate::<u64, [u32; 2]>(|&v, _| [v as u32, 0])
+            .map(drop)
+    });
+    match r {
+        Err(e @ Error::InTransaction { .. }) => {
+            assert!(e.to_string().starts_with("pool.migrate"), "{e}")
+        }
+        other => panic!("expected InTransaction, got {other:?}"),
+    }
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
 mod flat {
     use pgl::{Oid, PStr, Persistent};
 

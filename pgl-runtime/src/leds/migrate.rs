@@ -238,6 +238,13 @@ impl<'a> Migration<'a> {
         if let Some(e) = error {
             return Err(e);
         }
+        // It commits transactions of its own, as many as its size needs.
+        if pool.in_tx() {
+            return Err(Error::InTransaction {
+                what: "pool.migrate (or Migration::run)",
+                instead: "run the migration outside transactions, before the program's own",
+            });
+        }
         let lane = pool.lane_capacity();
         let anchor = pool.journal_word_offset();
         pool.with_root_word(|root_word, _| {

@@ -748,6 +748,11 @@ impl Pool {
         self.inner.eng.geo.lane_size
     }
 
+    /// Whether this thread runs a transaction of this pool.
+    pub(crate) fn in_tx(&self) -> bool {
+        tx::in_tx(&self.inner.eng)
+    }
+
     /// Runs `f` with the root word's offset and the root oid it holds, under `root_lock`:
     /// the root changes only there, so `f`'s transaction may move it (`leds`'s migration
     /// moves the root with the objects it converts), as `root` does when creating it.
