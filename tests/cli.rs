@@ -202,6 +202,16 @@ fn check_reports_a_scribbled_object_and_exits_1() {
         "{}",
         check.stdout
     );
+    assert!(
+        check.stdout.contains("`pgl scrub --repair` rebuilds"),
+        "check says how to repair: {}",
+        check.stdout
+    );
+    assert!(
+        !check.stdout.contains("parity could not rebuild"),
+        "check tried no repair: {}",
+        check.stdout
+    );
     insta::assert_snapshot!("check_scribbled", check.stdout);
 
     let dump = pgl(&dir, &["dump", p, &format!("{victim:#x}")]);

@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 /// Create, inspect and check pgl pool files.
 #[derive(Parser)]
 #[command(name = "pgl", version, about, long_about = None)]
-#[command(after_help = "Exit status: 0 ok, 1 `check` found problems, 2 error.")]
+#[command(
+    after_help = "Exit status: 0 ok; 1 `check`, `scrub` or `log check` found problems; 2 error."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -34,11 +36,13 @@ enum Command {
         /// The pool file.
         file: PathBuf,
     },
-    /// Verify a pool: both header copies, the redo lanes, and every object's checksum.
+    /// Verify a pool: headers, redo lanes, zone metadata, allocation bitmaps, the type
+    /// registry, parity and every object's checksum.
     ///
     /// Opening the pool rewrites a damaged header copy from the good one and replays
     /// committed transactions a crash interrupted, as every program opening it would.
-    /// Exits 0 if the pool is clean, 1 if a problem was found, 2 on an error.
+    /// It repairs no object: `pgl scrub --repair` does. Exits 0 if the pool is clean, 1
+    /// if a problem was found, 2 on an error.
     Check {
         /// The pool file.
         file: PathBuf,
@@ -520,7 +524,6 @@ fn is_damage(e: &Error) -> bool {
     )
 }
 
-/// `pgl check`: the report, and whether it found problems.
 /// What `check` and `info` say of a Manual migration a crash interrupted (not a problem:
 /// the program's next migration run deals with it).
 fn migration_line(pool: &Pool) -> Result<Option<String>> {
@@ -541,6 +544,7 @@ fn migration_line(pool: &Pool) -> Result<Option<String>> {
     }))
 }
 
+/// `pgl check`: the report, and whether it found problems.
 fn check(file: &Path) -> Result<(String, bool)> {
     let mut out = String::new();
     let _ = writeln!(out, "checking {}", file.display());
@@ -614,6 +618,7 @@ fn check(file: &Path) -> Result<(String, bool)> {
         Err(e) => return Err(e),
     }
 
+    let mut parity_kept = true;
     match pool.verify_parity() {
         Ok(bad) if bad.is_empty() => {
             let _ = writeln!(out, "  parity    consistent in every zone");
@@ -631,6 +636,7 @@ fn check(file: &Path) -> Result<(String, bool)> {
             );
         }
         Err(Error::InvalidConfig { .. }) => {
+            parity_kept = false;
             let _ = writeln!(out, "  parity    not kept by this pool");
         }
         Err(e) => return Err(e),
@@ -694,11 +700,37 @@ fn check(file: &Path) -> Result<(String, bool)> {
     }
     let _ = writeln!(out, "  objects   {total} checked, {} bad", objects.len());
     for (off, e) in &objects {
-        let _ = writeln!(out, "    {off:#x}: {e}");
+        match e {
+            // The error's own text is for a program, after repair from parity failed;
+            // `check` has not tried: say what was found, and (below) how to repair it.
+            Error::ChecksumMismatch {
+                type_id,
+                size,
+                stored,
+                computed,
+                ..
+            } => {
+                let _ = writeln!(
+                    out,
+                    "    {off:#x}: checksum mismatch (type id {type_id:#010x}, {size} bytes): \
+                     stored {stored:#010x}, computed {computed:#010x}; changed outside a \
+                     transaction (a scribble or a media error)"
+                );
+            }
+            e => {
+                let _ = writeln!(out, "    {off:#x}: {e}");
+            }
+        }
     }
     problems += bad.len() as u64;
     if problems == 0 {
         let _ = writeln!(out, "result: clean");
+    } else if !objects.is_empty() && parity_kept {
+        let _ = writeln!(
+            out,
+            "result: {problems} problem(s); `pgl scrub --repair` rebuilds from parity what \
+             it can"
+        );
     } else {
         let _ = writeln!(out, "result: {problems} problem(s)");
     }
