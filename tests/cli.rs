@@ -167,6 +167,21 @@ fn info_check_and_dump_of_a_healthy_pool() {
     assert!(info.stdout.contains(&format!("{:#010x}", Item::TYPE_ID)));
     insta::assert_snapshot!("info", info.stdout);
 
+    // `--objects` lists the oids that `dump` and `inject object` take.
+    let listed = pgl(&dir, &["info", p, "--objects"]);
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    for item in items(&path) {
+        let line = format!("{item:#x}");
+        assert!(
+            listed
+                .stdout
+                .lines()
+                .any(|l| l.trim_start().starts_with(&line) && l.ends_with("cli::Item")),
+            "{line} not listed: {}",
+            listed.stdout
+        );
+    }
+
     let check = pgl(&dir, &["check", p]);
     assert_eq!(check.code, 0, "{}", check.stderr);
     assert_eq!(check.stderr, "");

@@ -35,6 +35,10 @@ enum Command {
     Info {
         /// The pool file.
         file: PathBuf,
+        /// Also list every object: its oid (for `pgl dump` and `pgl inject object`), type
+        /// id and size.
+        #[arg(long)]
+        objects: bool,
     },
     /// Verify a pool: headers, redo lanes, zone metadata, allocation bitmaps, the type
     /// registry, parity and every object's checksum.
@@ -395,7 +399,7 @@ fn create(a: &CreateArgs) -> Result<String> {
     Ok(out)
 }
 
-fn info(file: &Path) -> Result<String> {
+fn info(file: &Path, list: bool) -> Result<String> {
     let pool = Pool::open_any(file)?;
     let info = pool.info();
     let h = &info.header;
@@ -489,6 +493,29 @@ fn info(file: &Path) -> Result<String> {
                 out,
                 "  {:<12}{n:>8}{b:>12}  {layout:<20}{name}",
                 format!("{t:#010x}")
+            );
+        }
+    }
+
+    if list {
+        let mut sorted: Vec<_> = objects.iter().collect();
+        sorted.sort_unstable_by_key(|(off, _)| *off);
+        let _ = writeln!(
+            out,
+            "\n  {:<14}{:<12}{:>10}  type",
+            "oid", "type id", "bytes"
+        );
+        for (off, oh) in sorted {
+            let name = rows
+                .iter()
+                .find(|r| r.0 == oh.type_id)
+                .map_or("", |r| r.2.as_str());
+            let _ = writeln!(
+                out,
+                "  {:<14}{:<12}{:>10}  {name}",
+                format!("{off:#x}"),
+                format!("{:#010x}", oh.type_id),
+                oh.size
             );
         }
     }
@@ -994,7 +1021,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Create(a) => create(a).map(|s| (s, false)),
-        Command::Info { file } => info(file).map(|s| (s, false)),
+        Command::Info { file, objects } => info(file, *objects).map(|s| (s, false)),
         Command::Check { file } => check(file),
         Command::Dump { file, oid, max } => dump(file, *oid, *max).map(|s| (s, false)),
         Command::Scrub { file, repair } => scrub(file, *repair),
