@@ -48,7 +48,8 @@ fn pool_path() -> PathBuf {
 
 // ANCHOR: run
 fn run(path: &std::path::Path) -> pgl::Result<()> {
-    // Open the pool, or create it (64 MiB, sparse) on the first run.
+    // Open the pool, or create it on the first run (Config's default size, 64 MiB rounded
+    // down to whole zones; a sparse file).
     let pool = if path.exists() {
         Pool::open(path, LAYOUT)?
     } else {
@@ -95,7 +96,12 @@ fn run(path: &std::path::Path) -> pgl::Result<()> {
 
 fn main() -> std::process::ExitCode {
     let path = pool_path();
-    println!("pool: {}", path.display());
+    let state = if path.exists() {
+        "opened"
+    } else {
+        "created; delete the file to start over"
+    };
+    println!("pool: {} ({state})", path.display());
     match run(&path) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
