@@ -451,6 +451,24 @@ fn reset_refuses_a_pool_that_is_open() {
     std::fs::remove_file(path).unwrap();
 }
 
+/// Reset removes pool files only: a path naming some other file (a typo, a wrong
+/// variable) leaves it alone. An empty file (a creation that never finished) is reset.
+#[test]
+fn reset_leaves_a_file_that_is_not_a_pool_alone() {
+    let path = support::test_dir().join(format!("pgl-leds-reset-other-{}", std::process::id()));
+    let text = b"precious notes, not a pool\n".repeat(1000);
+    std::fs::write(&path, &text).unwrap();
+    let cfg = Config::small("reset-other");
+    match Pool::reset(&path, &cfg) {
+        Err(Error::NotAPool { reason, .. }) => assert!(reason.contains("left this one alone")),
+        other => panic!("expected NotAPool, got {:?}", other.map(drop)),
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), text, "the file is untouched");
+    std::fs::write(&path, b"").unwrap();
+    drop(Pool::reset(&path, &cfg).unwrap());
+    std::fs::remove_file(path).unwrap();
+}
+
 /// A migration commits transactions of its own: inside one it is refused, by its name.
 #[test]
 fn a_migration_inside_a_transaction_is_refused_by_name() {

@@ -12,7 +12,8 @@ impl Pool {
     /// pool there. Every object is lost; use it when the data can be rebuilt. A pool that
     /// is open (in another process, or as a `Pool` of this one) is refused with
     /// `Error::Io`, and left alone: its owner would go on committing to a file no longer
-    /// there.
+    /// there. A file that is not a pool (no pool header magic) is refused with
+    /// `Error::NotAPool` and left alone too.
     pub fn reset(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
         let path = path.as_ref();
         // Hold the old file's lock while it is removed, so no one opens it meanwhile.
@@ -28,6 +29,18 @@ impl Pool {
                     "reset: the pool is open (in another process, or as a `Pool` of this \
                      one: drop it before resetting); locking",
                 )?;
+                if !crate::pool::may_be_pool(&f).map_err(|e| Error::Io {
+                    op: "reset (read the old pool's header)",
+                    path: path.to_owned(),
+                    source: e,
+                })? {
+                    return Err(Error::NotAPool {
+                        path: path.to_owned(),
+                        reason: "no pgl pool header in either copy: reset removes only pool \
+                                 files, and left this one alone"
+                            .into(),
+                    });
+                }
                 Some(f)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,

@@ -227,6 +227,36 @@ impl Header {
 /// damaged can find it by looking at a bounded number of pages.
 pub(crate) const HEADER_B_LIMIT: u64 = 4 << 30;
 
+/// Whether `file` may be a pgl pool: empty (a creation that never finished), or a pool
+/// header's magic where copy A or some geometry's copy B would be. Damage to the rest of
+/// a header does not matter here: `Pool::reset` asks it before it removes a file.
+pub(crate) fn may_be_pool(mut file: &std::fs::File) -> std::io::Result<bool> {
+    use std::io::{Read, Seek, SeekFrom};
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(true);
+    }
+    let mut magic_at = |off: u64| -> std::io::Result<bool> {
+        let mut m = [0u8; 8];
+        Ok(off + 8 <= len && {
+            file.seek(SeekFrom::Start(off))?;
+            file.read_exact(&mut m)?;
+            m == MAGIC
+        })
+    };
+    if magic_at(0)? {
+        return Ok(true);
+    }
+    // Copy B: an odd page below HEADER_B_LIMIT (see `Pool::open`).
+    let last = (len / PAGE).min(HEADER_B_LIMIT / PAGE);
+    for p in (1..last).step_by(2) {
+        if magic_at(p * PAGE)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// Limits that keep every offset computation far from overflow.
 pub(crate) fn check_geometry(g: &Geometry, zones: u64) -> Result<(), String> {
     check_geometry_of(g, zones, true)
