@@ -734,3 +734,26 @@ fn a_forgotten_handle_cannot_relink_an_extendible_object() {
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
+
+#[test]
+fn a_copy_made_by_copy_ext_keeps_its_own_link_in_the_same_transaction() {
+    let (pool, path) = pool("copy-ext-relink");
+    let (x, y) = two_pairs(&pool);
+    // The copy's buffer is new in this transaction: writing y's bytes over it must not
+    // link y's group (the copy's own link comes back as for any other object).
+    let c = pool
+        .tx(|tx| {
+            let c = tx.copy_ext(x)?;
+            let theirs = *tx.get(y)?;
+            *tx.open(c)? = theirs;
+            Ok(c)
+        })
+        .unwrap();
+    assert_eq!(pair(&pool, c), (2, 100), "y's base, the copy's own group");
+    pool.tx(|tx| tx.free(c)).unwrap();
+    assert_eq!(pair(&pool, y), (2, 200), "y's group lives");
+    assert_eq!(pair(&pool, x), (1, 100), "x's group lives");
+    assert_eq!(pool.objects().unwrap().len(), 4, "x, y and their groups");
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}

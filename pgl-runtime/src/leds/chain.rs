@@ -212,15 +212,16 @@ impl<'p> Tx<'p> {
     /// build does not know included); the copy's links point to the copied groups.
     pub fn copy_ext<T: Extendible>(&self, oid: Oid<T>) -> Result<Oid<T>> {
         drop(self.get(oid).map_err(|e| in_part::<T>(e, 0))?);
-        let (_, mut base) = self.object_bytes(oid.raw())?;
+        let (_, base) = self.object_bytes(oid.raw())?;
         let chain = self.tail(oid.raw(), T::TYPE_ID, &base)?;
         let mut next = 0;
         for (_, type_id, mut bytes) in chain.into_iter().rev() {
             ExtLink::set_at_end_of(&mut bytes, next);
             next = self.alloc_raw(bytes.len(), type_id, |p| p.copy_from_slice(&bytes))?;
         }
-        ExtLink::set_at_end_of(&mut base, next);
-        self.alloc_raw(base.len(), T::TYPE_ID, |p| p.copy_from_slice(&base))
+        // The copy's link is pgl's from the start, like that of any base this transaction
+        // allocates: a handle of the copy opened in this transaction cannot relink it.
+        self.alloc_owner(base.len(), T::TYPE_ID, next, |p| p.copy_from_slice(&base))
             .map(Oid::from_raw)
     }
 }

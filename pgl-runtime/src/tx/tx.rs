@@ -438,8 +438,9 @@ impl<'p> Tx<'p> {
         ))
     }
 
-    /// Allocates `size` payload bytes of type `type_id`, filled by `fill` (their extension
-    /// link, if any, as `fill` leaves it: `leds` copies chains with it).
+    /// Allocates `size` payload bytes of type `type_id`, filled by `fill` (a link at their
+    /// end as `fill` leaves it, unkept: for extension groups, which no handle of the program
+    /// opens; a base goes through `alloc_owner`).
     pub(crate) fn alloc_raw(
         &self,
         size: usize,
@@ -447,6 +448,19 @@ impl<'p> Tx<'p> {
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<u64> {
         self.alloc_filled(size, type_id, None, fill)
+    }
+
+    /// Allocates `size` payload bytes of an `#[extendible]` base of type `type_id`, filled
+    /// by `fill`, linking `link`, which pgl keeps there (see `tail`): `copy_ext`'s copy of
+    /// a base, which the program may open and write over in the same transaction.
+    pub(crate) fn alloc_owner(
+        &self,
+        size: usize,
+        type_id: u32,
+        link: u64,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<u64> {
+        self.alloc_filled(size, type_id, Some(link), fill)
     }
 
     /// Allocates `size` payload bytes of type `type_id`, filled by `fill`, then with the
