@@ -100,6 +100,32 @@ fn generic() {
 }
 
 #[test]
+fn a_plain_struct_cannot_name_a_field_like_an_extension_link() {
+    // With `#[extendible]`'s type id, it would have the layout fingerprint of its base and
+    // open its objects as a type whose link pgl does not keep.
+    let e = errors(quote! {
+        #[derive(Persistent)]
+        #[repr(C)]
+        #[pgl(id = 0x5eed_00c1)]
+        pub struct Twin {
+            pub a: u64,
+            pub __pgl_ext: ::pgl::ExtLink,
+        }
+    });
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("reserved for the links"), "{e:?}");
+    let e = errors(quote! {
+        #[derive(Persistent)]
+        #[repr(C)]
+        pub struct GroupTwin {
+            pub b: u64,
+            __pgl_next: ::pgl::ExtLink,
+        }
+    });
+    assert_eq!(e.len(), 1, "{e:?}");
+}
+
+#[test]
 fn explicit_id() {
     insta::assert_snapshot!(expand(quote! {
         #[derive(Persistent)]

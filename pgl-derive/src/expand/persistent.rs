@@ -36,6 +36,21 @@ pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
                  gain fields later",
             );
         }
+        // The links' names are in the layout fingerprint: a struct of the program with a
+        // field of the same name could have the type id and fingerprint of an
+        // `#[extendible]` base or group, open its objects and write their links (which the
+        // runtime keeps only through the generated types), sharing another object's groups.
+        if !cont.attrs.extendible && cont.attrs.group_of.is_none() {
+            for f in fields.iter().filter(|f| f.name.starts_with("__pgl")) {
+                cx.error_spanned_by(
+                    f.tokens(),
+                    format!(
+                        "field names beginning with `__pgl` are reserved for the links                          `#[extendible]` adds: rename `{}`",
+                        f.name
+                    ),
+                );
+            }
+        }
     }
     let guard = type_id_guard(&cont);
     let error = cx.into_error();
