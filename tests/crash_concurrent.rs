@@ -82,6 +82,23 @@ fn check(pool: &Pool, root: Oid<Root>, acked: [u64; THREADS]) -> Result<(), Stri
             ));
         }
     }
+    // Every scratch object is freed by the transaction that allocates it: in any prefix
+    // of the commit order the heap holds exactly the root, `S` and the progress objects.
+    let mut got: Vec<u64> = pool
+        .objects()
+        .map_err(|e| format!("objects: {e}"))?
+        .into_iter()
+        .map(|(o, _)| o)
+        .collect();
+    got.sort_unstable();
+    let mut want = vec![root.raw(), r[0], r[1], r[2]];
+    want.sort_unstable();
+    if got != want {
+        return Err(format!(
+            "allocated objects {got:x?}, expected only the root, S and P ({want:x?}): a \
+             scratch object leaked, or one of them was lost"
+        ));
+    }
     let bad = pool.verify_objects(|_, _| {}).map_err(|e| e.to_string())?;
     if !bad.is_empty() {
         return Err(format!("damaged objects after recovery: {bad:?}"));
