@@ -85,6 +85,14 @@ fn worker(pool: &Pool, model: &Model, seed: u64, stop: &AtomicBool, tally: &Tall
     }
 }
 
+/// The committed value of `oid` in a worker's (locked) model.
+fn model_value(m: &[(Oid<Obj>, Obj)], oid: Oid<Obj>) -> Obj {
+    m.iter()
+        .find(|(o, _)| *o == oid)
+        .expect("the victim is in its owner's model")
+        .1
+}
+
 /// Compares every object with its model; counts mismatches as silent corruption.
 fn audit(pool: &Pool, models: &[Model], tally: &Tally) {
     for m in models {
@@ -180,21 +188,40 @@ fn fault_campaign() {
                                 seed: rng.next(),
                             }
                         };
+                        // The owner's model held: its worker cannot touch the victim
+                        // between the fault and the read, so the read must find the damage
+                        // (one repair) and return the committed value, byte-exact.
+                        let m = owner.lock().unwrap();
+                        let want = model_value(&m, victim);
+                        let repairs = pool.stats().objects_repaired;
                         pool.inject(&fault).unwrap();
-                        // Found and repaired by the next read (here, or a worker's).
                         match pool.tx(|tx| Ok(*tx.open(victim)?)) {
-                            Ok(_) => tally.repaired.fetch_add(1, Ordering::Relaxed),
+                            Ok(v) if v == want => {}
+                            Ok(v) => {
+                                panic!("in-budget fault {fault:?} read back {v:x?}, not {want:x?}")
+                            }
                             Err(e) => panic!("in-budget fault {fault:?} not repaired: {e}"),
                         };
+                        drop(m);
+                        assert_eq!(
+                            pool.stats().objects_repaired,
+                            repairs + 1,
+                            "in-budget fault {fault:?} not found and repaired"
+                        );
+                        tally.repaired.fetch_add(1, Ordering::Relaxed);
                     }
                     // media errors: the handler rebuilds the page under the load
                     9..=12 => {
+                        let m = owner.lock().unwrap();
+                        let want = model_value(&m, victim);
                         let before = pool.stats().media_errors_repaired;
                         pool.inject(&Fault::MediaError {
                             offset: hdr + rng.below(OBJ_BLOCK),
                         })
                         .unwrap();
-                        std::hint::black_box(*pool.get(victim).unwrap());
+                        let got = *pool.get(victim).unwrap();
+                        drop(m);
+                        assert_eq!(got, want, "the page rebuilt under a media error");
                         assert_eq!(pool.stats().media_errors_repaired, before + 1);
                         tally.repaired.fetch_add(1, Ordering::Relaxed);
                     }
