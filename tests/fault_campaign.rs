@@ -328,8 +328,27 @@ fn fault_campaign() {
         // Reopen: damaged header, lane and metadata copies are rewritten from the good ones.
         let lane_faults = lanes_hit.len();
         drop(pool);
+        // The clean close has just rewritten both header copies, erasing this round's header
+        // scribbles without the open ever seeing them: damage the same copy once more, in
+        // the closed file, so that the open must find it and rewrite it from the other.
+        let header_fault = {
+            use std::os::unix::fs::FileExt;
+            let len = rng.range(8, 65);
+            let at = rng.below(256 - len);
+            let junk: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            f.write_all_at(&junk, geo.header_offset(header_copy) + at)
+                .unwrap();
+            (header_copy, at, len)
+        };
+        tally.injected.fetch_add(1, Ordering::Relaxed);
         pool = Pool::open(&path, "campaign").unwrap();
         let s = pool.stats();
+        assert_eq!(
+            s.header_repairs, 1,
+            "the scribbled header copy (copy, at, len) = {header_fault:?} rewritten"
+        );
+        tally.repaired.fetch_add(1, Ordering::Relaxed);
         assert!(s.lane_repairs <= lane_faults as u64);
         assert_eq!(s.metadata_repairs, 1, "the metadata copy rewritten");
         tally.repaired.fetch_add(1, Ordering::Relaxed);
