@@ -6,7 +6,8 @@
 //! the pending 8-byte words), recovers each with `Log::open_sim` and requires:
 //!
 //! - recovery succeeds: the two superline copies are never both bad;
-//! - every record whose force had returned when the point was captured survives;
+//! - every record whose force had returned when the point was captured survives (under
+//!   Sync, every record whose append or complete had returned);
 //! - no reclaim that had returned is undone, none that had not started is seen;
 //! - the records read back are exactly `start..next` with the bytes written for each LSN:
 //!   no record after a hole, no stale record taken for a new one;
@@ -219,6 +220,7 @@ fn suite(policy: ForcePolicy, per_thread: u64) -> u64 {
             ));
         });
     }
+    let sync = policy == ForcePolicy::Sync;
     std::thread::scope(|s| {
         for t in 0..2u64 {
             let (log, p) = (&log, &progress);
@@ -254,6 +256,11 @@ fn suite(policy: ForcePolicy, per_thread: u64) -> u64 {
                         fill(res.lsn(), &mut res);
                         break log.complete(res).unwrap();
                     };
+                    if sync {
+                        // Under Sync, append and complete return once the record and every
+                        // earlier one are durable: a force that returned.
+                        p.forced.fetch_max(lsn, Ordering::SeqCst);
+                    }
                     if i % 4 == 3 {
                         log.force(lsn).unwrap();
                         p.forced.fetch_max(lsn, Ordering::SeqCst);
