@@ -157,6 +157,7 @@ fn random_streams_with_repeated_crashes_match_the_model() {
     let mut failures = Vec::new();
     for seed in 0..seeds {
         match stream(seed) {
+            Ok(0) => failures.push(format!("seed {seed}: the stream never crashed")),
             Ok(c) => crashes += c,
             Err(e) => failures.push(format!("seed {seed}: {e}")),
         }
