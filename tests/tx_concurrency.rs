@@ -374,7 +374,10 @@ fn serial_replay(threads: usize) {
         // A reader: single objects through pool.get are never half-written.
         s.spawn(|| {
             start.wait();
-            while !done.load(Ordering::Relaxed) {
+            // At least a few passes, however the threads are scheduled.
+            let mut passes = 0;
+            while !done.load(Ordering::Relaxed) || passes < 4 {
+                passes += 1;
                 for a in &accs {
                     let v = *pool.get(*a).unwrap();
                     if v[7] != !v[0] {
@@ -416,6 +419,10 @@ fn serial_replay(threads: usize) {
         torn.load(Ordering::Relaxed),
         0,
         "pool.get saw half-written accounts"
+    );
+    assert!(
+        reads.load(Ordering::Relaxed) > 0,
+        "the pool.get reader never read: nothing was checked for torn accounts"
     );
     let stats = pool.stats();
     assert!(stats.commits >= commits.len() as u64, "{stats:?}");
