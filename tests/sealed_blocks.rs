@@ -105,7 +105,24 @@ fn a_lost_free_page_stays_harmless() {
     let (pool, path) = pool("lostpage", |c| c.parity(false));
     // The page of the payload's last byte (not the header's: 16 + 4096 bytes span two).
     let a = freed_and_damaged(&pool, |a| Fault::MediaError { offset: a + 4095 });
-    reuse_unfilled(&pool, a, None);
+    let b = reuse_unfilled(&pool, a, None);
+    // The lost page's share of the payload reads as zeros; the rest still holds the freed
+    // object's fill (an unfilled allocation keeps the block's bytes).
+    let lost_from = (((a + 4095) & !4095) - a) as usize;
+    let bytes = pool.tx(|tx| Ok(*tx.open(b)?)).unwrap();
+    assert!(
+        bytes[..lost_from].iter().all(|&x| x == 0x5a),
+        "the bytes before the lost page changed"
+    );
+    assert!(
+        bytes[lost_from..].iter().all(|&x| x == 0),
+        "the lost page's bytes [{lost_from}, 4096) are not zero-filled"
+    );
+    assert_eq!(
+        pool.stats().media_errors_lost,
+        1,
+        "the lost page is reported"
+    );
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
