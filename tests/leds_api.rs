@@ -757,3 +757,18 @@ fn a_copy_made_by_copy_ext_keeps_its_own_link_in_the_same_transaction() {
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
+
+#[test]
+fn the_hidden_linked_alloc_takes_no_existing_chain() {
+    let (pool, path) = pool("alloc-linked");
+    let (_, y) = two_pairs(&pool);
+    let r = pool.tx(|tx| {
+        let theirs = *tx.get(y)?;
+        tx.__alloc_linked(theirs)
+    });
+    assert!(matches!(r, Err(Error::InvalidOid { .. })), "{r:?}");
+    assert_eq!(pair(&pool, y), (2, 200));
+    assert_eq!(pool.objects().unwrap().len(), 4, "x, y and their groups");
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}

@@ -72,9 +72,11 @@ impl ObjectLocks {
         }
     }
 
-    /// Takes `stripe` for reading, waiting for a writer to finish. Only for callers that hold
-    /// no other object lock of a transaction.
-    pub(crate) fn read(&self, stripe: u32) {
+    /// Takes `stripe` for reading, waiting for a writer to finish until `deadline`; false,
+    /// holding nothing, if it did not (a writer that never lets go: a `Detached` leaked
+    /// with `mem::forget`). Only for callers that hold no other object lock of a
+    /// transaction.
+    pub(crate) fn read_until(&self, stripe: u32, deadline: std::time::Instant) -> bool {
         let mut spins = 0u32;
         while !self.try_read(stripe) {
             spins += 1;
@@ -82,10 +84,13 @@ impl ObjectLocks {
                 std::hint::spin_loop();
             } else if spins < 256 {
                 std::thread::yield_now();
+            } else if std::time::Instant::now() >= deadline {
+                return false;
             } else {
                 std::thread::sleep(std::time::Duration::from_micros(20));
             }
         }
+        true
     }
 
     /// Takes every stripe for writing, waiting until `deadline`; false, holding none, if a
@@ -194,6 +199,26 @@ impl MetaLocks {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reader_gives_up_on_a_writer_that_never_lets_go() {
+        use std::time::{Duration, Instant};
+        let l = ObjectLocks::new();
+        assert!(l.try_write(9, None));
+        let t = Instant::now();
+        assert!(
+            !l.read_until(9, t + Duration::from_millis(30)),
+            "held by a writer"
+        );
+        assert!(
+            t.elapsed() >= Duration::from_millis(30),
+            "it waited up to the deadline"
+        );
+        assert!(!l.try_read(9), "and took nothing");
+        l.release(9, Held::Write);
+        assert!(l.read_until(9, Instant::now()), "free: taken at once");
+        l.release(9, Held::Read);
+    }
 
     #[test]
     fn writer_excludes_readers_and_upgrade_works() {

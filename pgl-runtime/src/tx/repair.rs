@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 /// How long a repairer waits for in-flight transactions (or a reader of the object) before
 /// it gives up and reports the damage instead (10 s: long enough for a loaded machine): a thread that keeps a `Detached` or a `Ref`
 /// open must not hang the repair forever.
-const WAIT: Duration = Duration::from_secs(10);
+pub(crate) const WAIT: Duration = Duration::from_secs(10);
 
 /// Repair counters of one pool (rare events: shared atomics).
 #[derive(Default)]

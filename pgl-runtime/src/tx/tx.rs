@@ -338,10 +338,28 @@ impl<'p> Tx<'p> {
     }
 
     /// `alloc` keeping `value`'s extension link: for the chains `#[extendible]` builds
-    /// (its generated `__alloc`), not an API.
+    /// (its generated `__alloc`), not an API. The link must be null or name a group 1 of
+    /// `T` allocated by this transaction (a chain just built), never an existing object's.
     #[doc(hidden)]
     pub fn __alloc_linked<T: Persistent>(&self, value: T) -> Result<Oid<T>> {
         let link = super::tail::link_at_end(crate::persistent::bytes_of(&value)).unwrap_or(0);
+        if T::__OWNS_TAIL && link != 0 {
+            let group = crate::persistent::group_type_id(T::TYPE_ID, 1);
+            let st = self.st.borrow();
+            let fresh = self.buffered(&st, link)?.is_some_and(|b| {
+                // SAFETY: buffers live until the transaction ends; only the kind and type
+                // id are read.
+                let b = unsafe { b.as_ref() };
+                b.kind == BufKind::New && b.type_id == group
+            });
+            if !fresh {
+                return Err(Error::invalid_oid(
+                    link,
+                    "an extension link may only name a group this transaction allocated for \
+                     the new object: allocate with tx.alloc_ext, or tx.alloc (no groups yet)",
+                ));
+            }
+        }
         self.alloc_value(value, link)
     }
 
@@ -1056,7 +1074,9 @@ pub(crate) fn check_is<T: Persistent>(eng: &Engine, oid: Oid<T>) -> Result<()> {
 
 /// Takes the read lock of the object at `off` for a reader that is no transaction
 /// (`pool.get`, `pool.read_object`, the object walks); returns its stripe, which the caller
-/// releases. Never waits for this thread itself: `LockedByThisThread` if this thread's
+/// releases. Waits for another thread's writer up to the repair `WAIT` (then `Conflict`:
+/// a writer that never lets go must not hang readers, or a pool's last drop waiting for
+/// its scrubber). Never waits for this thread itself: `LockedByThisThread` if this thread's
 /// transaction or `Detached` holds the stripe. Inside a transaction a wait could close a
 /// cycle with another transaction: a conflict instead fails it, which re-runs the closure.
 pub(crate) fn read_lock(eng: &Engine, off: u64) -> Result<u32> {
@@ -1072,8 +1092,12 @@ pub(crate) fn read_lock(eng: &Engine, off: u64) -> Result<u32> {
             tx.poison(&e);
             return Err(e);
         }
-    } else {
-        eng.objects.read(stripe);
+    } else if !eng
+        .objects
+        .read_until(stripe, std::time::Instant::now() + super::repair::WAIT)
+    {
+        // Its writer never let go in all that time: give up rather than hang.
+        return Err(Error::Conflict { offset: off });
     }
     Ok(stripe)
 }
