@@ -664,6 +664,22 @@ fn pair(pool: &Pool, p: Oid<copyable::Pair>) -> (u64, u64) {
     .unwrap()
 }
 
+/// Checks that y (of `two_pairs`) still reads (2, 200) through its own group, that the
+/// pool holds `objects` objects (`what`), all verifying; then closes and removes the pool.
+fn ys_group_lives(
+    pool: Pool,
+    path: std::path::PathBuf,
+    y: Oid<copyable::Pair>,
+    objects: usize,
+    what: &str,
+) {
+    assert_eq!(pair(&pool, y), (2, 200), "y's group lives");
+    assert_eq!(pool.objects().unwrap().len(), objects, "{what}");
+    assert!(pool.verify_objects(|_, _| {}).unwrap().is_empty());
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
 #[test]
 fn copying_a_whole_extendible_struct_copies_its_base_not_its_groups() {
     let (pool, path) = pool("copy-whole");
@@ -684,11 +700,7 @@ fn copying_a_whole_extendible_struct_copies_its_base_not_its_groups() {
     assert_eq!(pair(&pool, y), (2, 200));
     // Freeing x frees x's group and nothing of y's.
     pool.tx(|tx| tx.free(x)).unwrap();
-    assert_eq!(pair(&pool, y), (2, 200));
-    assert_eq!(pool.objects().unwrap().len(), 2, "y and its group");
-    assert!(pool.verify_objects(|_, _| {}).unwrap().is_empty());
-    drop(pool);
-    std::fs::remove_file(path).unwrap();
+    ys_group_lives(pool, path, y, 2, "y and its group");
 }
 
 #[test]
@@ -709,10 +721,7 @@ fn allocating_a_copy_of_an_extendible_struct_shares_none_of_its_groups() {
     // Read through `ext`, z is upgraded with a group of its own.
     assert_eq!(pair(&pool, z), (2, 20));
     pool.tx(|tx| tx.free(z)).unwrap();
-    assert_eq!(pair(&pool, y), (2, 200), "y's group lives");
-    assert_eq!(pool.objects().unwrap().len(), 4, "x, y and their groups");
-    drop(pool);
-    std::fs::remove_file(path).unwrap();
+    ys_group_lives(pool, path, y, 4, "x, y and their groups");
 }
 
 #[test]
@@ -729,10 +738,7 @@ fn a_forgotten_handle_cannot_relink_an_extendible_object() {
     })
     .unwrap();
     pool.tx(|tx| tx.free(x)).unwrap();
-    assert_eq!(pair(&pool, y), (2, 200), "y's group lives");
-    assert_eq!(pool.objects().unwrap().len(), 2, "y and its group");
-    drop(pool);
-    std::fs::remove_file(path).unwrap();
+    ys_group_lives(pool, path, y, 2, "y and its group");
 }
 
 #[test]
@@ -767,8 +773,5 @@ fn the_hidden_linked_alloc_takes_no_existing_chain() {
         tx.__alloc_linked(theirs)
     });
     assert!(matches!(r, Err(Error::InvalidOid { .. })), "{r:?}");
-    assert_eq!(pair(&pool, y), (2, 200));
-    assert_eq!(pool.objects().unwrap().len(), 4, "x, y and their groups");
-    drop(pool);
-    std::fs::remove_file(path).unwrap();
+    ys_group_lives(pool, path, y, 4, "x, y and their groups");
 }
