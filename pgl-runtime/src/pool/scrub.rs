@@ -133,7 +133,6 @@ impl Pool {
             }
             // Repaired from the parity just kept; the zone's columns are then checked again
             // (a repair leaves them agreeing, unless free space disagrees too).
-            report.objects_checked += late.len() as u64;
             self.settle(late, repair, &mut report)?;
             let again = eng.exclusive(|| {
                 // SAFETY: as above.
