@@ -1162,7 +1162,7 @@ impl Pool {
 impl Pool {
     /// Verifies the object at `off`, listed with header `h`, under its read lock (held by
     /// the caller).
-    fn verify_locked(&self, off: u64, h: &ObjectHeader) -> Result<()> {
+    pub(super) fn verify_locked(&self, off: u64, h: &ObjectHeader) -> Result<()> {
         let eng = &self.inner.eng;
         let cap = eng.heap.locate(off)?.capacity;
         if h.size > cap {

@@ -105,7 +105,7 @@ impl Pool {
                     // then would have its damage made permanent (parity agreeing with it).
                     // So they are verified again, frozen; if one fails, parity stays as it
                     // is, to rebuild it.
-                    late = damaged_in_zone(eng, z);
+                    late = self.damaged_in_zone(z);
                     if late.is_empty() {
                         // SAFETY: as above.
                         unsafe { crate::integrity::recompute_zone(&eng.media, &eng.geo, z) };
@@ -172,44 +172,34 @@ impl Pool {
     }
 }
 
-/// The objects of zone `z` that fail verification now (header size, checksum); a block
-/// under a damaged bitmap word counts as one. Call it with the pool frozen
-/// (`Engine::exclusive`): no commit writes objects or heap metadata meanwhile.
-fn damaged_in_zone(eng: &crate::tx::Engine, z: u64) -> Vec<(u64, Error)> {
-    let mut out = Vec::new();
-    let words = crate::heap::walk_blocks(
-        &eng.geo,
-        eng.heap.classes(),
-        z..z + 1,
-        // SAFETY: a heap metadata word inside the pool; the pool is frozen.
-        |off| unsafe { eng.media.read_u64(off) },
-        |hdr, capacity| {
+impl Pool {
+    /// The objects of zone `z` that fail verification now (as `verify_objects` checks
+    /// them); a damaged bitmap word counts as one. Call it with the pool frozen
+    /// (`Engine::exclusive`): no commit writes objects or heap metadata meanwhile, which
+    /// stands in for the object locks `verify_locked` expects.
+    fn damaged_in_zone(&self, z: u64) -> Vec<(u64, Error)> {
+        let eng = &self.inner.eng;
+        // SAFETY: heap metadata words inside the pool; the pool is frozen.
+        let read = |off| unsafe { eng.media.read_u64(off) };
+        let mut out = Vec::new();
+        let words = crate::heap::walk(&eng.geo, eng.heap.classes(), z..z + 1, read, |hdr, _| {
             let mut b = [0u8; 16];
             // SAFETY: an allocated block's header inside the pool; the pool is frozen.
             unsafe { eng.media.read(hdr, &mut b) };
-            let h = crate::heap::layout::ObjectHeader::from_bytes(&b);
             let off = hdr + crate::heap::layout::HEADER_SIZE;
-            let r = if h.size > capacity {
-                Err(Error::Corrupt {
-                    what: "object header",
-                    offset: hdr,
-                    detail: format!("size {} exceeds its block of {capacity} bytes", h.size),
-                })
-            } else {
-                tx::verify_in_place(eng, off, &h)
-            };
-            if let Err(e) = r {
+            if let Err(e) =
+                self.verify_locked(off, &crate::heap::layout::ObjectHeader::from_bytes(&b))
+            {
                 out.push((off, e));
             }
-        },
-        |_, _| {},
-    );
-    out.extend(
-        words
-            .into_iter()
-            .map(|(off, v)| (off, crate::heap::bitmap_mismatch(off, v))),
-    );
-    out
+        });
+        out.extend(
+            words
+                .into_iter()
+                .map(|off| (off, crate::heap::bitmap_mismatch(off, read(off)))),
+        );
+        out
+    }
 }
 
 impl Pool {
