@@ -221,7 +221,9 @@ impl<'p> Tx<'p> {
         }
         // The copy's link is pgl's from the start, like that of any base this transaction
         // allocates: a handle of the copy opened in this transaction cannot relink it.
-        self.alloc_owner(base.len(), T::TYPE_ID, next, |p| p.copy_from_slice(&base))
-            .map(Oid::from_raw)
+        self.alloc_filled(base.len(), T::TYPE_ID, Some(next), |p| {
+            p.copy_from_slice(&base)
+        })
+        .map(Oid::from_raw)
     }
 }

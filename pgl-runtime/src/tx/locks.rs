@@ -72,19 +72,22 @@ impl ObjectLocks {
         }
     }
 
-    /// Takes `stripe` for reading, waiting for a writer to finish until `deadline`; false,
+    /// Takes `stripe` for reading, waiting up to `wait` for a writer to finish; false,
     /// holding nothing, if it did not (a writer that never lets go: a `Detached` leaked
-    /// with `mem::forget`). Only for callers that hold no other object lock of a
-    /// transaction.
-    pub(crate) fn read_until(&self, stripe: u32, deadline: std::time::Instant) -> bool {
+    /// with `mem::forget`). The clock is read only once the wait gets long. Only for
+    /// callers that hold no other object lock of a transaction.
+    pub(crate) fn read_for(&self, stripe: u32, wait: std::time::Duration) -> bool {
         let mut spins = 0u32;
+        let mut deadline = None;
         while !self.try_read(stripe) {
             spins += 1;
             if spins < 64 {
                 std::hint::spin_loop();
             } else if spins < 256 {
                 std::thread::yield_now();
-            } else if std::time::Instant::now() >= deadline {
+            } else if *deadline.get_or_insert_with(|| std::time::Instant::now() + wait)
+                <= std::time::Instant::now()
+            {
                 return false;
             } else {
                 std::thread::sleep(std::time::Duration::from_micros(20));
@@ -207,7 +210,7 @@ mod tests {
         assert!(l.try_write(9, None));
         let t = Instant::now();
         assert!(
-            !l.read_until(9, t + Duration::from_millis(30)),
+            !l.read_for(9, Duration::from_millis(30)),
             "held by a writer"
         );
         assert!(
@@ -216,7 +219,7 @@ mod tests {
         );
         assert!(!l.try_read(9), "and took nothing");
         l.release(9, Held::Write);
-        assert!(l.read_until(9, Instant::now()), "free: taken at once");
+        assert!(l.read_for(9, Duration::ZERO), "free: taken at once");
         l.release(9, Held::Read);
     }
 

@@ -458,7 +458,7 @@ impl<'p> Tx<'p> {
 
     /// Allocates `size` payload bytes of type `type_id`, filled by `fill` (a link at their
     /// end as `fill` leaves it, unkept: for extension groups, which no handle of the program
-    /// opens; a base goes through `alloc_owner`).
+    /// opens; a base goes through `alloc_filled`).
     pub(crate) fn alloc_raw(
         &self,
         size: usize,
@@ -468,22 +468,10 @@ impl<'p> Tx<'p> {
         self.alloc_filled(size, type_id, None, fill)
     }
 
-    /// Allocates `size` payload bytes of an `#[extendible]` base of type `type_id`, filled
-    /// by `fill`, linking `link`, which pgl keeps there (see `tail`): `copy_ext`'s copy of
-    /// a base, which the program may open and write over in the same transaction.
-    pub(crate) fn alloc_owner(
-        &self,
-        size: usize,
-        type_id: u32,
-        link: u64,
-        fill: impl FnOnce(&mut [u8]),
-    ) -> Result<u64> {
-        self.alloc_filled(size, type_id, Some(link), fill)
-    }
-
     /// Allocates `size` payload bytes of type `type_id`, filled by `fill`, then with the
-    /// extension link `link` kept at their end (see `tail`) if there is one.
-    fn alloc_filled(
+    /// extension link `link` kept at their end (see `tail`) if there is one: `copy_ext`
+    /// gives its copy of a base the copied chain's link this way.
+    pub(crate) fn alloc_filled(
         &self,
         size: usize,
         type_id: u32,
@@ -1092,10 +1080,7 @@ pub(crate) fn read_lock(eng: &Engine, off: u64) -> Result<u32> {
             tx.poison(&e);
             return Err(e);
         }
-    } else if !eng
-        .objects
-        .read_until(stripe, std::time::Instant::now() + super::repair::WAIT)
-    {
+    } else if !eng.objects.read_for(stripe, super::repair::WAIT) {
         // Its writer never let go in all that time: give up rather than hang.
         return Err(Error::Conflict { offset: off });
     }
