@@ -325,15 +325,28 @@ pub(super) fn xor_of_column(
     col: u64,
 ) -> [u8; PAGE as usize] {
     let mut page = [0u8; PAGE as usize];
+    xor_column_into(media, geo, z, col, &mut page);
+    page
+}
+
+/// `xor_of_column` into `out`, allocating nothing (the media-error handler rebuilds a lost
+/// parity page with it, into its preallocated buffer).
+pub(super) fn xor_column_into(
+    media: &Media,
+    geo: &Geometry,
+    z: u64,
+    col: u64,
+    out: &mut [u8; PAGE as usize],
+) {
+    out.fill(0);
     for r in 0..geo.rows {
         let off = geo.zone_offset(z) + r * geo.row_size() + col;
         // SAFETY: this page of row `r` of zone `z` lies in the pool (the caller's zone
         // does).
         let bytes =
             unsafe { std::slice::from_raw_parts(media.ptr(off) as *const u8, PAGE as usize) };
-        xor_into(&mut page, bytes);
+        xor_into(&mut out[..], bytes);
     }
-    page
 }
 
 #[cfg(test)]

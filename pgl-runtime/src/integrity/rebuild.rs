@@ -71,18 +71,8 @@ pub(crate) unsafe fn rebuild_parity_page_into(
     if page + PAGE > media.len() {
         return false;
     }
-    out.fill(0);
-    for r in 0..geo.rows {
-        // SAFETY: a page of row `r` of `zone`, whose parity row (its last bytes) lies in
-        // the pool (checked just above).
-        let bytes = unsafe {
-            std::slice::from_raw_parts(
-                media.ptr(geo.zone_offset(zone) + r * geo.row_size() + col) as *const u8,
-                PAGE as usize,
-            )
-        };
-        xor_into(&mut out[..], bytes);
-    }
+    // The zone's parity row, its last bytes, lies in the pool (checked just above).
+    super::parity::xor_column_into(media, geo, zone, col, out);
     true
 }
 
