@@ -361,7 +361,8 @@ fn errors_exit_2_with_the_message_on_stderr() {
     let out = pgl(&dir, &["dump", p, "0x10"]);
     assert_eq!(out.code, 2);
     assert!(
-        out.stderr.starts_with("error: invalid oid 0x10"),
+        out.stderr
+            .starts_with("error: [DIR]/sample.pool: invalid oid 0x10"),
         "{}",
         out.stderr
     );

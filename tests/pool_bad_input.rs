@@ -491,9 +491,18 @@ fn pool_full_is_typed_and_recoverable() {
         assert!(oids.len() < 10_000, "a 1 MiB pool never filled up");
     };
     match err {
-        Error::PoolFull { requested, free } => {
+        Error::PoolFull {
+            requested,
+            free,
+            ref pool_file,
+        } => {
             assert_eq!(requested, 4000);
             assert_eq!(free, pool.free_bytes());
+            assert_eq!(
+                pool_file.as_deref(),
+                Some(&*p),
+                "the error names the pool file"
+            );
         }
         e => panic!("expected PoolFull, got {e:?}"),
     }

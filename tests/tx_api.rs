@@ -617,3 +617,87 @@ fn object_readers_never_wait_for_this_threads_own_locks() {
     assert_eq!(pool.objects().unwrap().len(), 2);
     std::fs::remove_file(path).unwrap();
 }
+
+/// A stored type with a name of its own in the registry.
+#[derive(pgl::Persistent, Clone, Copy, Debug)]
+#[repr(C)]
+#[pgl(id = 0x7e57_0001)]
+struct Reading {
+    celsius: u64,
+}
+
+#[test]
+fn errors_about_a_pools_contents_name_its_file_and_the_stored_type() {
+    let (pool, path) = pool("named");
+    let other_path = support::test_dir().join(format!("pgl-txapi-named2-{}", std::process::id()));
+    let _ = std::fs::remove_file(&other_path);
+    let other = Pool::create(&other_path, &Config::small("named2").parity(false)).unwrap();
+    let reading = pool.tx(|tx| tx.alloc(Reading { celsius: 21 })).unwrap();
+    let wrong: Oid<[u8; 8]> = reading.cast();
+
+    // Inside the closure the error is as the transaction made it; leaving `pool.tx` it
+    // names the file and the registered name of the type found.
+    let e = pool
+        .tx(|tx| {
+            let e = tx.get(wrong).map(|_| ()).unwrap_err();
+            assert_eq!(e.pool_file(), None, "not yet: still inside the transaction");
+            Err::<(), _>(e)
+        })
+        .unwrap_err();
+    let Error::TypeMismatch {
+        ref pool_file,
+        ref found_name,
+        ..
+    } = e
+    else {
+        panic!("expected TypeMismatch, got {e:?}");
+    };
+    assert_eq!(pool_file.as_deref(), Some(&*path));
+    assert!(
+        found_name
+            .as_deref()
+            .is_some_and(|n| n.ends_with("Reading")),
+        "{e:?}"
+    );
+    let msg = e.to_string();
+    assert!(msg.starts_with(&format!("{}: ", path.display())), "{msg}");
+    assert!(msg.contains("`tx_api::Reading`"), "{msg}");
+    // The same outside a transaction.
+    let e = pool.get(wrong).map(|_| ()).unwrap_err();
+    assert_eq!(e.pool_file(), Some(&*path), "{e}");
+
+    // An error of another pool, returned through this pool's transaction, keeps its own
+    // file: a damaged object of `other` (which keeps no parity, so nothing rebuilds it).
+    let damaged = other.tx(|tx| tx.alloc(Reading { celsius: 5 })).unwrap();
+    other
+        .inject(&pgl::Fault::BitFlips {
+            offset: damaged.raw(),
+            bits: 1,
+            seed: 9,
+        })
+        .unwrap();
+    let e = pool
+        .tx(|_| other.tx(|tx| Ok(*tx.open(damaged)?)))
+        .unwrap_err();
+    let Error::ChecksumMismatch {
+        ref pool_file,
+        ref type_name,
+        ..
+    } = e
+    else {
+        panic!("expected ChecksumMismatch, got {e:?}");
+    };
+    assert_eq!(pool_file.as_deref(), Some(&*other_path), "{e}");
+    assert!(
+        type_name.as_deref().is_some_and(|n| n.ends_with("Reading")),
+        "{e}"
+    );
+
+    // Errors that are not about a pool's contents name none.
+    let e = pool.tx(|_| pool.open_mut(reading).map(|_| ())).unwrap_err();
+    assert!(matches!(e, Error::InTransaction { .. }), "{e:?}");
+    assert_eq!(e.pool_file(), None);
+    drop((pool, other));
+    std::fs::remove_file(path).unwrap();
+    std::fs::remove_file(other_path).unwrap();
+}

@@ -57,8 +57,14 @@ fn a_changed_struct_is_refused_with_its_names_and_fingerprints() {
             stored,
             compiled,
             group,
+            pool_file,
         } => {
             assert_eq!(group, None, "not an extendible struct");
+            assert_eq!(
+                pool_file.as_deref(),
+                Some(&*path),
+                "the error names the pool"
+            );
             assert!(type_name.ends_with("v2::Account"), "{type_name}");
             assert!(stored_name.ends_with("v1::Account"), "{stored_name}");
             assert_eq!(type_id, 4242);

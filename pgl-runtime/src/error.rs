@@ -2,7 +2,7 @@
 //! what happened, where (file, offset, type) and what to do.
 
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// `Result` with pgl's [`Error`].
 pub type Result<T, E = Error> = core::result::Result<T, E>;
@@ -91,8 +91,11 @@ pub enum Error {
     },
 
     /// The pool has no free space for an allocation.
-    #[error("pool full: no room for an object of {requested} bytes ({free} bytes free in total, largest possible allocation depends on fragmentation); grow the pool with Pool::grow or free objects")]
+    #[error("{}pool full: no room for an object of {requested} bytes ({free} bytes free in total, largest possible allocation depends on fragmentation); grow the pool with Pool::grow or free objects", at(pool_file))]
     PoolFull {
+        /// The pool file, once the error has left the pool's API (`pool.tx`, `pool.get`,
+        /// ...); `None` while a transaction's closure still holds it.
+        pool_file: Option<PathBuf>,
         /// Bytes requested.
         requested: u64,
         /// Bytes free in the whole heap.
@@ -118,8 +121,11 @@ pub enum Error {
     },
 
     /// An `Oid` does not name a live object of this pool.
-    #[error("invalid oid {offset:#x}: {reason}")]
+    #[error("{}invalid oid {offset:#x}: {reason}", at(pool_file))]
     InvalidOid {
+        /// The pool file, once the error has left the pool's API (`pool.tx`, `pool.get`,
+        /// ...); `None` while a transaction's closure still holds it.
+        pool_file: Option<PathBuf>,
         /// The offset.
         offset: u64,
         /// Why it is not an object.
@@ -127,8 +133,11 @@ pub enum Error {
     },
 
     /// The object at `offset` is of another type than the one asked for.
-    #[error("object at {offset:#x} is a {found_size}-byte object of type id {found:#010x}, not a {expected_size}-byte `{type_name}` (type id {expected:#010x}); check which Oid you used")]
+    #[error("{}object at {offset:#x} holds {} of {found_size} bytes, not `{type_name}` (type id {expected:#010x}) of {expected_size} bytes; check which Oid you used", at(pool_file), stored_type(found_name, *found))]
     TypeMismatch {
+        /// The pool file, once the error has left the pool's API (`pool.tx`, `pool.get`,
+        /// ...); `None` while a transaction's closure still holds it.
+        pool_file: Option<PathBuf>,
         /// The offset.
         offset: u64,
         /// The type asked for.
@@ -139,6 +148,9 @@ pub enum Error {
         expected_size: u64,
         /// The type id stored in the object header.
         found: u32,
+        /// The name the pool's type registry holds for `found`, once the error has left
+        /// the pool's API (`None` before, or when the registry has no entry for it).
+        found_name: Option<String>,
         /// The size stored in the object header.
         found_size: u64,
     },
@@ -147,8 +159,11 @@ pub enum Error {
     /// changed (a field added, removed, retyped or reordered) since the pool was written.
     /// For an `#[extendible]` struct, `group` says which part changed: `Some(0)` its frozen
     /// base, `Some(n)` its extension group `n`.
-    #[error("type `{type_name}` (type id {type_id:#010x}) has layout {compiled:#018x} in this build, but the pool stored it as `{stored_name}` with layout {stored:#018x}: {}", layout_advice(*.group))]
+    #[error("{}type `{type_name}` (type id {type_id:#010x}) has layout {compiled:#018x} in this build, but the pool stored it as `{stored_name}` with layout {stored:#018x}: {}", at(pool_file), layout_advice(*group))]
     LayoutMismatch {
+        /// The pool file, once the error has left the pool's API (`pool.tx`, `pool.get`,
+        /// ...); `None` while a transaction's closure still holds it.
+        pool_file: Option<PathBuf>,
         /// The type as this build names it.
         type_name: String,
         /// The type as the pool registered it.
@@ -165,8 +180,11 @@ pub enum Error {
     },
 
     /// The pool's type registry is full: no further type can be stored in it.
-    #[error("cannot store `{type_name}`: the pool's type registry is full ({capacity} types); store the values in fewer distinct types (wrap several in one struct, or use one array type for several sizes)")]
+    #[error("{}cannot store `{type_name}`: the pool's type registry is full ({capacity} types); store the values in fewer distinct types (wrap several in one struct, or use one array type for several sizes)", at(pool_file))]
     TooManyTypes {
+        /// The pool file, once the error has left the pool's API (`pool.tx`, `pool.get`,
+        /// ...); `None` while a transaction's closure still holds it.
+        pool_file: Option<PathBuf>,
         /// The type that could not be registered.
         type_name: String,
         /// Types the registry holds.
@@ -174,12 +192,18 @@ pub enum Error {
     },
 
     /// An object's checksum does not match its contents (a scribble or a media error).
-    #[error("checksum mismatch in object at {offset:#x} (type id {type_id:#010x}, {size} bytes): stored {stored:#010x}, computed {computed:#010x}; the object was changed outside a transaction (a scribble or a media error) and zone parity could not rebuild it (the pool keeps no parity, or another page of its page column is damaged too); `pgl check` lists every damaged object, `pgl scrub --repair` rebuilds what parity can")]
+    #[error("{}checksum mismatch in object at {offset:#x}, {} of {size} bytes: stored {stored:#010x}, computed {computed:#010x}; the object was changed outside a transaction (a scribble or a media error) and zone parity could not rebuild it (the pool keeps no parity, or another page of its page column is damaged too); `pgl check` lists every damaged object, `pgl scrub --repair` rebuilds what parity can", at(pool_file), stored_type(type_name, *type_id))]
     ChecksumMismatch {
+        /// The pool file, once the error has left the pool's API (`pool.tx`, `pool.get`,
+        /// ...); `None` while a transaction's closure still holds it.
+        pool_file: Option<PathBuf>,
         /// The object's offset.
         offset: u64,
         /// Type id in its header.
         type_id: u32,
+        /// The name the pool's type registry holds for `type_id`, once the error has left
+        /// the pool's API (`None` before, or when the registry has no entry for it).
+        type_name: Option<String>,
         /// Its size.
         size: u64,
         /// Checksum in the header.
@@ -190,8 +214,11 @@ pub enum Error {
 
     /// A word of a run's allocation bitmap does not match its check (a scribble or a
     /// media error in the allocator's metadata) and zone parity could not rebuild it.
-    #[error("allocation bitmap word at {offset:#x} does not verify: stored check {stored:#010x}, computed {computed:#010x}; the allocator's metadata was changed outside a transaction (a scribble or a media error) and zone parity could not rebuild it (the pool keeps no parity, another page of its page column is damaged too, or a crash left its zone's parity possibly stale); nothing is written over it and the run is taken out of service (its objects stay readable); `pgl check` reports it; if the pool keeps parity and was only damaged once per page column, opening it or `pgl scrub --repair` rebuilds the word")]
+    #[error("{}allocation bitmap word at {offset:#x} does not verify: stored check {stored:#010x}, computed {computed:#010x}; the allocator's metadata was changed outside a transaction (a scribble or a media error) and zone parity could not rebuild it (the pool keeps no parity, another page of its page column is damaged too, or a crash left its zone's parity possibly stale); nothing is written over it and the run is taken out of service (its objects stay readable); `pgl check` reports it; if the pool keeps parity and was only damaged once per page column, opening it or `pgl scrub --repair` rebuilds the word", at(pool_file))]
     BitmapMismatch {
+        /// The pool file, once the error has left the pool's API (`pool.tx`, `pool.get`,
+        /// ...); `None` while a transaction's closure still holds it.
+        pool_file: Option<PathBuf>,
         /// Pool offset of the word.
         offset: u64,
         /// The check the word holds.
@@ -256,8 +283,11 @@ pub enum Error {
     },
 
     /// Persistent metadata is inconsistent in a way pgl cannot repair.
-    #[error("{what} at offset {offset:#x} is corrupt: {detail}; run `pgl check` and restore from a backup if it cannot repair it")]
+    #[error("{}{what} at offset {offset:#x} is corrupt: {detail}; run `pgl check` and restore from a backup if it cannot repair it", at(pool_file))]
     Corrupt {
+        /// The pool file, once the error has left the pool's API (`pool.tx`, `pool.get`,
+        /// ...); `None` while a transaction's closure still holds it.
+        pool_file: Option<PathBuf>,
         /// Which structure.
         what: &'static str,
         /// Where.
@@ -279,12 +309,18 @@ pub enum Error {
     },
 
     /// The root object exists with another type.
-    #[error("the pool's root is a {found_size}-byte object of type id {found:#010x}, not `{type_name}`; open the pool with the program that created it")]
+    #[error("{}the pool's root holds {} of {found_size} bytes, not `{type_name}`; open the pool with the program that created it", at(pool_file), stored_type(found_name, *found))]
     RootType {
+        /// The pool file, once the error has left the pool's API (`pool.tx`, `pool.get`,
+        /// ...); `None` while a transaction's closure still holds it.
+        pool_file: Option<PathBuf>,
         /// The type asked for.
         type_name: &'static str,
         /// Type id found.
         found: u32,
+        /// The name the pool's type registry holds for `found`, once the error has left
+        /// the pool's API (`None` before, or when the registry has no entry for it).
+        found_name: Option<String>,
         /// Size found.
         found_size: u64,
     },
@@ -369,7 +405,84 @@ impl Error {
         Error::InvalidOid {
             offset,
             reason: reason.into(),
+            pool_file: None,
         }
+    }
+
+    /// The pool file this error is about, if it is about a pool's contents and has left
+    /// the pool's API (errors about other files carry their own `path`).
+    pub fn pool_file(&self) -> Option<&Path> {
+        match self {
+            Error::PoolFull { pool_file, .. }
+            | Error::InvalidOid { pool_file, .. }
+            | Error::TypeMismatch { pool_file, .. }
+            | Error::LayoutMismatch { pool_file, .. }
+            | Error::TooManyTypes { pool_file, .. }
+            | Error::ChecksumMismatch { pool_file, .. }
+            | Error::BitmapMismatch { pool_file, .. }
+            | Error::Corrupt { pool_file, .. }
+            | Error::RootType { pool_file, .. } => pool_file.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Completes an error about a pool's contents as it leaves the pool's API: the pool
+    /// file `path`, and the registered name (`name_of`) of a stored type it gives only by
+    /// id. What the error already says is kept: an error of another pool, returned from
+    /// inside this pool's transaction, still names its own.
+    pub(crate) fn in_pool(mut self, path: &Path, name_of: impl Fn(u32) -> Option<String>) -> Self {
+        match &mut self {
+            Error::PoolFull { pool_file, .. }
+            | Error::InvalidOid { pool_file, .. }
+            | Error::TypeMismatch { pool_file, .. }
+            | Error::LayoutMismatch { pool_file, .. }
+            | Error::TooManyTypes { pool_file, .. }
+            | Error::ChecksumMismatch { pool_file, .. }
+            | Error::BitmapMismatch { pool_file, .. }
+            | Error::Corrupt { pool_file, .. }
+            | Error::RootType { pool_file, .. } => {
+                if pool_file.is_some() {
+                    return self;
+                }
+                *pool_file = Some(path.to_owned());
+            }
+            _ => return self,
+        }
+        match &mut self {
+            Error::TypeMismatch {
+                found: id,
+                found_name: name,
+                ..
+            }
+            | Error::RootType {
+                found: id,
+                found_name: name,
+                ..
+            }
+            | Error::ChecksumMismatch {
+                type_id: id,
+                type_name: name,
+                ..
+            } if name.is_none() => *name = name_of(*id),
+            _ => {}
+        }
+        self
+    }
+}
+
+/// The pool file a message is about, as its prefix (nothing while it is unknown).
+fn at(pool_file: &Option<PathBuf>) -> String {
+    match pool_file {
+        Some(p) => format!("{}: ", p.display()),
+        None => String::new(),
+    }
+}
+
+/// A stored type: its registered name when known, and its id.
+fn stored_type(name: &Option<String>, id: u32) -> String {
+    match name {
+        Some(n) => format!("`{n}` (type id {id:#010x})"),
+        None => format!("type id {id:#010x}"),
     }
 }
 

@@ -39,6 +39,7 @@ pub(crate) fn bitmap_mismatch(off: u64, word: u64) -> Error {
         offset: off,
         stored: (word >> 32) as u32,
         computed: bitmap_check(off, word as u32),
+        pool_file: None,
     }
 }
 
@@ -334,6 +335,7 @@ impl Heap {
                     what: "chunk table entry",
                     offset: table + c * 8,
                     detail,
+                    pool_file: None,
                 };
                 match entry_kind(e) {
                     KIND_FREE => {}
@@ -822,6 +824,7 @@ impl Heap {
         Error::PoolFull {
             requested,
             free: self.free_bytes(),
+            pool_file: None,
         }
     }
 

@@ -148,6 +148,7 @@ pub(crate) fn both_bad(geo: &Geometry, z: u64) -> Error {
             "both copies of zone {z}'s metadata (at {a:#x} and {b:#x}) fail their \
              checksums: the chunk table cannot be trusted; restore the pool from a backup"
         ),
+        pool_file: None,
     }
 }
 

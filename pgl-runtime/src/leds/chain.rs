@@ -31,6 +31,7 @@ fn in_part<T: Extendible>(e: Error, group: usize) -> Error {
             type_id,
             stored,
             compiled,
+            pool_file,
             ..
         } => Error::LayoutMismatch {
             type_name: if group == 0 {
@@ -46,6 +47,7 @@ fn in_part<T: Extendible>(e: Error, group: usize) -> Error {
             stored,
             compiled,
             group: Some(group as u32),
+            pool_file,
         },
         e => e,
     }
@@ -92,6 +94,7 @@ fn incomplete<T: Extendible>(oid: Oid<T>) -> Error {
              verifies the objects",
             T::TYPE_NAME
         ),
+        pool_file: None,
     }
 }
 

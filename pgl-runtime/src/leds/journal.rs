@@ -89,6 +89,7 @@ fn corrupt(head: u64, detail: String) -> Error {
         what: "migration journal",
         offset: head,
         detail,
+        pool_file: None,
     }
 }
 

@@ -237,6 +237,12 @@ impl Pool {
         config: &Config,
         keep_modes: bool,
     ) -> Result<Pool> {
+        let path = media.path();
+        Self::load(media, layout, config, keep_modes).map_err(|e| e.in_pool(&path, |_| None))
+    }
+
+    /// `from_media`, its errors not yet naming the file.
+    fn load(media: Media, layout: Option<&str>, config: &Config, keep_modes: bool) -> Result<Pool> {
         // Before anything is read: another `Pool` on this file could be changing it.
         media.lock_exclusive()?;
         let path = media.path();
@@ -527,6 +533,7 @@ impl Pool {
             what: "redo lane",
             offset: geo.lane_offset(0, 0),
             detail: "sequence numbers exhausted".into(),
+            pool_file: None,
         })?;
         let eng = Engine::new(
             media,
@@ -586,6 +593,7 @@ impl Pool {
                 "this pool cannot keep a second copy of zone metadata: {why}; open it with an \
                  older pgl and copy its data to a pool with bigger chunks"
             ),
+            pool_file: None,
         })?;
         // SAFETY: the registry's count word lies in zone 0's metadata chunk; the pool is
         // opening, nothing else runs.
@@ -600,6 +608,7 @@ impl Pool {
                      has room for {cap} in this geometry; open the pool with an older pgl \
                      and copy its data to a pool with bigger chunks"
                 ),
+                pool_file: None,
             });
         }
         Ok(())
@@ -619,13 +628,13 @@ impl Pool {
     /// more than once and should have no other side effects. Inside `f`, `pool.tx` joins the
     /// same transaction.
     pub fn tx<R>(&self, f: impl FnMut(&Tx<'_>) -> Result<R>) -> Result<R> {
-        tx::run(&self.inner.eng, f)
+        tx::run(&self.inner.eng, f).map_err(|e| self.inner.eng.named(e))
     }
 
     /// Reads an object directly from the pool, without a micro-buffer (Pangolin's
     /// `pgl_get`). The `Ref` holds the object's read lock: transactions that change it wait.
     pub fn get<T: Persistent>(&self, oid: Oid<T>) -> Result<Ref<'_, T>> {
-        tx::get(&self.inner.eng, oid)
+        tx::get(&self.inner.eng, oid).map_err(|e| self.inner.eng.named(e))
     }
 
     /// Opens one object for an atomic update outside a closure (Pangolin's
@@ -676,7 +685,7 @@ impl Pool {
                 repairs += 1;
                 continue;
             }
-            return Err(e);
+            return Err(self.inner.eng.named(e));
         }
     }
 
@@ -712,17 +721,20 @@ impl Pool {
         let oid = Oid::<T>::from_raw(cur);
         // Through this thread's transaction if that holds the root already (`pool.get`
         // would be refused).
-        match tx::check_is(eng, oid) {
-            Ok(()) => Ok(oid),
+        let e = match tx::check_is(eng, oid) {
+            Ok(()) => return Ok(oid),
             Err(Error::TypeMismatch {
                 found, found_size, ..
-            }) => Err(Error::RootType {
+            }) => Error::RootType {
                 type_name: T::TYPE_NAME,
                 found,
                 found_size,
-            }),
-            Err(e) => Err(e),
-        }
+                found_name: None,
+                pool_file: None,
+            },
+            Err(e) => e,
+        };
+        Err(eng.named(e))
     }
 
     /// The pool offset of the root word (in zone 0's metadata).
@@ -859,7 +871,7 @@ impl Pool {
                 instead: "call it outside transactions",
             });
         }
-        tx::list_types(&self.inner.eng)
+        tx::list_types(&self.inner.eng).map_err(|e| self.inner.eng.named(e))
     }
 
     /// Damages the pool on purpose (see [`Fault`](crate::Fault)), to test that a program
@@ -901,7 +913,7 @@ impl Pool {
         };
         // Checked first, so that a bad fault is reported without freezing the pool; then
         // found again with the pool frozen, where no commit can free or move the object.
-        let first = target()?;
+        let first = target().map_err(|e| eng.named(e))?;
         eng.exclusive(|| {
             let target = target()?;
             let mut old = vec![0u8; target.len as usize];
@@ -918,6 +930,7 @@ impl Pool {
         .unwrap_or(Err(Error::Conflict {
             offset: first.offset,
         }))
+        .map_err(|e| eng.named(e))
     }
 
     fn inject_media_error(&self, offset: u64) -> Result<()> {
@@ -1003,9 +1016,10 @@ impl Pool {
     /// inside one. A damaged allocation-bitmap word is rebuilt from parity on the way (as
     /// any access repairs what it finds), or reported as `Error::BitmapMismatch`.
     pub fn objects(&self) -> Result<Vec<(u64, ObjectHeader)>> {
-        let l = self.list_objects(true)?;
+        let eng = &self.inner.eng;
+        let l = self.list_objects(true).map_err(|e| eng.named(e))?;
         match l.words.first() {
-            Some(&(off, word)) => Err(crate::heap::bitmap_mismatch(off, word)),
+            Some(&(off, word)) => Err(eng.named(crate::heap::bitmap_mismatch(off, word))),
             None => Ok(l.objects),
         }
     }
@@ -1016,7 +1030,7 @@ impl Pool {
     /// while a long transaction ran: a later call tries again). The blocks under those
     /// words are left out: which of them hold objects is unknown.
     pub fn objects_with_damage(&self) -> Result<ObjectListing> {
-        self.list_objects(true)
+        self.list_objects(true).map_err(|e| self.inner.eng.named(e))
     }
 
     /// The objects `objects` lists, and the checked bitmap words that do not verify: the
@@ -1086,12 +1100,12 @@ impl Pool {
         let eng = &self.inner.eng;
         // Locked before it is located: only the lock keeps the object, and so its run's
         // layout, from changing between the two.
-        let stripe = tx::read_lock(eng, offset)?;
+        let stripe = tx::read_lock(eng, offset).map_err(|e| eng.named(e))?;
         let place = match eng.heap.locate(offset) {
             Ok(p) => p,
             Err(e) => {
                 eng.objects.release(stripe, crate::tx::Held::Read);
-                return Err(e);
+                return Err(eng.named(e));
             }
         };
         let mut h = [0u8; 16];
@@ -1114,12 +1128,18 @@ impl Pool {
     /// from free blocks and are not verified.
     /// `Error::InvalidConfig` if the pool does not keep checksums (`Config::checksums`).
     pub fn verify_objects(&self, progress: impl FnMut(u64, u64)) -> Result<Vec<(u64, Error)>> {
-        let (mut bad, damaged) = self.verify_listed(true, progress)?;
+        let eng = &self.inner.eng;
+        let (mut bad, damaged) = self
+            .verify_listed(true, progress)
+            .map_err(|e| eng.named(e))?;
         let words = damaged
             .into_iter()
             .map(|(off, word)| (off, crate::heap::bitmap_mismatch(off, word)));
         bad.splice(0..0, words);
-        Ok(bad)
+        Ok(bad
+            .into_iter()
+            .map(|(off, e)| (off, eng.named(e)))
+            .collect())
     }
 
     /// Verifies the objects `list_objects(repair)` lists; the problems found, and the
@@ -1170,6 +1190,7 @@ impl Pool {
                 what: "object header",
                 offset: off - HEADER_SIZE,
                 detail: format!("size {} exceeds its block of {cap} bytes", h.size),
+                pool_file: None,
             });
         }
         let mut now = [0u8; 16];
@@ -1218,7 +1239,8 @@ impl<'p, T: Persistent> Detached<'p, T> {
     pub fn commit(mut self) -> Result<()> {
         drop(self.handle.take());
         // SAFETY: the Tx is alive until Drop; no handle is alive any more.
-        unsafe { self.tx.as_ref() }.commit()
+        let tx = unsafe { self.tx.as_ref() };
+        tx.commit().map_err(|e| tx.eng.named(e))
     }
 }
 

@@ -62,7 +62,17 @@ impl Pool {
     /// (damage to free space or to the parity page itself). `progress(done, total)` is
     /// called as objects are verified. Runs beside transactions (each object under its
     /// lock; each zone's parity with the pool briefly frozen); not inside one.
-    pub fn scrub(&self, repair: bool, mut progress: impl FnMut(u64, u64)) -> Result<ScrubReport> {
+    pub fn scrub(&self, repair: bool, progress: impl FnMut(u64, u64)) -> Result<ScrubReport> {
+        let eng = &self.inner.eng;
+        let mut report = self.scrub_all(repair, progress).map_err(|e| eng.named(e))?;
+        report.damaged = (report.damaged.into_iter())
+            .map(|(off, e)| (off, eng.named(e)))
+            .collect();
+        Ok(report)
+    }
+
+    /// `scrub`, its errors not yet naming the pool file.
+    fn scrub_all(&self, repair: bool, mut progress: impl FnMut(u64, u64)) -> Result<ScrubReport> {
         let eng = &self.inner.eng;
         if tx::in_tx(eng) {
             return Err(Error::InTransaction {

@@ -143,6 +143,21 @@ impl Engine {
                 .is_none_or(|c| c.lost.load(Ordering::Relaxed) == 0)
     }
 
+    /// Completes an error about this pool's contents as it leaves the pool's API: the pool
+    /// file, and the registered name of a stored type it gives by id. The registry is read
+    /// only outside this thread's transactions of the pool (where the error would wait for
+    /// nothing of its own); inside one the name is left for the outer boundary.
+    pub(crate) fn named(&self, e: crate::Error) -> crate::Error {
+        let outside = !super::in_tx(self);
+        e.in_pool(&self.media.path(), |id| {
+            if !outside {
+                return None;
+            }
+            let types = super::list_types(self).ok()?;
+            types.into_iter().find(|t| t.type_id == id).map(|t| t.name)
+        })
+    }
+
     /// The media-error handler's view of this pool, if it is registered with the handler.
     pub(crate) fn fault_ctx(&self) -> Option<&crate::integrity::handler::FaultCtx> {
         if self.fault_slot.load(Ordering::Acquire) == usize::MAX {

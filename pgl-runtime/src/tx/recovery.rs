@@ -63,6 +63,7 @@ pub(crate) fn recover(media: &Media, geo: &Geometry, pool_len: u64) -> Result<Re
                 what: "redo record",
                 offset: off,
                 detail: "malformed entry".into(),
+                pool_file: None,
             })?;
             let (dst, data, sum) = match e.op() {
                 record::Op::Write {
@@ -120,6 +121,7 @@ fn check_target(geo: &Geometry, pool_len: u64, lane: u64, dst: u64, len: u64) ->
                 "entry targets {dst:#x}+{len}, outside the heap; the record verifies, so this \
                  is a bug or a deliberate forgery"
             ),
+            pool_file: None,
         });
     }
     Ok(())

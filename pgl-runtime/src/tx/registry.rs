@@ -205,6 +205,7 @@ fn committed_count(eng: &Engine) -> Result<u64> {
             what: "type registry",
             offset: count_word,
             detail: format!("{n} entries, but it holds at most {cap}"),
+            pool_file: None,
         });
     }
     Ok(n)
@@ -221,6 +222,7 @@ fn entry(eng: &Engine, i: u64) -> Result<TypeInfo> {
         what: "type registry entry",
         offset: off,
         detail: format!("{detail}; `pgl check` reports it"),
+        pool_file: None,
     })
 }
 
@@ -246,6 +248,7 @@ fn verdict<T: Persistent>(found: &TypeInfo) -> Result<()> {
         stored: found.layout,
         compiled: T::LAYOUT,
         group: None,
+        pool_file: None,
     })
 }
 
@@ -296,6 +299,7 @@ pub(crate) fn check_in_tx<T: Persistent>(tx: &Tx<'_>) -> Result<()> {
         return Err(Error::TooManyTypes {
             type_name: core::any::type_name::<T>().to_owned(),
             capacity: cap,
+            pool_file: None,
         });
     }
     let name = core::any::type_name::<T>();

@@ -85,6 +85,7 @@ impl<'p> Tx<'p> {
                          the objects",
                         out.len()
                     ),
+                    pool_file: None,
                 });
             }
             let (type_id, bytes) = self.object_bytes(link)?;
@@ -100,6 +101,7 @@ impl<'p> Tx<'p> {
                          the link is damaged (`pgl check` verifies the objects); nothing was \
                          freed or copied"
                     ),
+                    pool_file: None,
                 });
             }
             let next = link_at_end(&bytes).ok_or_else(|| Error::Corrupt {
@@ -109,6 +111,7 @@ impl<'p> Tx<'p> {
                     "a {}-byte object cannot be an extension group (it ends with an 8-byte link)",
                     bytes.len()
                 ),
+                pool_file: None,
             })?;
             out.push((link, type_id, bytes));
             link = next;

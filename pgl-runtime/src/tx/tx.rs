@@ -115,6 +115,8 @@ impl<'p> Tx<'p> {
                 expected_size: size,
                 found: h.type_id,
                 found_size: h.size,
+                found_name: None,
+                pool_file: None,
             });
         }
         Ok(())
@@ -170,6 +172,8 @@ impl<'p> Tx<'p> {
                 expected_size: core::mem::size_of::<T>() as u64,
                 found: buf.type_id,
                 found_size: buf.size as u64,
+                found_name: None,
+                pool_file: None,
             });
         }
         Ok(Some(b))
@@ -234,6 +238,8 @@ impl<'p> Tx<'p> {
                         size: h.size,
                         stored: h.checksum,
                         computed: sum,
+                        pool_file: None,
+                        type_name: None,
                     });
                 }
                 buf.checksum = h.checksum;
@@ -754,6 +760,8 @@ pub(crate) fn verify_in_place(eng: &Engine, off: u64, h: &ObjectHeader) -> Resul
             size: h.size,
             stored: h.checksum,
             computed: sum,
+            pool_file: None,
+            type_name: None,
         });
     }
     Ok(())
