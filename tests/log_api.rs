@@ -67,6 +67,36 @@ fn appended_records_read_back_after_reopen() {
     ));
 }
 
+/// A second `Log` over a file that is open would recover it under the first one's appends
+/// (a new epoch, a cut tail): it is refused, and the file is left as it was.
+#[test]
+fn a_log_open_already_is_not_opened_again() {
+    let f = TempLog::new("twice");
+    let log = Log::create(&f.0, LogConfig::new(1 << 20).flush(FlushMode::None)).unwrap();
+    log.append(b"first").unwrap();
+    let before = std::fs::read(&f.0).unwrap();
+    match Log::open_with(&f.0, Some(FlushMode::None)) {
+        Err(Error::AlreadyOpen {
+            ref path,
+            what: "log",
+            ..
+        }) if path == &f.0 => {}
+        other => panic!("a second open of an open log: {:?}", other.map(|_| ())),
+    }
+    assert!(
+        std::fs::read(&f.0).unwrap() == before,
+        "the refused open changed the file"
+    );
+    // Inspecting a live log is read-only and allowed.
+    let seen = pgl::log::Inspection::open(&f.0).unwrap();
+    assert_eq!(seen.records().count(), 1);
+    drop(seen);
+    assert_eq!(log.append(b"second").unwrap(), 2, "the first log goes on");
+    drop(log);
+    let log = Log::open_with(&f.0, Some(FlushMode::None)).unwrap();
+    assert_eq!(all(&log).len(), 2, "once closed, the file opens again");
+}
+
 #[test]
 fn records_are_built_in_place_and_dropped_reservations_are_skipped() {
     let sim = CrashSim::new(1 << 20);

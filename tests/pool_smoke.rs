@@ -145,8 +145,11 @@ fn a_pool_open_already_is_not_opened_again() {
     let header = std::fs::read(&path).unwrap()[..4096].to_vec();
     for r in [Pool::open(&path, "twice"), Pool::open_any(&path)] {
         match r {
-            Err(Error::Io { ref source, .. })
-                if source.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(Error::AlreadyOpen {
+                path: ref at,
+                what: "pool",
+                ..
+            }) if at == &path => {}
             other => panic!("a second open of an open pool: {other:?}"),
         }
     }

@@ -30,6 +30,19 @@ pub enum Error {
         path: PathBuf,
     },
 
+    /// The pool or log file is open already: in another process, or as another `Pool` or
+    /// `Log` of this one. Two handles over one file would share its bytes without sharing
+    /// its locks, so the second open is refused and the file left as it is.
+    #[error("{path}: the {what} is open already (in another process, or as another handle of this one); {instead}")]
+    AlreadyOpen {
+        /// The file.
+        path: PathBuf,
+        /// `"pool"` or `"log"`.
+        what: &'static str,
+        /// What to do instead.
+        instead: &'static str,
+    },
+
     /// The file is not a pgl pool (no pool header in either copy).
     #[error(
         "{path}: not a pgl pool ({reason}); check the path, or create a pool with `pgl create`"

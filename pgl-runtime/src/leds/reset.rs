@@ -23,12 +23,13 @@ impl Pool {
             .open(path)
         {
             Ok(f) => {
-                crate::persist::lock_file(
-                    &f,
-                    path,
-                    "reset: the pool is open (in another process, or as a `Pool` of this \
-                     one: drop it before resetting); locking",
-                )?;
+                if !crate::persist::try_lock_file(&f) {
+                    return Err(Error::AlreadyOpen {
+                        path: path.to_owned(),
+                        what: "pool",
+                        instead: "drop every `Pool` of it before resetting it",
+                    });
+                }
                 if !crate::pool::may_be_pool(&f).map_err(|e| Error::Io {
                     op: "reset (read the old pool's header)",
                     path: path.to_owned(),

@@ -198,6 +198,14 @@ impl Log {
     }
 
     fn from_media(media: Media) -> Result<Log> {
+        // Before anything is read: another `Log` on this file could be appending to it,
+        // and recovery writes a new epoch.
+        media.lock_exclusive(
+            "log",
+            "share one `Log` between threads (by reference or in an `Arc`) instead of \
+             opening the file twice, or close the other first; `pgl log info|dump|check` \
+             read a live log without opening it",
+        )?;
         let path = media.path();
         let not_a_log = |reason: String| Error::NotALog {
             path: path.clone(),

@@ -313,24 +313,28 @@ impl Media {
         })
     }
 
-    /// Takes an exclusive lock (`flock`) on the pool file for as long as this `Media` lives,
-    /// so that no other `Pool` maps it meanwhile: not one in another process (`pgl check`
-    /// on a pool a program has open would take it for crashed, replay its lanes and
-    /// recompute its parity under the program's commits), nor a second one in this process
-    /// (its own locks and lanes would let two commits race on the same bytes). A lock
-    /// belongs to one open of the file, so the two `Pool`s of one process conflict too.
+    /// Takes an exclusive lock (`flock`) on the file for as long as this `Media` lives, so
+    /// that no other `Pool` (or `Log`: `what` names the kind) maps it meanwhile: not one
+    /// in another process (`pgl check` on a pool a program has open would take it for
+    /// crashed, replay its lanes and recompute its parity under the program's commits; a
+    /// second `Log::open` would start a new epoch and cut records under the first one's
+    /// appends), nor a second one in this process (its own locks and lanes would let two
+    /// commits race on the same bytes). A lock belongs to one open of the file, so two
+    /// handles of one process conflict too; `AlreadyOpen` says what to do (`instead`).
     /// A file system without locks (`ENOLCK`, `EOPNOTSUPP`) leaves the file unlocked.
     /// Simulated media is not locked.
-    pub(crate) fn lock_exclusive(&self) -> Result<()> {
+    pub(crate) fn lock_exclusive(&self, what: &'static str, instead: &'static str) -> Result<()> {
         let Backing::File { file, path, .. } = &self.backing else {
             return Ok(());
         };
-        lock_file(
-            file,
-            path,
-            "open: the pool is open already (in another process, or as another `Pool` of \
-             this one: clone that `Pool` instead); locking",
-        )
+        if try_lock_file(file) {
+            return Ok(());
+        }
+        Err(Error::AlreadyOpen {
+            path: path.clone(),
+            what,
+            instead,
+        })
     }
 
     /// Media over a crash-simulation device.
@@ -589,10 +593,10 @@ impl Media {
     }
 }
 
-/// Takes an exclusive `flock` on `file` without waiting, for as long as the descriptor
-/// stays open. Fails with `Error::Io { op: busy, .. }` when another open of the file
-/// holds it; a file system without locks (`ENOLCK`, `EOPNOTSUPP`) leaves it unlocked.
-pub(crate) fn lock_file(file: &File, path: &Path, busy: &'static str) -> Result<()> {
+/// Takes `file`'s exclusive `flock` without waiting, for as long as the descriptor stays
+/// open; false if another open of the file holds it. A file system without locks
+/// (`ENOLCK`, `EOPNOTSUPP`) leaves the file unlocked and counts as taken.
+pub(crate) fn try_lock_file(file: &File) -> bool {
     #[cfg(unix)]
     loop {
         use std::os::fd::AsRawFd;
@@ -601,19 +605,18 @@ pub(crate) fn lock_file(file: &File, path: &Path, busy: &'static str) -> Result<
         // descriptor: it is released when `file` is closed.
         let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
         if rc == 0 {
-            return Ok(());
+            return true;
         }
-        let e = std::io::Error::last_os_error();
-        match e.raw_os_error() {
+        match std::io::Error::last_os_error().raw_os_error() {
             Some(libc::EINTR) => continue,
-            Some(libc::EWOULDBLOCK) => return Err(Error::io(busy, path, e)),
-            _ => return Ok(()),
+            Some(libc::EWOULDBLOCK) => return false,
+            _ => return true,
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = (file, path, busy);
-        Ok(())
+        let _ = file;
+        true
     }
 }
 

@@ -6,6 +6,6 @@ mod media;
 mod sim;
 
 pub use flush::FlushMode;
-pub(crate) use media::lock_file;
+pub(crate) use media::try_lock_file;
 pub use media::Media;
 pub use sim::{CrashPoint, CrashSim};

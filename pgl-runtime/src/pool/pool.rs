@@ -244,7 +244,11 @@ impl Pool {
     /// `from_media`, its errors not yet naming the file.
     fn load(media: Media, layout: Option<&str>, config: &Config, keep_modes: bool) -> Result<Pool> {
         // Before anything is read: another `Pool` on this file could be changing it.
-        media.lock_exclusive()?;
+        media.lock_exclusive(
+            "pool",
+            "share one `Pool` (clone it) instead of opening the file twice, or close the \
+             other first",
+        )?;
         let path = media.path();
         let len = media.len();
         if len < 2 * PAGE {
