@@ -105,6 +105,69 @@ pub enum Fault {
     },
 }
 
+/// What the fault does and where, offsets and oids in hex as `pgl info` and errors print
+/// them: `8 random bytes at byte 20 of object 0x340150 (seed 3)`.
+impl core::fmt::Display for Fault {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            Fault::Scribble { offset, len, seed } => {
+                write!(
+                    f,
+                    "{len} random bytes at pool offset {offset:#x} (seed {seed})"
+                )
+            }
+            Fault::BitFlips { offset, bits, seed } => write!(
+                f,
+                "{bits} flipped bits in the word at pool offset {:#x} (seed {seed})",
+                offset / 8 * 8
+            ),
+            Fault::ObjectScribble { oid, at, len, seed } => write!(
+                f,
+                "{len} random bytes at byte {at} of object {oid:#x} (from its header; seed \
+                 {seed})"
+            ),
+            Fault::MetadataScribble {
+                zone,
+                at,
+                len,
+                seed,
+            } => write!(
+                f,
+                "{len} random bytes at byte {at} of zone {zone}'s metadata (seed {seed})"
+            ),
+            Fault::LaneScribble {
+                lane,
+                copy,
+                at,
+                len,
+                seed,
+            } => write!(
+                f,
+                "{len} random bytes at byte {at} of copy {copy} of redo lane {lane} (seed \
+                 {seed})"
+            ),
+            Fault::MediaError { offset } => write!(
+                f,
+                "a media error on the page at pool offset {:#x}",
+                offset / crate::geometry::PAGE * crate::geometry::PAGE
+            ),
+            Fault::SmashCanary { oid } => {
+                write!(f, "a smashed canary of object {oid:#x}'s micro-buffer")
+            }
+            Fault::HeaderScribble {
+                copy,
+                at,
+                len,
+                seed,
+            } => write!(
+                f,
+                "{len} random bytes at byte {at} of copy {copy} of the pool header (seed \
+                 {seed})"
+            ),
+        }
+    }
+}
+
 /// A splitmix64 step: the random bytes of faults.
 fn next(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);

@@ -259,7 +259,7 @@ fn inject(file: &Path, fault: &FaultArg, seed: u64) -> Result<String> {
     let pool = Pool::open_any(file)?;
     let f = fault.fault(seed);
     pool.inject(&f)?;
-    Ok(format!("injected {f:?} into {}\n", file.display()))
+    Ok(format!("injected {f} into {}\n", file.display()))
 }
 
 /// Arguments of `pgl create`. Unset values take `pgl::Config`'s defaults.
