@@ -732,16 +732,21 @@ fn check(file: &Path) -> Result<(String, bool)> {
             // `check` has not tried: say what was found, and (below) how to repair it.
             Error::ChecksumMismatch {
                 type_id,
+                ref type_name,
                 size,
                 stored,
                 computed,
                 ..
             } => {
+                let named = match type_name {
+                    Some(n) => format!("`{n}`, "),
+                    None => String::new(),
+                };
                 let _ = writeln!(
                     out,
-                    "    {off:#x}: checksum mismatch (type id {type_id:#010x}, {size} bytes): \
-                     stored {stored:#010x}, computed {computed:#010x}; changed outside a \
-                     transaction (a scribble or a media error)"
+                    "    {off:#x}: checksum mismatch ({named}type id {type_id:#010x}, {size} \
+                     bytes): stored {stored:#010x}, computed {computed:#010x}; changed \
+                     outside a transaction (a scribble or a media error)"
                 );
             }
             e => {
