@@ -171,3 +171,103 @@ fn a_pool_open_already_is_not_opened_again() {
     drop(pool);
     std::fs::remove_file(&path).unwrap();
 }
+
+/// `grow` adds zones to a pool other threads are allocating from, writing to and freeing
+/// in: none of their objects is lost or damaged, the new zones take allocations, and
+/// parity and checksums verify after, and after reopening.
+#[test]
+fn a_pool_grows_while_threads_allocate_from_it() {
+    let path = tmp("grow-live");
+    let mut cfg = Config::small("grow-live");
+    cfg.lanes = 4;
+    cfg.size = cfg.geometry().pool_size(1);
+    cfg.max_size = cfg.geometry().pool_size(8);
+    let pool = Pool::create(&path, &cfg).unwrap();
+    let zone = cfg.geometry().pool_size(2) - cfg.geometry().pool_size(1);
+    let start = pool.size();
+    const THREADS: u64 = 3;
+    const PER_THREAD: u64 = 200; // 3 × 200 × 1 KiB: more than the first zone holds
+    let kept: Vec<Vec<(Oid<[u64; 128]>, u64)>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let pool = pool.clone();
+                s.spawn(move || {
+                    let mut mine = Vec::new();
+                    let mut i = 0;
+                    while (mine.len() as u64) < PER_THREAD {
+                        let tag = t << 32 | i;
+                        match pool.tx(|tx| tx.alloc([tag; 128])) {
+                            Ok(o) => mine.push((o, tag)),
+                            // The grower has not caught up yet: try again.
+                            Err(Error::PoolFull { .. }) => {
+                                std::thread::yield_now();
+                                continue;
+                            }
+                            Err(e) => panic!("thread {t}: {e}"),
+                        }
+                        // Every third object is overwritten, every fifth freed again.
+                        if i % 3 == 0 {
+                            if let Some(&(o, _)) = mine.last() {
+                                pool.tx(|tx| {
+                                    tx.open(o)?[1] = !tag;
+                                    Ok(())
+                                })
+                                .unwrap();
+                                mine.last_mut().unwrap().1 = !tag;
+                            }
+                        }
+                        if i % 5 == 4 {
+                            let (o, _) = mine.pop().unwrap();
+                            pool.tx(|tx| tx.free(o)).unwrap();
+                        }
+                        i += 1;
+                    }
+                    mine
+                })
+            })
+            .collect();
+        let mut zones = 1;
+        while !workers.iter().all(|w| w.is_finished()) {
+            if pool.free_bytes() < zone / 2 && zones < 8 {
+                zones += 1;
+                pool.grow(cfg.geometry().pool_size(zones)).unwrap();
+            }
+            std::thread::yield_now();
+        }
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    let grown = (pool.size() - start) / zone;
+    assert!(
+        grown >= 2,
+        "grew by {grown} zone(s): the test proves little"
+    );
+    let check = |pool: &Pool| {
+        for (t, mine) in kept.iter().enumerate() {
+            for &(o, tag) in mine {
+                let got = pool.get(o).unwrap();
+                let first = if tag >> 63 == 1 { !tag } else { tag };
+                assert_eq!(
+                    (got[0], got[1], got[127]),
+                    (first, tag, first),
+                    "thread {t}"
+                );
+            }
+        }
+        assert!(pool.verify_objects(|_, _| {}).unwrap().is_empty());
+        assert_eq!(pool.verify_parity().unwrap(), Vec::<u64>::new());
+    };
+    check(&pool);
+    let above = kept
+        .iter()
+        .flatten()
+        .filter(|(o, _)| o.raw() >= start)
+        .count();
+    assert!(above > 0, "no object landed in a new zone");
+    let size = pool.size();
+    drop(pool);
+    let pool = Pool::open(&path, "grow-live").unwrap();
+    assert_eq!(pool.size(), size);
+    check(&pool);
+    drop(pool);
+    std::fs::remove_file(&path).unwrap();
+}
