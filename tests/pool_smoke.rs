@@ -177,8 +177,19 @@ fn a_pool_open_already_is_not_opened_again() {
 /// parity and checksums verify after, and after reopening.
 #[test]
 fn a_pool_grows_while_threads_allocate_from_it() {
-    let path = tmp("grow-live");
-    let mut cfg = Config::small("grow-live");
+    grow_under_load("grow-live", pgl::VerifyPolicy::default());
+}
+
+/// The same with the background scrubber running every 50 transactions: it verifies
+/// zones while new ones are added.
+#[test]
+fn a_pool_grows_while_threads_allocate_and_a_scrubber_runs() {
+    grow_under_load("grow-scrub", pgl::VerifyPolicy::Scrub { every_n_tx: 50 });
+}
+
+fn grow_under_load(name: &str, verify: pgl::VerifyPolicy) {
+    let path = tmp(name);
+    let mut cfg = Config::small(name).verify(verify);
     cfg.lanes = 4;
     cfg.size = cfg.geometry().pool_size(1);
     cfg.max_size = cfg.geometry().pool_size(8);
@@ -236,6 +247,19 @@ fn a_pool_grows_while_threads_allocate_from_it() {
         }
         workers.into_iter().map(|w| w.join().unwrap()).collect()
     });
+    if verify != pgl::VerifyPolicy::default() {
+        // Wait for one scrub over the grown pool at least (a few transactions more).
+        let t = std::time::Instant::now();
+        while pool.stats().scrubs < 2 && t.elapsed().as_secs() < 30 {
+            let (o, _) = kept[0][0];
+            pool.tx(|tx| {
+                tx.open(o)?[2] += 1;
+                Ok(())
+            })
+            .unwrap();
+        }
+        assert!(pool.stats().scrubs >= 2, "{:?}", pool.stats());
+    }
     let grown = (pool.size() - start) / zone;
     assert!(
         grown >= 2,
@@ -265,7 +289,7 @@ fn a_pool_grows_while_threads_allocate_from_it() {
     assert!(above > 0, "no object landed in a new zone");
     let size = pool.size();
     drop(pool);
-    let pool = Pool::open(&path, "grow-live").unwrap();
+    let pool = Pool::open(&path, name).unwrap();
     assert_eq!(pool.size(), size);
     check(&pool);
     drop(pool);
