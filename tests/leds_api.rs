@@ -437,10 +437,10 @@ fn reset_refuses_a_pool_that_is_open() {
     let cfg = Config::small("reset-open");
     let o = pool.tx(|tx| tx.alloc(7u64)).unwrap();
     match Pool::reset(&path, &cfg) {
-        Err(e @ Error::Io { .. }) => {
-            assert!(e.to_string().contains("the pool is open"), "{e}")
+        Err(e @ Error::AlreadyOpen { what: "pool", .. }) => {
+            assert!(e.to_string().contains("before resetting"), "{e}")
         }
-        other => panic!("expected Io (pool open), got {:?}", other.map(drop)),
+        other => panic!("expected AlreadyOpen, got {:?}", other.map(drop)),
     }
     assert_eq!(*pool.get(o).unwrap(), 7, "the open pool is untouched");
     drop(pool);

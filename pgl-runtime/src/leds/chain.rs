@@ -216,7 +216,8 @@ impl<'p> Tx<'p> {
     pub fn copy_ext<T: Extendible>(&self, oid: Oid<T>) -> Result<Oid<T>> {
         drop(self.get(oid).map_err(|e| in_part::<T>(e, 0))?);
         let (_, base) = self.object_bytes(oid.raw())?;
-        let chain = self.tail(oid.raw(), T::TYPE_ID, &base)?;
+        let link = crate::tx::link_at_end(&base).unwrap_or(0);
+        let chain = self.tail(oid.raw(), T::TYPE_ID, link)?;
         let mut next = 0;
         for (_, type_id, mut bytes) in chain.into_iter().rev() {
             ExtLink::set_at_end_of(&mut bytes, next);

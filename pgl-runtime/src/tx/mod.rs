@@ -25,7 +25,7 @@ pub(crate) use recovery::{clear_dirty_zones, dirty_zones, recover, repair_lanes,
 pub use registry::TypeInfo;
 pub(crate) use registry::{list as list_types, TypeCache};
 pub(crate) use repair::{repairable, Outcome, RepairCounters};
-pub(crate) use tail::TAIL_LINK;
+pub(crate) use tail::{link_at_end, TAIL_LINK};
 pub use tx::Tx;
 pub(crate) use tx::{
     check_is, enter_detached, get, in_tx, leave_detached, read_lock, run, stripe_of, try_repair,

@@ -64,17 +64,16 @@ pub(crate) fn keep_link(buf: &mut Buffer) {
 }
 
 impl<'p> Tx<'p> {
-    /// The tail of the object at `owner`, of type id `owner_type`, whose payload is
-    /// `bytes`: `(offset, type id, bytes)` of each object, in order, each verified like any
-    /// read and checked to be the owner's next extension group.
+    /// The tail of the object at `owner`, of type id `owner_type`, whose link is `link`:
+    /// `(offset, type id, bytes)` of each object, in order, each verified like any read
+    /// and checked to be the owner's next extension group.
     pub(crate) fn tail(
         &self,
         owner: u64,
         owner_type: u32,
-        bytes: &[u8],
+        mut link: u64,
     ) -> Result<Vec<(u64, u32, Vec<u8>)>> {
         let mut out: Vec<(u64, u32, Vec<u8>)> = Vec::new();
-        let mut link = link_at_end(bytes).unwrap_or(0);
         while link != 0 {
             if out.len() >= MAX_TAIL || link == owner || out.iter().any(|(o, _, _)| *o == link) {
                 return Err(Error::Corrupt {

@@ -558,34 +558,63 @@ impl<'p> Tx<'p> {
     /// extension groups).
     pub fn free<T: Persistent>(&self, oid: Oid<T>) -> Result<()> {
         let off = oid.raw();
-        // The tail is found first (it is read through the owner) and freed last, once the
-        // owner's own checks passed: an error never leaves an owner linking freed groups.
-        let tail = if T::__OWNS_TAIL {
-            let owner = self.get(oid)?;
-            let bytes = crate::persistent::bytes_of(&*owner);
-            if super::tail::link_at_end(bytes).unwrap_or(0) == 0 {
-                Vec::new()
-            } else {
-                self.tail(off, T::TYPE_ID, bytes)?
+        // The owner is vetted (and write-locked) first, its tail found next, and only then
+        // is anything freed: an error never leaves an owner linking freed groups.
+        let (buffered, link) = {
+            let mut guard = self.st.borrow_mut();
+            let st = &mut *guard;
+            match self.buffer_of::<T>(st, off)? {
+                Some(b) => {
+                    // SAFETY: see `buffered`; only the borrow flag and payload are read.
+                    let buf = unsafe { b.as_ref() };
+                    if buf.borrow != 0 {
+                        return Err(Error::AlreadyBorrowed { offset: off });
+                    }
+                    let link = super::tail::link_at_end(buf.payload()).unwrap_or(0);
+                    (Some(b), link)
+                }
+                None => {
+                    self.vet_unbuffered(st, off, |h, capacity| {
+                        Self::check_type::<T>(off, h, capacity).map(|()| T::TYPE_ID)
+                    })?;
+                    (None, self.stored_link::<T>(off))
+                }
             }
+        };
+        let tail = if T::__OWNS_TAIL && link != 0 {
+            self.tail(off, T::TYPE_ID, link)?
         } else {
             Vec::new()
         };
         {
             let mut guard = self.st.borrow_mut();
             let st = &mut *guard;
-            match self.buffer_of::<T>(st, off)? {
+            match buffered {
                 // SAFETY: see `open`.
                 Some(mut b) => self.free_buffered(st, off, unsafe { b.as_mut() })?,
-                None => self.free_unbuffered(st, off, |h, capacity| {
-                    Self::check_type::<T>(off, h, capacity).map(|()| T::TYPE_ID)
-                })?,
+                None => self.record_free(st, off, T::TYPE_ID)?,
             }
         }
         for (group, _, _) in tail {
             self.free_raw(group)?;
         }
         Ok(())
+    }
+
+    /// The link that ends the stored `T` at `off` (0 if `T` owns no tail), which this
+    /// transaction has vetted and write-locked.
+    fn stored_link<T: Persistent>(&self, off: u64) -> u64 {
+        if !T::__OWNS_TAIL {
+            return 0;
+        }
+        let Some(at) = core::mem::size_of::<T>().checked_sub(super::tail::TAIL_LINK) else {
+            return 0;
+        };
+        let mut b = [0u8; super::tail::TAIL_LINK];
+        // SAFETY: inside the payload of a located object of type T (its size checked), under
+        // this transaction's write lock.
+        unsafe { self.eng.media.read(off + at as u64, &mut b) };
+        u64::from_le_bytes(b)
     }
 
     /// Frees the object at `off`, which this transaction has buffered as `buf`.
@@ -603,18 +632,23 @@ impl<'p> Tx<'p> {
         Ok(())
     }
 
-    /// Frees the object at `off`, which this transaction has not touched yet: takes its
-    /// write lock, lets `check` vet its header (it returns the type id to record), and
-    /// records the free in a new buffer.
-    fn free_unbuffered(
+    /// Vets the object at `off`, which this transaction has not touched yet, for a free:
+    /// takes its write lock and lets `check` vet its header (it returns the type id to
+    /// record).
+    fn vet_unbuffered(
         &self,
         st: &mut TxState<'p>,
         off: u64,
         check: impl FnOnce(&ObjectHeader, u64) -> Result<u32>,
-    ) -> Result<()> {
+    ) -> Result<u32> {
         self.lock(st, off, Held::Write)?;
         let place = self.eng.heap.locate(off)?;
-        let type_id = check(&self.header(off), place.capacity)?;
+        check(&self.header(off), place.capacity)
+    }
+
+    /// Records the free of the object at `off` of type `type_id`, vetted by
+    /// `vet_unbuffered`, in a new buffer.
+    fn record_free(&self, st: &mut TxState<'p>, off: u64, type_id: u32) -> Result<()> {
         let f = self.eng.heap.free(off, &mut st.lane.scratch.meta, true)?;
         st.lane.scratch.frees.push(f);
         self.new_buffer(st, off, 0, type_id, BufKind::Freed);
@@ -660,15 +694,18 @@ impl<'p> Tx<'p> {
         match self.buffered(st, off)? {
             // SAFETY: see `open`.
             Some(mut b) => self.free_buffered(st, off, unsafe { b.as_mut() }),
-            None => self.free_unbuffered(st, off, |h, capacity| {
-                if h.size > capacity {
-                    return Err(Error::invalid_oid(
-                        off,
-                        "its header gives an impossible size",
-                    ));
-                }
-                Ok(h.type_id)
-            }),
+            None => {
+                let type_id = self.vet_unbuffered(st, off, |h, capacity| {
+                    if h.size > capacity {
+                        return Err(Error::invalid_oid(
+                            off,
+                            "its header gives an impossible size",
+                        ));
+                    }
+                    Ok(h.type_id)
+                })?;
+                self.record_free(st, off, type_id)
+            }
         }
     }
 
