@@ -164,8 +164,11 @@ fn new_objects_verify(
 /// Makes the two copies of every lane equal again, rewriting a copy that differs (a
 /// scribble, a media error, a write a crash tore) from the better one: the one whose record
 /// verifies with the newer sequence number, else the one with the newer valid retire mark,
-/// else copy A. Returns the number of copies rewritten (flushed; durable at the caller's
-/// next fence). Run it after `recover`, which reads the best of both copies anyway.
+/// else copy A. The rewritten lane keeps the newer valid retire mark of the two copies and
+/// the dirty-zone bits of both: a crash that tore one copy's mark may have left the record
+/// whole in that copy only, and a record recovery found retired must stay retired. Returns
+/// the number of copies rewritten (flushed; durable at the caller's next fence). Run it
+/// after `recover`, which reads the best of both copies anyway.
 pub(crate) fn repair_lanes(media: &Media, geo: &Geometry) -> u64 {
     let mut fixed = 0;
     for lane in 0..geo.lanes {
@@ -182,14 +185,31 @@ pub(crate) fn repair_lanes(media: &Media, geo: &Geometry) -> u64 {
                 record::retired(bytes),
             )
         };
-        let (good, bad) = if key(b) > key(a) { (1, 0) } else { (0, 1) };
-        let src = lane_bytes(media, geo, lane, good).to_vec();
-        let off = geo.lane_offset(lane, bad);
-        // SAFETY: lane copy `bad` lies inside the pool; nothing else writes lanes while the
-        // pool opens.
-        unsafe { media.write(off, &src) };
-        media.flush(off, geo.lane_size);
-        fixed += 1;
+        let mut want = if key(b) > key(a) { b } else { a }.to_vec();
+        let marked = if record::retired(b) > record::retired(a) {
+            b
+        } else {
+            a
+        };
+        let mark = RETIRED_OFFSET..RETIRED_OFFSET + 16;
+        want[mark.clone()].copy_from_slice(&marked[mark]);
+        let dirty = record::DIRTY_OFFSET..record::DIRTY_OFFSET + record::DIRTY_BYTES;
+        let both = a[dirty.clone()].iter().zip(&b[dirty.clone()]);
+        for (w, (x, y)) in want[dirty].iter_mut().zip(both) {
+            *w = x | y;
+        }
+        for copy in 0..2 {
+            if *lane_bytes(media, geo, lane, copy) == want[..] {
+                continue;
+            }
+            let off = geo.lane_offset(lane, copy);
+            // SAFETY: lane copy `copy` lies inside the pool; nothing else writes lanes while
+            // the pool opens. (A crash meanwhile leaves the copy whose mark is kept with its
+            // mark words as they were.)
+            unsafe { media.write(off, &want) };
+            media.flush(off, geo.lane_size);
+            fixed += 1;
+        }
     }
     fixed
 }
@@ -237,5 +257,73 @@ pub(crate) fn clear_dirty_zones(media: &Media, geo: &Geometry) {
             unsafe { media.write(off, &[0u8; record::DIRTY_BYTES]) };
             media.flush(off, record::DIRTY_BYTES as u64);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::persist::CrashSim;
+
+    /// Media holding the lanes and one zone of the small test geometry, all zero.
+    fn media() -> (Media, Geometry, u64) {
+        let geo = crate::Config::small("recovery").geometry();
+        let len = geo.pool_size(1);
+        let sim = CrashSim::new(len);
+        sim.set_len(len);
+        (Media::sim(sim), geo, len)
+    }
+
+    /// Writes `bytes` at offset `at` of lane `lane`, copy `copy`.
+    fn put(media: &Media, geo: &Geometry, lane: u64, copy: u64, at: usize, bytes: &[u8]) {
+        // SAFETY: inside the lane copy; the test owns the media.
+        unsafe { media.write(geo.lane_offset(lane, copy) + at as u64, bytes) };
+    }
+
+    /// A lane copy holding a record with sequence number `seq` writing `v` at `off`.
+    fn sealed(geo: &Geometry, seq: u64, off: u64, v: u64) -> Vec<u8> {
+        let mut lane = vec![0u8; geo.lane_size as usize];
+        let mut w = record::RecordWriter::new(&mut lane);
+        assert!(w.push(off, &v.to_le_bytes()));
+        w.seal(seq);
+        lane
+    }
+
+    #[test]
+    fn repaired_lanes_keep_the_newest_retire_mark_and_every_dirty_bit() {
+        // A crash while the lane's next record was written over copy B: B's record is torn
+        // but its retire mark of record 5 reached media; copy A still holds record 5 whole
+        // and its retire mark is torn (the seq word is new, the check word old).
+        let (media, geo, len) = media();
+        let target = geo.zones_offset() + 4096;
+        let mut a = sealed(&geo, 5, target, 0xaaaa);
+        a[..8].copy_from_slice(&5u64.to_le_bytes());
+        a[8..16].copy_from_slice(&record::retire_mark(4)[8..]);
+        a[record::DIRTY_OFFSET] = 0b01;
+        let mut b = sealed(&geo, 6, target, 0xbbbb);
+        b[record::ENTRIES_OFFSET] ^= 1;
+        b[..16].copy_from_slice(&record::retire_mark(5));
+        b[record::DIRTY_OFFSET] = 0b10;
+        put(&media, &geo, 0, 0, 0, &a);
+        put(&media, &geo, 0, 1, 0, &b);
+
+        let rec = recover(&media, &geo, len).unwrap();
+        assert_eq!((rec.replayed, rec.max_seq), (0, 5), "record 5 is retired");
+        let fixed = repair_lanes(&media, &geo);
+        // SAFETY: the target word lies in the zone; the test owns the media.
+        let word = || unsafe { media.read_u64(target) };
+        for copy in 0..2 {
+            let l = lane_bytes(&media, &geo, 0, copy);
+            assert_eq!(record::retired(l), 5, "copy {copy} lost the retire mark");
+            assert_eq!(record::decode(l).map(|r| r.seq), Some(5));
+        }
+        assert!(zone_is_dirty(&dirty_zones(&media, &geo), 0));
+        assert!(zone_is_dirty(&dirty_zones(&media, &geo), 1));
+        assert_eq!(fixed, 2, "both copies took the other's mark or dirty bits");
+        // The next open replays nothing: record 5 must never run again over newer data.
+        // SAFETY: as above.
+        unsafe { media.write(target, &7u64.to_le_bytes()) };
+        assert_eq!(recover(&media, &geo, len).unwrap().replayed, 0);
+        assert_eq!(word(), 7);
     }
 }
