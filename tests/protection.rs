@@ -4,7 +4,8 @@
 
 mod support;
 
-use pgl::{Config, Fault, Oid, Pool};
+use pgl::{Config, CrashSim, Fault, Oid, Pool};
+use std::sync::{Arc, Mutex};
 
 fn path(name: &str) -> std::path::PathBuf {
     let p = support::test_dir().join(format!("pgl-protection-{name}-{}", std::process::id()));
@@ -67,6 +68,67 @@ fn without_lane_replication_a_stale_copy_b_never_replays() {
     assert_eq!(pool.stats().records_replayed, 0);
     drop(pool);
     std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
+fn without_lane_replication_torn_retire_marks_never_replay_copy_b() {
+    // Reopened without lane replication, copy B of the lane holds the record that set
+    // the root to 1 (retired), and commits write records to copy A alone while they
+    // store retire marks in both copies without flushing them. A crash while the fourth
+    // commit writes its record into copy A: both copies' marks torn (the seq word of the
+    // newest mark on media, its check word not), A's record torn. Recovery must not
+    // replay B's old record over the two commits acknowledged since.
+    let mut one = Config::small("torn-marks");
+    one.replicate_lanes = false;
+    let sim = CrashSim::new(one.max_size);
+    let pool = Pool::create_sim(&sim, &one).unwrap();
+    let root = pool.root::<[u64; 8]>().unwrap();
+    let set = |pool: &Pool, v: u64| {
+        pool.tx(|tx| {
+            tx.open(root)?[0] = v;
+            Ok(())
+        })
+        .unwrap()
+    };
+    set(&pool, 1);
+    drop(pool);
+    let pool = Pool::open_sim_with(&sim, &one).unwrap();
+    set(&pool, 2);
+    set(&pool, 3);
+    let first = Arc::new(Mutex::new(None));
+    let sink = first.clone();
+    sim.set_fence_hook(move |s: &CrashSim| {
+        sink.lock().unwrap().get_or_insert_with(|| s.crash_point());
+    });
+    set(&pool, 4);
+    sim.clear_fence_hook();
+    let geo = pool.info().header.geo;
+    drop(pool);
+    let cp = first.lock().unwrap().take().unwrap();
+    let (old, new) = (cp.image(|_| false), cp.image(|_| true));
+    let word = |off: u64| (off / 8) as usize;
+    // The lane whose copy A the fourth commit was writing its record into.
+    let lane = (0..geo.lanes)
+        .find(|&l| {
+            let seal = geo.lane_offset(l, 0) + 64;
+            old[word(seal)..word(seal + 64)] != new[word(seal)..word(seal + 64)]
+        })
+        .expect("a lane with a record being written");
+    let mut img = old.clone();
+    for copy in 0..2 {
+        let mark = word(geo.lane_offset(lane, copy));
+        assert_ne!(old[mark], new[mark], "copy {copy}'s retire mark is pending");
+        img[mark] = new[mark];
+    }
+    // Copy A: every pending word of the new record but the seal's first (its checksum and
+    // magic, at 64): a torn record.
+    let a = geo.lane_offset(lane, 0);
+    let torn = word(a + 72)..word(a + geo.lane_size);
+    img[torn.clone()].copy_from_slice(&new[torn]);
+    let dev = CrashSim::from_image(&img, sim.len(), sim.capacity());
+    let pool = Pool::open_sim_with(&dev, &one).unwrap();
+    assert_eq!(pool.get(root).unwrap()[0], 3, "the newest committed value");
+    assert_eq!(pool.stats().records_replayed, 0);
 }
 
 #[test]

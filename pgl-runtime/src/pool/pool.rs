@@ -515,11 +515,11 @@ impl Pool {
             tx::clear_dirty_zones(&media, &geo);
         }
         // Without lane replication (`Config::replicate_lanes`) commits leave copy B as it
-        // is here, after recovery: equal to A, its record retired. Recovery takes the
-        // newest valid record and the newest retire mark of either copy, so such a B never
-        // replays; and a B left by a crash (record newer than its own retire mark) must not
-        // outlive this open, lest a later damaged A let it replay.
-        let lane_repairs = tx::repair_lanes(&media, &geo);
+        // is here, after recovery: its retire mark equal to A's and no record, since both
+        // marks, stored unflushed, may tear together in a crash while A's record is being
+        // rewritten (`repair_lanes`). A B left by a crash (record newer than its own retire
+        // mark) must not outlive this open either, lest a later damaged A let it replay.
+        let lane_repairs = tx::repair_lanes(&media, &geo, config.replicate_lanes);
         media.fence();
         media.check()?;
         // NO_CHECKSUMS is durable before any commit leaves a checksum stale.

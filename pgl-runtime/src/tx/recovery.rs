@@ -166,17 +166,23 @@ fn new_objects_verify(
 /// verifies with the newer sequence number, else the one with the newer valid retire mark,
 /// else copy A. The rewritten lane keeps the newer valid retire mark of the two copies and
 /// the dirty-zone bits of both: a crash that tore one copy's mark may have left the record
-/// whole in that copy only, and a record recovery found retired must stay retired. Returns
-/// the number of copies rewritten (flushed; durable at the caller's next fence). Run it
-/// after `recover`, which reads the best of both copies anyway.
-pub(crate) fn repair_lanes(media: &Media, geo: &Geometry) -> u64 {
+/// whole in that copy only, and a record recovery found retired must stay retired.
+///
+/// Unless the lanes are `replicated` (`Config::replicate_lanes`), copy B is left with no
+/// record: commits then write records to copy A alone but store retire marks in both
+/// copies unflushed, so a crash can tear both marks at once, and a record kept in B, older
+/// than everything written since, would replay over it.
+///
+/// Returns the number of copies rewritten (flushed; durable at the caller's next fence).
+/// Run it after `recover`, which reads the best of both copies anyway.
+pub(crate) fn repair_lanes(media: &Media, geo: &Geometry, replicated: bool) -> u64 {
     let mut fixed = 0;
     for lane in 0..geo.lanes {
         let (a, b) = (
             lane_bytes(media, geo, lane, 0),
             lane_bytes(media, geo, lane, 1),
         );
-        if a == b {
+        if a == b && (replicated || record::decode(b).is_none()) {
             continue;
         }
         let key = |bytes: &[u8]| {
@@ -199,6 +205,9 @@ pub(crate) fn repair_lanes(media: &Media, geo: &Geometry) -> u64 {
             *w = x | y;
         }
         for copy in 0..2 {
+            if copy == 1 && !replicated {
+                record::unseal(&mut want);
+            }
             if *lane_bytes(media, geo, lane, copy) == want[..] {
                 continue;
             }
@@ -309,7 +318,7 @@ mod tests {
 
         let rec = recover(&media, &geo, len).unwrap();
         assert_eq!((rec.replayed, rec.max_seq), (0, 5), "record 5 is retired");
-        let fixed = repair_lanes(&media, &geo);
+        let fixed = repair_lanes(&media, &geo, true);
         // SAFETY: the target word lies in the zone; the test owns the media.
         let word = || unsafe { media.read_u64(target) };
         for copy in 0..2 {
@@ -325,5 +334,36 @@ mod tests {
         unsafe { media.write(target, &7u64.to_le_bytes()) };
         assert_eq!(recover(&media, &geo, len).unwrap().replayed, 0);
         assert_eq!(word(), 7);
+    }
+
+    #[test]
+    fn without_lane_replication_copy_b_keeps_no_record() {
+        // Commits write records to copy A alone, while retire marks go to both copies
+        // unflushed: a crash can tear both marks at once, and a record left in copy B,
+        // older than everything written since, must not be there to replay.
+        let (media, geo, len) = media();
+        let target = geo.zones_offset() + 4096;
+        let mut a = sealed(&geo, 5, target, 0xaaaa);
+        a[..16].copy_from_slice(&record::retire_mark(5));
+        put(&media, &geo, 0, 0, 0, &a);
+        put(&media, &geo, 0, 1, 0, &a);
+        assert_eq!(recover(&media, &geo, len).unwrap().replayed, 0);
+        assert_eq!(repair_lanes(&media, &geo, true), 0, "equal copies stay");
+        assert_eq!(repair_lanes(&media, &geo, false), 1);
+        let (a, b) = (
+            lane_bytes(&media, &geo, 0, 0),
+            lane_bytes(&media, &geo, 0, 1),
+        );
+        assert_eq!(record::decode(a).map(|r| r.seq), Some(5));
+        assert_eq!(record::decode(b), None);
+        assert_eq!((record::retired(a), record::retired(b)), (5, 5));
+        assert_eq!(repair_lanes(&media, &geo, false), 0, "nothing left to do");
+        // Both marks torn and copy A's record torn (the next one half written over it):
+        // nothing replays.
+        for copy in 0..2 {
+            put(&media, &geo, 0, copy, 0, &9u64.to_le_bytes());
+        }
+        put(&media, &geo, 0, 0, record::ENTRIES_OFFSET, &[0xff; 8]);
+        assert_eq!(recover(&media, &geo, len).unwrap().replayed, 0);
     }
 }
