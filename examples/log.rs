@@ -8,6 +8,9 @@
 //! directory. Each run appends 1,000 events from four threads under the Frequency(8)
 //! force policy, forces, and reclaims all but the newest 10,000 events. Kill it at any
 //! point: the next run recovers every forced event and nothing after a hole.
+//!
+//! It prints what recovery found, then the forces this run made and their window: the
+//! events a force made durable at once (completed, not yet durable when it began).
 
 use pgl::log::{ForcePolicy, Log, LogConfig};
 use std::path::PathBuf;
@@ -26,11 +29,14 @@ fn main() -> pgl::Result<()> {
     };
     let r = log.recovery();
     println!(
-        "{}: {} events recovered (LSNs {}..{}){}",
+        "{}: {} events recovered{}{}",
         path.display(),
         r.records,
-        r.start_lsn,
-        r.next_lsn,
+        if r.records > 0 {
+            format!(" (LSNs {} to {})", r.start_lsn, r.next_lsn - 1)
+        } else {
+            String::new()
+        },
         match &r.torn {
             Some(t) => format!(", a torn event at LSN {} dropped", t.lsn),
             None => String::new(),
