@@ -28,8 +28,16 @@
 //!
 //! NVMM bytes are what the pool wrote to media, in place and to redo records
 //! (`stats().bytes_written + bytes_logged`): Manual's are the migration's, LEDS's the
-//! difference between its run and the native run. Times are the fastest of the repetitions
-//! (this machine's noise only ever adds time).
+//! difference between its run and the native run (negative where it wrote less: with an
+//! added field the v1 program never reads, nothing is upgraded and the nodes stay smaller
+//! than the native ones). `fewer` is
+//! `Manual B / LEDS B` (`all`: LEDS wrote nothing more than the native run); `upgraded`
+//! is the share of nodes P-Auto upgraded. Times are the fastest of the repetitions (this
+//! machine's noise only ever adds time).
+//!
+//! The run ends with the targets set for this experiment, each marked `met` or `MISSED`
+//! by this run's figures. Small `PGL_LEDS_N` or `PGL_LEDS_RUNS` make the times (a few
+//! milliseconds) mostly noise, and the timed verdicts with them.
 //!
 //! Environment: `PGL_BENCH_DIR` (default /dev/shm), `PGL_LEDS_N` (keys, default 20000),
 //! `PGL_LEDS_RUNS` (repetitions, default 5), `PGL_BENCH_PARITY` (0: pools without zone
