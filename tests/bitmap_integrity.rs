@@ -283,6 +283,46 @@ fn scrub_reports_and_rebuilds_damaged_bitmap_words() {
     std::fs::remove_file(&p).unwrap();
 }
 
+/// A bitmap word damaged after the scrub checked the zone's metadata, before it checks
+/// the zone's parity: the frozen re-check finds it, and it is rebuilt from the parity
+/// that was kept (recomputing the column instead would make the damage permanent).
+#[test]
+fn a_bitmap_word_damaged_during_a_scrub_is_rebuilt_by_that_scrub() {
+    let p = path("scrub-late");
+    let pool = Pool::create(&p, &cfg(true)).unwrap();
+    let objs = fill(&pool, 40);
+    let w = word_of(&pool, objs[0].0.raw());
+    let sealed = read_u64(&p, w);
+    let mut injected = 0;
+    // Progress is reported as objects are verified: metadata was checked before.
+    let r = pool
+        .scrub(true, |done, total| {
+            if done == total && injected == 0 {
+                pool.inject(&Fault::BitFlips {
+                    offset: w,
+                    bits: 3,
+                    seed: 4,
+                })
+                .unwrap();
+                injected += 1;
+            }
+        })
+        .unwrap();
+    assert_eq!(injected, 1, "one fault injected during the scrub");
+    assert_eq!((r.bitmap_words_bad, r.bitmap_words_fixed), (1, 1), "{r:?}");
+    assert!(r.is_clean(), "{r:?}");
+    assert_eq!(read_u64(&p, w), sealed, "rebuilt byte-exact");
+    let again = pool.scrub(true, |_, _| {}).unwrap();
+    assert!(
+        again.is_clean() && again.bitmap_words_bad == 0 && again.parity_columns_bad == 0,
+        "{again:?}"
+    );
+    check(&pool, &objs);
+    println!("faults injected: 1, repaired by the scrub it hit: 1");
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
+
 /// What a pool opened over a bitmap word nothing could rebuild must do: open, with the
 /// word's run out of service; keep every object readable; never allocate under the word;
 /// report it (typed) where the word itself is needed; never write over it.
