@@ -645,35 +645,61 @@ fn check(file: &Path) -> Result<(String, bool)> {
         Err(e) => return Err(e),
     }
 
-    let mut parity_kept = true;
-    match pool.verify_parity() {
-        Ok(bad) if bad.is_empty() => {
-            let _ = writeln!(out, "  parity    consistent in every zone");
-        }
-        Ok(bad) => {
-            problems += bad.len() as u64;
-            let _ = writeln!(
-                out,
-                "  parity    {} page(s) disagree with their rows: {}",
-                bad.len(),
-                bad.iter()
-                    .map(|o| format!("{o:#x}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
-        Err(Error::InvalidConfig { .. }) => {
-            parity_kept = false;
-            let _ = writeln!(out, "  parity    not kept by this pool");
-        }
+    // The parity line is written where it belongs once the objects are verified: a page
+    // that disagrees because an object in its column was damaged is that object's problem,
+    // not a second one.
+    let parity_at = out.len();
+    let bad_pages = match pool.verify_parity() {
+        Ok(bad) => Some(bad),
+        Err(Error::InvalidConfig { .. }) => None,
         Err(e) => return Err(e),
-    }
+    };
+    let parity_kept = bad_pages.is_some();
+    let parity_line = |damaged: &[(u64, Error)]| -> (String, u64) {
+        let Some(bad) = &bad_pages else {
+            return ("  parity    not kept by this pool\n".into(), 0);
+        };
+        if bad.is_empty() {
+            return ("  parity    consistent in every zone\n".into(), 0);
+        }
+        let info = pool.info();
+        let explained: Vec<u64> = damaged
+            .iter()
+            .flat_map(|(off, e)| {
+                let len = match e {
+                    Error::ChecksumMismatch { size, .. } => *size,
+                    _ => 8,
+                };
+                columns_parity(&info.header.geo, info.header.zones, *off, len)
+            })
+            .collect();
+        let alone = bad.iter().filter(|p| !explained.contains(p)).count() as u64;
+        let pages = bad
+            .iter()
+            .map(|o| format!("{o:#x}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let why = match alone {
+            0 => " (the page columns of the damaged objects below)".to_string(),
+            n if n == bad.len() as u64 => String::new(),
+            n => format!(" ({n} of them not explained by the damaged objects below)"),
+        };
+        (
+            format!(
+                "  parity    {} page(s) disagree with their rows: {pages}{why}\n",
+                bad.len()
+            ),
+            alone,
+        )
+    };
     // Bitmap words beyond repair are reported by verify_objects, which verifies the rest.
     let (total, hidden) = match pool.objects_with_damage() {
         Ok(l) => (l.objects.len() as u64, l.damaged_words().len() as u64),
         Err(e) if is_damage(&e) => {
+            let (line, n) = parity_line(&[]);
+            out.insert_str(parity_at, &line);
             let _ = writeln!(out, "  heap      FAILED: {e}");
-            let _ = writeln!(out, "result: {} problem(s)", problems + 1);
+            let _ = writeln!(out, "result: {} problem(s)", problems + n + 1);
             return Ok((out, true));
         }
         Err(e) => return Err(e),
@@ -702,7 +728,9 @@ fn check(file: &Path) -> Result<(String, bool)> {
                 "  objects   {total}; checksums not kept by this pool: none verified"
             );
             // Without checksums nothing else reports the bitmap words.
-            problems += hidden;
+            let (line, n) = parity_line(&[]);
+            out.insert_str(parity_at, &line);
+            problems += hidden + n;
             let verdict = if problems == 0 {
                 "result: clean (as far as parity tells)".to_string()
             } else {
@@ -712,12 +740,17 @@ fn check(file: &Path) -> Result<(String, bool)> {
             return Ok((out, problems > 0));
         }
         Err(e) if is_damage(&e) => {
+            let (line, n) = parity_line(&[]);
+            out.insert_str(parity_at, &line);
             let _ = writeln!(out, "  heap      FAILED: {e}");
-            let _ = writeln!(out, "result: {} problem(s)", problems + 1);
+            let _ = writeln!(out, "result: {} problem(s)", problems + n + 1);
             return Ok((out, true));
         }
         Err(e) => return Err(e),
     };
+    let (line, n) = parity_line(&bad);
+    out.insert_str(parity_at, &line);
+    problems += n;
     // Bitmap words that hide their blocks are not among the objects checked.
     let (words, objects): (Vec<_>, Vec<_>) = bad
         .iter()
@@ -767,6 +800,22 @@ fn check(file: &Path) -> Result<(String, bool)> {
         let _ = writeln!(out, "result: {problems} problem(s)");
     }
     Ok((out, problems > 0))
+}
+
+/// The parity pages of the page columns that the `len` bytes at `off` lie in (an object's
+/// header included, or a bitmap word): where damage to them makes parity disagree.
+fn columns_parity(geo: &pgl::geometry::Geometry, zones: u64, off: u64, len: u64) -> Vec<u64> {
+    let page = pgl::geometry::PAGE;
+    let (from, to) = (off.saturating_sub(16), off.saturating_add(len));
+    let mut out = Vec::new();
+    for at in (from / page * page..to).step_by(page as usize) {
+        let Some(pos) = geo.locate(at.max(from), zones) else {
+            continue;
+        };
+        let col = (at.max(from) - geo.zone_offset(pos.zone)) % geo.row_size();
+        out.push(geo.parity_offset(pos.zone) + col / page * page);
+    }
+    out
 }
 
 /// The Adler-32 an object with this header and payload should carry (see
@@ -1062,6 +1111,30 @@ mod tests {
         assert!(parse_size("12Q").is_err());
         assert!(parse_size("M").is_err());
         assert!(parse_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn damage_is_traced_to_the_parity_pages_of_its_columns() {
+        let geo = Config::small("cols").geometry();
+        let (page, row) = (pgl::geometry::PAGE, geo.row_size());
+        let zone1 = geo.zone_offset(1);
+        // An object whose header and first 8 bytes lie in page 2 of row 1 of zone 1.
+        let off = zone1 + row + 2 * page + 64;
+        assert_eq!(
+            columns_parity(&geo, 2, off, 8),
+            vec![geo.parity_offset(1) + 2 * page]
+        );
+        // One that straddles a page boundary: both columns.
+        let off = zone1 + 3 * page - 8;
+        assert_eq!(
+            columns_parity(&geo, 2, off, 100),
+            vec![
+                geo.parity_offset(1) + 2 * page,
+                geo.parity_offset(1) + 3 * page
+            ]
+        );
+        // Outside the zones' data rows: no column.
+        assert!(columns_parity(&geo, 1, zone1 + 64, 8).is_empty());
     }
 
     #[test]
