@@ -662,9 +662,16 @@ fn errors_about_a_pools_contents_name_its_file_and_the_stored_type() {
     let msg = e.to_string();
     assert!(msg.starts_with(&format!("{}: ", path.display())), "{msg}");
     assert!(msg.contains("`tx_api::Reading`"), "{msg}");
-    // The same outside a transaction.
+    // The same outside a transaction, and through a nested `pool.tx` (whose boundary
+    // names the file but reads no registry inside the outer transaction: the outer one
+    // adds the name).
     let e = pool.get(wrong).map(|_| ()).unwrap_err();
     assert_eq!(e.pool_file(), Some(&*path), "{e}");
+    let e = pool
+        .tx(|_| pool.tx(|tx| tx.get(wrong).map(|_| ())))
+        .unwrap_err();
+    assert_eq!(e.pool_file(), Some(&*path), "{e}");
+    assert!(e.to_string().contains("`tx_api::Reading`"), "{e}");
 
     // An error of another pool, returned through this pool's transaction, keeps its own
     // file: a damaged object of `other` (which keeps no parity, so nothing rebuilds it).

@@ -399,6 +399,43 @@ pub enum Error {
     },
 }
 
+/// `$then` with `$file` bound to the `pool_file` of an error about a pool's contents (the
+/// variants that carry one), else `$else`: the one list of those variants.
+macro_rules! about_contents {
+    ($e:expr, $file:ident => $then:expr, $else:expr) => {
+        match $e {
+            Error::PoolFull {
+                pool_file: $file, ..
+            }
+            | Error::InvalidOid {
+                pool_file: $file, ..
+            }
+            | Error::TypeMismatch {
+                pool_file: $file, ..
+            }
+            | Error::LayoutMismatch {
+                pool_file: $file, ..
+            }
+            | Error::TooManyTypes {
+                pool_file: $file, ..
+            }
+            | Error::ChecksumMismatch {
+                pool_file: $file, ..
+            }
+            | Error::BitmapMismatch {
+                pool_file: $file, ..
+            }
+            | Error::Corrupt {
+                pool_file: $file, ..
+            }
+            | Error::RootType {
+                pool_file: $file, ..
+            } => $then,
+            _ => $else,
+        }
+    };
+}
+
 impl Error {
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
         Error::Io {
@@ -425,18 +462,7 @@ impl Error {
     /// The pool file this error is about, if it is about a pool's contents and has left
     /// the pool's API (errors about other files carry their own `path`).
     pub fn pool_file(&self) -> Option<&Path> {
-        match self {
-            Error::PoolFull { pool_file, .. }
-            | Error::InvalidOid { pool_file, .. }
-            | Error::TypeMismatch { pool_file, .. }
-            | Error::LayoutMismatch { pool_file, .. }
-            | Error::TooManyTypes { pool_file, .. }
-            | Error::ChecksumMismatch { pool_file, .. }
-            | Error::BitmapMismatch { pool_file, .. }
-            | Error::Corrupt { pool_file, .. }
-            | Error::RootType { pool_file, .. } => pool_file.as_deref(),
-            _ => None,
-        }
+        about_contents!(self, pool_file => pool_file.as_deref(), None)
     }
 
     /// Completes an error about a pool's contents as it leaves the pool's API: the pool
@@ -444,22 +470,13 @@ impl Error {
     /// id. What the error already says is kept: an error of another pool, returned from
     /// inside this pool's transaction, still names its own.
     pub(crate) fn in_pool(mut self, path: &Path, name_of: impl Fn(u32) -> Option<String>) -> Self {
-        match &mut self {
-            Error::PoolFull { pool_file, .. }
-            | Error::InvalidOid { pool_file, .. }
-            | Error::TypeMismatch { pool_file, .. }
-            | Error::LayoutMismatch { pool_file, .. }
-            | Error::TooManyTypes { pool_file, .. }
-            | Error::ChecksumMismatch { pool_file, .. }
-            | Error::BitmapMismatch { pool_file, .. }
-            | Error::Corrupt { pool_file, .. }
-            | Error::RootType { pool_file, .. } => {
-                if pool_file.is_some() {
-                    return self;
-                }
-                *pool_file = Some(path.to_owned());
-            }
-            _ => return self,
+        let fresh = about_contents!(
+            &mut self,
+            pool_file => pool_file.get_or_insert_with(|| path.to_owned()) == path,
+            false
+        );
+        if !fresh {
+            return self;
         }
         match &mut self {
             Error::TypeMismatch {
