@@ -565,12 +565,16 @@ impl<'p> Tx<'p> {
             let st = &mut *guard;
             match self.buffer_of::<T>(st, off)? {
                 Some(b) => {
-                    // SAFETY: see `buffered`; only the borrow flag and payload are read.
+                    // SAFETY: see `buffered`; only the borrow flag and (for an owner, whose
+                    // payload is always loaded) the payload are read.
                     let buf = unsafe { b.as_ref() };
                     if buf.borrow != 0 {
                         return Err(Error::AlreadyBorrowed { offset: off });
                     }
-                    let link = super::tail::link_at_end(buf.payload()).unwrap_or(0);
+                    let link = match T::__OWNS_TAIL {
+                        true => super::tail::link_at_end(buf.payload()).unwrap_or(0),
+                        false => 0,
+                    };
                     (Some(b), link)
                 }
                 None => {
