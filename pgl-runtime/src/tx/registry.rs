@@ -194,11 +194,15 @@ fn region(eng: &Engine) -> (u64, u64) {
 /// The committed entry count, read under the count word's metadata lock.
 fn committed_count(eng: &Engine) -> Result<u64> {
     let (count_word, _) = region(eng);
-    let n = eng.meta.with_word(count_word, || {
-        // SAFETY: a metadata word of zone 0, read under its metadata lock, which every
-        // commit that changes it holds.
-        unsafe { eng.media.read_u64(count_word) }
-    });
+    eng.meta.with_word(count_word, || count_locked(eng))
+}
+
+/// The committed entry count; call it holding the count word's metadata lock.
+fn count_locked(eng: &Engine) -> Result<u64> {
+    let (count_word, _) = region(eng);
+    // SAFETY: a metadata word of zone 0, read under its metadata lock (the caller's),
+    // which every commit that changes it holds.
+    let n = unsafe { eng.media.read_u64(count_word) };
     let cap = registry_capacity(&eng.geo);
     if n > cap {
         return Err(Error::Corrupt {
@@ -211,12 +215,15 @@ fn committed_count(eng: &Engine) -> Result<u64> {
     Ok(n)
 }
 
-/// Committed entry `i` (below the committed count, so no commit changes it).
+/// Committed entry `i` (below the committed count, so no commit changes it; a scrub may
+/// rewrite it from the other metadata copy, so read it holding a lane or the count
+/// word's metadata lock).
 fn entry(eng: &Engine, i: u64) -> Result<TypeInfo> {
     let off = region(eng).1 + i * REGISTRY_ENTRY;
     let mut e = [0u8; REGISTRY_ENTRY as usize];
     // SAFETY: inside zone 0's metadata chunk (i < capacity); entries below the committed
-    // count are never written again.
+    // count are never written by a commit, and the caller holds a lane or the count
+    // word's metadata lock, either of which keeps a scrub's rewrite of the chunk out.
     unsafe { eng.media.read(off, &mut e) };
     decode(&e).map_err(|detail| Error::Corrupt {
         what: "type registry entry",
@@ -317,18 +324,23 @@ pub(crate) fn check_in_tx<T: Persistent>(tx: &Tx<'_>) -> Result<()> {
 /// Checks `T` against the committed registry without registering it (reads and opens; a
 /// type with no entry, from a pool written before the registry, is accepted).
 pub(crate) fn check_outside<T: Persistent>(eng: &Engine) -> Result<()> {
-    let count = committed_count(eng)?;
-    if let Some(found) = find_committed::<T>(eng, 0, count)? {
-        verdict::<T>(&found)?;
+    if let Some(found) = list(eng)?.iter().find(|e| e.type_id == T::TYPE_ID) {
+        verdict::<T>(found)?;
         eng.types.insert(T::TYPE_ID, T::LAYOUT);
     }
     Ok(())
 }
 
-/// Every registered type, in registration order.
+/// Every registered type, in registration order. Read under the count word's metadata
+/// lock: outside a transaction nothing else keeps a scrub from rewriting zone 0's
+/// metadata (the registry with it) from its other copy meanwhile, and a scrub holds every
+/// metadata lock while it does.
 pub(crate) fn list(eng: &Engine) -> Result<Vec<TypeInfo>> {
-    let count = committed_count(eng)?;
-    (0..count).map(|i| entry(eng, i)).collect()
+    let (count_word, _) = region(eng);
+    eng.meta.with_word(count_word, || {
+        let count = count_locked(eng)?;
+        (0..count).map(|i| entry(eng, i)).collect()
+    })
 }
 
 #[cfg(test)]
