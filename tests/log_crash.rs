@@ -261,6 +261,16 @@ fn suite(policy: ForcePolicy, per_thread: u64) -> u64 {
                         // earlier one are durable: a force that returned.
                         p.forced.fetch_max(lsn, Ordering::SeqCst);
                     }
+                    // The policy's own forces: a Frequency leader returns with its record
+                    // and every earlier one durable, and whatever `durable_lsn` says (a
+                    // GroupCommit force by either thread included) must survive too.
+                    let durable = log.durable_lsn();
+                    if let ForcePolicy::Frequency(f) = policy {
+                        if lsn % u64::from(f) == 0 {
+                            assert!(durable >= lsn, "leader {lsn} returned at {durable}");
+                        }
+                    }
+                    p.forced.fetch_max(durable, Ordering::SeqCst);
                     if i % 4 == 3 {
                         log.force(lsn).unwrap();
                         p.forced.fetch_max(lsn, Ordering::SeqCst);
