@@ -127,6 +127,46 @@ fn a_corrupt_superline_copy_is_replaced_by_the_other() {
     }
 }
 
+/// A superline whose sequence number is at the 2^62 limit (only a forged file has one):
+/// opening would write one past it, which no later open could read. It is refused, and
+/// the file left as it was.
+#[test]
+fn a_log_at_the_sequence_limit_is_refused_not_left_unreadable() {
+    let f = TempLog::new("seqmax");
+    let cap = {
+        let log = Log::create(&f.0, LogConfig::new(8192).flush(FlushMode::None)).unwrap();
+        log.append(b"one").unwrap();
+        log.capacity()
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&f.0)
+        .unwrap();
+    for copy in 0..2 {
+        let at = format::super_offset(copy, cap);
+        let mut bytes = vec![0u8; format::SUPER_LEN];
+        file.seek(SeekFrom::Start(at)).unwrap();
+        file.read_exact(&mut bytes).unwrap();
+        let mut line = Superline::decode(&bytes).expect("both copies valid after a create");
+        line.seq = format::MAX_LSN;
+        file.seek(SeekFrom::Start(at)).unwrap();
+        file.write_all(&line.encode()).unwrap();
+    }
+    drop(file);
+    let before = std::fs::read(&f.0).unwrap();
+    for _ in 0..2 {
+        match Log::open_with(&f.0, Some(FlushMode::None)) {
+            Err(Error::NotALog { reason, .. }) => assert!(reason.contains("2^62"), "{reason}"),
+            other => panic!("expected NotALog, got {:?}", other.map(|_| ())),
+        }
+    }
+    assert!(
+        std::fs::read(&f.0).unwrap() == before,
+        "the refused open wrote"
+    );
+}
+
 #[test]
 fn both_superline_copies_bad_is_not_a_log() {
     let f = TempLog::new("superboth");

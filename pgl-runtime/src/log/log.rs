@@ -225,6 +225,14 @@ impl Log {
             ..
         } = lines;
         let next = report.next_lsn;
+        // The new superline must decode at the next open: its LSNs and sequence number stay
+        // within 2^62 (only a forged file gets near that many records).
+        if next > format::MAX_LSN || line.seq >= format::MAX_LSN {
+            return Err(not_a_log(format!(
+                "its records reach LSN {next} (sequence {}): past the 2^62 a log holds",
+                line.seq
+            )));
+        }
 
         // A new epoch: every LSN from `next` on must now carry it, so nothing left behind
         // the cut can ever be taken for a record again.
