@@ -193,9 +193,41 @@ impl FaultArg {
     }
 }
 
+/// What `slow` says while a pool opens: recovery and reconciling parity after a crash can
+/// take a while on a large pool.
+const OPENING: &str = "opening the pool (recovering it, if a crash interrupted it)";
+
+/// Runs `work`, with a spinner saying `msg` on standard error once it has taken a second
+/// (work that reports no progress of its own: opening a pool, walking a large heap).
+fn slow<R>(msg: &'static str, work: impl FnOnce() -> R) -> R {
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.set_message(msg);
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    let r = std::thread::scope(|s| {
+        let b = bar.clone();
+        s.spawn(move || {
+            if wait.recv_timeout(Duration::from_secs(1))
+                == Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+            {
+                b.set_draw_target(ProgressDrawTarget::stderr());
+                b.enable_steady_tick(Duration::from_millis(200));
+            }
+        });
+        let r = work();
+        drop(done);
+        r
+    });
+    bar.finish_and_clear();
+    r
+}
+
 /// `pgl scrub`: the report, and whether damage remains.
 fn scrub(file: &Path, repair: bool) -> Result<(String, bool)> {
-    let pool = Pool::open_any(file)?;
+    let pool = slow(OPENING, || Pool::open_any(file))?;
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
     bar.set_style(
         ProgressStyle::with_template("scrubbing {wide_bar} {pos}/{len} objects, {eta} left")
@@ -256,7 +288,7 @@ fn scrub(file: &Path, repair: bool) -> Result<(String, bool)> {
 
 /// `pgl inject`.
 fn inject(file: &Path, fault: &FaultArg, seed: u64) -> Result<String> {
-    let pool = Pool::open_any(file)?;
+    let pool = slow(OPENING, || Pool::open_any(file))?;
     let f = fault.fault(seed);
     pool.inject(&f)?;
     Ok(format!("injected {f} into {}\n", file.display()))
@@ -400,7 +432,7 @@ fn create(a: &CreateArgs) -> Result<String> {
 }
 
 fn info(file: &Path, list: bool) -> Result<String> {
-    let pool = Pool::open_any(file)?;
+    let pool = slow(OPENING, || Pool::open_any(file))?;
     let info = pool.info();
     let h = &info.header;
     let g = &h.geo;
@@ -438,7 +470,7 @@ fn info(file: &Path, list: bool) -> Result<String> {
         bytes(g.lane_size)
     );
 
-    let listing = pool.objects_with_damage()?;
+    let listing = slow("listing the objects", || pool.objects_with_damage())?;
     let hidden = listing.damaged_words();
     let objects = listing.objects;
     let mut by_type: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
@@ -575,7 +607,7 @@ fn migration_line(pool: &Pool) -> Result<Option<String>> {
 fn check(file: &Path) -> Result<(String, bool)> {
     let mut out = String::new();
     let _ = writeln!(out, "checking {}", file.display());
-    let pool = match Pool::open_any(file) {
+    let pool = match slow(OPENING, || Pool::open_any(file)) {
         Ok(p) => p,
         Err(e) if is_damage(&e) => {
             let _ = writeln!(out, "  open      FAILED: {e}");
@@ -868,7 +900,7 @@ fn hex_dump(out: &mut String, data: &[u8]) {
 }
 
 fn dump(file: &Path, oid: u64, max: Option<u64>) -> Result<String> {
-    let pool = Pool::open_any(file)?;
+    let pool = slow(OPENING, || Pool::open_any(file))?;
     let (h, data) = pool.read_object(oid)?;
     let mut out = String::new();
     let _ = writeln!(out, "object {oid:#x}");
@@ -929,7 +961,7 @@ fn log_problems(i: &Inspection) -> Vec<String> {
 }
 
 fn log_info(file: &Path) -> Result<String> {
-    let i = Inspection::open(file)?;
+    let i = slow("reading the log", || Inspection::open(file))?;
     let r = &i.report;
     let s = &i.superline;
     let mut out = String::new();
@@ -973,7 +1005,7 @@ fn log_info(file: &Path) -> Result<String> {
 }
 
 fn log_dump(file: &Path, from: Option<u64>, max: Option<usize>) -> Result<String> {
-    let i = Inspection::open(file)?;
+    let i = slow("reading the log", || Inspection::open(file))?;
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -1029,7 +1061,7 @@ fn log_dump(file: &Path, from: Option<u64>, max: Option<usize>) -> Result<String
 fn log_check(file: &Path) -> Result<(String, bool)> {
     let mut out = String::new();
     let _ = writeln!(out, "checking {}", file.display());
-    let i = match Inspection::open(file) {
+    let i = match slow("reading the log", || Inspection::open(file)) {
         Ok(i) => i,
         Err(e @ Error::NotALog { .. }) => {
             let _ = writeln!(out, "  open      FAILED: {e}");
@@ -1135,6 +1167,23 @@ mod tests {
         );
         // Outside the zones' data rows: no column.
         assert!(columns_parity(&geo, 1, zone1 + 64, 8).is_empty());
+    }
+
+    #[test]
+    fn slow_work_returns_its_value_whether_or_not_the_spinner_showed() {
+        assert_eq!(slow("fast", || 7), 7);
+        let t = Instant::now();
+        assert_eq!(
+            slow("slow", || {
+                std::thread::sleep(Duration::from_millis(1100));
+                8
+            }),
+            8
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "the spinner held it up"
+        );
     }
 
     #[test]
