@@ -416,7 +416,7 @@ fn create(a: &CreateArgs) -> Result<String> {
     set(&mut config.lanes, a.lanes);
     set(&mut config.lane_size, a.lane_size);
     config.preallocate = a.preallocate;
-    let pool = Pool::create(&a.file, &config)?;
+    let pool = slow("creating the pool", || Pool::create(&a.file, &config))?;
     let info = pool.info();
     let mut out = String::new();
     let _ = writeln!(out, "created {}", a.file.display());
