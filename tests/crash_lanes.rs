@@ -1,0 +1,286 @@
+//! Crash consistency of a stream of operations spread over two redo lanes, one at a time:
+//! each op runs on one of two worker threads, each bound to its own lane, chosen at random.
+//! A record a lane applied but whose retire mark is not durable must never replay over
+//! what the other lane committed since (the retire ordering of `tx/lane.rs`), whether the
+//! later commit is logged, direct (a lone bitmap word, no record) or makes new objects in
+//! blocks the older record wrote. Each op is explored as in `tests/crash_suite.rs`.
+//!
+//! `PGL_CRASH_STATES` raises the number of crash images checked (default 10,000).
+mod common;
+
+use common::crash::*;
+use pgl::{Oid, Pool};
+use std::sync::mpsc;
+
+type Job = Box<dyn FnOnce(&Pool) + Send>;
+
+/// A thread that runs jobs on its own redo lane (its lane hint, fixed by the order in
+/// which the two workers first take a lane).
+struct Worker {
+    jobs: Option<mpsc::Sender<(Job, mpsc::Sender<()>)>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Worker {
+    fn new(pool: &Pool) -> Worker {
+        let pool = pool.clone();
+        let (tx, rx) = mpsc::channel::<(Job, mpsc::Sender<()>)>();
+        let thread = std::thread::spawn(move || {
+            for (job, done) in rx {
+                job(&pool);
+                let _ = done.send(());
+            }
+        });
+        let w = Worker {
+            jobs: Some(tx),
+            thread: Some(thread),
+        };
+        // Takes its lane now: the next worker's first lane is the next one.
+        w.run(|pool| {
+            pool.tx(|_| Ok(())).expect("empty tx");
+        });
+        w
+    }
+
+    /// Runs `f` on the worker and waits for it.
+    fn run<R: Send + 'static>(&self, f: impl FnOnce(&Pool) -> R + Send + 'static) -> R {
+        let (rtx, rrx) = mpsc::channel();
+        let (dtx, drx) = mpsc::channel();
+        let job: Job = Box::new(move |pool| {
+            let _ = rtx.send(f(pool));
+        });
+        self.jobs
+            .as_ref()
+            .expect("worker alive")
+            .send((job, dtx))
+            .expect("send job");
+        drx.recv().expect("job done");
+        rrx.recv().expect("job result")
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        drop(self.jobs.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One op of the stream.
+fn step(run: &mut Run<'_>, workers: &[Worker; 2], lane: usize, orphans: &mut Vec<(u64, Vec<u8>)>) {
+    let w = &workers[lane];
+    let used = run.model.used();
+    let pick = run.rng.below(100);
+    if pick < 45 && !used.is_empty() {
+        // Overwrite a range of one object (or of two, in one transaction): the root is not
+        // touched, so two lanes' records meet only where they write the same objects.
+        let n = if run.rng.chance(250) && used.len() > 1 {
+            2
+        } else {
+            1
+        };
+        let mut parts = Vec::new();
+        for _ in 0..n {
+            let slot = run.rng.pick(&used);
+            if parts.iter().any(|&(s, _, _, _)| s == slot) {
+                continue;
+            }
+            let size = run.model.size(slot);
+            let at = run.rng.below(size);
+            let span = run.rng.pick(&[8, 64, 300, 5000]);
+            let end = run.rng.range(at + 1, size.min(at + 1 + span));
+            let data = run.rng.bytes(end - at);
+            let oid = slot_oid(&run.pool, run.root, slot);
+            parts.push((slot, oid, size, (at, data)));
+        }
+        let label = format!(
+            "lane {lane}: write {}",
+            parts
+                .iter()
+                .map(|(s, _, n, (at, d))| format!("slot {s} ({n} B) [{at}, {})", at + d.len()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        run.op("write", label, |_, _, m, _| {
+            let p = parts.clone();
+            w.run(move |pool| {
+                pool.tx(|tx| {
+                    for (_, oid, size, (at, data)) in &p {
+                        tx_write(tx, *oid, *size, *at, data)?;
+                    }
+                    Ok(())
+                })
+                .expect("write tx")
+            });
+            for (slot, _, _, (at, data)) in &parts {
+                m.write(*slot, *at, data);
+            }
+        });
+    } else if pick < 60 && used.len() < SLOTS - 2 {
+        let n = run.rng.pick(&[64, 64, 256, 1024, 4096, 16384]);
+        let slot = run.model.free_slot();
+        let data = run.rng.bytes(n);
+        let unzeroed = run.rng.chance(400);
+        let ranges: Vec<(usize, usize)> = (0..run.rng.below(3))
+            .map(|_| {
+                let a = run.rng.below(n);
+                (a, run.rng.range(a + 1, n))
+            })
+            .collect();
+        let label = format!(
+            "lane {lane}: alloc {n} B into slot {slot}{}",
+            if unzeroed {
+                format!(" (unzeroed, writes {ranges:?})")
+            } else {
+                String::new()
+            }
+        );
+        let root = run.root;
+        run.op("alloc", label, |_, _, m, _| {
+            let d = data.clone();
+            let r = w.run(move |pool| {
+                pool.tx(|tx| {
+                    let (o, c) = if unzeroed {
+                        tx_alloc_unzeroed(tx, &d, &ranges)?
+                    } else {
+                        (tx_alloc(tx, &d)?, d.clone())
+                    };
+                    tx_set_slot(tx, root, slot, o, false)?;
+                    Ok(c)
+                })
+            });
+            match r {
+                Ok(contents) => m.put(slot, contents),
+                // No room for a large object: nothing changed.
+                Err(pgl::Error::PoolFull { .. }) => {}
+                Err(e) => panic!("alloc tx: {e}"),
+            }
+        });
+    } else if pick < 75 && !used.is_empty() {
+        let slot = run.rng.pick(&used);
+        let size = run.model.size(slot);
+        let oid = slot_oid(&run.pool, run.root, slot);
+        let root = run.root;
+        run.op(
+            "free",
+            format!("lane {lane}: free slot {slot} ({size} B)"),
+            |_, _, m, _| {
+                w.run(move |pool| {
+                    pool.tx(|tx| {
+                        tx_free(tx, oid, size)?;
+                        tx_set_slot(tx, root, slot, 0, false)
+                    })
+                    .expect("free tx")
+                });
+                m.take(slot);
+            },
+        );
+    } else if pick < 88 {
+        // An allocation stored nowhere: from an existing run, a direct commit (no record).
+        let n = run.rng.pick(&[64, 256]);
+        let data = run.rng.bytes(n);
+        let unzeroed = run.rng.chance(400);
+        let mut got = None;
+        run.op(
+            "orphan",
+            format!(
+                "lane {lane}: alloc {n} B stored nowhere{}",
+                if unzeroed { " (unzeroed)" } else { "" }
+            ),
+            |_, _, m, _| {
+                let d = data.clone();
+                let (o, c) = w.run(move |pool| {
+                    pool.tx(|tx| {
+                        if unzeroed {
+                            tx_alloc_unzeroed(tx, &d, &[(0, 8)])
+                        } else {
+                            Ok((tx_alloc(tx, &d)?, d.clone()))
+                        }
+                    })
+                    .expect("orphan tx")
+                });
+                m.orphans.push(c.clone());
+                got = Some((o, c));
+            },
+        );
+        orphans.extend(got);
+    } else if !orphans.is_empty() {
+        // Free an orphan: a direct commit of one bitmap word.
+        let i = run.rng.below(orphans.len());
+        let (oid, data) = orphans.swap_remove(i);
+        let n = data.len();
+        run.op(
+            "free orphan",
+            format!("lane {lane}: free a {n} B orphan (direct commit)"),
+            |_, _, m, _| {
+                w.run(move |pool| pool.tx(|tx| tx_free(tx, oid, n)).expect("free orphan tx"));
+                let k = m
+                    .orphans
+                    .iter()
+                    .position(|o| *o == data)
+                    .expect("model orphan");
+                m.orphans.swap_remove(k);
+            },
+        );
+    }
+}
+
+fn stream(op: &str, tune: impl Fn(&mut pgl::Config), first_seed: u64) {
+    let mut suite = Suite::new(op);
+    let mut seed = first_seed;
+    while !suite.done() {
+        seed += 1;
+        let mut cfg = config(3);
+        cfg.lanes = 2;
+        tune(&mut cfg);
+        let mut run = suite.run(format!("{op} #{seed}"), cfg, seed);
+        run.setup(|pool, root, m, rng| {
+            for n in [64, 64, 256, 1024, 4096, 16384] {
+                let slot = m.free_slot();
+                let data = rng.bytes(n);
+                pool.tx(|tx| {
+                    let o = tx_alloc(tx, &data)?;
+                    tx_set_slot(tx, root, slot, o, false)
+                })
+                .expect("setup alloc");
+                m.put(slot, data);
+            }
+        });
+        let workers = [Worker::new(&run.pool), Worker::new(&run.pool)];
+        let mut orphans = Vec::new();
+        let mut lane = 0;
+        for _ in 0..40 {
+            if run.done() {
+                break;
+            }
+            // Runs on one lane, then the other: a lane's older records stay unretired on
+            // media while the other lane commits over their bytes.
+            if run.rng.chance(400) {
+                lane ^= 1;
+            }
+            step(&mut run, &workers, lane, &mut orphans);
+        }
+    }
+    suite.assert_clean();
+}
+
+#[test]
+fn crash_two_lanes_op_stream() {
+    stream("two lanes", |_| {}, 1000);
+}
+
+#[test]
+fn crash_two_lanes_op_stream_without_parity() {
+    stream("two lanes, no parity", |c| c.parity = false, 3000);
+}
+
+#[test]
+fn crash_two_lanes_op_stream_one_lane_copy() {
+    stream(
+        "two lanes, one lane copy",
+        |c| c.replicate_lanes = false,
+        2000,
+    );
+}
