@@ -10,7 +10,8 @@
 //! 256-bit superset) before its retire generation moves; every commit flushes, under its own
 //! log fence, the retire lines of the other lanes whose latest mark may not be durable
 //! (`retire_gen > flushed_gen`) and whose set meets its own; a direct commit also checks its
-//! own lane's. Before that fence completes an older record
+//! own lane's. A session starts with no mark pending: recovery made every mark it found
+//! durable. Before that fence completes an older record
 //! may still replay: recovery replays in sequence order, so the newer record's logged bytes
 //! win, and it checks a record's unlogged new objects only after the older records ran, so a
 //! newer record whose object an older replay overwrote is discarded (its fence never

@@ -2,7 +2,9 @@
 //! then retire them.
 //!
 //! Invariant: replay is physical (offset, bytes), hence idempotent: a crash during recovery
-//! is recovered by running it again.
+//! is recovered by running it again. When it returns, every retire mark it went by is
+//! durable: the session that follows starts with no lane's mark pending (`Lanes`), so none
+//! is flushed again before commits of other lanes overwrite the bytes its record covers.
 
 use super::record::{self, RETIRED_OFFSET};
 use crate::geometry::Geometry;
@@ -31,6 +33,9 @@ pub(crate) fn recover(media: &Media, geo: &Geometry, pool_len: u64) -> Result<Re
         for copy in 0..2 {
             let bytes = lane_bytes(media, geo, lane, copy);
             retired = retired.max(record::retired(bytes));
+            // A process killed without a clean close leaves its last marks in the caches,
+            // where this open reads them, not on media (see the module docs).
+            media.flush(geo.lane_offset(lane, copy) + RETIRED_OFFSET as u64, 16);
             if let Some(r) = record::decode(bytes) {
                 out.max_seq = out.max_seq.max(r.seq);
                 if best.is_none_or(|(b, _)| r.seq > b.seq) {
@@ -92,8 +97,9 @@ pub(crate) fn recover(media: &Media, geo: &Geometry, pool_len: u64) -> Result<Re
         }
         out.replayed += 1;
     }
+    // The marks read above and the replayed bytes.
+    media.fence();
     if !todo.is_empty() {
-        media.fence();
         // Retiring a record whose replay did not reach media would lose it for good.
         media.check()?;
         for &(seq, lane, _, _) in &todo {
