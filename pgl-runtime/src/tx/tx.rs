@@ -558,6 +558,21 @@ impl<'p> Tx<'p> {
     /// extension groups).
     pub fn free<T: Persistent>(&self, oid: Oid<T>) -> Result<()> {
         let off = oid.raw();
+        let vet = |h: &ObjectHeader, capacity| {
+            Self::check_type::<T>(off, h, capacity).map(|()| T::TYPE_ID)
+        };
+        if !T::__OWNS_TAIL {
+            let mut guard = self.st.borrow_mut();
+            let st = &mut *guard;
+            return match self.buffer_of::<T>(st, off)? {
+                // SAFETY: see `open`.
+                Some(mut b) => self.free_buffered(st, off, unsafe { b.as_mut() }),
+                None => {
+                    let type_id = self.vet_unbuffered(st, off, vet)?;
+                    self.record_free(st, off, type_id)
+                }
+            };
+        }
         // The owner is vetted (and write-locked) first, its tail found next, and only then
         // is anything freed: an error never leaves an owner linking freed groups.
         let (buffered, link) = {
@@ -565,30 +580,26 @@ impl<'p> Tx<'p> {
             let st = &mut *guard;
             match self.buffer_of::<T>(st, off)? {
                 Some(b) => {
-                    // SAFETY: see `buffered`; only the borrow flag and (for an owner, whose
-                    // payload is always loaded) the payload are read.
+                    // SAFETY: see `buffered`; only the borrow flag and the payload (always
+                    // loaded for a type that owns a tail) are read.
                     let buf = unsafe { b.as_ref() };
                     if buf.borrow != 0 {
                         return Err(Error::AlreadyBorrowed { offset: off });
                     }
-                    let link = match T::__OWNS_TAIL {
-                        true => super::tail::link_at_end(buf.payload()).unwrap_or(0),
-                        false => 0,
-                    };
-                    (Some(b), link)
+                    (
+                        Some(b),
+                        super::tail::link_at_end(buf.payload()).unwrap_or(0),
+                    )
                 }
                 None => {
-                    self.vet_unbuffered(st, off, |h, capacity| {
-                        Self::check_type::<T>(off, h, capacity).map(|()| T::TYPE_ID)
-                    })?;
+                    self.vet_unbuffered(st, off, vet)?;
                     (None, self.stored_link::<T>(off))
                 }
             }
         };
-        let tail = if T::__OWNS_TAIL && link != 0 {
-            self.tail(off, T::TYPE_ID, link)?
-        } else {
-            Vec::new()
+        let tail = match link {
+            0 => Vec::new(),
+            link => self.tail(off, T::TYPE_ID, link)?,
         };
         {
             let mut guard = self.st.borrow_mut();
@@ -605,12 +616,9 @@ impl<'p> Tx<'p> {
         Ok(())
     }
 
-    /// The link that ends the stored `T` at `off` (0 if `T` owns no tail), which this
+    /// The link that ends the stored `T` at `off` (a type that owns a tail), which this
     /// transaction has vetted and write-locked.
     fn stored_link<T: Persistent>(&self, off: u64) -> u64 {
-        if !T::__OWNS_TAIL {
-            return 0;
-        }
         let Some(at) = core::mem::size_of::<T>().checked_sub(super::tail::TAIL_LINK) else {
             return 0;
         };
