@@ -775,3 +775,32 @@ fn the_hidden_linked_alloc_takes_no_existing_chain() {
     assert!(matches!(r, Err(Error::InvalidOid { .. })), "{r:?}");
     ys_group_lives(pool, path, y, 4, "x, y and their groups");
 }
+
+#[test]
+fn freeing_an_owner_whose_link_is_scribbled_frees_nothing_under_conservative_verify() {
+    // The owner's link says which groups are freed with it: where reads verify
+    // (`VerifyPolicy::Conservative`), free reads it verified, not as the scribble left it.
+    let path = support::test_dir().join(format!("pgl-leds-link-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let cfg = Config::small("link")
+        .parity(false)
+        .verify(pgl::VerifyPolicy::Conservative);
+    let pool = Pool::create(&path, &cfg).unwrap();
+    let a = v1_node(&pool, 1, 2, 0, "a");
+    let before = pool.objects().unwrap().len();
+    let link_at = 16 + core::mem::size_of::<v1::Node>() as u64 - 8;
+    pool.inject(&pgl::Fault::ObjectScribble {
+        oid: a.raw(),
+        at: link_at,
+        len: 8,
+        seed: 11,
+    })
+    .unwrap();
+    match pool.tx(|tx| tx.free(a)) {
+        Err(Error::ChecksumMismatch { offset, .. }) if offset == a.raw() => {}
+        other => panic!("expected the owner's ChecksumMismatch, got {other:?}"),
+    }
+    assert_eq!(pool.objects().unwrap().len(), before, "nothing was freed");
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}

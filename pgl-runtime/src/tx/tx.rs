@@ -593,6 +593,10 @@ impl<'p> Tx<'p> {
                 }
                 None => {
                     self.vet_unbuffered(st, off, vet)?;
+                    // The link says what else is freed: verified where `get` verifies.
+                    if self.eng.verify == VerifyPolicy::Conservative {
+                        verify_in_place(self.eng, off, &self.header(off))?;
+                    }
                     (None, self.stored_link::<T>(off))
                 }
             }
