@@ -803,7 +803,9 @@ impl Pool {
         Self::write_header_copy(&eng.media, eng.geo.header_offset(1), &header);
         // The new zones are usable only if the headers that name them are durable.
         eng.media.check()?;
-        eng.heap.add_zones(&eng.media, zones)?;
+        eng.heap
+            .add_zones(&eng.media, zones)
+            .map_err(|e| eng.named(e))?;
         *self.inner.header.lock() = header;
         Ok(())
     }
