@@ -841,11 +841,11 @@ fn columns_parity(geo: &pgl::geometry::Geometry, zones: u64, off: u64, len: u64)
     let (from, to) = (off.saturating_sub(16), off.saturating_add(len));
     let mut out = Vec::new();
     for at in (from / page * page..to).step_by(page as usize) {
-        let Some(pos) = geo.locate(at.max(from), zones) else {
+        let at = at.max(from);
+        let (Some(pos), Some(col)) = (geo.locate(at, zones), geo.page_column(at)) else {
             continue;
         };
-        let col = (at.max(from) - geo.zone_offset(pos.zone)) % geo.row_size();
-        out.push(geo.parity_offset(pos.zone) + col / page * page);
+        out.push(geo.parity_offset(pos.zone) + col * page);
     }
     out
 }
