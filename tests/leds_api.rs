@@ -777,14 +777,19 @@ fn the_hidden_linked_alloc_takes_no_existing_chain() {
 }
 
 #[test]
-fn freeing_an_owner_whose_link_is_scribbled_frees_nothing_under_conservative_verify() {
-    // The owner's link says which groups are freed with it: where reads verify
-    // (`VerifyPolicy::Conservative`), free reads it verified, not as the scribble left it.
+fn freeing_an_owner_whose_link_is_scribbled_frees_nothing() {
+    // The owner's link says which groups are freed with it: free follows it only once the
+    // owner's checksum vouches for it, whatever the verify policy (reads outside
+    // `Conservative` do not verify).
+    for verify in [pgl::VerifyPolicy::Default, pgl::VerifyPolicy::Conservative] {
+        freeing_a_scribbled_owner(verify);
+    }
+}
+
+fn freeing_a_scribbled_owner(verify: pgl::VerifyPolicy) {
     let path = support::test_dir().join(format!("pgl-leds-link-{}", std::process::id()));
     let _ = std::fs::remove_file(&path);
-    let cfg = Config::small("link")
-        .parity(false)
-        .verify(pgl::VerifyPolicy::Conservative);
+    let cfg = Config::small("link").parity(false).verify(verify);
     let pool = Pool::create(&path, &cfg).unwrap();
     let a = v1_node(&pool, 1, 2, 0, "a");
     let before = pool.objects().unwrap().len();
@@ -798,7 +803,7 @@ fn freeing_an_owner_whose_link_is_scribbled_frees_nothing_under_conservative_ver
     .unwrap();
     match pool.tx(|tx| tx.free(a)) {
         Err(Error::ChecksumMismatch { offset, .. }) if offset == a.raw() => {}
-        other => panic!("expected the owner's ChecksumMismatch, got {other:?}"),
+        other => panic!("{verify:?}: expected the owner's ChecksumMismatch, got {other:?}"),
     }
     assert_eq!(pool.objects().unwrap().len(), before, "nothing was freed");
     drop(pool);
