@@ -628,6 +628,60 @@ fn a_damaged_extension_link_never_frees_another_object() {
     the_other_lives(pool, path, other);
 }
 
+/// An upgrade hangs new groups after the last group its links lead to: a damaged link
+/// that names another object's group 1 must not make that object's chain grow (or its
+/// group change), whatever the verify policy.
+#[test]
+fn an_upgrade_follows_no_damaged_link_into_another_chain() {
+    let path = support::test_dir().join(format!("pgl-leds-upgrade-link-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let cfg = Config::small("upgrade-link").parity(false);
+    let pool = Pool::create(&path, &cfg).unwrap();
+    let x = v1_node(&pool, 1, 10, 0, "x");
+    let y = v1_node(&pool, 2, 20, 0, "y");
+    drop(pool);
+    // y's link (its base's last 8 bytes) set to x's, behind pgl's back: y's checksum no
+    // longer matches (the pool file maps from offset 0: an oid is a file offset).
+    let end = |o: Oid<v1::Node>| o.raw() + std::mem::size_of::<v1::Node>() as u64 - 8;
+    {
+        use std::io::{Read, Seek, SeekFrom, Write};
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let mut xs = [0u8; 8];
+        f.seek(SeekFrom::Start(end(x))).unwrap();
+        f.read_exact(&mut xs).unwrap();
+        assert_ne!(u64::from_le_bytes(xs), 0, "x has its group 1");
+        f.seek(SeekFrom::Start(end(y))).unwrap();
+        f.write_all(&xs).unwrap();
+    }
+    let pool = Pool::open_with(&path, &cfg).unwrap();
+    let y2: Oid<v2::Node> = Oid::from_raw(y.raw());
+    match pool.tx(|tx| tx.ext(y2).map(drop)) {
+        Err(Error::ChecksumMismatch { offset, .. }) if offset == y.raw() => {}
+        other => panic!("expected y's ChecksumMismatch, got {other:?}"),
+    }
+    // x upgrades to its own chain, untouched by y's attempt.
+    use v2::NodeExtFields as _;
+    let x2: Oid<v2::Node> = Oid::from_raw(x.raw());
+    let (name, key64) = pool
+        .tx(|tx| {
+            let e = tx.ext(x2)?;
+            Ok((e.name().as_str().to_owned(), *e.key64()))
+        })
+        .unwrap();
+    assert_eq!((name.as_str(), key64), ("x", 1 + (1 << 40)));
+    assert!(pool
+        .verify_objects(|_, _| {})
+        .unwrap()
+        .iter()
+        .all(|(o, _)| *o == y.raw()));
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
 mod copyable {
     use pgl::{extendible, Persistent};
 

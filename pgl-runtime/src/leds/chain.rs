@@ -134,6 +134,13 @@ impl<'p> Tx<'p> {
         if have == T::GROUPS {
             return Ok(false);
         }
+        // The links walked say where the new groups hang (the last one present gets a new
+        // next link): followed for a change only once the checksums vouch for them, as a
+        // damaged link could name another chain's group of the same type.
+        self.verify_link_holder(oid.raw())?;
+        for &g in &chain.offs[..have] {
+            self.verify_link_holder(g)?;
+        }
         {
             let base = self.get(oid)?;
             for k in have + 1..=T::GROUPS {

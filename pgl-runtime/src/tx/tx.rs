@@ -675,6 +675,20 @@ impl<'p> Tx<'p> {
         Ok(())
     }
 
+    /// Verifies the checksum of the object at `off`, which this transaction holds locked
+    /// (read or written through it), before a link it holds is followed for a change,
+    /// whatever the verify policy; an object this transaction buffers was verified when it
+    /// was opened, or made by it. A mismatch is repaired from parity and the transaction
+    /// run again, as for any read.
+    pub(crate) fn verify_link_holder(&self, off: u64) -> Result<()> {
+        let buffered =
+            matches!(self.st.borrow().lane.scratch.index.get(&off), Some(&i) if i != usize::MAX);
+        if buffered {
+            return Ok(());
+        }
+        verify_in_place(self.eng, off, &self.header(off))
+    }
+
     /// The type id and bytes of the object at `off`, whatever its type: from this
     /// transaction's buffer if it has one, else from NVMM under a read lock held until the
     /// transaction ends (`leds` copies and frees extension chains with it, whose tail may
