@@ -5,12 +5,13 @@
 //! the one after it, every object verifies, no object leaked, free space adds up.
 //!
 //! `PGL_KILL9_RUNS` sets the number of kills (default 100), `PGL_KILL9_SEED` the seed.
+mod support;
+
 use pgl::{Config, FlushMode, Oid, Pool, SizeClasses};
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read as _, Write as _};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 const LAYOUT: &str = "kill9";
@@ -440,34 +441,20 @@ fn kill9_at_random_moments_then_recover() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut stderr = child.stderr.take().unwrap();
-        let (tx, rx) = mpsc::channel::<String>();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Some(i) = line.find(MARK) {
-                    let _ = tx.send(line[i + MARK.len()..].trim().to_owned());
-                }
-            }
-        });
-        let err_reader = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = stderr.read_to_string(&mut s);
-            s
-        });
+        let reports = support::Reports::of(&mut child, MARK);
         let mut lines = Vec::new();
         if early_kill {
             early += 1;
         } else {
-            match rx.recv_timeout(Duration::from_secs(20)) {
+            let got = reports.lines.recv_timeout(Duration::from_secs(20));
+            match got {
                 Ok(l) => lines.push(l),
                 Err(_) => {
                     let _ = child.kill();
                     let _ = child.wait();
                     panic!(
                         "run {run}: the child reported nothing in 20 s; stderr:\n{}",
-                        err_reader.join().unwrap()
+                        reports.finish().1
                     );
                 }
             }
@@ -475,9 +462,8 @@ fn kill9_at_random_moments_then_recover() {
         std::thread::sleep(delay);
         child.kill().unwrap();
         let status = child.wait().unwrap();
-        reader.join().unwrap();
-        let stderr = err_reader.join().unwrap();
-        lines.extend(rx.try_iter());
+        let (rest, stderr) = reports.finish();
+        lines.extend(rest);
         {
             use std::os::unix::process::ExitStatusExt;
             assert_eq!(

@@ -19,10 +19,9 @@ mod support;
 use pgl::log::{ForcePolicy, Log, LogConfig, Lsn};
 use pgl::FlushMode;
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Read as _, Write as _};
+use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 const CHILD_ENV: &str = "PGL_LOG_KILL9_CHILD";
@@ -143,29 +142,13 @@ fn kill_9_during_concurrent_appends_and_reclaims_loses_nothing_completed() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut stderr = child.stderr.take().unwrap();
-        let (tx, rx) = mpsc::channel::<String>();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Some(i) = line.find(MARK) {
-                    let _ = tx.send(line[i + MARK.len()..].trim().to_owned());
-                }
-            }
-        });
-        let err_reader = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = stderr.read_to_string(&mut s);
-            s
-        });
+        let reports = support::Reports::of(&mut child, MARK);
         // Killed once it has started (reopened the log), after a random delay.
-        let first = rx.recv_timeout(Duration::from_secs(20));
+        let first = reports.lines.recv_timeout(Duration::from_secs(20));
         std::thread::sleep(delay);
         child.kill().unwrap();
         let status = child.wait().unwrap();
-        reader.join().unwrap();
-        let stderr = err_reader.join().unwrap();
+        let (rest, stderr) = reports.finish();
         let first = first.unwrap_or_else(|_| panic!("run {run}: no report in 20 s:\n{stderr}"));
         {
             use std::os::unix::process::ExitStatusExt;
@@ -176,7 +159,7 @@ fn kill_9_during_concurrent_appends_and_reclaims_loses_nothing_completed() {
             );
         }
         kills += 1;
-        for l in std::iter::once(first).chain(rx.try_iter()) {
+        for l in std::iter::once(first).chain(rest) {
             let w: Vec<&str> = l.split_whitespace().collect();
             let n = |i: usize| w[i].parse::<u64>().unwrap();
             match w[0] {

@@ -67,3 +67,44 @@ pub fn bitmap_word_of(pool: &pgl::Pool, oid: u64, payload: u64) -> u64 {
     let block = (oid - 16 - run - classes.header(class)) / classes.block(class);
     run + block / 32 * 8
 }
+
+/// What a child process (a test binary re-run as its own child) reports: the text after
+/// `mark` on each line of its standard output, as it comes, and its standard error, whole.
+pub struct Reports {
+    /// The reports so far; more arrive while the child runs.
+    pub lines: std::sync::mpsc::Receiver<String>,
+    out: std::thread::JoinHandle<()>,
+    err: std::thread::JoinHandle<String>,
+}
+
+impl Reports {
+    /// Starts reading the piped standard output and error of `child`.
+    pub fn of(child: &mut std::process::Child, mark: &'static str) -> Reports {
+        use std::io::{BufRead, Read};
+        let stdout = child.stdout.take().expect("stdout piped");
+        let mut stderr = child.stderr.take().expect("stderr piped");
+        let (tx, lines) = std::sync::mpsc::channel();
+        let out = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(i) = line.find(mark) {
+                    let _ = tx.send(line[i + mark.len()..].trim().to_owned());
+                }
+            }
+        });
+        let err = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = stderr.read_to_string(&mut s);
+            s
+        });
+        Reports { lines, out, err }
+    }
+
+    /// Once the child has ended: the reports not yet taken from `lines`, and its standard
+    /// error.
+    pub fn finish(self) -> (Vec<String>, String) {
+        self.out.join().expect("stdout reader");
+        let rest = self.lines.try_iter().collect();
+        (rest, self.err.join().expect("stderr reader"))
+    }
+}
