@@ -61,6 +61,11 @@ struct Super {
     copy: usize,
 }
 
+/// What to do instead of opening a log that is open already (`Error::AlreadyOpen`).
+const ALREADY_OPEN: &str = "share one `Log` between threads (by reference or in an `Arc`) \
+                            instead of opening the file twice, or close the other first; \
+                            `pgl log info|dump|check` read a live log without opening it";
+
 /// A concurrent, crash-consistent persistent log of self-validating records in a circular
 /// area of one file (the book's chapter "The log" walks through it).
 ///
@@ -160,12 +165,18 @@ impl Log {
                 sim.capacity()
             )));
         }
+        let exists = || Error::AlreadyExists {
+            path: "<crash-sim>".into(),
+        };
         if !sim.is_empty() {
-            return Err(Error::AlreadyExists {
-                path: "<crash-sim>".into(),
-            });
+            return Err(exists());
         }
-        let media = Media::sim(sim.clone());
+        // Held from here on: no other log or pool reads or writes the device meanwhile
+        // (one created at the same time made it non-empty first, or finds it so).
+        let media = Media::sim(sim.clone(), "log", ALREADY_OPEN)?;
+        if !sim.is_empty() {
+            return Err(exists());
+        }
         media.grow(len)?;
         Self::format(&media, cap, config.policy);
         Self::from_media(media)
@@ -174,7 +185,7 @@ impl Log {
     /// Opens the log on a crash-simulation device (after a simulated crash), recovering it
     /// exactly as [`Log::open`] does.
     pub fn open_sim(sim: &Arc<CrashSim>) -> Result<Log> {
-        Self::from_media(Media::sim(sim.clone()))
+        Self::from_media(Media::sim(sim.clone(), "log", ALREADY_OPEN)?)
     }
 
     /// Writes superline copy A of a new log (copy B and the area are zeros).
@@ -200,12 +211,7 @@ impl Log {
     fn from_media(media: Media) -> Result<Log> {
         // Before anything is read: another `Log` on this file could be appending to it,
         // and recovery writes a new epoch.
-        media.lock_exclusive(
-            "log",
-            "share one `Log` between threads (by reference or in an `Arc`) instead of \
-             opening the file twice, or close the other first; `pgl log info|dump|check` \
-             read a live log without opening it",
-        )?;
+        media.lock_exclusive("log", ALREADY_OPEN)?;
         let path = media.path();
         let not_a_log = |reason: String| Error::NotALog {
             path: path.clone(),

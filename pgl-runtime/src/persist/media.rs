@@ -28,7 +28,23 @@ enum Backing {
         path: PathBuf,
         _map: Mapping,
     },
-    Sim(Arc<CrashSim>),
+    Sim(SimLease),
+}
+
+/// A [`CrashSim`] leased by one `Media` (see [`CrashSim::lease`]), given back on drop.
+struct SimLease(Arc<CrashSim>);
+
+impl std::ops::Deref for SimLease {
+    type Target = CrashSim;
+    fn deref(&self) -> &CrashSim {
+        &self.0
+    }
+}
+
+impl Drop for SimLease {
+    fn drop(&mut self) {
+        self.0.end_lease();
+    }
 }
 
 /// A file's mapping: memmap2's, or one made with `MAP_SYNC`, which memmap2 cannot make.
@@ -337,16 +353,31 @@ impl Media {
         })
     }
 
-    /// Media over a crash-simulation device.
-    pub(crate) fn sim(sim: Arc<CrashSim>) -> Media {
-        Media {
+    /// Media over a crash-simulation device, which it holds (as `lock_exclusive` holds a
+    /// file) until dropped: `AlreadyOpen`, naming the `what` and what to do (`instead`),
+    /// while another `Media` holds it. Taken before anything is read or written, so that
+    /// two pools or logs created on one device at once never format it both.
+    pub(crate) fn sim(
+        sim: Arc<CrashSim>,
+        what: &'static str,
+        instead: &'static str,
+    ) -> Result<Media> {
+        if !sim.lease() {
+            return Err(Error::AlreadyOpen {
+                path: PathBuf::from("<crash-sim>"),
+                what,
+                instead,
+            });
+        }
+        let sim = SimLease(sim);
+        Ok(Media {
             base: sim.base(),
             len: AtomicU64::new(sim.len()),
             reserve: sim.capacity(),
             mode: FlushMode::None,
             backing: Backing::Sim(sim),
             failed: AtomicI32::new(0),
-        }
+        })
     }
 
     /// Current length in bytes.

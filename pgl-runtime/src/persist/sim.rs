@@ -37,6 +37,8 @@ pub struct CrashSim {
     hook: Mutex<Option<Hook>>,
     in_hook: AtomicBool,
     fences: AtomicU64,
+    /// Whether a `Pool` or `Log` has the device open (see `lease`).
+    leased: AtomicBool,
 }
 
 // SAFETY: `mem` is a private heap allocation owned by this value; all access to it goes
@@ -95,6 +97,7 @@ impl CrashSim {
             hook: Mutex::new(None),
             in_hook: AtomicBool::new(false),
             fences: AtomicU64::new(0),
+            leased: AtomicBool::new(false),
         })
     }
 
@@ -115,6 +118,18 @@ impl CrashSim {
 
     pub(crate) fn set_len(&self, len: u64) {
         self.len.store(len, Ordering::Release);
+    }
+
+    /// Takes the device for one open `Pool` or `Log` until `end_lease`; false if one has
+    /// it already. It is a file's `flock`: two over the same bytes would each trust their
+    /// own locks and lanes, and one's commit could rewrite bytes the other lends out.
+    pub(crate) fn lease(&self) -> bool {
+        !self.leased.swap(true, Ordering::AcqRel)
+    }
+
+    /// Gives the device back (the `Pool` or `Log` that leased it is gone).
+    pub(crate) fn end_lease(&self) {
+        self.leased.store(false, Ordering::Release);
     }
 
     pub(crate) fn base(&self) -> *mut u8 {

@@ -108,6 +108,10 @@ impl std::fmt::Debug for Pool {
     }
 }
 
+/// What to do instead of opening a pool that is open already (`Error::AlreadyOpen`).
+const ALREADY_OPEN: &str =
+    "share one `Pool` (clone it) instead of opening the file twice, or close the other first";
+
 fn now_secs() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -179,13 +183,19 @@ impl Pool {
                 sim.capacity()
             )));
         }
+        let exists = || Error::AlreadyExists {
+            path: "<crash-sim>".into(),
+        };
         if !sim.is_empty() {
-            return Err(Error::AlreadyExists {
-                path: "<crash-sim>".into(),
-            });
+            return Err(exists());
         }
-        sim.set_len(size);
-        let media = Media::sim(sim.clone());
+        // Held from here on: no other pool or log reads or writes the device meanwhile
+        // (one created at the same time made it non-empty first, or finds it so).
+        let media = Media::sim(sim.clone(), "pool", ALREADY_OPEN)?;
+        if !sim.is_empty() {
+            return Err(exists());
+        }
+        media.grow(size)?;
         Self::format(&media, &geo, zones, &config.layout, config.parity);
         Self::from_media(media, Some(&config.layout), config, false)
     }
@@ -194,7 +204,7 @@ impl Pool {
     /// recovery exactly as for a file.
     pub fn open_sim(sim: &Arc<CrashSim>, layout: &str) -> Result<Pool> {
         Self::from_media(
-            Media::sim(sim.clone()),
+            Media::sim(sim.clone(), "pool", ALREADY_OPEN)?,
             Some(layout),
             &Config::new(layout),
             true,
@@ -204,7 +214,8 @@ impl Pool {
     /// [`Pool::open_sim`] with `config`'s run-time settings (verify policy, scrubbing,
     /// flush mode); the pool keeps the parity and checksum modes it was created with.
     pub fn open_sim_with(sim: &Arc<CrashSim>, config: &Config) -> Result<Pool> {
-        Self::from_media(Media::sim(sim.clone()), Some(&config.layout), config, true)
+        let media = Media::sim(sim.clone(), "pool", ALREADY_OPEN)?;
+        Self::from_media(media, Some(&config.layout), config, true)
     }
 
     fn format(media: &Media, geo: &Geometry, zones: u64, layout: &str, parity: bool) {
@@ -244,11 +255,7 @@ impl Pool {
     /// `from_media`, its errors not yet naming the file.
     fn load(media: Media, layout: Option<&str>, config: &Config, keep_modes: bool) -> Result<Pool> {
         // Before anything is read: another `Pool` on this file could be changing it.
-        media.lock_exclusive(
-            "pool",
-            "share one `Pool` (clone it) instead of opening the file twice, or close the \
-             other first",
-        )?;
+        media.lock_exclusive("pool", ALREADY_OPEN)?;
         let path = media.path();
         let len = media.len();
         if len < 2 * PAGE {

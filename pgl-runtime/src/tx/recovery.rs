@@ -286,7 +286,7 @@ mod tests {
         let len = geo.pool_size(1);
         let sim = CrashSim::new(len);
         sim.set_len(len);
-        (Media::sim(sim), geo, len)
+        (Media::sim(sim, "pool", "").expect("a new device"), geo, len)
     }
 
     /// Writes `bytes` at offset `at` of lane `lane`, copy `copy`.
