@@ -863,3 +863,7 @@ fn freeing_a_scribbled_owner(verify: pgl::VerifyPolicy) {
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
+
+// The views hold transaction handles: like them, they stay on the transaction's thread.
+static_assertions::assert_not_impl_any!(pgl::Ext<'static, v1::Node>: Send, Sync);
+static_assertions::assert_not_impl_any!(pgl::ExtMut<'static, v1::Node>: Send, Sync);

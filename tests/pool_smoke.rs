@@ -82,6 +82,12 @@ static_assertions::assert_not_impl_any!(pgl::Tx<'static>: Send, Sync);
 static_assertions::assert_not_impl_any!(pgl::Mut<'static, u64>: Send, Sync);
 static_assertions::assert_impl_all!(pgl::Ref<'static, u64>: Sync);
 static_assertions::assert_not_impl_any!(pgl::Ref<'static, u64>: Send);
+static_assertions::assert_not_impl_any!(pgl::Read<'static, u64>: Send, Sync);
+static_assertions::assert_not_impl_any!(pgl::Place<'static, u64>: Send, Sync);
+static_assertions::assert_not_impl_any!(pgl::Detached<'static, u64>: Send, Sync);
+static_assertions::assert_impl_all!(pgl::Log: Send, Sync);
+static_assertions::assert_impl_all!(pgl::Reservation<'static>: Send, Sync);
+static_assertions::assert_impl_all!(pgl::CrashSim: Send, Sync);
 
 #[test]
 fn create_is_sparse_for_1_gib() {
