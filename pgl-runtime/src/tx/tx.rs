@@ -845,8 +845,10 @@ thread_local! {
 }
 
 /// Records that this thread took (`+1`) or released (`-1`) a `Ref` on `stripe`.
+/// `try_with`: a `Ref` kept in a thread-local may be dropped after `REFS` is destroyed,
+/// while its thread exits and holds nothing else; a panic there would abort the process.
 pub(crate) fn note_ref(id: u64, stripe: u32, delta: i32) {
-    REFS.with(|r| {
+    let _ = REFS.try_with(|r| {
         let mut r = r.borrow_mut();
         match r.iter().position(|&(i, s, _)| i == id && s == stripe) {
             Some(k) if delta < 0 => {
@@ -862,9 +864,10 @@ pub(crate) fn note_ref(id: u64, stripe: u32, delta: i32) {
     });
 }
 
-/// Whether this thread holds any `Ref` of engine `id`.
+/// Whether this thread holds any `Ref` of engine `id` (none once `REFS` is destroyed).
 pub(crate) fn any_ref_held(id: u64) -> bool {
-    REFS.with(|r| r.borrow().iter().any(|&(i, _, _)| i == id))
+    REFS.try_with(|r| r.borrow().iter().any(|&(i, _, _)| i == id))
+        .unwrap_or(false)
 }
 
 /// Takes the lock of the object at `off` as `want` for a transaction holding `held`,
@@ -889,7 +892,8 @@ fn take_stripe(eng: &Engine, held: &mut HeldStripes, off: u64, want: Held) -> Re
 }
 
 pub(crate) fn ref_held(id: u64, stripe: u32) -> bool {
-    REFS.with(|r| r.borrow().iter().any(|&(i, s, _)| i == id && s == stripe))
+    REFS.try_with(|r| r.borrow().iter().any(|&(i, s, _)| i == id && s == stripe))
+        .unwrap_or(false)
 }
 
 struct Active(u64);
