@@ -142,7 +142,9 @@ impl CrashSim {
     }
 
     /// Installs a hook called at every fence, before the fence takes effect: the moment a
-    /// crash test captures a [`CrashPoint`]. The hook must not run pool operations.
+    /// crash test captures a [`CrashPoint`]. The hook must not run pool operations, nor
+    /// panic: the panic would unwind out of the commit that fenced, midway, leaving the
+    /// pool's object, metadata and parity locks held (later operations on it wait forever).
     pub fn set_fence_hook(&self, hook: impl FnMut(&CrashSim) + Send + 'static) {
         *self.hook.lock() = Some(Box::new(hook));
     }
