@@ -864,6 +864,22 @@ fn freeing_a_scribbled_owner(verify: pgl::VerifyPolicy) {
     std::fs::remove_file(path).unwrap();
 }
 
+#[test]
+fn the_hidden_linked_alloc_gives_a_new_chain_to_one_owner() {
+    let (pool, path) = pool("alloc-linked-twice");
+    let (_, y) = two_pairs(&pool);
+    // A chain this transaction built, already linked by its owner z: a second owner
+    // would share z's group (writes through one show through the other), and freeing
+    // either would leave the other linking a freed block, never to be freed itself.
+    let r = pool.tx(|tx| {
+        let z = tx.alloc_ext(copyable::PairData { a: 3, b: 300 })?;
+        let theirs = *tx.get(z)?;
+        tx.__alloc_linked(theirs)
+    });
+    assert!(matches!(r, Err(Error::InvalidOid { .. })), "{r:?}");
+    ys_group_lives(pool, path, y, 4, "x, y and their groups");
+}
+
 // The views hold transaction handles: like them, they stay on the transaction's thread.
 static_assertions::assert_not_impl_any!(pgl::Ext<'static, v1::Node>: Send, Sync);
 static_assertions::assert_not_impl_any!(pgl::ExtMut<'static, v1::Node>: Send, Sync);
