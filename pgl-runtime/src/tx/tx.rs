@@ -358,7 +358,13 @@ impl<'p> Tx<'p> {
                 let b = unsafe { b.as_ref() };
                 b.kind == BufKind::New && b.type_id == group
             });
-            if !fresh {
+            // A group built in this transaction for another owner is that owner's: an
+            // owner keeps the link pgl set in its buffer (`tail`).
+            let owned = st.lane.scratch.bufs.iter().any(|b| {
+                // SAFETY: as above; only the kept link is read.
+                unsafe { b.as_ref() }.link == Some(link)
+            });
+            if !fresh || owned {
                 return Err(Error::invalid_oid(
                     link,
                     "an extension link may only name a group this transaction allocated for \
