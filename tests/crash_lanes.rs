@@ -315,6 +315,8 @@ fn retire_marks_found_at_open_are_made_durable() {
         set_on_other_lane(&pool, root, blocker, 1);
         // Killed: no `Drop`, nothing flushed; the caches (the volatile image) survive.
         std::mem::forget(pool);
+        // SAFETY: the leaked pool had no clone or handle left, and is never used again.
+        unsafe { sim.end_lease_of_leaked() };
         let pool = Pool::open_sim_with(&sim, &cfg).unwrap();
         assert_eq!(pool.get(root).unwrap()[0], 1);
         assert_eq!(pool.stats().records_replayed, 0);

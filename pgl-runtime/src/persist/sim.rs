@@ -132,6 +132,19 @@ impl CrashSim {
         self.leased.store(false, Ordering::Release);
     }
 
+    /// Simulates the death of the process that had the device open: takes back the lease
+    /// of a `Pool` or `Log` the test leaked (`mem::forget`: no `Drop`, nothing flushed), so
+    /// that the device can be opened again with the caches (the volatile image) as that
+    /// process left them.
+    ///
+    /// # Safety
+    /// The leaked `Pool` or `Log`, and every clone of it and every handle from it, is never
+    /// used again: a second one over the same bytes would trust its own locks and lanes,
+    /// and its commits could rewrite bytes the other lends out.
+    pub unsafe fn end_lease_of_leaked(&self) {
+        self.end_lease();
+    }
+
     pub(crate) fn base(&self) -> *mut u8 {
         self.mem as *mut u8
     }
