@@ -599,21 +599,19 @@ impl<'p> Tx<'p> {
                 }
                 None => {
                     self.vet_unbuffered(st, off, vet)?;
-                    // The link says what else is freed: followed only once the owner's
-                    // checksum vouches for it, whatever the verify policy (a damaged link
-                    // could name another chain's group of the same type). A mismatch is
-                    // repaired from parity and the transaction run again, as for any read.
-                    let link = self.stored_link::<T>(off);
-                    if link != 0 {
-                        verify_in_place(self.eng, off, &self.header(off))?;
-                    }
-                    (None, link)
+                    (None, self.stored_link::<T>(off))
                 }
             }
         };
+        // The link says what else is freed: followed only once the owner's checksum
+        // vouches for it, whatever the verify policy (a damaged link could name another
+        // chain's group of the same type).
         let tail = match link {
             0 => Vec::new(),
-            link => self.tail(off, T::TYPE_ID, link)?,
+            link => {
+                self.verify_link_holder(off)?;
+                self.tail(off, T::TYPE_ID, link)?
+            }
         };
         {
             let mut guard = self.st.borrow_mut();
