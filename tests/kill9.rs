@@ -11,7 +11,7 @@ use pgl::{Config, FlushMode, Oid, Pool, SizeClasses};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const LAYOUT: &str = "kill9";
@@ -429,19 +429,14 @@ fn kill9_at_random_moments_then_recover() {
         if run % 2 == 1 {
             cmd.env(FAST_ENV, "1");
         }
-        let mut child = cmd
-            .args([
-                "kill9_child_entry",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, &path)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let reports = support::Reports::of(&mut child, MARK);
+        cmd.args([
+            "kill9_child_entry",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, &path);
+        let (mut child, reports) = support::Reports::spawn(&mut cmd, MARK);
         let mut lines = Vec::new();
         if early_kill {
             early += 1;

@@ -21,7 +21,7 @@ use pgl::FlushMode;
 use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 const CHILD_ENV: &str = "PGL_LOG_KILL9_CHILD";
@@ -135,14 +135,12 @@ fn kill_9_during_concurrent_appends_and_reclaims_loses_nothing_completed() {
     for run in 0..runs {
         rng = mix(rng);
         let delay = Duration::from_micros(200 + rng % 30_000);
-        let mut child = Command::new(&exe)
-            .args(["log_kill9_child_entry", "--exact", "--nocapture"])
-            .env(CHILD_ENV, &path)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let reports = support::Reports::of(&mut child, MARK);
+        let (mut child, reports) = support::Reports::spawn(
+            Command::new(&exe)
+                .args(["log_kill9_child_entry", "--exact", "--nocapture"])
+                .env(CHILD_ENV, &path),
+            MARK,
+        );
         // Killed once it has started (reopened the log), after a random delay.
         let first = reports.lines.recv_timeout(Duration::from_secs(20));
         std::thread::sleep(delay);

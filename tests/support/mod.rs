@@ -78,6 +78,21 @@ pub struct Reports {
 }
 
 impl Reports {
+    /// Spawns `cmd` with its standard output and error piped, and reads them.
+    pub fn spawn(
+        cmd: &mut std::process::Command,
+        mark: &'static str,
+    ) -> (std::process::Child, Reports) {
+        use std::process::Stdio;
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn the child");
+        let reports = Reports::of(&mut child, mark);
+        (child, reports)
+    }
+
     /// Starts reading the piped standard output and error of `child`.
     pub fn of(child: &mut std::process::Child, mark: &'static str) -> Reports {
         use std::io::{BufRead, Read};
