@@ -165,18 +165,7 @@ impl Log {
                 sim.capacity()
             )));
         }
-        let exists = || Error::AlreadyExists {
-            path: "<crash-sim>".into(),
-        };
-        if !sim.is_empty() {
-            return Err(exists());
-        }
-        // Held from here on: no other log or pool reads or writes the device meanwhile
-        // (one created at the same time made it non-empty first, or finds it so).
-        let media = Media::sim(sim.clone(), "log", ALREADY_OPEN)?;
-        if !sim.is_empty() {
-            return Err(exists());
-        }
+        let media = Media::sim_new(sim.clone(), "log", ALREADY_OPEN)?;
         media.grow(len)?;
         Self::format(&media, cap, config.policy);
         Self::from_media(media)

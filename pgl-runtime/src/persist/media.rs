@@ -380,6 +380,27 @@ impl Media {
         })
     }
 
+    /// Media over a new crash-simulation device, leased as `sim` leases it:
+    /// `AlreadyExists` if the device holds anything, checked again once it is held (a pool
+    /// or log created on it at the same time made it non-empty first, or finds it so).
+    pub(crate) fn sim_new(
+        sim: Arc<CrashSim>,
+        what: &'static str,
+        instead: &'static str,
+    ) -> Result<Media> {
+        let exists = || Error::AlreadyExists {
+            path: PathBuf::from("<crash-sim>"),
+        };
+        if !sim.is_empty() {
+            return Err(exists());
+        }
+        let media = Media::sim(sim.clone(), what, instead)?;
+        if !sim.is_empty() {
+            return Err(exists());
+        }
+        Ok(media)
+    }
+
     /// Current length in bytes.
     #[inline]
     pub(crate) fn len(&self) -> u64 {

@@ -183,18 +183,7 @@ impl Pool {
                 sim.capacity()
             )));
         }
-        let exists = || Error::AlreadyExists {
-            path: "<crash-sim>".into(),
-        };
-        if !sim.is_empty() {
-            return Err(exists());
-        }
-        // Held from here on: no other pool or log reads or writes the device meanwhile
-        // (one created at the same time made it non-empty first, or finds it so).
-        let media = Media::sim(sim.clone(), "pool", ALREADY_OPEN)?;
-        if !sim.is_empty() {
-            return Err(exists());
-        }
+        let media = Media::sim_new(sim.clone(), "pool", ALREADY_OPEN)?;
         media.grow(size)?;
         Self::format(&media, &geo, zones, &config.layout, config.parity);
         Self::from_media(media, Some(&config.layout), config, false)
