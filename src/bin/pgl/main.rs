@@ -1,0 +1,160 @@
+//! `pgl`: create, inspect and check pool files, and inspect and check log files.
+//!
+//! Exit status: 0 on success; `pgl check`, `pgl scrub` and `pgl log check` exit 1 when
+//! they find a problem; every command exits 2 on an error (a missing file, a file that is not a pool, a bad argument).
+//! Errors are printed to stderr as `error: <message>`; reports go to stdout.
+
+mod args;
+mod check;
+mod create;
+mod dump;
+mod info;
+mod log;
+mod progress;
+mod scrub;
+mod units;
+
+use args::{parse_oid, parse_size, CreateArgs, FaultArg};
+use check::check;
+use clap::{Parser, Subcommand};
+use create::create;
+use dump::dump;
+use info::info;
+use log::{log_check, log_dump, log_info};
+use scrub::{inject, scrub};
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Create, inspect and check pgl pool files.
+#[derive(Parser)]
+#[command(name = "pgl", version, about, long_about = None)]
+#[command(
+    after_help = "Exit status: 0 ok; 1 `check`, `scrub` or `log check` found problems; 2 error."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create a new pool file (sparse unless --preallocate: no data is written).
+    Create(CreateArgs),
+    /// Show a pool's header, geometry, space, objects by type and counters.
+    Info {
+        /// The pool file.
+        file: PathBuf,
+        /// Also list every object: its oid (for `pgl dump` and `pgl inject object`), type
+        /// id and size.
+        #[arg(long)]
+        objects: bool,
+    },
+    /// Verify a pool: headers, redo lanes, zone metadata, allocation bitmaps, the type
+    /// registry, parity and every object's checksum.
+    ///
+    /// Opening the pool rewrites a damaged header copy from the good one and replays
+    /// committed transactions a crash interrupted, as every program opening it would.
+    /// It repairs no object: `pgl scrub --repair` does. Exits 0 if the pool is clean, 1
+    /// if a problem was found, 2 on an error.
+    Check {
+        /// The pool file.
+        file: PathBuf,
+    },
+    /// Scrub a pool: verify every object's checksum and every zone's parity; with
+    /// `--repair`, rebuild damaged objects from parity and fix stale parity.
+    ///
+    /// Exits 0 if the pool is clean (after repairs), 1 if damage remains, 2 on an error.
+    Scrub {
+        /// The pool file.
+        file: PathBuf,
+        /// Repair what parity can rebuild (otherwise only report).
+        #[arg(long)]
+        repair: bool,
+    },
+    /// Damage a pool on purpose, to test how a program copes (the bytes are changed
+    /// behind pgl's back and made durable; parity, checksums and replicas are not told).
+    Inject {
+        /// The pool file.
+        file: PathBuf,
+        /// The fault.
+        #[command(subcommand)]
+        fault: FaultArg,
+        /// Seed of the random bytes (the same seed damages the same way).
+        #[arg(long, global = true, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Print one object's header and a hex dump of its payload.
+    Dump {
+        /// The pool file.
+        file: PathBuf,
+        /// The object's oid: its payload offset, as hex (`0x1e00010`) or decimal.
+        #[arg(value_parser = parse_oid)]
+        oid: u64,
+        /// Dump at most this many payload bytes (K/M/G suffixes allowed).
+        #[arg(long, value_parser = parse_size)]
+        max: Option<u64>,
+    },
+    /// Inspect and check Arcadia log files (`pgl::log::Log`), without changing them.
+    #[command(subcommand)]
+    Log(LogCommand),
+}
+
+#[derive(Subcommand)]
+enum LogCommand {
+    /// Show a log's superline copies, policy, live records and any damage.
+    Info {
+        /// The log file.
+        file: PathBuf,
+    },
+    /// List the records recovery would keep: LSN, offset, length and the first bytes.
+    Dump {
+        /// The log file.
+        file: PathBuf,
+        /// Start at this LSN.
+        #[arg(long)]
+        from: Option<u64>,
+        /// List at most this many records.
+        #[arg(long)]
+        max: Option<usize>,
+    },
+    /// Verify both superline copies and every record; exits 1 if recovery would drop a
+    /// record or a superline copy is damaged.
+    Check {
+        /// The log file.
+        file: PathBuf,
+    },
+}
+
+/// Writes `s` to stdout; a closed pipe (`pgl info | head`) is not an error.
+fn emit(s: &str) {
+    let mut o = std::io::stdout().lock();
+    let _ = o.write_all(s.as_bytes()).and_then(|()| o.flush());
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Create(a) => create(a).map(|s| (s, false)),
+        Command::Info { file, objects } => info(file, *objects).map(|s| (s, false)),
+        Command::Check { file } => check(file),
+        Command::Dump { file, oid, max } => dump(file, *oid, *max).map(|s| (s, false)),
+        Command::Scrub { file, repair } => scrub(file, *repair),
+        Command::Inject { file, fault, seed } => inject(file, fault, *seed).map(|s| (s, false)),
+        Command::Log(LogCommand::Info { file }) => log_info(file).map(|s| (s, false)),
+        Command::Log(LogCommand::Dump { file, from, max }) => {
+            log_dump(file, *from, *max).map(|s| (s, false))
+        }
+        Command::Log(LogCommand::Check { file }) => log_check(file),
+    };
+    match result {
+        Ok((report, problems)) => {
+            emit(&report);
+            ExitCode::from(u8::from(problems))
+        }
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
