@@ -6,9 +6,10 @@ mod alloc;
 mod class;
 pub(crate) mod layout;
 mod meta;
+mod run;
+mod walk;
 
-pub(crate) use alloc::{
-    bitmap_mismatch, walk_blocks, walk_objects as walk, Arena, Heap, HeapUndo, PendingFree,
-};
+pub(crate) use alloc::{bitmap_mismatch, Arena, Heap, HeapUndo, PendingFree};
 pub use class::SizeClasses;
 pub(crate) use meta::MetaOps;
+pub(crate) use walk::{walk_blocks, walk_objects as walk};
