@@ -4,6 +4,7 @@
 mod checksums;
 mod config;
 mod header;
+mod open;
 #[allow(clippy::module_inception)]
 mod pool;
 mod scrub;

@@ -4,12 +4,9 @@
 //! redo records were replayed, and whose heap metadata loaded without inconsistency.
 
 use super::config::Config;
-use super::header::{
-    Header, HeaderFault, FLAG_NO_CHECKSUMS, FLAG_OPEN, FLAG_PARITY, FORMAT_VERSION,
-};
-use crate::geometry::{Geometry, PAGE};
+use super::header::{Header, FLAG_OPEN};
+use crate::geometry::PAGE;
 use crate::heap::layout::{ObjectHeader, HEADER_SIZE, ROOT_OFFSET};
-use crate::heap::Heap;
 use crate::persist::{CrashSim, FlushMode, Media};
 use crate::persistent::{Oid, Persistent};
 use crate::stats::Stats;
@@ -40,16 +37,16 @@ pub(super) struct Inner {
     pub(super) eng: Engine,
     pub(super) header: Mutex<Header>,
     pub(super) root_lock: Mutex<()>,
-    grow_lock: Mutex<()>,
-    replayed: u64,
-    header_repairs: u64,
-    lane_repairs: u64,
+    pub(super) grow_lock: Mutex<()>,
+    pub(super) replayed: u64,
+    pub(super) header_repairs: u64,
+    pub(super) lane_repairs: u64,
     /// Zone metadata copies rewritten from the other copy while opening.
-    metadata_repairs: u64,
+    pub(super) metadata_repairs: u64,
     /// Allocation bitmap words rebuilt from parity while opening.
-    bitmap_repairs: u64,
+    pub(super) bitmap_repairs: u64,
     /// What reconciling parity found when the pool was opened.
-    reconciled: crate::integrity::Reconciled,
+    pub(super) reconciled: crate::integrity::Reconciled,
     /// Scrubs the background scrubber completed.
     pub(super) scrubs: std::sync::atomic::AtomicU64,
 }
@@ -109,17 +106,17 @@ impl std::fmt::Debug for Pool {
 }
 
 /// What to do instead of opening a pool that is open already (`Error::AlreadyOpen`).
-const ALREADY_OPEN: &str =
+pub(super) const ALREADY_OPEN: &str =
     "share one `Pool` (clone it) instead of opening the file twice, or close the other first";
 
-fn now_secs() -> u64 {
+pub(super) fn now_secs() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
 }
 
-fn new_uuid() -> [u8; 16] {
+pub(super) fn new_uuid() -> [u8; 16] {
     use std::hash::{BuildHasher, Hasher};
     let mut out = [0u8; 16];
     for (i, chunk) in out.chunks_mut(8).enumerate() {
@@ -205,421 +202,6 @@ impl Pool {
     pub fn open_sim_with(sim: &Arc<CrashSim>, config: &Config) -> Result<Pool> {
         let media = Media::sim(sim.clone(), "pool", ALREADY_OPEN)?;
         Self::from_media(media, Some(&config.layout), config, true)
-    }
-
-    fn format(media: &Media, geo: &Geometry, zones: u64, layout: &str, parity: bool) {
-        let h = Header {
-            version: FORMAT_VERSION,
-            generation: 1,
-            uuid: new_uuid(),
-            layout: layout.to_owned(),
-            geo: *geo,
-            zones,
-            created: now_secs(),
-            // A new pool is zeros, whose parity (zeros) is consistent.
-            flags: if parity { FLAG_PARITY } else { 0 },
-        };
-        let bytes = h.encode();
-        for copy in 0..2 {
-            let off = geo.header_offset(copy);
-            // SAFETY: a fresh pool nobody else has mapped; the header page is inside it.
-            unsafe { media.write(off, &bytes) };
-            media.flush(off, PAGE);
-        }
-        media.fence();
-    }
-
-    /// Opens the pool on `media` with `config`; with `keep_modes`, zone parity and object
-    /// checksums are kept or not as the pool has them instead of as `config` says.
-    fn from_media(
-        media: Media,
-        layout: Option<&str>,
-        config: &Config,
-        keep_modes: bool,
-    ) -> Result<Pool> {
-        let path = media.path();
-        Self::load(media, layout, config, keep_modes).map_err(|e| e.in_pool(&path, |_| None))
-    }
-
-    /// `from_media`, its errors not yet naming the file.
-    fn load(media: Media, layout: Option<&str>, config: &Config, keep_modes: bool) -> Result<Pool> {
-        // Before anything is read: another `Pool` on this file could be changing it.
-        media.lock_exclusive("pool", ALREADY_OPEN)?;
-        let path = media.path();
-        let len = media.len();
-        if len < 2 * PAGE {
-            return Err(Error::NotAPool {
-                path,
-                reason: format!("{len} bytes is smaller than a pool header"),
-            });
-        }
-        let page = |off: u64| -> &[u8] {
-            // SAFETY: `off + PAGE <= len` is checked by every caller; no other `Pool`, in
-            // this process or another, has the file open (`lock_exclusive` above).
-            unsafe { std::slice::from_raw_parts(media.ptr(off) as *const u8, PAGE as usize) }
-        };
-        let a = Header::decode(page(0));
-        // Copy B's place depends on the geometry; if copy A is bad, search the pages where
-        // some geometry could put it.
-        let b_at = |h: &Header| h.geo.header_offset(1);
-        let b = match &a {
-            Ok(h) if b_at(h) + PAGE <= len => Header::decode(page(b_at(h))).map(|hb| (b_at(h), hb)),
-            Ok(_) => Err(HeaderFault::NoMagic),
-            Err(_) => {
-                let mut found = Err(HeaderFault::NoMagic);
-                // Copy B sits at PAGE + 2 * lanes * lane_size, an odd page below
-                // HEADER_B_LIMIT (`check_geometry` refuses any geometry that puts it
-                // further), so those are the only pages to look at.
-                let last = (len / PAGE).min(super::header::HEADER_B_LIMIT / PAGE);
-                for p in (1..last).step_by(2) {
-                    let off = p * PAGE;
-                    if page(off)[..8] != super::header::MAGIC {
-                        continue;
-                    }
-                    match Header::decode(page(off)) {
-                        Ok(h) if b_at(&h) == off => {
-                            found = Ok((off, h));
-                            break;
-                        }
-                        Ok(_) => {}
-                        Err(e) => {
-                            if matches!(found, Err(HeaderFault::NoMagic)) {
-                                found = Err(e);
-                            }
-                        }
-                    }
-                }
-                found
-            }
-        };
-        let (header, repairs) = match (a, b) {
-            (Ok(ha), Ok((off_b, hb))) => {
-                if ha.generation >= hb.generation {
-                    let fix = ha != hb;
-                    if fix {
-                        Self::write_header_copy(&media, off_b, &ha);
-                    }
-                    (ha, fix as u64)
-                } else {
-                    Self::write_header_copy(&media, 0, &hb);
-                    (hb, 1)
-                }
-            }
-            (Ok(ha), Err(_)) => {
-                let off_b = b_at(&ha);
-                if off_b + PAGE <= len {
-                    Self::write_header_copy(&media, off_b, &ha);
-                }
-                (ha, 1)
-            }
-            (Err(_), Ok((_, hb))) => {
-                Self::write_header_copy(&media, 0, &hb);
-                (hb, 1)
-            }
-            (Err(ea), Err(eb)) => {
-                if let (HeaderFault::Version(v), _) | (_, HeaderFault::Version(v)) = (&ea, &eb) {
-                    return Err(Error::Version {
-                        path,
-                        found: *v,
-                        supported: FORMAT_VERSION,
-                    });
-                }
-                if ea == HeaderFault::NoMagic && eb == HeaderFault::NoMagic {
-                    return Err(Error::NotAPool {
-                        path,
-                        reason: "no pgl pool header in either copy".into(),
-                    });
-                }
-                return Err(Error::HeaderCorrupt {
-                    path,
-                    detail: format!("copy A: {ea}; copy B: {eb}"),
-                });
-            }
-        };
-        if let Some(l) = layout {
-            if header.layout != l {
-                return Err(Error::LayoutName {
-                    path,
-                    expected: l.to_owned(),
-                    found: header.layout.clone(),
-                });
-            }
-        }
-        let size = header.pool_size();
-        if len < size {
-            return Err(Error::Truncated {
-                path,
-                expected: size,
-                actual: len,
-            });
-        }
-        if size > media.reserve() {
-            return Err(Error::config(format!(
-                "the pool is {size} bytes, more than max_size {}",
-                media.reserve()
-            )));
-        }
-        let geo = header.geo;
-        let rec = tx::recover(&media, &geo, size)?;
-        // After a crash (the OPEN flag is still set) any subset of the last commits' data
-        // and parity lines may have reached media: the zones the lanes marked dirty are
-        // reconciled with their parity (replay is done, so the rows are final; damage
-        // parity can still rebuild is repaired first, see `integrity::reconcile`); a pool
-        // whose parity was not kept gets every zone recomputed.
-        let mut header = header;
-        // Checksums are trusted only if they were kept since they were last recomputed.
-        let sums_valid = header.flags & FLAG_NO_CHECKSUMS == 0;
-        let (parity, checksums) = if keep_modes {
-            (header.flags & FLAG_PARITY != 0, sums_valid)
-        } else {
-            (config.parity, config.checksums)
-        };
-        // Zone metadata replicas, now that replay has written its records to both copies,
-        // and before reconciling parity (which must see the repaired bytes, not bake the
-        // damage in). A pool of an older format gets its copies B made from A, after its
-        // header says durably that its parity is not kept (so it is recomputed below, and
-        // again if a crash cuts this short). Zones whose copy was repaired are reconciled.
-        let mut meta_repaired = Vec::new();
-        if header.version < 4 {
-            Self::check_registry_fits(&media, &geo, header.zones)?;
-            if header.flags & FLAG_PARITY != 0 {
-                header.flags &= !FLAG_PARITY;
-                Self::write_header_copy(&media, 0, &header);
-                Self::write_header_copy(&media, geo.header_offset(1), &header);
-                media.check()?;
-            }
-            // SAFETY: the pool's zones; nothing else runs while it opens.
-            unsafe { crate::integrity::replica::create_replicas(&media, &geo, header.zones) };
-            media.fence();
-            media.check()?;
-        } else {
-            // Parity may rebuild a zone whose copies are both damaged (if it was kept; a
-            // rebuilt copy is used only if it verifies).
-            let kept = header.flags & FLAG_PARITY != 0;
-            // SAFETY: as above.
-            meta_repaired = unsafe {
-                crate::integrity::replica::check_zones(&media, &geo, header.zones, kept)?
-            };
-            if !meta_repaired.is_empty() {
-                media.fence();
-                media.check()?;
-            }
-        }
-        let metadata_repairs = meta_repaired.len() as u64;
-        let mut reconciled = crate::integrity::Reconciled::default();
-        // Allocation-bitmap words that do not verify are rebuilt from parity before
-        // anything below recomputes parity from the rows (which would bake the damage in)
-        // or walks the objects through them; only where parity on media can be trusted for
-        // them: it was kept, and the zone is not one a crash may have left stale. Whether
-        // this open keeps parity does not matter: the media's parity is still intact.
-        let crashed = header.flags & FLAG_OPEN != 0;
-        let media_parity = header.flags & FLAG_PARITY != 0;
-        let zones = header.zones;
-        let dirty_marks = tx::dirty_zones(&media, &geo);
-        let trusted = |off: u64| {
-            media_parity
-                && geo
-                    .locate(off, zones)
-                    .is_some_and(|p| !(crashed && tx::zone_is_dirty(&dirty_marks, p.zone)))
-        };
-        let mut bitmap_repairs = 0u64;
-        let damaged_words = crate::heap::walk(
-            &geo,
-            &crate::heap::SizeClasses::new(geo.chunk_size),
-            0..header.zones,
-            // SAFETY: heap metadata words inside the pool; nothing else runs while it opens.
-            |off| unsafe { media.read_u64(off) },
-            |_, _| {},
-        );
-        for off in damaged_words {
-            // SAFETY: a heap metadata word of a zone of the pool; nothing else runs while
-            // the pool opens.
-            bitmap_repairs += u64::from(
-                trusted(off) && unsafe { crate::integrity::rewrite_bitmap_word(&media, &geo, off) },
-            );
-        }
-        if bitmap_repairs > 0 {
-            media.fence();
-            media.check()?;
-        }
-        if parity
-            && (header.flags & FLAG_OPEN != 0
-                || header.flags & FLAG_PARITY == 0
-                || !meta_repaired.is_empty())
-        {
-            let all = header.flags & FLAG_PARITY == 0;
-            let dirty = tx::dirty_zones(&media, &geo);
-            let dirty: Vec<u64> = (0..header.zones)
-                .filter(|&z| {
-                    all || tx::zone_is_dirty(&dirty, z) || meta_repaired.binary_search(&z).is_ok()
-                })
-                .collect();
-            if all {
-                for &z in &dirty {
-                    // SAFETY: zone `z` lies in the pool (its size was checked above);
-                    // nothing else runs while the pool opens.
-                    unsafe { crate::integrity::recompute_zone(&media, &geo, z) };
-                }
-            } else if !dirty.is_empty() {
-                // Without trusted checksums no object can be told damaged: the dirty
-                // zones' disagreeing columns are recomputed from the rows as they are.
-                let mut objects = vec![Vec::new(); header.zones as usize];
-                crate::heap::walk(
-                    &geo,
-                    &crate::heap::SizeClasses::new(geo.chunk_size),
-                    0..header.zones,
-                    // SAFETY: heap metadata words inside the pool (the walk stays within
-                    // the zones); nothing else runs while the pool opens.
-                    |off| unsafe { media.read_u64(off) },
-                    |hdr, cap| {
-                        if let Some(z) = geo.locate(hdr, header.zones).map(|p| p.zone) {
-                            if sums_valid {
-                                objects[z as usize].push((hdr, cap));
-                            }
-                        }
-                    },
-                );
-                for &z in &dirty {
-                    // SAFETY: as above.
-                    let r = unsafe {
-                        crate::integrity::reconcile_zone(&media, &geo, z, &objects[z as usize])
-                    };
-                    reconciled.columns += r.columns;
-                    reconciled.repaired += r.repaired;
-                    reconciled.unrecoverable += r.unrecoverable;
-                }
-            }
-            media.fence();
-            // The marks may be cleared only once the recomputed parity is durable.
-            media.check()?;
-        }
-        // Checksums kept again after a time without them: recomputed over the bytes as
-        // they are (with the parity of the zones that changed).
-        if checksums && !sums_valid {
-            // Parity recomputed too if the header still says it is kept, even by an open
-            // that drops it: a crash before the header says otherwise leaves it trusted.
-            let kept = parity || header.flags & FLAG_PARITY != 0;
-            // SAFETY: the pool's zones; nothing else runs while it opens.
-            unsafe { super::checksums::recompute(&media, &geo, header.zones, kept) };
-            media.fence();
-            media.check()?;
-        }
-        // Parity is now consistent everywhere: no zone is dirty for this session yet. (An
-        // open that drops parity keeps the marks: until its header says parity is not kept,
-        // a crash must leave the next open the zones to reconcile.)
-        if parity {
-            tx::clear_dirty_zones(&media, &geo);
-        }
-        // Without lane replication (`Config::replicate_lanes`) commits leave copy B as it
-        // is here, after recovery: its retire mark equal to A's and no record, since both
-        // marks, stored unflushed, may tear together in a crash while A's record is being
-        // rewritten (`repair_lanes`). A B left by a crash (record newer than its own retire
-        // mark) must not outlive this open either, lest a later damaged A let it replay.
-        let lane_repairs = tx::repair_lanes(&media, &geo, config.replicate_lanes);
-        media.fence();
-        media.check()?;
-        // NO_CHECKSUMS is durable before any commit leaves a checksum stale.
-        header.flags = FLAG_OPEN
-            | if parity { FLAG_PARITY } else { 0 }
-            | if checksums { 0 } else { FLAG_NO_CHECKSUMS };
-        header.version = FORMAT_VERSION;
-        header.generation += 1;
-        Self::write_header_copy(&media, 0, &header);
-        Self::write_header_copy(&media, geo.header_offset(1), &header);
-        media.check()?;
-        // Runs with bitmap words still damaged (beyond parity) load out of service.
-        let heap = Heap::open(&media, geo, header.zones)?;
-        let next_seq = rec.max_seq.checked_add(1).ok_or_else(|| Error::Corrupt {
-            what: "redo lane",
-            offset: geo.lane_offset(0, 0),
-            detail: "sequence numbers exhausted".into(),
-            pool_file: None,
-        })?;
-        let eng = Engine::new(
-            media,
-            geo,
-            heap,
-            next_seq,
-            tx::Options {
-                verify: config.verify,
-                parity,
-                parity_atomic_max: config.parity_atomic_max,
-                replicate_lanes: config.replicate_lanes,
-                checksums,
-            },
-        );
-        let inner = Arc::new(Inner {
-            eng,
-            header: Mutex::new(header),
-            root_lock: Mutex::new(()),
-            grow_lock: Mutex::new(()),
-            replayed: rec.replayed,
-            header_repairs: repairs,
-            lane_repairs,
-            metadata_repairs,
-            bitmap_repairs,
-            reconciled,
-            scrubs: Default::default(),
-        });
-        if inner.reconciled.unrecoverable > 0 {
-            // Objects beyond repair may be freed: see `Engine::seals_trusted`.
-            inner
-                .eng
-                .repairs
-                .free_space_suspect
-                .store(true, Ordering::Relaxed);
-        }
-        // Now at its final address: the media-error handler may point at it.
-        inner.eng.arm_fault_handler();
-        let scrubber = match config.verify {
-            crate::VerifyPolicy::Scrub { every_n_tx } => {
-                super::scrub::spawn(Arc::downgrade(&inner), every_n_tx)
-            }
-            _ => None,
-        };
-        Ok(Pool { inner, scrubber })
-    }
-
-    /// A pool of a format before zone metadata replicas may hold more registry entries
-    /// than copy A (half the metadata chunk) has room for.
-    fn check_registry_fits(media: &Media, geo: &Geometry, zones: u64) -> Result<()> {
-        use crate::heap::layout::{registry_capacity, registry_offset};
-        let count_at = geo.chunk_offset(0, 0) + registry_offset(geo);
-        // The geometry must be one this format accepts (room for both copies).
-        super::header::check_geometry(geo, zones).map_err(|why| Error::Corrupt {
-            what: "zone metadata",
-            offset: geo.chunk_offset(0, 0),
-            detail: format!(
-                "this pool cannot keep a second copy of zone metadata: {why}; open it with an \
-                 older pgl and copy its data to a pool with bigger chunks"
-            ),
-            pool_file: None,
-        })?;
-        // SAFETY: the registry's count word lies in zone 0's metadata chunk; the pool is
-        // opening, nothing else runs.
-        let count = unsafe { media.read_u64(count_at) };
-        let cap = registry_capacity(geo);
-        if count > cap {
-            return Err(Error::Corrupt {
-                what: "type registry",
-                offset: count_at,
-                detail: format!(
-                    "{count} registered types, but this format keeps zone metadata twice and \
-                     has room for {cap} in this geometry; open the pool with an older pgl \
-                     and copy its data to a pool with bigger chunks"
-                ),
-                pool_file: None,
-            });
-        }
-        Ok(())
-    }
-
-    fn write_header_copy(media: &Media, off: u64, h: &Header) {
-        // SAFETY: a header page inside the pool, written only while opening (single
-        // threaded) or under the grow lock.
-        unsafe { media.write(off, &h.encode()) };
-        media.flush(off, PAGE);
-        media.fence();
     }
 
     /// Runs `f` as one transaction: every change it makes through `tx` becomes durable
