@@ -189,7 +189,7 @@ impl<'p, T: Persistent> Ref<'p, T> {
     /// # Safety
     /// The caller holds the read lock of `stripe`, which covers the valid `T` at `ptr`.
     pub(crate) unsafe fn new(ptr: *const T, eng: &'p Engine, stripe: u32) -> Self {
-        super::tx::note_ref(eng.id, stripe, 1);
+        super::thread::note_ref(eng.id, stripe, 1);
         Ref { ptr, eng, stripe }
     }
 }
@@ -204,7 +204,7 @@ impl<T: Persistent> Deref for Ref<'_, T> {
 
 impl<T: Persistent> Drop for Ref<'_, T> {
     fn drop(&mut self) {
-        super::tx::note_ref(self.eng.id, self.stripe, -1);
+        super::thread::note_ref(self.eng.id, self.stripe, -1);
         self.eng.objects.release(self.stripe, Held::Read);
     }
 }

@@ -8,11 +8,14 @@ mod held;
 mod lane;
 mod locks;
 mod place;
+mod read;
 mod record;
 mod recovery;
 mod registry;
 mod repair;
+mod run;
 mod tail;
+mod thread;
 #[allow(clippy::module_inception)]
 mod tx;
 
@@ -21,13 +24,13 @@ pub(crate) use engine::{Engine, Options};
 pub use handle::{Mut, Read, Ref};
 pub(crate) use locks::Held;
 pub use place::{AsPlace, Place};
+pub(crate) use read::{check_is, get, read_lock, stripe_of};
 pub(crate) use recovery::{clear_dirty_zones, dirty_zones, recover, repair_lanes, zone_is_dirty};
 pub use registry::TypeInfo;
 pub(crate) use registry::{list as list_types, TypeCache};
 pub(crate) use repair::{repairable, Outcome, RepairCounters};
+pub(crate) use run::{run, try_repair};
 pub(crate) use tail::{link_at_end, TAIL_LINK};
+pub(crate) use thread::{enter_detached, in_tx, leave_detached};
+pub(crate) use tx::verify_in_place;
 pub use tx::Tx;
-pub(crate) use tx::{
-    check_is, enter_detached, get, in_tx, leave_detached, read_lock, run, stripe_of, try_repair,
-    verify_in_place,
-};

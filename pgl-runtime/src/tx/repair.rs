@@ -74,7 +74,7 @@ impl Engine {
     /// Freezes the pool (see the module docs); `None` if some lane stayed busy for `WAIT`,
     /// or at once if this thread holds a `Detached` handle, whose lane it would wait for.
     pub(crate) fn freeze(&self) -> Option<Frozen<'_>> {
-        if super::tx::detached_held(self.id) {
+        if super::thread::detached_held(self.id) {
             return None;
         }
         let deadline = Instant::now() + WAIT;
@@ -91,7 +91,7 @@ impl Engine {
     /// (or this thread holds a `Ref` or a `Detached`, which would never be released
     /// meanwhile). Call it outside transactions.
     pub(crate) fn exclusive<R>(&self, f: impl FnOnce() -> R) -> Option<R> {
-        if super::tx::any_ref_held(self.id) || super::tx::detached_held(self.id) {
+        if super::thread::any_ref_held(self.id) || super::thread::detached_held(self.id) {
             return None;
         }
         if !self.objects.write_all(Instant::now() + WAIT) {
@@ -109,7 +109,7 @@ impl Engine {
             return Ok(self.count(Outcome::Unrecoverable));
         }
         let stripe = super::stripe_of(payload);
-        if super::tx::ref_held(self.id, stripe) || super::tx::detached_held(self.id) {
+        if super::thread::ref_held(self.id, stripe) || super::thread::detached_held(self.id) {
             // This thread reads the object (or one sharing its lock): it cannot be rewritten
             // under that reference. Or it holds a `Detached`, whose lane `freeze` would
             // need (and perhaps this object's lock).

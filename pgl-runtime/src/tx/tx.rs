@@ -1,15 +1,16 @@
-//! `Tx`: a transaction — micro-buffers, locks, allocations and frees — and `run`, which runs
-//! a closure as a transaction, joins nested ones, and retries on conflicts.
+//! `Tx`: a transaction — micro-buffers, locks, allocations and frees. `run` (in `run.rs`)
+//! runs a closure as one; `commit.rs` commits it.
 //!
 //! Invariant: until commit, a transaction changes nothing in NVMM that a recovery or another
 //! transaction could see (new objects are written only into space still free on media).
 
 use super::buffer::{BufKind, Buffer, PendingRead};
 use super::engine::{Engine, VerifyPolicy};
-use super::handle::{Mut, Read, ReadSource, Ref};
+use super::handle::{Mut, Read, ReadSource};
 use super::held::HeldStripes;
 use super::lane::{Lane, LaneState};
 use super::locks::{Held, ObjectLocks};
+use super::thread::{detached_holds, detached_lane, ref_held};
 use crate::checksum::adler32_patch;
 use crate::heap::layout::{
     object_checksum, ObjectHeader, CHECKSUM_PREFIX, HEADER_SIZE, PREFIX_TYPE_OFFSET,
@@ -105,7 +106,11 @@ impl<'p> Tx<'p> {
         ObjectHeader::from_bytes(&h)
     }
 
-    fn check_type<T: Persistent>(off: u64, h: &ObjectHeader, capacity: u64) -> Result<()> {
+    pub(super) fn check_type<T: Persistent>(
+        off: u64,
+        h: &ObjectHeader,
+        capacity: u64,
+    ) -> Result<()> {
         let size = core::mem::size_of::<T>() as u64;
         if h.type_id != T::TYPE_ID || h.size != size || h.size > capacity {
             return Err(Error::TypeMismatch {
@@ -291,7 +296,7 @@ impl<'p> Tx<'p> {
 
     /// Checks that the object at `off`, whose lock this transaction holds, is a `T` (as
     /// `get` would, without borrowing it: a handle of this transaction may hold it).
-    fn check_held<T: Persistent>(&self, off: u64) -> Result<()> {
+    pub(super) fn check_held<T: Persistent>(&self, off: u64) -> Result<()> {
         self.check_layout::<T>(false)?;
         let st = self.st.borrow();
         if self.buffer_of::<T>(&st, off)?.is_some() {
@@ -842,38 +847,6 @@ pub(crate) fn verify_in_place(eng: &Engine, off: u64, h: &ObjectHeader) -> Resul
     Ok(())
 }
 
-thread_local! {
-    static ACTIVE: RefCell<Vec<(u64, usize)>> = const { RefCell::new(Vec::new()) };
-    /// Read locks held by this thread's `Ref`s: (engine id, stripe, count).
-    static REFS: RefCell<Vec<(u64, u32, u32)>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Records that this thread took (`+1`) or released (`-1`) a `Ref` on `stripe`.
-/// `try_with`: a `Ref` kept in a thread-local may be dropped after `REFS` is destroyed,
-/// while its thread exits and holds nothing else; a panic there would abort the process.
-pub(crate) fn note_ref(id: u64, stripe: u32, delta: i32) {
-    let _ = REFS.try_with(|r| {
-        let mut r = r.borrow_mut();
-        match r.iter().position(|&(i, s, _)| i == id && s == stripe) {
-            Some(k) if delta < 0 => {
-                r[k].2 -= 1;
-                if r[k].2 == 0 {
-                    r.swap_remove(k);
-                }
-            }
-            Some(k) => r[k].2 += 1,
-            None if delta > 0 => r.push((id, stripe, 1)),
-            None => {}
-        }
-    });
-}
-
-/// Whether this thread holds any `Ref` of engine `id` (none once `REFS` is destroyed).
-pub(crate) fn any_ref_held(id: u64) -> bool {
-    REFS.try_with(|r| r.borrow().iter().any(|&(i, _, _)| i == id))
-        .unwrap_or(false)
-}
-
 /// Takes the lock of the object at `off` as `want` for a transaction holding `held`,
 /// without waiting: `Error::LockedByThisThread` if this thread's own `Ref` blocks a write
 /// lock or its own `Detached` holds the object (no retry can succeed while the closure
@@ -893,327 +866,4 @@ fn take_stripe(eng: &Engine, held: &mut HeldStripes, off: u64, want: Held) -> Re
     } else {
         Err(Error::Conflict { offset: off })
     }
-}
-
-pub(crate) fn ref_held(id: u64, stripe: u32) -> bool {
-    REFS.try_with(|r| r.borrow().iter().any(|&(i, s, _)| i == id && s == stripe))
-        .unwrap_or(false)
-}
-
-struct Active(u64);
-impl Active {
-    fn enter(id: u64, tx: &Tx<'_>) -> Active {
-        ACTIVE.with(|a| a.borrow_mut().push((id, tx as *const Tx<'_> as usize)));
-        Active(id)
-    }
-}
-impl Drop for Active {
-    fn drop(&mut self) {
-        ACTIVE.with(|a| {
-            let mut a = a.borrow_mut();
-            if let Some(i) = a.iter().rposition(|(id, _)| *id == self.0) {
-                a.remove(i);
-            }
-        });
-    }
-}
-
-/// Whether this thread is inside a transaction of `eng`.
-pub(crate) fn in_tx(eng: &Engine) -> bool {
-    active(eng.id).is_some()
-}
-
-fn active(id: u64) -> Option<usize> {
-    ACTIVE.with(|a| {
-        a.borrow()
-            .iter()
-            .rev()
-            .find(|(i, _)| *i == id)
-            .map(|(_, p)| *p)
-    })
-}
-
-/// Whether this thread is inside a transaction of `eng` that holds `stripe`, or holds a
-/// `Detached` handle of `eng` that does.
-fn held_by_this_thread(eng: &Engine, stripe: u32) -> bool {
-    detached_holds(eng.id, stripe)
-        || match active(eng.id) {
-            // SAFETY: registered by `run` on this thread; that Tx is alive on its stack frame.
-            Some(p) => unsafe { &*(p as *const Tx<'_>) }
-                .st
-                .try_borrow()
-                .map(|st| st.lane.scratch.held.contains(stripe))
-                .unwrap_or(true),
-            None => false,
-        }
-}
-
-thread_local! {
-    /// This thread's `Detached` handles: (engine id, address of their `Tx`). Each holds a
-    /// lane and an object's write lock while the thread runs other code, which must never
-    /// wait for them: they are released only when this thread gets on.
-    static DETACHED: RefCell<Vec<(u64, usize)>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Records that `tx`, a `Detached` handle's transaction of engine `id` on this thread,
-/// holds its lane and lock from now on until `leave_detached`.
-pub(crate) fn enter_detached(id: u64, tx: &Tx<'_>) {
-    DETACHED.with(|d| d.borrow_mut().push((id, tx as *const Tx<'_> as usize)));
-}
-
-/// Records that the `Detached` transaction `tx` is about to end (before it is freed).
-pub(crate) fn leave_detached(tx: &Tx<'_>) {
-    let p = tx as *const Tx<'_> as usize;
-    // `try_with`: a `Detached` kept in a thread-local may be dropped after this one.
-    let _ = DETACHED.try_with(|d| d.borrow_mut().retain(|&(_, q)| q != p));
-}
-
-/// Calls `f` on each `Detached` transaction of engine `id` this thread holds, until it
-/// returns true; whether one did.
-fn any_detached(id: u64, mut f: impl FnMut(&Tx<'_>) -> bool) -> bool {
-    DETACHED
-        .try_with(|d| {
-            d.borrow().iter().any(|&(i, p)| {
-                // SAFETY: registered by `enter_detached` and removed by `leave_detached`
-                // before the `Detached` frees its boxed Tx; a `Detached` is not `Send`, so
-                // that Tx lives on this thread, which is running this code instead of
-                // changing it.
-                i == id && f(unsafe { &*(p as *const Tx<'_>) })
-            })
-        })
-        .unwrap_or(false)
-}
-
-/// Whether this thread holds a `Detached` handle of engine `id`.
-pub(crate) fn detached_held(id: u64) -> bool {
-    any_detached(id, |_| true)
-}
-
-/// Whether a `Detached` handle of engine `id` held by this thread locks `stripe`.
-fn detached_holds(id: u64, stripe: u32) -> bool {
-    any_detached(id, |tx| {
-        tx.st
-            .try_borrow()
-            .is_ok_and(|st| st.lane.scratch.held.contains(stripe))
-    })
-}
-
-/// Whether a `Detached` handle of engine `id` held by this thread holds lane `idx`.
-fn detached_lane(id: u64, idx: usize) -> bool {
-    any_detached(id, |tx| tx.lane.idx == idx)
-}
-
-/// Most closure re-runs after conflicts before `Error::Conflict` is returned.
-const MAX_ATTEMPTS: u32 = 100_000;
-
-/// Runs `f` as a transaction of `eng` (joining this thread's open one, if any).
-pub(crate) fn run<'p, R>(eng: &'p Engine, mut f: impl FnMut(&Tx<'p>) -> Result<R>) -> Result<R> {
-    if let Some(p) = active(eng.id) {
-        // SAFETY: registered by an enclosing `run` of the same engine on this thread; that Tx
-        // lives on the enclosing frame for the whole of this call, and is only used through
-        // `&self` methods (interior mutability), so sharing it is sound.
-        let outer: &Tx<'p> = unsafe { &*(p as *const Tx<'p>) };
-        return f(outer).inspect_err(|e| outer.poison(e));
-    }
-    let mut attempt = 0u32;
-    let mut repairs = 0u32;
-    loop {
-        let tx = Tx::begin(eng, "pool.tx")?;
-        let r = {
-            let _a = Active::enter(eng.id, &tx);
-            f(&tx)
-        };
-        let out = match r {
-            Ok(v) => tx.commit().map(|()| v),
-            Err(e) => Err(e),
-        };
-        match out {
-            Err(Error::Conflict { offset }) => {
-                tx.abort();
-                tx.lane.counters.add(Counter::Retries, 1);
-                drop(tx);
-                attempt += 1;
-                if attempt >= MAX_ATTEMPTS {
-                    return Err(Error::Conflict { offset });
-                }
-                backoff(attempt);
-            }
-            Err(e) => {
-                tx.abort();
-                drop(tx);
-                // Damage found on the way: rebuild the object from parity (outside the
-                // transaction: the repair freezes every lane) and run the closure again.
-                if repairs < MAX_REPAIRS && try_repair(eng, &e) {
-                    repairs += 1;
-                    continue;
-                }
-                return Err(e);
-            }
-            ok => return ok,
-        }
-    }
-}
-
-/// Repairs per `run` or `get` before the damage is reported as it is.
-const MAX_REPAIRS: u32 = 3;
-
-/// If `e` reports damage to an object, tries to repair it; whether it was repaired (so the
-/// operation that failed is worth retrying). Call it outside transactions.
-pub(crate) fn try_repair(eng: &Engine, e: &Error) -> bool {
-    if let Error::BitmapMismatch { offset, .. } = *e {
-        return match eng.repair_bitmap_word(offset) {
-            Some(true) => true,
-            Some(false) => {
-                // Beyond repair: out of service, so that allocations of its class go to
-                // other runs.
-                eng.heap.quarantine_run_of(offset);
-                false
-            }
-            // The pool could not be frozen (a long transaction elsewhere): reported as it
-            // is, and tried again by the next commit that meets the word.
-            None => false,
-        };
-    }
-    super::repairable(e).is_some_and(|off| match eng.repair_object(off) {
-        Ok(super::Outcome::Repaired { .. }) => true,
-        // Repaired by another thread since this one read it: worth reading again. (A
-        // type mismatch with the header the object really has is the caller's mistake.)
-        Ok(super::Outcome::Intact { type_id, size }) => match *e {
-            Error::ChecksumMismatch { .. } => true,
-            Error::TypeMismatch {
-                found, found_size, ..
-            } => (found, found_size) != (type_id, size),
-            _ => false,
-        },
-        _ => false,
-    })
-}
-
-fn backoff(attempt: u32) {
-    if attempt < 4 {
-        for _ in 0..(1 << attempt) * 32 {
-            std::hint::spin_loop();
-        }
-    } else if attempt < 16 {
-        std::thread::yield_now();
-    } else {
-        let us = 1u64 << (attempt.min(26) / 2);
-        std::thread::sleep(std::time::Duration::from_micros(us.min(2000)));
-    }
-}
-
-/// `pool.get`: a read view outside any transaction. Damage it finds is repaired when no
-/// transaction of this thread is open (inside one, the transaction's retry repairs it).
-pub(crate) fn get<'p, T: Persistent>(eng: &'p Engine, oid: Oid<T>) -> Result<Ref<'p, T>> {
-    let mut repairs = 0;
-    loop {
-        match get_once(eng, oid) {
-            Err(e) if repairs < MAX_REPAIRS && !in_tx(eng) && try_repair(eng, &e) => {
-                repairs += 1;
-            }
-            r => return r,
-        }
-    }
-}
-
-/// Checks that the object at `oid` is a `T` (`pool.root`): through this thread's open
-/// transaction or `Detached` if one holds its lock already (where `pool.get` is refused
-/// with `LockedByThisThread`), else as `pool.get` does. Never fails the transaction but on
-/// a conflict, as `pool.get` inside it.
-pub(crate) fn check_is<T: Persistent>(eng: &Engine, oid: Oid<T>) -> Result<()> {
-    let stripe = stripe_of(oid.raw());
-    let holds = |tx: &Tx<'_>| {
-        tx.st
-            .try_borrow()
-            .is_ok_and(|st| st.lane.scratch.held.contains(stripe))
-    };
-    if let Some(p) = active(eng.id) {
-        // SAFETY: registered by `run` on this thread; that Tx is alive on its frame.
-        let tx = unsafe { &*(p as *const Tx<'_>) };
-        if holds(tx) {
-            return tx.check_held::<T>(oid.raw());
-        }
-    }
-    let mut checked = None;
-    any_detached(eng.id, |tx| {
-        if holds(tx) {
-            checked = Some(tx.check_held::<T>(oid.raw()));
-        }
-        checked.is_some()
-    });
-    if let Some(r) = checked {
-        return r;
-    }
-    get(eng, oid).map(|_| ())
-}
-
-/// Takes the read lock of the object at `off` for a reader that is no transaction
-/// (`pool.get`, `pool.read_object`, the object walks); returns its stripe, which the caller
-/// releases. Waits for another thread's writer up to the repair `WAIT` (then `Conflict`:
-/// a writer that never lets go must not hang readers, or a pool's last drop waiting for
-/// its scrubber). Never waits for this thread itself: `LockedByThisThread` if this thread's
-/// transaction or `Detached` holds the stripe. Inside a transaction a wait could close a
-/// cycle with another transaction: a conflict instead fails it, which re-runs the closure.
-pub(crate) fn read_lock(eng: &Engine, off: u64) -> Result<u32> {
-    let stripe = ObjectLocks::stripe(off);
-    if held_by_this_thread(eng, stripe) {
-        return Err(Error::LockedByThisThread { offset: off });
-    }
-    if let Some(p) = active(eng.id) {
-        if !eng.objects.try_read(stripe) {
-            // SAFETY: registered by `run` on this thread; that Tx is alive on its frame.
-            let tx = unsafe { &*(p as *const Tx<'_>) };
-            let e = Error::Conflict { offset: off };
-            tx.poison(&e);
-            return Err(e);
-        }
-    } else if !eng.objects.read_for(stripe, super::repair::WAIT) {
-        // Its writer never let go in all that time: give up rather than hang.
-        return Err(Error::Conflict { offset: off });
-    }
-    Ok(stripe)
-}
-
-fn get_once<'p, T: Persistent>(eng: &'p Engine, oid: Oid<T>) -> Result<Ref<'p, T>> {
-    if !eng.types.knows::<T>() {
-        super::registry::check_outside::<T>(eng)?;
-    }
-    let off = oid.raw();
-    let stripe = read_lock(eng, off)?;
-    let guard = ReleaseOnErr {
-        eng,
-        stripe,
-        armed: true,
-    };
-    let place = eng.heap.locate(off)?;
-    let mut h = [0u8; 16];
-    // SAFETY: located live object; the read lock excludes writers.
-    unsafe { eng.media.read(off - HEADER_SIZE, &mut h) };
-    let h = ObjectHeader::from_bytes(&h);
-    Tx::check_type::<T>(off, &h, place.capacity)?;
-    if eng.verify == VerifyPolicy::Conservative {
-        verify_in_place(eng, off, &h)?;
-    }
-    let mut guard = guard;
-    guard.armed = false;
-    // SAFETY: we hold the stripe's read lock (released by Ref's drop); the object is a T.
-    Ok(unsafe { Ref::new(eng.media.ptr(off) as *const T, eng, stripe) })
-}
-
-struct ReleaseOnErr<'a> {
-    eng: &'a Engine,
-    stripe: u32,
-    armed: bool,
-}
-impl Drop for ReleaseOnErr<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.eng.objects.release(self.stripe, Held::Read);
-        }
-    }
-}
-
-/// The object lock stripe of an offset (for readers outside a transaction).
-pub(crate) fn stripe_of(off: u64) -> u32 {
-    ObjectLocks::stripe(off)
 }
