@@ -42,6 +42,18 @@ mod changed {
     }
 }
 
+/// `old::Node` as a stale program might define it: same type id and size, other fields.
+mod stale {
+    use pgl::{Oid, Persistent};
+    #[derive(Persistent)]
+    #[pgl(id = 0x1ed5_a001)]
+    #[repr(C)]
+    pub struct Node {
+        pub next: Oid<Node>,
+        pub key: u64,
+    }
+}
+
 fn path(name: &str) -> std::path::PathBuf {
     let p = support::test_dir().join(format!("pgl-leds-retain-{name}-{}", std::process::id()));
     let _ = std::fs::remove_file(&p);
@@ -231,6 +243,109 @@ fn a_migration_chaining_types_is_refused() {
         .unwrap_err();
     assert!(e.to_string().contains("produces objects"), "{e}");
     assert_eq!(pool.objects().unwrap().len(), 1);
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
+
+/// A pool whose root is an old node heading a list of `n` more (keys 1 to n).
+fn old_list(p: &std::path::Path, cfg: &Config, n: u32) -> Pool {
+    let pool = Pool::create(p, cfg).unwrap();
+    let root = pool.root::<old::Node>().unwrap();
+    pool.tx(|tx| {
+        let mut next = Oid::NULL;
+        for key in (1..=n).rev() {
+            next = tx.alloc(old::Node {
+                key,
+                value: key * 2,
+                next,
+            })?;
+        }
+        tx.open(root)?.next = next;
+        Ok(())
+    })
+    .unwrap();
+    pool
+}
+
+fn to_new(o: &old::Node, r: &pgl::Remap) -> new::Node {
+    new::Node {
+        key: u64::from(o.key),
+        next: r.oid(o.next),
+        value: o.value,
+        _pad: 0,
+    }
+}
+
+#[test]
+fn a_migration_that_fills_the_pool_fails_with_pool_full_and_leaves_the_pool_as_it_was() {
+    let p = path("full");
+    const N: u32 = 1000;
+    let pool = old_list(&p, &Config::small("retain"), N);
+    // Room for the journal's pages, kept while the rest of the pool is filled.
+    let room = pool
+        .tx(|tx| {
+            (0..8)
+                .map(|_| tx.alloc([0u64; 512]))
+                .collect::<pgl::Result<Vec<_>>>()
+        })
+        .unwrap();
+    // Filler of the new nodes' size until the pool is full, then room for half of them.
+    let mut filler = Vec::new();
+    while let Ok(v) = pool.tx(|tx| {
+        (0..64)
+            .map(|_| tx.alloc([7u64; 3]))
+            .collect::<pgl::Result<Vec<_>>>()
+    }) {
+        filler.extend(v);
+    }
+    pool.tx(|tx| {
+        for &o in &filler[..N as usize / 2] {
+            tx.free(o)?;
+        }
+        room.iter().try_for_each(|&o| tx.free(o))
+    })
+    .unwrap();
+    let before = pool.objects().unwrap();
+
+    let e = pool
+        .migration()
+        .batch(100)
+        .convert(to_new)
+        .run()
+        .unwrap_err();
+    assert!(matches!(e, pgl::Error::PoolFull { .. }), "{e}");
+    // Not switched: the new objects made so far and the journal are freed again, so the
+    // space is the program's once more (a pending migration would hold it until the
+    // next run, which would fill the pool again).
+    assert_eq!(pool.pending_migration().unwrap(), None);
+    assert_eq!(pool.objects().unwrap(), before);
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
+fn a_conversion_that_fails_midway_leaves_the_pool_as_it_was() {
+    let p = path("stale");
+    let pool = old_list(&p, &Config::small("retain"), 50);
+    let before = pool.objects().unwrap();
+    // Same type id and size as the stored nodes, another layout: every new object is
+    // allocated before the first conversion reads an old one and is refused.
+    let e = pool
+        .migration()
+        .batch(10)
+        .convert(|o: &stale::Node, r| new::Node {
+            key: o.key,
+            next: r.oid(o.next),
+            value: 0,
+            _pad: 0,
+        })
+        .run()
+        .unwrap_err();
+    assert!(e.to_string().contains("Node"), "{e}");
+    assert_eq!(pool.pending_migration().unwrap(), None);
+    assert_eq!(pool.objects().unwrap(), before);
+    // The right definition migrates it.
+    assert_eq!(pool.migrate(to_new).unwrap().len(), 51);
     drop(pool);
     std::fs::remove_file(&p).unwrap();
 }

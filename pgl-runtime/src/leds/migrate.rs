@@ -223,6 +223,9 @@ impl<'a> Migration<'a> {
     /// objects); after it, a migration with its conversions finishes it (frees the old
     /// objects, returning its map), and one without them is refused with
     /// [`Error::InvalidConfig`], changing nothing. Then it converts whatever is still old.
+    /// An error before the switch (a full pool, an old object that cannot be read) is
+    /// returned after rolling the migration back, so the pool is as it was; one after the
+    /// switch leaves the rest of the old objects for the next `run` to free.
     /// Oids of old objects held by objects of types it does not convert are the caller's
     /// to remap (with the returned map); convert those types too to keep them consistent.
     ///
@@ -251,7 +254,6 @@ impl<'a> Migration<'a> {
             if let Some(remap) = resume(pool, &steps, anchor, batch, lane)? {
                 return Ok(remap);
             }
-            let root = pool.meta_word(root_word);
             let objects = pool.objects()?;
             let olds: Vec<Vec<u64>> = steps
                 .iter()
@@ -267,41 +269,17 @@ impl<'a> Migration<'a> {
             if olds.iter().all(Vec::is_empty) {
                 return Ok(Remap::default());
             }
-            // New objects, recorded as they are made: nothing reachable points to them.
-            let mut journal = pool.tx(|tx| Journal::create(tx, anchor))?;
-            for (step, olds) in steps.iter().zip(&olds) {
-                let n = batch.unwrap_or_else(|| fit(lane, 96));
-                let before = journal.len();
-                in_batches(pool, 0..olds.len(), n, |tx, r| {
-                    // What an aborted attempt recorded in DRAM is forgotten.
-                    journal.truncate(before + r.start);
-                    for &old in &olds[r] {
-                        let new = step.alloc_new(tx)?;
-                        journal.push(tx, old, new)?;
+            let (journal, remap) =
+                match build_and_switch(pool, &mut steps, &olds, anchor, batch, lane, root_word) {
+                    Ok(built) => built,
+                    Err(e) => {
+                        // Before the switch: what was built is freed again now, not left
+                        // to hold the pool's space until a next run. If that fails too,
+                        // the journal stays for the next run, and `e` is the news.
+                        let _ = roll_back_unswitched(pool, anchor, batch, lane);
+                        return Err(e);
                     }
-                    Ok(())
-                })?;
-            }
-            let remap = pool.tx(|tx| journal.pairs(tx, 0, journal.len()))?;
-            let remap = Remap::from_pairs(remap);
-            // Converted, with every oid of the migration remapped.
-            for (step, olds) in steps.iter_mut().zip(&olds) {
-                let n = batch.unwrap_or_else(|| fit(lane, 2 * step.new_size() + 128));
-                in_batches(pool, 0..olds.len(), n, |tx, r| {
-                    for &old in &olds[r] {
-                        step.convert(tx, &remap, old, remap.map[&old])?;
-                    }
-                    Ok(())
-                })?;
-            }
-            // The switch: the new objects become the reachable ones.
-            pool.tx(|tx| {
-                journal.switch(tx)?;
-                if let Some(&new) = remap.map.get(&root) {
-                    tx.set_meta_word(root_word, new);
-                }
-                Ok(())
-            })?;
+                };
             let by_old: HashMap<u64, usize> = olds
                 .iter()
                 .enumerate()
@@ -311,6 +289,96 @@ impl<'a> Migration<'a> {
             Ok(remap)
         })
     }
+}
+
+/// Allocates a new object for each of `olds` (recording each pair in a new journal),
+/// converts them, and moves the root to the new objects in the switch.
+fn build_and_switch(
+    pool: &Pool,
+    steps: &mut [Box<dyn Step + '_>],
+    olds: &[Vec<u64>],
+    anchor: u64,
+    batch: Option<usize>,
+    lane: u64,
+    root_word: u64,
+) -> Result<(Journal, Remap)> {
+    let root = pool.meta_word(root_word);
+    // New objects, recorded as they are made: nothing reachable points to them.
+    let mut journal = pool.tx(|tx| Journal::create(tx, anchor))?;
+    for (step, olds) in steps.iter().zip(olds) {
+        let n = batch.unwrap_or_else(|| fit(lane, 96));
+        let before = journal.len();
+        in_batches(pool, 0..olds.len(), n, |tx, r| {
+            // What an aborted attempt recorded in DRAM is forgotten.
+            journal.truncate(before + r.start);
+            for &old in &olds[r] {
+                let new = step.alloc_new(tx)?;
+                journal.push(tx, old, new)?;
+            }
+            Ok(())
+        })?;
+    }
+    let remap = pool.tx(|tx| journal.pairs(tx, 0, journal.len()))?;
+    let remap = Remap::from_pairs(remap);
+    // Converted, with every oid of the migration remapped.
+    for (step, olds) in steps.iter_mut().zip(olds) {
+        let n = batch.unwrap_or_else(|| fit(lane, 2 * step.new_size() + 128));
+        in_batches(pool, 0..olds.len(), n, |tx, r| {
+            for &old in &olds[r] {
+                step.convert(tx, &remap, old, remap.map[&old])?;
+            }
+            Ok(())
+        })?;
+    }
+    // The switch: the new objects become the reachable ones.
+    pool.tx(|tx| {
+        journal.switch(tx)?;
+        if let Some(&new) = remap.map.get(&root) {
+            tx.set_meta_word(root_word, new);
+        }
+        Ok(())
+    })?;
+    Ok((journal, remap))
+}
+
+/// Rolls back the migration the journal in the pool records, if it has not switched
+/// (read back from the pool, so a switch whose commit reported an error is never undone):
+/// frees its new objects and the journal.
+fn roll_back_unswitched(pool: &Pool, anchor: u64, batch: Option<usize>, lane: u64) -> Result<()> {
+    let head = pool.meta_word(anchor);
+    if head == 0 {
+        return Ok(());
+    }
+    let loaded = pool.tx(|tx| Journal::load(tx, head))?;
+    match loaded.state {
+        State::Building => roll_back(pool, &loaded, anchor, batch, lane),
+        State::Freeing => Ok(()),
+    }
+}
+
+/// Rolls back an unswitched migration, `loaded` from its journal: frees its new objects,
+/// recording each in the journal, then the journal.
+fn roll_back(
+    pool: &Pool,
+    loaded: &Loaded,
+    anchor: u64,
+    batch: Option<usize>,
+    lane: u64,
+) -> Result<()> {
+    let Loaded { journal, pairs, .. } = loaded;
+    // The new objects own no tail (an unfilled allocation starts without one and a
+    // conversion clears any it copies), so each is freed alone, whatever its type,
+    // without reading it: a conversions-agnostic roll-back.
+    let todo: Vec<usize> = (0..pairs.len()).filter(|&i| pairs[i].1 != 0).collect();
+    let n = batch.unwrap_or_else(|| fit(lane, 64));
+    in_batches(pool, 0..todo.len(), n, |tx, r| {
+        for &i in &todo[r] {
+            tx.free_raw(pairs[i].1)?;
+            journal.clear_new(tx, i)?;
+        }
+        Ok(())
+    })?;
+    pool.tx(|tx| journal.delete(tx, anchor))
 }
 
 /// Objects per transaction when each logs about `per_object` bytes: half a lane's worth.
@@ -381,33 +449,26 @@ fn resume(
     if head == 0 {
         return Ok(None);
     }
-    let Loaded {
-        journal,
-        state,
-        freed,
-        pairs,
-    } = pool.tx(|tx| Journal::load(tx, head))?;
-    match state {
+    let loaded = pool.tx(|tx| Journal::load(tx, head))?;
+    match loaded.state {
         State::Freeing => {
+            let (pairs, freed) = (&loaded.pairs, loaded.freed);
             let remap = Remap::from_pairs(pairs.iter().copied());
             let by_old = steps_by_type(pool, steps, pairs[freed..].iter().map(|p| p.0))?;
-            finish(pool, steps, &journal, freed, &by_old, batch, lane, anchor)?;
+            finish(
+                pool,
+                steps,
+                &loaded.journal,
+                freed,
+                &by_old,
+                batch,
+                lane,
+                anchor,
+            )?;
             Ok(Some(remap))
         }
         State::Building => {
-            // The new objects own no tail (an unfilled allocation starts without one and a
-            // conversion clears any it copies), so each is freed alone, whatever its type,
-            // without reading it: a conversions-agnostic roll-back.
-            let todo: Vec<usize> = (0..pairs.len()).filter(|&i| pairs[i].1 != 0).collect();
-            let n = batch.unwrap_or_else(|| fit(lane, 64));
-            in_batches(pool, 0..todo.len(), n, |tx, r| {
-                for &i in &todo[r] {
-                    tx.free_raw(pairs[i].1)?;
-                    journal.clear_new(tx, i)?;
-                }
-                Ok(())
-            })?;
-            pool.tx(|tx| journal.delete(tx, anchor))?;
+            roll_back(pool, &loaded, anchor, batch, lane)?;
             Ok(None)
         }
     }
