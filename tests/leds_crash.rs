@@ -100,6 +100,21 @@ mod manual {
         pub value: u64,
     }
 
+    /// A type the test's migration leaves alone, and what a later one converts it to.
+    #[derive(Persistent)]
+    #[pgl(id = 0x1ed5_c105)]
+    #[repr(C)]
+    pub struct Extra0 {
+        pub key: u64,
+    }
+    #[derive(Persistent)]
+    #[pgl(id = 0x1ed5_c106)]
+    #[repr(C)]
+    pub struct Extra1 {
+        pub key: u64,
+        pub double: u64,
+    }
+
     pub fn item1(key: u64, next: Oid<Item1>, value: u64) -> Item1 {
         Item1 {
             key,
@@ -524,6 +539,55 @@ fn an_interrupted_migration_is_rolled_back_by_any_migration_but_finished_only_by
     );
 }
 
+#[test]
+fn finishing_an_interrupted_migration_goes_on_to_convert_what_is_still_old() {
+    use manual::*;
+    let cfg = config(1);
+    let (sim, pool) = manual_pool(&cfg);
+    let points = std::sync::Arc::new(std::sync::Mutex::new(Vec::<CrashPoint>::new()));
+    let sink = points.clone();
+    sim.set_fence_hook(move |s: &CrashSim| sink.lock().unwrap().push(s.crash_point()));
+    migrate_manual(&pool).unwrap();
+    sim.clear_fence_hook();
+    let mut finished = 0;
+    for cp in points.lock().unwrap().iter() {
+        let image = cp.device(cfg.size, |_| false);
+        let p = Pool::open_sim_with(&image, &cfg).unwrap();
+        if !matches!(p.pending_migration().unwrap(), Some(m) if m.switched) {
+            continue;
+        }
+        // An object of a type the interrupted migration did not convert, which this
+        // run, with one conversion more, does once it has finished that one.
+        let extra = p.tx(|tx| tx.alloc(Extra0 { key: 9 })).unwrap();
+        let remap = manual_migration(&p)
+            .convert(|e: &Extra0, _| Extra1 {
+                key: e.key,
+                double: 2 * e.key,
+            })
+            .run()
+            .unwrap();
+        // (The map holds the finished migration's pairs too; `extra` may sit in the block
+        // of an old object it freed, and then maps to its own new object.)
+        let extra: Oid<Extra1> = remap.oid(extra);
+        assert_eq!(
+            (p.get(extra).unwrap().key, p.get(extra).unwrap().double),
+            (9, 18)
+        );
+        assert_eq!(p.pending_migration().unwrap(), None);
+        assert_eq!(manual_state(&p).unwrap(), (1, vec![1, 2, 3, 4]));
+        let ids: Vec<u32> = p
+            .objects()
+            .unwrap()
+            .iter()
+            .map(|(_, h)| h.type_id)
+            .collect();
+        assert_eq!(ids.len(), 6, "{ids:x?}");
+        assert!(!ids.contains(&Extra0::TYPE_ID), "{ids:x?}");
+        finished += 1;
+    }
+    assert!(finished > 0, "no crash point after the switch");
+}
+
 /// A pool on a fresh device whose root is a v0 head of four v0 items (keys 1 to 4).
 fn manual_pool(cfg: &pgl::Config) -> (std::sync::Arc<CrashSim>, Pool) {
     use manual::*;
@@ -551,6 +615,11 @@ fn manual_pool(cfg: &pgl::Config) -> (std::sync::Arc<CrashSim>, Pool) {
 /// The Manual migration of the test's head and list, two objects per transaction (so a
 /// crash can fall between any of its steps).
 fn migrate_manual(pool: &Pool) -> pgl::Result<pgl::Remap> {
+    manual_migration(pool).run()
+}
+
+/// `migrate_manual` before its `run`.
+fn manual_migration(pool: &Pool) -> pgl::Migration<'_> {
     use manual::*;
     pool.migration()
         .batch(2)
@@ -559,5 +628,4 @@ fn migrate_manual(pool: &Pool) -> pgl::Result<pgl::Remap> {
             count: h.count,
         })
         .convert(|n: &Item0, r| item1(u64::from(n.key) << 32, r.oid(n.next), u64::from(n.value)))
-        .run()
 }

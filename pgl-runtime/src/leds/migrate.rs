@@ -221,8 +221,9 @@ impl<'a> Migration<'a> {
     /// wholly old or wholly new. The next `run` first deals with the interrupted
     /// migration: before its switch, any migration rolls it back (frees its new
     /// objects); after it, a migration with its conversions finishes it (frees the old
-    /// objects, returning its map), and one without them is refused with
-    /// [`Error::InvalidConfig`], changing nothing. Then it converts whatever is still old.
+    /// objects; its pairs are in the map returned), and one without them is refused with
+    /// [`Error::InvalidConfig`], changing nothing. Then it converts whatever is still old
+    /// (objects of types only this run converts).
     /// An error before the switch (a full pool, an old object that cannot be read) is
     /// returned after rolling the migration back, so the pool is as it was; one after the
     /// switch leaves the rest of the old objects for the next `run` to free.
@@ -251,9 +252,9 @@ impl<'a> Migration<'a> {
         let lane = pool.lane_capacity();
         let anchor = pool.journal_word_offset();
         pool.with_root_word(|root_word, _| {
-            if let Some(remap) = resume(pool, &steps, anchor, batch, lane)? {
-                return Ok(remap);
-            }
+            // The pairs of an interrupted migration this run finished, if any: what is
+            // still old is converted below all the same, remapping through them too.
+            let done = resume(pool, &steps, anchor, batch, lane)?;
             let objects = pool.objects()?;
             let olds: Vec<Vec<u64>> = steps
                 .iter()
@@ -267,19 +268,19 @@ impl<'a> Migration<'a> {
                 })
                 .collect();
             if olds.iter().all(Vec::is_empty) {
-                return Ok(Remap::default());
+                return Ok(done);
             }
-            let (journal, remap) =
-                match build_and_switch(pool, &mut steps, &olds, anchor, batch, lane, root_word) {
-                    Ok(built) => built,
-                    Err(e) => {
-                        // Before the switch: what was built is freed again now, not left
-                        // to hold the pool's space until a next run. If that fails too,
-                        // the journal stays for the next run, and `e` is the news.
-                        let _ = roll_back_unswitched(pool, anchor, batch, lane);
-                        return Err(e);
-                    }
-                };
+            let built = build_and_switch(pool, &mut steps, &olds, anchor, batch, root_word, done);
+            let (journal, remap) = match built {
+                Ok(built) => built,
+                Err(e) => {
+                    // Before the switch: what was built is freed again now, not left
+                    // to hold the pool's space until a next run. If that fails too,
+                    // the journal stays for the next run, and `e` is the news.
+                    let _ = roll_back_unswitched(pool, anchor, batch, lane);
+                    return Err(e);
+                }
+            };
             let by_old: HashMap<u64, usize> = olds
                 .iter()
                 .enumerate()
@@ -292,16 +293,19 @@ impl<'a> Migration<'a> {
 }
 
 /// Allocates a new object for each of `olds` (recording each pair in a new journal),
-/// converts them, and moves the root to the new objects in the switch.
+/// converts them, and moves the root to the new objects in the switch. Returns the
+/// journal and the map: `done`'s pairs (of a migration finished before this one) and
+/// this one's.
 fn build_and_switch(
     pool: &Pool,
     steps: &mut [Box<dyn Step + '_>],
     olds: &[Vec<u64>],
     anchor: u64,
     batch: Option<usize>,
-    lane: u64,
     root_word: u64,
+    done: Remap,
 ) -> Result<(Journal, Remap)> {
+    let lane = pool.lane_capacity();
     let root = pool.meta_word(root_word);
     // New objects, recorded as they are made: nothing reachable points to them.
     let mut journal = pool.tx(|tx| Journal::create(tx, anchor))?;
@@ -318,8 +322,10 @@ fn build_and_switch(
             Ok(())
         })?;
     }
-    let remap = pool.tx(|tx| journal.pairs(tx, 0, journal.len()))?;
-    let remap = Remap::from_pairs(remap);
+    let pairs = pool.tx(|tx| journal.pairs(tx, 0, journal.len()))?;
+    // This migration's pairs last: an offset in both is an old object of this one, whose
+    // block held an old object of the finished one.
+    let remap = Remap::from_pairs(done.map.into_iter().chain(pairs));
     // Converted, with every oid of the migration remapped.
     for (step, olds) in steps.iter_mut().zip(olds) {
         let n = batch.unwrap_or_else(|| fit(lane, 2 * step.new_size() + 128));
@@ -436,18 +442,18 @@ fn steps_by_type(
     .collect()
 }
 
-/// Deals with a migration a crash interrupted: rolls it back if it had not switched
-/// (`None`: this migration then runs), finishes it if it had (its remap).
+/// Deals with a migration a crash interrupted: rolls it back if it had not switched,
+/// finishes it if it had. Returns the pairs of the one it finished (else none).
 fn resume(
     pool: &Pool,
     steps: &[Box<dyn Step + '_>],
     anchor: u64,
     batch: Option<usize>,
     lane: u64,
-) -> Result<Option<Remap>> {
+) -> Result<Remap> {
     let head = pool.meta_word(anchor);
     if head == 0 {
-        return Ok(None);
+        return Ok(Remap::default());
     }
     let loaded = pool.tx(|tx| Journal::load(tx, head))?;
     match loaded.state {
@@ -465,11 +471,11 @@ fn resume(
                 lane,
                 anchor,
             )?;
-            Ok(Some(remap))
+            Ok(remap)
         }
         State::Building => {
             roll_back(pool, &loaded, anchor, batch, lane)?;
-            Ok(None)
+            Ok(Remap::default())
         }
     }
 }
