@@ -116,6 +116,12 @@ impl<Old: Persistent, New: Persistent, C: Converter<Old, New>> Step for Conversi
     }
 
     fn convert(&mut self, tx: &Tx<'_>, remap: &Remap, old: u64, new: u64) -> Result<()> {
+        // Checked whatever the verify policy (a mismatch is repaired from parity and the
+        // batch run again): the new object gets a fresh checksum, so damage the converter
+        // copied would be beyond detection and repair from then on. `get` takes the lock
+        // the check needs (held until the batch ends) and checks the type.
+        tx.get(Oid::<Old>::from_raw(old))?;
+        tx.verify_link_holder(old)?;
         let value = self.convert.call(tx, Oid::from_raw(old), remap)?;
         // An `#[extendible]` `New` keeps the null link `alloc_new` gave it whatever link
         // the converter copied (the handle's drop puts it back, see `tx::tail`): the new
