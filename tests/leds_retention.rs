@@ -42,6 +42,20 @@ mod changed {
     }
 }
 
+/// `old::Node` as a stale program might define it: same type id, other fields
+/// (and size).
+mod stale {
+    use pgl::{Oid, Persistent};
+    #[derive(Persistent)]
+    #[pgl(id = 0x1ed5_a001)]
+    #[repr(C)]
+    pub struct Node {
+        pub next: Oid<Node>,
+        pub key: u64,
+        pub extra: u64,
+    }
+}
+
 fn path(name: &str) -> std::path::PathBuf {
     let p = support::test_dir().join(format!("pgl-leds-retain-{name}-{}", std::process::id()));
     let _ = std::fs::remove_file(&p);
@@ -371,6 +385,32 @@ fn a_damaged_old_object_beyond_repair_fails_the_migration_and_leaves_the_pool_as
     );
     assert_eq!(pool.pending_migration().unwrap(), None);
     assert_eq!(pool.objects().unwrap(), before);
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
+fn a_stale_definition_of_the_old_type_is_refused_and_changes_nothing() {
+    let p = path("stale");
+    let pool = old_list(&p, &Config::small("retain"), 50);
+    let before = pool.objects().unwrap();
+    // Same type id as the stored nodes, another layout: it would list no object of
+    // its size in the heap and convert nothing.
+    let e = pool
+        .migration()
+        .convert(|o: &stale::Node, r| new::Node {
+            key: o.key,
+            next: r.oid(o.next),
+            value: 0,
+            _pad: 0,
+        })
+        .run()
+        .unwrap_err();
+    assert!(matches!(e, pgl::Error::LayoutMismatch { .. }), "{e}");
+    assert_eq!(pool.pending_migration().unwrap(), None);
+    assert_eq!(pool.objects().unwrap(), before);
+    // The right definition migrates it.
+    assert_eq!(pool.migrate(to_new).unwrap().len(), 51);
     drop(pool);
     std::fs::remove_file(&p).unwrap();
 }

@@ -15,7 +15,7 @@ use super::journal::{Journal, Loaded, State};
 use super::{Ext, Extendible};
 use crate::persistent::{Oid, Persistent};
 use crate::pool::Pool;
-use crate::tx::Tx;
+use crate::tx::{Tx, TypeInfo};
 use crate::{Error, Result};
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -57,6 +57,9 @@ impl Remap {
 trait Step {
     /// The old type's id and payload size, which pick its objects out of the heap.
     fn old(&self) -> (u32, u64);
+    /// Whether the old type is the definition the pool registered (`types`): a stale one
+    /// would pick no object, or the wrong ones, out of the heap.
+    fn check_old(&self, types: &[TypeInfo]) -> Result<()>;
     /// The new type's id.
     fn new_id(&self) -> u32;
     /// Payload bytes of a new object (what converting one logs).
@@ -100,6 +103,21 @@ struct Conversion<Old, New, C> {
 impl<Old: Persistent, New: Persistent, C: Converter<Old, New>> Step for Conversion<Old, New, C> {
     fn old(&self) -> (u32, u64) {
         (Old::TYPE_ID, core::mem::size_of::<Old>() as u64)
+    }
+
+    fn check_old(&self, types: &[TypeInfo]) -> Result<()> {
+        match types.iter().find(|t| t.type_id == Old::TYPE_ID) {
+            Some(t) if t.layout != Old::LAYOUT => Err(Error::LayoutMismatch {
+                pool_file: None,
+                type_name: core::any::type_name::<Old>().to_owned(),
+                stored_name: t.name.clone(),
+                type_id: Old::TYPE_ID,
+                stored: t.layout,
+                compiled: Old::LAYOUT,
+                group: None,
+            }),
+            _ => Ok(()),
+        }
     }
 
     fn new_id(&self) -> u32 {
@@ -150,7 +168,8 @@ pub struct Migration<'a> {
 impl<'a> Migration<'a> {
     /// Adds the conversion of every object of type `Old` to a `New` computed by `convert`
     /// (which gets the old-to-new [`Remap`] of the whole migration to translate the oids
-    /// it holds). `Old` must be the definition the pool stored (same type id and layout);
+    /// it holds). `Old` must be the definition the pool stored (same type id and layout:
+    /// `run` refuses another with [`Error::LayoutMismatch`], changing nothing);
     /// `New` needs another type id. An `#[extendible]` `New` object starts without
     /// extension groups: they are created, from their `init`s, on first access. An
     /// `#[extendible]` `Old` shows only its base here: convert it with
@@ -254,6 +273,10 @@ impl<'a> Migration<'a> {
                 what: "pool.migrate (or Migration::run)",
                 instead: "run the migration outside transactions, before the program's own",
             });
+        }
+        let types = pool.types()?;
+        for step in &steps {
+            step.check_old(&types).map_err(|e| pool.named(e))?;
         }
         let lane = pool.lane_capacity();
         let anchor = pool.journal_word_offset();

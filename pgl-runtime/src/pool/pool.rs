@@ -342,6 +342,11 @@ impl Pool {
         self.inner.eng.geo.lane_size
     }
 
+    /// `e` naming this pool's file, for an error made outside its API (as `leds` makes).
+    pub(crate) fn named(&self, e: Error) -> Error {
+        self.inner.eng.named(e)
+    }
+
     /// Whether this thread runs a transaction of this pool.
     pub(crate) fn in_tx(&self) -> bool {
         tx::in_tx(&self.inner.eng)
