@@ -20,7 +20,9 @@
 //!   for the stripe's pending new objects (their bytes are written before their
 //!   transaction's next fence, with no pool load in between);
 //! - uses only async-signal-safe system calls (`mprotect`, `sched_yield`, `msync` through
-//!   the media layer) and never unwinds (nothing in it panics: indices are checked).
+//!   the media layer) and never unwinds (nothing in it panics: indices are checked);
+//!   on simulated media it makes the page durable without the device's image lock, which
+//!   the faulting frame may hold (`Media::persist_from_handler`).
 //!
 //! A lost parity page is rebuilt from its column's data rows, under its own stripe. What it
 //! cannot rebuild (no parity, the page outside the zones' rows, a second lost page in the
@@ -285,8 +287,7 @@ impl FaultCtx {
         // SAFETY: the page is ours to rewrite: every access to it faults into this handler,
         // which is serialised by `repairing`.
         unsafe { media.write(page, &buf[..]) };
-        media.flush(page, PAGE);
-        media.fence();
+        media.persist_from_handler(page, PAGE);
         if let Some((_, s)) = stripe {
             s.unlock();
         }

@@ -525,6 +525,19 @@ impl Media {
         }
     }
 
+    /// `flush` then `fence` of `[off, off + len)`, for the media-error handler: it runs in
+    /// the middle of whatever load faulted, so on simulated media it takes no lock that
+    /// load's frame may hold and runs no fence hook (see `CrashSim::persist_from_handler`).
+    pub(crate) fn persist_from_handler(&self, off: u64, len: u64) {
+        match &self.backing {
+            Backing::Sim(sim) => sim.persist_from_handler(off, len),
+            Backing::File { .. } => {
+                self.flush(off, len);
+                self.fence();
+            }
+        }
+    }
+
     /// `Err` once a write-back has failed: what was written since may not be durable, so
     /// the pool takes no more commits; reopening it runs recovery, which replays every
     /// record that reached media.

@@ -203,17 +203,44 @@ impl CrashSim {
         };
         let mut persisted = self.persisted.lock();
         for line in lines {
-            let w = line as usize * 8;
-            if w + 8 > persisted.len() {
-                continue;
-            }
-            for i in w..w + 8 {
-                // SAFETY: `i < cap / 8`, inside the allocation; a volatile read because
-                // another thread may store to it (the crash model tolerates either value).
-                persisted[i] = unsafe { std::ptr::read_volatile(self.mem.add(i)) };
-            }
+            self.persist_line(&mut persisted, line as u64);
         }
         self.fences.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Copies line `line` of the volatile image into `persisted` (nothing past its end).
+    fn persist_line(&self, persisted: &mut [u64], line: u64) {
+        let w = line as usize * 8;
+        if w + 8 > persisted.len() {
+            return;
+        }
+        for (i, word) in persisted[w..w + 8].iter_mut().enumerate() {
+            // SAFETY: `w + i < persisted.len() == cap / 8`, inside the allocation; a
+            // volatile read because another thread may store to it (the crash model
+            // tolerates either value).
+            *word = unsafe { std::ptr::read_volatile(self.mem.add(w + i)) };
+        }
+    }
+
+    /// `flush` and `fence` of `[off, off + len)` for the media-error handler, which may
+    /// interrupt a load made under the persisted image's lock (a crash point reading a
+    /// lost page): the lines are persisted at once if that lock is free, else only flushed
+    /// (persisted at this thread's next fence; a crash meanwhile keeps either version, as
+    /// for any flushed line). It never waits for a lock the interrupted frame may hold
+    /// (`pending` is never held across a load of the device), runs no fence hook and
+    /// counts no fence.
+    pub(crate) fn persist_from_handler(&self, off: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        match self.persisted.try_lock() {
+            Some(mut persisted) => {
+                for line in off / 64..=(off + len - 1) / 64 {
+                    self.persist_line(&mut persisted, line);
+                }
+            }
+            None => self.flush(off, len),
+        }
     }
 
     /// The persisted image now (what survives a crash with no pending word written).
