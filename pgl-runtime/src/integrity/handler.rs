@@ -27,7 +27,9 @@
 //! A lost parity page is rebuilt from its column's data rows, under its own stripe. What it
 //! cannot rebuild (no parity, the page outside the zones' rows, a second lost page in the
 //! column) it zero-fills and counts as lost; checksums then report the objects on it as
-//! damaged, so nothing is lost silently.
+//! damaged, so nothing is lost silently. While the pool is open, `lost_pages` keeps its
+//! column from being rebuilt from the parity that no longer agrees with it; when the pool
+//! closes, that parity is recomputed (`unprotect_all`).
 //!
 //! Invariant: a registered pool's media, geometry and parity outlive its registration
 //! (`Engine` unregisters before they drop).
@@ -152,8 +154,20 @@ impl FaultCtx {
     }
 
     /// Makes every page still marked lost accessible again (their bytes stay destroyed).
-    /// Their loss becomes durable: the bytes are zeroed.
+    /// Their loss becomes durable: the bytes are zeroed. Then the parity page of every
+    /// column with a zeroed page (these, and those the handler zero-filled) is recomputed
+    /// from the rows as they are: once the pool is closed nothing remembers which pages
+    /// were zeroed, and a later lost page of such a column would be "rebuilt" from parity
+    /// that still holds the zeroed pages' old bytes. Called with the pool closing (and
+    /// unregistered), so that nothing else accesses it.
     pub(crate) fn unprotect_all(&self, media: &Media) {
+        let mut zeroed: Vec<u64> = self
+            .lost_pages
+            .iter()
+            .map(|p| p.load(Ordering::Acquire))
+            .filter(|&v| v != 0)
+            .map(|v| v - 1)
+            .collect();
         for p in &self.poisoned {
             let v = p.swap(0, Ordering::AcqRel);
             if v != 0 {
@@ -164,6 +178,26 @@ impl FaultCtx {
                     media.write(v - 1, &[0u8; PAGE as usize]);
                 }
                 media.flush(v - 1, PAGE);
+                zeroed.push(v - 1);
+            }
+        }
+        let parity = self.parity();
+        if parity.enabled() {
+            let mut buf = Box::new([0u8; PAGE as usize]);
+            for page in zeroed {
+                let column_parity = match parity_column_of(&self.geo, page) {
+                    Some(_) => Some(page),
+                    None => parity.map().parity_of(page).map(|(p, _)| p),
+                };
+                let Some(at) = column_parity else { continue };
+                // SAFETY: a parity page of a zone (checked against the pool's length by
+                // the call); every page of its column is accessible again (above), and the
+                // pool is closing, so nothing writes the zone meanwhile.
+                if unsafe { rebuild_parity_page_into(media, &self.geo, at, &mut buf) } {
+                    // SAFETY: as above.
+                    unsafe { media.write(at, &buf[..]) };
+                    media.flush(at, PAGE);
+                }
             }
         }
         media.fence();
