@@ -29,7 +29,9 @@
 //! column) it zero-fills and counts as lost; checksums then report the objects on it as
 //! damaged, so nothing is lost silently. While the pool is open, `lost_pages` keeps its
 //! column from being rebuilt from the parity that no longer agrees with it; when the pool
-//! closes, that parity is recomputed (`unprotect_all`).
+//! closes, that parity is recomputed (`unprotect_all`). A page still lost (unread) when the
+//! pool closes is zeroed with its column's parity left intact: the next session rebuilds
+//! it like any single damaged page.
 //!
 //! Invariant: a registered pool's media, geometry and parity outlive its registration
 //! (`Engine` unregisters before they drop).
@@ -154,14 +156,17 @@ impl FaultCtx {
     }
 
     /// Makes every page still marked lost accessible again (their bytes stay destroyed).
-    /// Their loss becomes durable: the bytes are zeroed. Then the parity page of every
-    /// column with a zeroed page (these, and those the handler zero-filled) is recomputed
-    /// from the rows as they are: once the pool is closed nothing remembers which pages
+    /// Their loss becomes durable: the bytes are zeroed, and their columns' parity is left
+    /// as it is, so that the next session rebuilds them (checksums report their objects
+    /// damaged; parity repairs them) as it would any single damaged page of a column.
+    /// Pages the handler zero-filled because their column could not rebuild them are
+    /// gone for good instead: the parity page of each of their columns is recomputed from
+    /// the rows as they are, since once the pool is closed nothing remembers which pages
     /// were zeroed, and a later lost page of such a column would be "rebuilt" from parity
     /// that still holds the zeroed pages' old bytes. Called with the pool closing (and
     /// unregistered), so that nothing else accesses it.
     pub(crate) fn unprotect_all(&self, media: &Media) {
-        let mut zeroed: Vec<u64> = self
+        let zeroed: Vec<u64> = self
             .lost_pages
             .iter()
             .map(|p| p.load(Ordering::Acquire))
@@ -178,7 +183,6 @@ impl FaultCtx {
                     media.write(v - 1, &[0u8; PAGE as usize]);
                 }
                 media.flush(v - 1, PAGE);
-                zeroed.push(v - 1);
             }
         }
         let parity = self.parity();
