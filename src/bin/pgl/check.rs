@@ -1,13 +1,11 @@
 //! `pgl check`: verify a pool without repairing it.
 
 use crate::info::migration_line;
-use crate::progress::{slow, OPENING};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use crate::progress::{slow, Bar, OPENING};
 use pgl::checksum::{adler32, adler32_continue};
 use pgl::{Error, ObjectHeader, Pool, Result};
 use std::fmt::Write as _;
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 /// Errors of `Pool::open` that mean the pool is damaged, not that it cannot be read at all.
 pub(crate) fn is_damage(e: &Error) -> bool {
@@ -142,34 +140,23 @@ pub(crate) fn check(file: &Path) -> Result<(String, bool)> {
             alone,
         )
     };
+    // Damage that stops the walk over the heap: the report ends here.
+    let heap_failed = |mut out: String, e: &Error| {
+        let (line, n) = parity_line(&[]);
+        out.insert_str(parity_at, &line);
+        let _ = writeln!(out, "  heap      FAILED: {e}");
+        let _ = writeln!(out, "result: {} problem(s)", problems + n + 1);
+        out
+    };
     // Bitmap words beyond repair are reported by verify_objects, which verifies the rest.
     let (total, hidden) = match pool.objects_with_damage() {
         Ok(l) => (l.objects.len() as u64, l.damaged_words().len() as u64),
-        Err(e) if is_damage(&e) => {
-            let (line, n) = parity_line(&[]);
-            out.insert_str(parity_at, &line);
-            let _ = writeln!(out, "  heap      FAILED: {e}");
-            let _ = writeln!(out, "result: {} problem(s)", problems + n + 1);
-            return Ok((out, true));
-        }
+        Err(e) if is_damage(&e) => return Ok((heap_failed(out, &e), true)),
         Err(e) => return Err(e),
     };
-    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
-    bar.set_style(
-        ProgressStyle::with_template("verifying {wide_bar} {pos}/{len} objects, {eta} left")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    let start = Instant::now();
-    let mut shown = false;
-    let bad = pool.verify_objects(|done, _| {
-        bar.set_position(done);
-        if !shown && start.elapsed() > Duration::from_secs(1) {
-            shown = true;
-            bar.set_draw_target(ProgressDrawTarget::stderr());
-            bar.enable_steady_tick(Duration::from_millis(200));
-        }
-    });
-    bar.finish_and_clear();
+    let mut bar = Bar::new("verifying {wide_bar} {pos}/{len} objects, {eta} left");
+    let bad = pool.verify_objects(|done, _| bar.update(done, total));
+    drop(bar);
     let bad = match bad {
         Ok(b) => b,
         Err(Error::InvalidConfig { .. }) => {
@@ -189,13 +176,7 @@ pub(crate) fn check(file: &Path) -> Result<(String, bool)> {
             let _ = writeln!(out, "{verdict}");
             return Ok((out, problems > 0));
         }
-        Err(e) if is_damage(&e) => {
-            let (line, n) = parity_line(&[]);
-            out.insert_str(parity_at, &line);
-            let _ = writeln!(out, "  heap      FAILED: {e}");
-            let _ = writeln!(out, "result: {} problem(s)", problems + n + 1);
-            return Ok((out, true));
-        }
+        Err(e) if is_damage(&e) => return Ok((heap_failed(out, &e), true)),
         Err(e) => return Err(e),
     };
     let (line, n) = parity_line(&bad);

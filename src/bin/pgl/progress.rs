@@ -1,7 +1,7 @@
 //! Progress shown on standard error while slow work runs.
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What `slow` says while a pool opens: recovery and reconciling parity after a crash can
 /// take a while on a large pool.
@@ -35,10 +35,49 @@ pub(crate) fn slow<R>(msg: &'static str, work: impl FnOnce() -> R) -> R {
     r
 }
 
+/// A progress bar on standard error for work that reports its progress, shown once the
+/// work has taken a second (quick runs print nothing); cleared when dropped.
+pub(crate) struct Bar {
+    bar: ProgressBar,
+    start: Instant,
+    shown: bool,
+}
+
+impl Bar {
+    /// A hidden bar drawn with `template` (indicatif's syntax) once it shows.
+    pub(crate) fn new(template: &str) -> Bar {
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+        bar.set_style(
+            ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        Bar {
+            bar,
+            start: Instant::now(),
+            shown: false,
+        }
+    }
+
+    /// `done` of `total` units are done.
+    pub(crate) fn update(&mut self, done: u64, total: u64) {
+        self.bar.set_length(total);
+        self.bar.set_position(done);
+        if !self.shown && self.start.elapsed() > Duration::from_secs(1) {
+            self.shown = true;
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+            self.bar.enable_steady_tick(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Bar {
+    fn drop(&mut self) {
+        self.bar.finish_and_clear();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Instant;
 
     #[test]
     fn slow_work_returns_its_value_whether_or_not_the_spinner_showed() {

@@ -1,33 +1,17 @@
 //! `pgl scrub` and `pgl inject`: repair damage, and cause it on purpose.
 
 use crate::args::FaultArg;
-use crate::progress::{slow, OPENING};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use crate::progress::{slow, Bar, OPENING};
 use pgl::{Pool, Result};
 use std::fmt::Write as _;
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 /// `pgl scrub`: the report, and whether damage remains.
 pub(crate) fn scrub(file: &Path, repair: bool) -> Result<(String, bool)> {
     let pool = slow(OPENING, || Pool::open_any(file))?;
-    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
-    bar.set_style(
-        ProgressStyle::with_template("scrubbing {wide_bar} {pos}/{len} objects, {eta} left")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    let start = Instant::now();
-    let mut shown = false;
-    let r = pool.scrub(repair, |done, total| {
-        bar.set_length(total);
-        bar.set_position(done);
-        if !shown && start.elapsed() > Duration::from_secs(1) {
-            shown = true;
-            bar.set_draw_target(ProgressDrawTarget::stderr());
-            bar.enable_steady_tick(Duration::from_millis(200));
-        }
-    });
-    bar.finish_and_clear();
+    let mut bar = Bar::new("scrubbing {wide_bar} {pos}/{len} objects, {eta} left");
+    let r = pool.scrub(repair, |done, total| bar.update(done, total));
+    drop(bar);
     let r = r?;
     let mut out = String::new();
     let _ = writeln!(out, "scrubbing {}", file.display());
