@@ -1,8 +1,12 @@
 //! `pgl`: create, inspect and check pool files, and inspect and check log files.
 //!
 //! Exit status: 0 on success; `pgl check`, `pgl scrub` and `pgl log check` exit 1 when
-//! they find a problem; every command exits 2 on an error (a missing file, a file that is not a pool, a bad argument).
-//! Errors are printed to stderr as `error: <message>`; reports go to stdout.
+//! they find a problem; every command exits 2 on an error (a missing file, a file that is
+//! not a pool, a bad argument). Errors are printed to stderr as `error: <message>`;
+//! reports go to stdout.
+//!
+//! One module per command (`create`, `info`, `check`, `dump`, `scrub` with `inject`, `log`);
+//! `args` parses what they take, `progress` shows slow work, `units` prints sizes and dates.
 
 mod args;
 mod check;
