@@ -31,7 +31,10 @@
 //! column from being rebuilt from the parity that no longer agrees with it; when the pool
 //! closes, that parity is recomputed (`unprotect_all`). A page still lost (unread) when the
 //! pool closes is zeroed with its column's parity left intact: the next session rebuilds
-//! it like any single damaged page.
+//! it like any single damaged page. Once `lost_pages` is full, a loss it cannot record
+//! sets `lost_overflow`: from then on every column may hold an unrecorded zero-filled page,
+//! so the handler rebuilds nothing more (each lost page is reported lost) and the close
+//! recomputes the parity of every zone (pages still lost then are lost for good too).
 //!
 //! Invariant: a registered pool's media, geometry and parity outlive its registration
 //! (`Engine` unregisters before they drop).
@@ -41,7 +44,7 @@ use super::rebuild::{column_of, parity_column_of, rebuild_page_into, rebuild_par
 use crate::geometry::{Geometry, PAGE};
 use crate::persist::Media;
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 /// Linux's `si_code` for an access to a page without the needed protection.
@@ -61,6 +64,9 @@ pub(crate) struct FaultCtx {
     /// Offsets + 1 of pages the handler could not rebuild: their column's parity no longer
     /// rebuilds anything else in it either.
     lost_pages: [AtomicU64; POISON_MAX],
+    /// Set when a lost page did not fit in `lost_pages`: any column may then hold an
+    /// unrecorded zero-filled page, so no column's parity is trusted to rebuild a page.
+    lost_overflow: AtomicBool,
     /// Offsets + 1 of the last pages repaired: a thread whose fault on one was delivered
     /// after another thread's repair finished finds it here and just retries its load.
     recent: [AtomicU64; POISON_MAX],
@@ -115,6 +121,7 @@ impl FaultCtx {
             geo,
             poisoned: std::array::from_fn(|_| AtomicU64::new(0)),
             lost_pages: std::array::from_fn(|_| AtomicU64::new(0)),
+            lost_overflow: AtomicBool::new(false),
             recent: std::array::from_fn(|_| AtomicU64::new(0)),
             recent_next: AtomicUsize::new(0),
             repairing: AtomicU64::new(0),
@@ -163,8 +170,9 @@ impl FaultCtx {
     /// gone for good instead: the parity page of each of their columns is recomputed from
     /// the rows as they are, since once the pool is closed nothing remembers which pages
     /// were zeroed, and a later lost page of such a column would be "rebuilt" from parity
-    /// that still holds the zeroed pages' old bytes. Called with the pool closing (and
-    /// unregistered), so that nothing else accesses it.
+    /// that still holds the zeroed pages' old bytes. If the handler zero-filled more pages
+    /// than it could record, the parity of every zone is recomputed. Called with the pool
+    /// closing (and unregistered), so that nothing else accesses it.
     pub(crate) fn unprotect_all(&self, media: &Media) {
         let zeroed: Vec<u64> = self
             .lost_pages
@@ -186,7 +194,13 @@ impl FaultCtx {
             }
         }
         let parity = self.parity();
-        if parity.enabled() {
+        if parity.enabled() && self.lost_overflow.load(Ordering::Acquire) {
+            for z in 0..self.geo.zones_for(media.len()) {
+                // SAFETY: a zone inside the pool's length; every page is accessible again
+                // (above), and the pool is closing, so nothing writes the zone meanwhile.
+                unsafe { super::parity::recompute_zone(media, &self.geo, z) };
+            }
+        } else if parity.enabled() {
             let mut buf = Box::new([0u8; PAGE as usize]);
             for page in zeroed {
                 let column_parity = match parity_column_of(&self.geo, page) {
@@ -237,8 +251,11 @@ impl FaultCtx {
     }
 
     /// Whether another page of `page`'s column in its zone (data rows and parity row) is
-    /// lost too.
+    /// lost too, or may be (an unrecorded loss).
     fn column_has_other_loss(&self, page: u64) -> bool {
+        if self.lost_overflow.load(Ordering::Acquire) {
+            return true;
+        }
         let g = &self.geo;
         let (zone, col) = match (column_of(g, page), parity_column_of(g, page)) {
             (Some((zone, _, col)), _) | (None, Some((zone, col))) => (zone, col),
@@ -333,12 +350,13 @@ impl FaultCtx {
             self.repaired.fetch_add(1, Ordering::Relaxed);
         } else {
             self.lost.fetch_add(1, Ordering::Relaxed);
-            for p in &self.lost_pages {
-                if p.compare_exchange(0, page + 1, Ordering::AcqRel, Ordering::Relaxed)
+            let recorded = self.lost_pages.iter().any(|p| {
+                p.compare_exchange(0, page + 1, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()
-                {
-                    break;
-                }
+            });
+            if !recorded {
+                // Published before `repairing` is released: the next repair sees it.
+                self.lost_overflow.store(true, Ordering::Release);
             }
         }
         let slot = self.recent_next.fetch_add(1, Ordering::Relaxed) % POISON_MAX;
