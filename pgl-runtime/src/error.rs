@@ -23,6 +23,20 @@ pub enum Error {
         source: io::Error,
     },
 
+    /// `Pool::inject` could not emulate the fault on this system; the pool is unchanged.
+    #[error("{path}: cannot inject a media error at offset {offset:#x}: {reason}; the pool is unchanged")]
+    FaultInjection {
+        /// The pool file.
+        path: PathBuf,
+        /// The offset the fault was aimed at.
+        offset: u64,
+        /// What failed, and what to do.
+        reason: String,
+        /// The OS error, if a system call failed.
+        #[source]
+        source: Option<io::Error>,
+    },
+
     /// `Pool::create` was given a path that already exists.
     #[error("{path}: a file already exists here; open the pool instead, or remove the file to create a new one")]
     AlreadyExists {

@@ -41,3 +41,9 @@ switch!(
     fail_msync,
     "the \"every msync fails\" fault (an I/O error of the backing device)"
 );
+switch!(
+    FAIL_MPROTECT,
+    set_fail_mprotect,
+    fail_mprotect,
+    "the \"every mprotect of a pool page fails\" fault (`ENOMEM`: the kernel's mapping limit)"
+);

@@ -36,6 +36,11 @@
 //! so the handler rebuilds nothing more (each lost page is reported lost) and the close
 //! recomputes the parity of every zone (pages still lost then are lost for good too).
 //!
+//! A page `mprotect` cannot make accessible again is left lost and untouched, and the fault
+//! goes to the previous handler, with a line on stderr: writing the page would fault again
+//! with the signal blocked, which kills the process past every handler, and returning would
+//! only fault again. (Injection reports its own `mprotect` failure as an error.)
+//!
 //! Invariant: a registered pool's media, geometry and parity outlive its registration
 //! (`Engine` unregisters before they drop).
 
@@ -174,28 +179,37 @@ impl FaultCtx {
     /// than it could record, the parity of every zone is recomputed. Called with the pool
     /// closing (and unregistered), so that nothing else accesses it.
     pub(crate) fn unprotect_all(&self, media: &Media) {
-        let zeroed: Vec<u64> = self
+        let mut zeroed: Vec<u64> = self
             .lost_pages
             .iter()
             .map(|p| p.load(Ordering::Acquire))
             .filter(|&v| v != 0)
             .map(|v| v - 1)
             .collect();
+        // Pages that stay unreadable (mprotect failed): their bytes, never zeroed, still
+        // agree with parity, but nothing may read them, so their zones are left as they are.
+        let mut stuck: Vec<u64> = Vec::new();
         for p in &self.poisoned {
             let v = p.swap(0, Ordering::AcqRel);
-            if v != 0 {
-                // SAFETY: a page-aligned page of the mapping, protected by `destroy`; the
-                // pool is closing, so nothing else accesses it.
-                unsafe {
-                    set_access(media, v - 1, true);
-                    media.write(v - 1, &[0u8; PAGE as usize]);
-                }
-                media.flush(v - 1, PAGE);
+            if v == 0 {
+                continue;
             }
+            // SAFETY: a page-aligned page of the mapping, protected by `destroy`; the pool
+            // is closing, so nothing else accesses it.
+            if unsafe { set_access(media, v - 1, true) }.is_err() {
+                stuck.push(v - 1);
+                continue;
+            }
+            // SAFETY: as above; the page is accessible again.
+            unsafe { media.write(v - 1, &[0u8; PAGE as usize]) };
+            media.flush(v - 1, PAGE);
         }
+        let zone_of = |page: u64| (page - self.geo.zones_offset()) / self.geo.zone_size();
+        let readable = |zone: u64| stuck.iter().all(|&p| zone_of(p) != zone);
+        zeroed.retain(|&p| readable(zone_of(p)));
         let parity = self.parity();
         if parity.enabled() && self.lost_overflow.load(Ordering::Acquire) {
-            for z in 0..self.geo.zones_for(media.len()) {
+            for z in (0..self.geo.zones_for(media.len())).filter(|&z| readable(z)) {
                 // SAFETY: a zone inside the pool's length; every page is accessible again
                 // (above), and the pool is closing, so nothing writes the zone meanwhile.
                 unsafe { super::parity::recompute_zone(media, &self.geo, z) };
@@ -226,22 +240,27 @@ impl FaultCtx {
     /// over them (or the pool closes first, which zeroes them): a thread that reads the page
     /// in the moment between the handler's `mprotect` and its write sees those bytes, never
     /// a destroyed page, just as no thread can read a poisoned line of real persistent
-    /// memory before it is rewritten. False if too many emulated errors are outstanding.
+    /// memory before it is rewritten. `Ok(false)` if too many emulated errors are
+    /// outstanding; the OS error if the page could not be protected (nothing changed).
     ///
     /// # Safety
     /// `page` is a page-aligned offset inside the pool, and nothing else accesses the pool
     /// meanwhile (the caller holds it exclusively).
-    pub(crate) unsafe fn destroy(&self, page: u64) -> bool {
+    pub(crate) unsafe fn destroy(&self, page: u64) -> std::io::Result<bool> {
         let media = self.media();
         if self.is_poisoned(page) {
-            return true; // already lost
+            return Ok(true); // already lost
         }
         if !self.poison(page) {
-            return false;
+            return Ok(false);
         }
         // SAFETY: the caller's contract.
-        unsafe { set_access(media, page, false) };
-        true
+        if let Err(e) = unsafe { set_access(media, page, false) } {
+            // Still accessible: the handler must not take a fault on it for ours.
+            self.unpoison(page);
+            return Err(e);
+        }
+        Ok(true)
     }
 
     fn unpoison(&self, page: u64) {
@@ -273,10 +292,13 @@ impl FaultCtx {
             || (0..g.rows).any(|r| lost(g.zone_offset(zone) + r * g.row_size() + col))
     }
 
-    /// Rebuilds `page` (see the module docs); called from the handler.
-    fn repair(&self, page: u64) {
+    /// Rebuilds `page` (see the module docs); called from the handler. `Err(errno)` if
+    /// the page cannot be made accessible again (`mprotect` failed): it is left lost and
+    /// untouched, since writing it would fault with this signal blocked, and the fault must
+    /// go elsewhere (the load would only fault again).
+    fn repair(&self, page: u64) -> Result<(), i32> {
         if !self.is_poisoned(page) && self.recently_repaired(page) {
-            return; // repaired by another thread after this fault was raised
+            return Ok(()); // repaired by another thread after this fault was raised
         }
         loop {
             match self
@@ -289,7 +311,7 @@ impl FaultCtx {
                     while self.repairing.load(Ordering::Acquire) == page + 1 {
                         yield_now();
                     }
-                    return;
+                    return Ok(()); // the load retries (and faults into here again if it failed)
                 }
                 Err(_) => yield_now(),
             }
@@ -338,7 +360,13 @@ impl FaultCtx {
         }
         // SAFETY: the page is page-aligned and inside the mapping; making it accessible
         // again is what the emulated error took away.
-        unsafe { set_access(media, page, true) };
+        if let Err(e) = unsafe { set_access(media, page, true) } {
+            if let Some((_, s)) = stripe {
+                s.unlock();
+            }
+            self.repairing.store(0, Ordering::Release);
+            return Err(e.raw_os_error().unwrap_or(0));
+        }
         // SAFETY: the page is ours to rewrite: every access to it faults into this handler,
         // which is serialised by `repairing`.
         unsafe { media.write(page, &buf[..]) };
@@ -363,21 +391,31 @@ impl FaultCtx {
         self.recent[slot].store(page + 1, Ordering::Release);
         self.unpoison(page);
         self.repairing.store(0, Ordering::Release);
+        Ok(())
     }
 }
 
-/// Makes pool page `page` accessible or not (`mprotect`, async-signal-safe).
+/// Makes pool page `page` accessible or not (`mprotect`, async-signal-safe); the OS error
+/// if `mprotect` failed (its protection is then unchanged).
 ///
 /// # Safety
 /// `page` is a page-aligned offset inside `media`'s mapping.
-unsafe fn set_access(media: &Media, page: u64, on: bool) {
+unsafe fn set_access(media: &Media, page: u64, on: bool) -> std::io::Result<()> {
     let prot = if on {
         libc::PROT_READ | libc::PROT_WRITE
     } else {
         libc::PROT_NONE
     };
+    if crate::fault::fail_mprotect() {
+        return Err(std::io::Error::from_raw_os_error(libc::ENOMEM));
+    }
     // SAFETY: the caller's contract; mprotect only changes the page's protection.
-    unsafe { libc::mprotect(media.ptr(page) as *mut libc::c_void, PAGE as usize, prot) };
+    let rc = unsafe { libc::mprotect(media.ptr(page) as *mut libc::c_void, PAGE as usize, prot) };
+    match rc {
+        0 => Ok(()),
+        // Reads errno: no allocation.
+        _ => Err(std::io::Error::last_os_error()),
+    }
 }
 
 fn yield_now() {
@@ -459,12 +497,53 @@ extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut 
             && (ctx.is_poisoned(page) || ctx.recently_repaired(page));
         let real = sig == libc::SIGBUS && code == libc::BUS_MCEERR_AR;
         if emulated || real {
-            ctx.repair(page);
-            return; // the faulting load runs again
+            match ctx.repair(page) {
+                Ok(()) => return, // the faulting load runs again
+                Err(errno) => say_unrepairable(page, errno),
+            }
         }
         break;
     }
     chain(sig, info, uctx);
+}
+
+/// Tells stderr that the lost page at pool offset `page` cannot be made accessible again,
+/// with `write(2)` alone (async-signal-safe: no formatting machinery, no allocation).
+fn say_unrepairable(page: u64, errno: i32) {
+    let mut buf = [0u8; 200];
+    let mut n = 0;
+    let mut put = |bytes: &[u8]| {
+        for &b in bytes {
+            if n < buf.len() {
+                buf[n] = b;
+                n += 1;
+            }
+        }
+    };
+    put(b"pgl: the lost page at pool offset 0x");
+    let digits = (64 - page.leading_zeros()).div_ceil(4).max(1);
+    for i in (0..digits).rev() {
+        put(&[b"0123456789abcdef"[(page >> (4 * i) & 0xf) as usize]]);
+    }
+    put(b" cannot be made accessible again (mprotect failed, errno ");
+    let e = errno.unsigned_abs();
+    let mut dec = [0u8; 10];
+    let mut len = 0;
+    let mut v = e;
+    loop {
+        dec[len] = b'0' + (v % 10) as u8;
+        len += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for i in (0..len).rev() {
+        put(&[dec[i]]);
+    }
+    put(b"), so it cannot be rebuilt; the fault goes to the previous handler\n");
+    // SAFETY: write is async-signal-safe; `buf[..n]` is initialised.
+    unsafe { libc::write(2, buf.as_ptr() as *const libc::c_void, n) };
 }
 
 /// Hands the fault to the action installed before ours.
@@ -523,7 +602,7 @@ mod tests {
         let (done, wait) = std::sync::mpsc::channel();
         std::thread::scope(|s| {
             let (media, parity, ctx) = (&media, &parity, &ctx);
-            s.spawn(move || ctx.repair(row(2)));
+            s.spawn(move || ctx.repair(row(2)).expect("mprotect works"));
             s.spawn(move || {
                 // Give the repair time to start waiting.
                 std::thread::sleep(Duration::from_millis(100));

@@ -547,8 +547,24 @@ impl Pool {
             // SAFETY: a page of the zones' rows (checked above), held exclusively.
             unsafe { ctx.destroy(page) }
         }) {
-            Some(true) => eng.media.check(),
-            Some(false) => Err(Error::config(format!(
+            Some(Ok(true)) => eng.media.check(),
+            Some(Err(e)) => Err(Error::FaultInjection {
+                path: eng.media.path(),
+                offset,
+                reason: format!(
+                    "the page at {page:#x} could not be made unreadable (mprotect(PROT_NONE) \
+                     failed: {e}); {}",
+                    match e.raw_os_error() {
+                        Some(libc::ENOMEM) =>
+                            "each protected page costs the kernel a mapping \
+                             (vm.max_map_count): let the program read the lost pages, or \
+                             close other pools, then retry",
+                        _ => "retry, or test media errors on another system",
+                    }
+                ),
+                source: Some(e),
+            }),
+            Some(Ok(false)) => Err(Error::config(format!(
                 "too many emulated media errors outstanding (at most {}); let the program \
                  read the lost pages first",
                 crate::integrity::handler::POISON_MAX

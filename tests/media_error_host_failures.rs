@@ -1,0 +1,107 @@
+//! Media-error emulation when the host refuses what it relies on (`mprotect`): injection
+//! fails with a typed error and changes nothing; the handler, unable to make a lost page
+//! accessible again, hands the fault to the previous handler instead of writing to it.
+//! The host faults are process-wide switches (`pgl::fault`): the tests that turn them on
+//! take `SWITCHES`, and the handler's test runs in a child process.
+
+mod support;
+
+use pgl::{fault, Config, Error, Fault, Oid, Pool};
+use std::sync::Mutex;
+
+/// Held by a test while it has a process-wide fault switch on.
+static SWITCHES: Mutex<()> = Mutex::new(());
+
+fn path(name: &str) -> std::path::PathBuf {
+    let p = support::test_dir().join(format!("pgl-media-host-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+#[test]
+fn a_failed_mprotect_fails_the_injection_and_changes_nothing() {
+    let _on = SWITCHES.lock().unwrap_or_else(|e| e.into_inner());
+    let p = path("inject");
+    let pool = Pool::create(&p, &Config::small("media")).unwrap();
+    let o: Oid<[u64; 8]> = pool.tx(|tx| tx.alloc([7; 8])).unwrap();
+    // Faults: 1 injection attempted while every mprotect fails; none takes effect.
+    fault::set_fail_mprotect(true);
+    let r = pool.inject(&Fault::MediaError { offset: o.raw() });
+    fault::set_fail_mprotect(false);
+    match &r {
+        Err(e @ Error::FaultInjection { offset, source, .. }) => {
+            assert_eq!(*offset, o.raw());
+            assert!(source.is_some(), "the OS error is kept");
+            let msg = e.to_string();
+            assert!(
+                msg.contains("mprotect") && msg.contains("unchanged"),
+                "{msg}"
+            );
+        }
+        other => panic!("expected Error::FaultInjection, got {other:?}"),
+    }
+    // Nothing is left half-injected: the page reads as before without any fault, and a
+    // later injection (mprotect working again) is repaired as usual.
+    assert_eq!(*pool.get(o).unwrap(), [7; 8]);
+    let s = pool.stats();
+    assert_eq!((s.media_errors_repaired, s.media_errors_lost), (0, 0));
+    pool.inject(&Fault::MediaError { offset: o.raw() }).unwrap();
+    assert_eq!(*pool.get(o).unwrap(), [7; 8]);
+    assert_eq!(pool.stats().media_errors_repaired, 1);
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
+
+/// The child's own SIGSEGV handler, installed before pgl's: reaching it proves the fault
+/// was handed on.
+extern "C" fn previous_handler(_sig: libc::c_int) {
+    // SAFETY: _exit is async-signal-safe.
+    unsafe { libc::_exit(42) };
+}
+
+#[test]
+fn a_lost_page_the_handler_cannot_unprotect_goes_to_the_previous_handler() {
+    // The handler cannot make the lost page accessible again (mprotect fails), so it cannot
+    // rebuild it: writing to the page would fault again with SIGSEGV blocked, which kills
+    // the process without any handler. It must hand the fault on instead; here the previous
+    // handler is the child's own, which exits with 42.
+    if std::env::var("PGL_MEDIA_MPROTECT_CHILD").is_ok() {
+        // SAFETY: a zeroed sigaction with a handler of the plain signature.
+        unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = previous_handler as *const () as usize;
+            libc::sigemptyset(&mut act.sa_mask);
+            libc::sigaction(libc::SIGSEGV, &act, std::ptr::null_mut());
+        }
+        let p = path("child");
+        let pool = Pool::create(&p, &Config::small("media")).unwrap();
+        std::fs::remove_file(&p).unwrap();
+        let o: Oid<[u64; 8]> = pool.tx(|tx| tx.alloc([7; 8])).unwrap();
+        // Faults: 1 media error, injected; then every mprotect fails.
+        pool.inject(&Fault::MediaError { offset: o.raw() }).unwrap();
+        fault::set_fail_mprotect(true);
+        let v = *pool.get(o).unwrap();
+        panic!("the load of a page that could not be rebuilt returned {v:?}");
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args([
+            "a_lost_page_the_handler_cannot_unprotect_goes_to_the_previous_handler",
+            "--exact",
+            "--nocapture",
+        ])
+        .env("PGL_MEDIA_MPROTECT_CHILD", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(42),
+        "the previous handler ran ({:?}): {stderr}",
+        out.status
+    );
+    assert!(
+        stderr.contains("cannot be made accessible again"),
+        "pgl says why: {stderr}"
+    );
+}
