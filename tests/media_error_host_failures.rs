@@ -105,3 +105,34 @@ fn a_lost_page_the_handler_cannot_unprotect_goes_to_the_previous_handler() {
         "pgl says why: {stderr}"
     );
 }
+
+#[test]
+fn media_errors_are_refused_where_system_pages_are_not_4_kib() {
+    // The handler protects and rebuilds 4 KiB pages; with 16 KiB system pages `mprotect`
+    // of one would fail (or protect its neighbours). The pool works; injection says why not.
+    let _on = SWITCHES.lock().unwrap_or_else(|e| e.into_inner());
+    let p = path("pages");
+    fault::set_fake_large_pages(true);
+    let pool = Pool::create(&p, &Config::small("media"));
+    let pool = pool.and_then(|pool| {
+        let o: Oid<[u64; 8]> = pool.tx(|tx| tx.alloc([7; 8]))?;
+        // Faults: 1 injection attempted, refused.
+        let r = pool.inject(&Fault::MediaError { offset: o.raw() });
+        Ok((pool, o, r))
+    });
+    fault::set_fake_large_pages(false);
+    let (pool, o, r) = pool.unwrap();
+    match &r {
+        Err(e @ Error::FaultInjection { offset, .. }) => {
+            assert_eq!(*offset, o.raw());
+            let msg = e.to_string();
+            assert!(msg.contains("16384") && msg.contains("4096"), "{msg}");
+        }
+        other => panic!("expected Error::FaultInjection, got {other:?}"),
+    }
+    assert_eq!(*pool.get(o).unwrap(), [7; 8]);
+    let s = pool.stats();
+    assert_eq!((s.media_errors_repaired, s.media_errors_lost), (0, 0));
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}

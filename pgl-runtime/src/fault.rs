@@ -47,3 +47,9 @@ switch!(
     fail_mprotect,
     "the \"every mprotect of a pool page fails\" fault (`ENOMEM`: the kernel's mapping limit)"
 );
+switch!(
+    FAKE_LARGE_PAGES,
+    set_fake_large_pages,
+    fake_large_pages,
+    "the \"the system's pages are 16 KiB\" fault (for the media-error handler's check)"
+);

@@ -41,6 +41,11 @@
 //! with the signal blocked, which kills the process past every handler, and returning would
 //! only fault again. (Injection reports its own `mprotect` failure as an error.)
 //!
+//! The handler works in `PAGE` (4 KiB) pages, and `mprotect` takes whole system pages: on
+//! a system whose pages are larger (16 or 64 KiB), pools are not registered (a real media
+//! error gets the previous action, as without pgl) and injection is refused
+//! (`unsupported_page_size`).
+//!
 //! Invariant: a registered pool's media, geometry and parity outlive its registration
 //! (`Engine` unregisters before they drop).
 
@@ -421,6 +426,21 @@ unsafe fn set_access(media: &Media, page: u64, on: bool) -> std::io::Result<()> 
 fn yield_now() {
     // SAFETY: sched_yield is async-signal-safe and has no preconditions.
     unsafe { libc::sched_yield() };
+}
+
+/// The system's page size, if it is not `PAGE`: then the handler cannot work (it rounds
+/// fault addresses to, protects and rebuilds `PAGE`-sized pages, and `mprotect` would
+/// refuse a range that is not a whole system page, or protect its neighbours too). Not
+/// for the handler itself (`sysconf` is not async-signal-safe).
+pub(crate) fn unsupported_page_size() -> Option<u64> {
+    let size = if crate::fault::fake_large_pages() {
+        16 << 10
+    } else {
+        // SAFETY: sysconf has no preconditions.
+        unsafe { libc::sysconf(libc::_SC_PAGESIZE) }
+    };
+    // A failed sysconf (-1) is unknown, so unsupported too.
+    (size != PAGE as libc::c_long).then_some(size.max(0) as u64)
 }
 
 /// Registers a pool's mapping `[base, base + len)`; the handler is installed on first use.

@@ -537,6 +537,18 @@ impl Pool {
                  {offset:#x}"
             )));
         }
+        if let Some(size) = crate::integrity::handler::unsupported_page_size() {
+            return Err(Error::FaultInjection {
+                path: eng.media.path(),
+                offset,
+                reason: format!(
+                    "this system's pages are {size} bytes, but pgl emulates (and repairs) \
+                     media errors in {PAGE}-byte pages only; test media errors on a system \
+                     with {PAGE}-byte pages"
+                ),
+                source: None,
+            });
+        }
         let Some(ctx) = eng.fault_ctx() else {
             return Err(Error::config(
                 "the media-error handler could not take this pool (too many pools open at \

@@ -116,9 +116,13 @@ impl Engine {
 
     /// Registers this pool with the media-error handler. Call it once the engine is at its
     /// final address (inside the pool's `Arc`): the handler keeps pointers to its media and
-    /// parity until `Drop` unregisters them.
+    /// parity until `Drop` unregisters them. Not where the handler cannot work (system
+    /// pages other than `PAGE`): the pool then has no handler (see `inject_media_error`).
     pub(crate) fn arm_fault_handler(&self) {
         use crate::integrity::handler;
+        if handler::unsupported_page_size().is_some() {
+            return;
+        }
         let ctx = self
             .fault
             .get_or_init(|| handler::FaultCtx::new(&self.media, &self.parity, self.geo));
