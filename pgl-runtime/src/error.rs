@@ -377,6 +377,19 @@ pub enum Error {
         capacity: u64,
     },
 
+    /// The log has numbered as many records, bytes or superline writes as its format can:
+    /// going on would write a record or superline that no later open reads back. Only a
+    /// forged file, or centuries of appends, gets there.
+    #[error("{path}: log exhausted: its {what} would reach {at}, past the 2^62 a log can number (no later open could read it back); copy the live records into a new log (Log::create)")]
+    LogExhausted {
+        /// The log file.
+        path: PathBuf,
+        /// What ran out: "LSN", "byte offset" or "superline sequence number".
+        what: &'static str,
+        /// The value it would have reached.
+        at: u64,
+    },
+
     /// A record larger than the log can ever hold was asked for.
     #[error("a log record of {len} bytes is larger than this log can hold ({max} bytes of payload); split the record, or create the log with a larger capacity")]
     LogRecordTooLarge {

@@ -11,6 +11,8 @@
 //!   the superline naming the new start is durable.
 //! - LSNs `lsn` and `lsn + RING` never both have a slot in use: a record is reserved only
 //!   while `lsn < durable + RING`.
+//! - Every LSN handed out is below 2^62 and every record ends at a virtual offset of at
+//!   most 2^62 (`format::MAX_LSN`), so that every superline written decodes.
 //! - A record marked own was flushed and fenced by its writer before it was completed:
 //!   `force` flushes only the others.
 
@@ -44,6 +46,30 @@ pub(super) struct Tail {
     head_voff: u64,
     /// Virtual offset of each live record, `head_lsn` first.
     pub(super) index: VecDeque<u64>,
+    /// Records ending at most here need no closer look: `min(head_voff + capacity,
+    /// bound)`, one comparison for both "full" and "numbered out".
+    limit: u64,
+    /// Records ending at most here are numbered below 2^62 and end by 2^62 (see
+    /// [`number_bound`]).
+    bound: u64,
+}
+
+impl Tail {
+    /// Sets where the first live record (or the next one, if none is live) starts.
+    fn set_head_voff(&mut self, voff: u64, cap: u64) {
+        self.head_voff = voff;
+        self.limit = (voff + cap).min(self.bound);
+    }
+}
+
+/// The virtual offset up to which records appended after LSN `next - 1` ending at `vtail`
+/// surely stay within the numbering (LSNs below 2^62, ends at most 2^62): a record takes at
+/// least a line, so the `k`-th record from here ends at `vtail + k * LINE` or later.
+fn number_bound(next: Lsn, vtail: u64) -> u64 {
+    let lsns_left = format::MAX_LSN.saturating_sub(next);
+    vtail
+        .saturating_add(lsns_left.saturating_mul(format::LINE))
+        .min(format::MAX_LSN)
 }
 
 /// The force side: what the last force made durable, and its counters.
@@ -221,12 +247,15 @@ impl Log {
             ..
         } = lines;
         let next = report.next_lsn;
-        // The new superline must decode at the next open: its LSNs and sequence number stay
-        // within 2^62 (only a forged file gets near that many records).
-        if next > format::MAX_LSN || line.seq >= format::MAX_LSN {
+        // The new superline, and any a reclaim writes, must decode at the next open: its
+        // LSNs, offsets and sequence number stay within 2^62 (only a forged file gets near
+        // that many records).
+        if next > format::MAX_LSN || scan.end_voff > format::MAX_LSN || line.seq >= format::MAX_LSN
+        {
             return Err(not_a_log(format!(
-                "its records reach LSN {next} (sequence {}): past the 2^62 a log holds",
-                line.seq
+                "its records reach LSN {next} and offset {} (sequence {}): past the 2^62 a \
+                 log holds",
+                scan.end_voff, line.seq
             )));
         }
 
@@ -258,13 +287,19 @@ impl Log {
                 min_epoch: 1,
             },
             base: next,
-            tail: Mutex::new(Tail {
-                next,
-                vtail: scan.end_voff,
-                head_lsn: line.start_lsn,
+            tail: Mutex::new({
+                let mut t = Tail {
+                    next,
+                    vtail: scan.end_voff,
+                    head_lsn: line.start_lsn,
+                    head_voff: 0,
+                    index: scan.index.into(),
+                    limit: 0,
+                    bound: number_bound(next, scan.end_voff),
+                };
                 // Where the first live record is (past the superline's start if it wrapped).
-                head_voff: scan.index.first().copied().unwrap_or(line.start_voff),
-                index: scan.index.into(),
+                t.set_head_voff(t.index.front().copied().unwrap_or(line.start_voff), cap);
+                t
             }),
             next: AtomicU64::new(next),
             head: AtomicU64::new(line.start_lsn),
@@ -359,6 +394,10 @@ impl Log {
     ///
     /// Later LSNs cannot be forced until this one is completed or dropped: a thread must
     /// not hold thousands of reservations open.
+    ///
+    /// `Err(LogRecordTooLarge)` if no log this size holds `len` bytes, `Err(LogFull)` if
+    /// the free space does not (reclaim, then retry), `Err(LogExhausted)` once the log has
+    /// numbered 2^62 LSNs or bytes.
     pub fn reserve(&self, len: usize) -> Result<Reservation<'_>> {
         let len64 = len as u64;
         if len64 > self.max_record() {
@@ -386,19 +425,10 @@ impl Log {
             // starts where the record does (recovery measures its lap from the first record
             // it finds, not from a start offset that record skipped).
             if t.index.is_empty() {
-                t.head_voff = start;
+                t.set_head_voff(start, self.cap);
             }
-            if end - t.head_voff > self.cap {
-                // The free bytes run from the tail to the head, perhaps around the end.
-                let free = self.cap - (t.vtail - t.head_voff);
-                let before_end = free.min(left);
-                return Err(Error::LogFull {
-                    path: self.media.path(),
-                    needed: size,
-                    free,
-                    largest: before_end.max(free - before_end),
-                    capacity: self.cap,
-                });
+            if end > t.limit {
+                self.refuse(&t, size, left, end)?;
             }
             let lsn = t.next;
             t.next += 1;
@@ -416,6 +446,39 @@ impl Log {
                 open: true,
             });
         }
+    }
+
+    /// Whether the next record, of `size` bytes ending at virtual offset `end` (`left`
+    /// bytes were left before the end of the area), may be reserved after all, once it
+    /// ends past `t.limit`: `Err` if the area has no room for it, or if past 2^62 no
+    /// superline could name its LSN or offset (a later open, or a reclaim, would have to
+    /// write one). `Ok` if only the conservative bound was passed.
+    #[cold]
+    fn refuse(&self, t: &Tail, size: u64, left: u64, end: u64) -> Result<()> {
+        if end - t.head_voff > self.cap {
+            // The free bytes run from the tail to the head, perhaps around the end.
+            let free = self.cap - (t.vtail - t.head_voff);
+            let before_end = free.min(left);
+            return Err(Error::LogFull {
+                path: self.media.path(),
+                needed: size,
+                free,
+                largest: before_end.max(free - before_end),
+                capacity: self.cap,
+            });
+        }
+        let (what, at) = if t.next >= format::MAX_LSN {
+            ("LSN", t.next)
+        } else if end > format::MAX_LSN {
+            ("byte offset", end)
+        } else {
+            return Ok(());
+        };
+        Err(Error::LogExhausted {
+            path: self.media.path(),
+            what,
+            at,
+        })
     }
 
     /// Seals a reservation's record (header and checksum) and marks it complete; then
@@ -642,6 +705,14 @@ impl Log {
         if upto < sb.line.start_lsn {
             return Ok(());
         }
+        // A sequence number past 2^62 decodes in neither copy: the log would be lost.
+        if sb.line.seq >= format::MAX_LSN {
+            return Err(Error::LogExhausted {
+                path: self.media.path(),
+                what: "superline sequence number",
+                at: sb.line.seq + 1,
+            });
+        }
         let start = upto + 1;
         let (voff, start_epoch) = {
             let t = self.tail.lock();
@@ -680,7 +751,7 @@ impl Log {
         let n = ((upto + 1 - t.head_lsn) as usize).min(t.index.len());
         t.index.drain(..n);
         t.head_lsn = upto + 1;
-        t.head_voff = voff;
+        t.set_head_voff(voff, self.cap);
         self.head.store(upto + 1, Ordering::Release);
         Ok(())
     }
@@ -739,5 +810,18 @@ mod tests {
                 assert_ne!(slot(lsn) / 8, slot(lsn - 1) / 8, "same cache line");
             }
         }
+    }
+
+    #[test]
+    fn the_number_bound_allows_a_line_per_lsn_left() {
+        let max = format::MAX_LSN;
+        assert_eq!(number_bound(max - 2, 0), 2 * format::LINE);
+        assert_eq!(number_bound(max, 640), 640);
+        assert_eq!(
+            number_bound(1, 0),
+            max,
+            "far from the limit: offsets bound it"
+        );
+        assert_eq!(number_bound(1, max - 64), max);
     }
 }
