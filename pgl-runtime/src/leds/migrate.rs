@@ -91,6 +91,15 @@ impl<Old: Extendible, New, F: FnMut(&Ext<'_, Old>, &Remap) -> New> Converter<Old
     for WithGroups<F>
 {
     fn call(&mut self, tx: &Tx<'_>, old: Oid<Old>, remap: &Remap) -> Result<New> {
+        // The groups are copied into the new object as the base is, so they are verified
+        // as it is (`Conversion::convert`), whatever the verify policy: `tail` verifies
+        // each object of the chain (a mismatch is repaired from parity and the batch run
+        // again) and checks that it is the base's next group. The base's link is followed
+        // only once its checksum vouches for it, which `convert` checked.
+        let link = tx.get(old)?.__link();
+        if link != 0 {
+            tx.tail(old.raw(), Old::TYPE_ID, link)?;
+        }
         Ok((self.0)(&tx.ext(old)?, remap))
     }
 }
@@ -184,7 +193,8 @@ impl<'a> Migration<'a> {
     /// [`convert`](Self::convert) for an `#[extendible]` `Old`: the converter sees every
     /// field, extension fields included, through an [`Ext`] view. An old object that
     /// lacks groups this build knows is upgraded first, in the converting transaction
-    /// (its groups are freed with it). As with `convert`, an `#[extendible]` `New` starts
+    /// (its groups are freed with it). Its groups are verified as the base is: damage is
+    /// repaired from parity, or fails the migration (rolled back). As with `convert`, an `#[extendible]` `New` starts
     /// without groups, whose fields come from their `init`s on first access: what must
     /// survive the conversion goes into `New`'s base fields.
     pub fn convert_ext<Old: Extendible, New: Persistent>(
