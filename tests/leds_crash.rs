@@ -12,6 +12,7 @@
 //! the number of images (default 10,000 per op).
 
 mod common;
+mod support;
 
 use common::crash::{config, target_states, Rng};
 use pgl::{CrashPoint, CrashSim, Oid, PStr, Persistent, Pool};
@@ -586,6 +587,106 @@ fn finishing_an_interrupted_migration_goes_on_to_convert_what_is_still_old() {
         finished += 1;
     }
     assert!(finished > 0, "no crash point after the switch");
+}
+
+#[test]
+fn a_damaged_old_object_is_left_and_reported_and_does_not_hold_up_finishing_the_migration() {
+    use manual::*;
+    let cfg = config(1);
+    let (sim, pool) = manual_pool(&cfg);
+    let points = std::sync::Arc::new(std::sync::Mutex::new(Vec::<CrashPoint>::new()));
+    let sink = points.clone();
+    sim.set_fence_hook(move |s: &CrashSim| sink.lock().unwrap().push(s.crash_point()));
+    migrate_manual(&pool).unwrap();
+    sim.clear_fence_hook();
+    // The first crash point after the switch: every old object is still to free.
+    let (device, p) = points
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|cp| {
+            let device = cp.device(cfg.size, |_| false);
+            let p = Pool::open_sim_with(&device, &cfg).unwrap();
+            (device, p)
+        })
+        .find(|(_, p)| {
+            matches!(p.pending_migration().unwrap(), Some(m) if m.switched && m.to_free == 5)
+        })
+        .expect("a crash point right after the switch");
+    let items: Vec<u64> = p
+        .objects()
+        .unwrap()
+        .iter()
+        .filter(|(_, h)| h.type_id == Item0::TYPE_ID)
+        .map(|&(off, _)| off)
+        .collect();
+    assert_eq!(items.len(), 4);
+    // Three faults, all over old objects' headers: one parity rebuilds (item a), and
+    // one beyond it (item b: its header and the parity that covers it, two faults).
+    let (a, b) = (items[1], items[2]);
+    let header = |oid: u64, seed| pgl::Fault::Scribble {
+        offset: oid - 16,
+        len: 16,
+        seed,
+    };
+    p.inject(&header(a, 1)).unwrap();
+    p.inject(&header(b, 2)).unwrap();
+    p.inject(&pgl::Fault::Scribble {
+        offset: support::parity_of(&p, b - 16),
+        len: 16,
+        seed: 3,
+    })
+    .unwrap();
+    // The run finishes the migration all the same: what could be freed is freed, the
+    // damaged block is left as it is and reported, and the new data is whole.
+    let points = std::sync::Arc::new(std::sync::Mutex::new(Vec::<CrashPoint>::new()));
+    let sink = points.clone();
+    device.set_fence_hook(move |s: &CrashSim| sink.lock().unwrap().push(s.crash_point()));
+    let remap = migrate_manual(&p).unwrap();
+    device.clear_fence_hook();
+    assert_eq!(remap.len(), 5);
+    let left = remap.not_freed();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0].0, b, "{left:?}");
+    assert_eq!(p.pending_migration().unwrap(), None);
+    assert_eq!(manual_state(&p).unwrap(), (1, vec![1, 2, 3, 4]));
+    let objects = p.objects().unwrap();
+    assert_eq!(
+        objects.len(),
+        6,
+        "5 new objects and the damaged block: {objects:x?}"
+    );
+    assert!(objects.iter().any(|&(off, _)| off == b));
+    // All three faults accounted for: one repaired, two reported (b, and its parity).
+    assert_eq!(p.stats().objects_repaired, 1);
+    let bad = p.verify_objects(|_, _| {}).unwrap();
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert_eq!(bad[0].0, b);
+    // And the next run has nothing left to do.
+    let again = migrate_manual(&p).unwrap();
+    assert!(
+        again.is_empty() && again.not_freed().is_empty(),
+        "{again:?}"
+    );
+    // A crash anywhere in that run (b left, or marked left in the journal, at any point):
+    // the next run finishes it, and reports b while the journal is there to say so.
+    let points = std::mem::take(&mut *points.lock().unwrap());
+    for (k, cp) in points.iter().enumerate() {
+        let p = Pool::open_sim_with(&cp.device(cfg.size, |_| false), &cfg).unwrap();
+        let pending = p.pending_migration().unwrap();
+        let remap = migrate_manual(&p).unwrap_or_else(|e| panic!("point {k}: {e}"));
+        let left: Vec<u64> = remap.not_freed().iter().map(|l| l.0).collect();
+        let want = if pending.is_some() { vec![b] } else { vec![] };
+        assert_eq!(left, want, "point {k}");
+        assert_eq!(p.pending_migration().unwrap(), None, "point {k}");
+        assert_eq!(
+            manual_state(&p).unwrap(),
+            (1, vec![1, 2, 3, 4]),
+            "point {k}"
+        );
+        assert_eq!(p.objects().unwrap().len(), 6, "point {k}");
+    }
+    assert!(points.len() > 4, "{} crash points", points.len());
 }
 
 /// A pool on a fresh device whose root is a v0 head of four v0 items (keys 1 to 4).

@@ -15,7 +15,9 @@
 //! pair page (a JournalPage object):
 //!   0  next     u64   offset of the next pair page (0 = none)
 //!   1  (zero)
-//!   2… pairs: old u64, new u64; new = 0 once a roll-back freed it
+//!   2… pairs: old u64, new u64; new = 0 once a roll-back freed it; bit 0 of old
+//!      (LEFT; oids are 16-byte aligned) set once freeing left the old object as it is
+//!      (damaged beyond repair: see `migrate::finish`)
 //! ```
 //!
 //! Invariant: every change to the journal is made in the transaction whose work it
@@ -37,6 +39,8 @@ const PAIRS: usize = 2;
 const FREED: usize = 3;
 const FIRST: usize = 4;
 const NEXT: usize = 0;
+/// The mark of a pair whose old object freeing left allocated (bit 0 of its old word).
+const LEFT: u64 = 1;
 
 /// Where pair `i` lies: its page's index in the chain and the word of its old oid in
 /// that page (the new oid follows).
@@ -82,6 +86,8 @@ pub(crate) struct Loaded {
     pub freed: usize,
     /// Every (old, new) pair.
     pub pairs: Vec<(u64, u64)>,
+    /// The pairs below `freed` whose old object was left allocated (`Journal::leave`).
+    pub left: Vec<usize>,
 }
 
 fn corrupt(head: u64, detail: String) -> Error {
@@ -145,6 +151,18 @@ impl Journal {
             next = page.0[NEXT];
             pages.push(p);
         }
+        let left: Vec<usize> = (0..pairs.len())
+            .filter(|&i| pairs[i].0 & LEFT != 0)
+            .collect();
+        for p in &mut pairs {
+            p.0 &= !LEFT;
+        }
+        if let Some(&i) = left.iter().find(|&&i| i >= freed) {
+            return Err(corrupt(
+                head,
+                format!("pair {i} is marked left allocated, but only {freed} pairs are freed"),
+            ));
+        }
         if pairs.len() != count || freed > count {
             return Err(corrupt(
                 head,
@@ -164,6 +182,7 @@ impl Journal {
             state,
             freed,
             pairs,
+            left,
         })
     }
 
@@ -207,7 +226,7 @@ impl Journal {
             let n = (PER_PAGE - i % PER_PAGE).min(to - i);
             out.extend((i..i + n).map(|i| {
                 let w = pair_at(i).1;
-                (p.0[w], p.0[w + 1])
+                (p.0[w] & !LEFT, p.0[w + 1])
             }));
             i += n;
         }
@@ -218,6 +237,15 @@ impl Journal {
     pub(crate) fn clear_new(&self, tx: &Tx<'_>, i: usize) -> Result<()> {
         let (page, w) = pair_at(i);
         tx.open(self.pages[page])?.0[w + 1] = 0;
+        Ok(())
+    }
+
+    /// Marks, in `tx`, whether the old object of pair `i` is left allocated (freeing it
+    /// failed: see `migrate::finish`).
+    pub(crate) fn leave(&self, tx: &Tx<'_>, i: usize, left: bool) -> Result<()> {
+        let (page, w) = pair_at(i);
+        let mut p = tx.open(self.pages[page])?;
+        p.0[w] = if left { p.0[w] | LEFT } else { p.0[w] & !LEFT };
         Ok(())
     }
 

@@ -11,7 +11,8 @@
 //! the old ones), so no object is leaked and no object of a new type ever holds the oid
 //! of a freed old one.
 
-use super::journal::{Journal, Loaded, State};
+use super::journal::{Journal, State};
+use super::settle::{finish, resume, roll_back_unswitched};
 use super::{Ext, Extendible};
 use crate::persistent::{Oid, Persistent};
 use crate::pool::Pool;
@@ -25,7 +26,9 @@ use std::ops::Range;
 /// object holds (`remap.oid(old.next)`), whichever of the migration's types they point to.
 #[derive(Debug, Default)]
 pub struct Remap {
-    map: HashMap<u64, u64>,
+    pub(super) map: HashMap<u64, u64>,
+    /// Old objects left as they are (`not_freed`).
+    pub(super) left: Vec<(u64, Error)>,
 }
 
 impl Remap {
@@ -45,16 +48,27 @@ impl Remap {
         self.map.is_empty()
     }
 
+    /// Old objects the migration could not free after its switch, each with the error
+    /// freeing it met: damaged beyond repair (a header or extension link that cannot say
+    /// what the block holds, so it is not freed blindly), or no longer the object the
+    /// migration listed. Their data is in the new objects (the map has their pairs);
+    /// each block is left as it is, unreachable, for `pool.scrub` and `pgl check` to
+    /// report. Empty when every old object was freed.
+    pub fn not_freed(&self) -> &[(u64, Error)] {
+        &self.left
+    }
+
     /// The map of (old, new) pairs.
     pub(crate) fn from_pairs(pairs: impl IntoIterator<Item = (u64, u64)>) -> Remap {
         Remap {
             map: pairs.into_iter().collect(),
+            left: Vec::new(),
         }
     }
 }
 
 /// One old-type-to-new-type conversion of a migration.
-trait Step {
+pub(super) trait Step {
     /// The old type's id and payload size, which pick its objects out of the heap.
     fn old(&self) -> (u32, u64);
     /// Whether the old type is the definition the pool registered (`types`): a stale one
@@ -66,6 +80,9 @@ trait Step {
     fn new_size(&self) -> u64;
     fn alloc_new(&self, tx: &Tx<'_>) -> Result<u64>;
     fn convert(&mut self, tx: &Tx<'_>, remap: &Remap, old: u64, new: u64) -> Result<()>;
+    /// Whether the object at `old` is of the old type (a damaged header is repaired from
+    /// parity on the way, as any read's).
+    fn is_old(&self, tx: &Tx<'_>, old: u64) -> Result<()>;
     fn free_old(&self, tx: &Tx<'_>, old: u64) -> Result<()>;
 }
 
@@ -155,6 +172,10 @@ impl<Old: Persistent, New: Persistent, C: Converter<Old, New>> Step for Conversi
         // object starts without extension groups, made on first access.
         *tx.open(Oid::<New>::from_raw(new))? = value;
         Ok(())
+    }
+
+    fn is_old(&self, tx: &Tx<'_>, old: u64) -> Result<()> {
+        tx.get(Oid::<Old>::from_raw(old)).map(drop)
     }
 
     fn free_old(&self, tx: &Tx<'_>, old: u64) -> Result<()> {
@@ -260,8 +281,11 @@ impl<'a> Migration<'a> {
     /// [`Error::InvalidConfig`], changing nothing. Then it converts whatever is still old
     /// (objects of types only this run converts).
     /// An error before the switch (a full pool, an old object that cannot be read) is
-    /// returned after rolling the migration back, so the pool is as it was; one after the
-    /// switch leaves the rest of the old objects for the next `run` to free.
+    /// returned after rolling the migration back, so the pool is as it was. After the
+    /// switch the old objects are unreachable: one that cannot be freed (damaged beyond
+    /// repair) is left as it is and listed by [`Remap::not_freed`], and the migration
+    /// finishes; another error (an I/O error) is returned, and the next `run` frees the
+    /// rest of the old objects.
     /// Oids of old objects held by objects of types it does not convert are the caller's
     /// to remap (with the returned map); convert those types too to keep them consistent.
     ///
@@ -325,7 +349,20 @@ impl<'a> Migration<'a> {
                 .enumerate()
                 .flat_map(|(k, olds)| olds.iter().map(move |&o| (o, k)))
                 .collect();
-            finish(pool, &steps, &journal, 0, &by_old, batch, lane, anchor)?;
+            let mut remap = remap;
+            let left = finish(
+                pool,
+                &steps,
+                &journal,
+                0,
+                &[],
+                &by_old,
+                HashMap::new(),
+                batch,
+                lane,
+                anchor,
+            )?;
+            remap.left.extend(left);
             Ok(remap)
         })
     }
@@ -364,7 +401,10 @@ fn build_and_switch(
     let pairs = pool.tx(|tx| journal.pairs(tx, 0, journal.len()))?;
     // This migration's pairs last: an offset in both is an old object of this one, whose
     // block held an old object of the finished one.
-    let remap = Remap::from_pairs(done.map.into_iter().chain(pairs));
+    let remap = Remap {
+        map: done.map.into_iter().chain(pairs).collect(),
+        left: done.left,
+    };
     // Converted, with every oid of the migration remapped.
     for (step, olds) in steps.iter_mut().zip(olds) {
         let n = batch.unwrap_or_else(|| fit(lane, 2 * step.new_size() + 128));
@@ -386,161 +426,41 @@ fn build_and_switch(
     Ok((journal, remap))
 }
 
-/// Rolls back the migration the journal in the pool records, if it has not switched
-/// (read back from the pool, so a switch whose commit reported an error is never undone):
-/// frees its new objects and the journal.
-fn roll_back_unswitched(pool: &Pool, anchor: u64, batch: Option<usize>, lane: u64) -> Result<()> {
-    let head = pool.meta_word(anchor);
-    if head == 0 {
-        return Ok(());
-    }
-    let loaded = pool.tx(|tx| Journal::load(tx, head))?;
-    match loaded.state {
-        State::Building => roll_back(pool, &loaded, anchor, batch, lane),
-        State::Freeing => Ok(()),
-    }
-}
-
-/// Rolls back an unswitched migration, `loaded` from its journal: frees its new objects,
-/// recording each in the journal, then the journal.
-fn roll_back(
-    pool: &Pool,
-    loaded: &Loaded,
-    anchor: u64,
-    batch: Option<usize>,
-    lane: u64,
-) -> Result<()> {
-    let Loaded { journal, pairs, .. } = loaded;
-    // The new objects own no tail (an unfilled allocation starts without one and a
-    // conversion clears any it copies), so each is freed alone, whatever its type,
-    // without reading it: a conversions-agnostic roll-back.
-    let todo: Vec<usize> = (0..pairs.len()).filter(|&i| pairs[i].1 != 0).collect();
-    let n = batch.unwrap_or_else(|| fit(lane, 64));
-    in_batches(pool, 0..todo.len(), n, |tx, r| {
-        for &i in &todo[r] {
-            tx.free_raw(pairs[i].1)?;
-            journal.clear_new(tx, i)?;
-        }
-        Ok(())
-    })?;
-    pool.tx(|tx| journal.delete(tx, anchor))
-}
-
 /// Objects per transaction when each logs about `per_object` bytes: half a lane's worth.
-fn fit(lane: u64, per_object: u64) -> usize {
+pub(super) fn fit(lane: u64, per_object: u64) -> usize {
     (lane / 2 / per_object.max(1)).clamp(1, 4096) as usize
 }
 
 /// Runs `f` over the index range `todo` in transactions of up to `n` indices; a batch too
 /// large for a lane is split (its transaction aborted, nothing of it done). `f` may run more
 /// than once for a batch (a split, or a conflict retried): it starts from the same state.
-fn in_batches(
+pub(super) fn in_batches(
+    pool: &Pool,
+    todo: Range<usize>,
+    n: usize,
+    f: impl FnMut(&Tx<'_>, Range<usize>) -> Result<()>,
+) -> Result<()> {
+    batches_until(pool, todo, n, f).map_err(|(_, e)| e)
+}
+
+/// `in_batches`, whose error also says where the batch that failed starts (the indices
+/// before it are done).
+pub(super) fn batches_until(
     pool: &Pool,
     todo: Range<usize>,
     mut n: usize,
     mut f: impl FnMut(&Tx<'_>, Range<usize>) -> Result<()>,
-) -> Result<()> {
+) -> Result<(), (usize, Error)> {
     let mut at = todo.start;
     while at < todo.end {
         let k = n.min(todo.end - at);
         match pool.tx(|tx| f(tx, at..at + k)) {
             Ok(()) => at += k,
             Err(Error::TxTooLarge { .. }) if k > 1 => n = k / 2,
-            Err(e) => return Err(e),
+            Err(e) => return Err((at, e)),
         }
     }
     Ok(())
-}
-
-/// The step converting each old object of `offs`, by its type.
-fn steps_by_type(
-    pool: &Pool,
-    steps: &[Box<dyn Step + '_>],
-    offs: impl Iterator<Item = u64>,
-) -> Result<HashMap<u64, usize>> {
-    let types: HashMap<u64, u32> = pool
-        .objects()?
-        .into_iter()
-        .map(|(off, h)| (off, h.type_id))
-        .collect();
-    offs.map(|off| {
-        let id = types.get(&off).copied();
-        steps
-            .iter()
-            .position(|s| Some(s.old().0) == id)
-            .map(|k| (off, k))
-            .ok_or_else(|| {
-                Error::config(format!(
-                    "a migration a crash interrupted after its switch still has to free the \
-                     old object at {off:#x} (type id {id:#x?}), which none of this \
-                     migration's conversions converts; run the interrupted migration's \
-                     conversions to finish it"
-                ))
-            })
-    })
-    .collect()
-}
-
-/// Deals with a migration a crash interrupted: rolls it back if it had not switched,
-/// finishes it if it had. Returns the pairs of the one it finished (else none).
-fn resume(
-    pool: &Pool,
-    steps: &[Box<dyn Step + '_>],
-    anchor: u64,
-    batch: Option<usize>,
-    lane: u64,
-) -> Result<Remap> {
-    let head = pool.meta_word(anchor);
-    if head == 0 {
-        return Ok(Remap::default());
-    }
-    let loaded = pool.tx(|tx| Journal::load(tx, head))?;
-    match loaded.state {
-        State::Freeing => {
-            let (pairs, freed) = (&loaded.pairs, loaded.freed);
-            let remap = Remap::from_pairs(pairs.iter().copied());
-            let by_old = steps_by_type(pool, steps, pairs[freed..].iter().map(|p| p.0))?;
-            finish(
-                pool,
-                steps,
-                &loaded.journal,
-                freed,
-                &by_old,
-                batch,
-                lane,
-                anchor,
-            )?;
-            Ok(remap)
-        }
-        State::Building => {
-            roll_back(pool, &loaded, anchor, batch, lane)?;
-            Ok(Remap::default())
-        }
-    }
-}
-
-/// Frees the old objects of the journal's pairs from `from` on (each by the step that
-/// converted it, `by_old`), recording the progress in the journal, then deletes the
-/// journal.
-#[allow(clippy::too_many_arguments)]
-fn finish(
-    pool: &Pool,
-    steps: &[Box<dyn Step + '_>],
-    journal: &Journal,
-    from: usize,
-    by_old: &HashMap<u64, usize>,
-    batch: Option<usize>,
-    lane: u64,
-    anchor: u64,
-) -> Result<()> {
-    let n = batch.unwrap_or_else(|| fit(lane, 64));
-    in_batches(pool, from..journal.len(), n, |tx, r| {
-        for (old, _) in journal.pairs(tx, r.start, r.end)? {
-            steps[by_old[&old]].free_old(tx, old)?;
-        }
-        journal.set_freed(tx, r.end)
-    })?;
-    pool.tx(|tx| journal.delete(tx, anchor))
 }
 
 /// A Manual migration a crash interrupted, as [`Pool::pending_migration`] finds it: the
@@ -553,7 +473,8 @@ pub struct PendingMigration {
     /// Objects it converts (old/new pairs recorded).
     pub objects: u64,
     /// Before the switch: new objects still to free when rolling back. After: old
-    /// objects still to free when finishing.
+    /// objects still to free when finishing (those an earlier run left as they are,
+    /// damaged, included: the next run tries them again).
     pub to_free: u64,
 }
 
@@ -570,7 +491,7 @@ impl Pool {
             let l = self.tx(|tx| Journal::load(tx, head))?;
             let switched = l.state == State::Freeing;
             let to_free = if switched {
-                l.pairs.len() - l.freed
+                l.pairs.len() - l.freed + l.left.len()
             } else {
                 l.pairs.iter().filter(|p| p.1 != 0).count()
             };

@@ -8,6 +8,7 @@ mod journal;
 mod link;
 mod migrate;
 mod reset;
+mod settle;
 mod view;
 
 #[doc(hidden)]
