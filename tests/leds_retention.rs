@@ -511,6 +511,105 @@ fn convert_ext_with_a_damaged_group_beyond_repair_fails_and_leaves_the_pool_as_i
 }
 
 #[test]
+fn another_thread_cannot_change_create_or_free_old_objects_while_they_are_migrated() {
+    // A change committed to an old object after its conversion would be lost at the
+    // switch: while a migration runs, the transactions of other threads that would
+    // change, free or create an object of a type it converts are refused.
+    use std::sync::mpsc;
+    let p = path("concurrent");
+    let pool = old_list(&p, &Config::small("retain"), 50);
+    let mut oids = std::collections::HashMap::new();
+    let mut cur = pool.root::<old::Node>().unwrap();
+    while !cur.is_null() {
+        let n = pool.get(cur).unwrap();
+        oids.insert(n.key, cur);
+        cur = n.next;
+    }
+    let (to_writer, from_migration) = mpsc::channel::<Vec<Oid<old::Node>>>();
+    let (to_migration, from_writer) = mpsc::channel::<()>();
+    let results = std::thread::scope(|s| {
+        let pool = &pool;
+        let writer = s.spawn(move || {
+            // Objects the migration has converted (and committed) by now.
+            let converted = from_migration.recv().unwrap();
+            let change = pool.tx(|tx| {
+                for &o in &converted {
+                    tx.open(o)?.value += 1000;
+                }
+                Ok(())
+            });
+            let free = pool.tx(|tx| tx.free(converted[0]));
+            let create = pool.tx(|tx| {
+                tx.alloc(old::Node {
+                    key: 99,
+                    value: 0,
+                    next: Oid::NULL,
+                })
+            });
+            to_migration.send(()).unwrap();
+            (change, free, create)
+        });
+        // One object a transaction; halfway, the writer has its go.
+        let mut seen = std::collections::BTreeSet::new();
+        let mut to_writer = Some(to_writer);
+        let remap = pool
+            .migration()
+            .batch(1)
+            .convert(|o: &old::Node, r| {
+                if seen.len() == 25 && !seen.contains(&o.key) {
+                    if let Some(tx) = to_writer.take() {
+                        tx.send(seen.iter().map(|k| oids[k]).collect()).unwrap();
+                        from_writer
+                            .recv_timeout(std::time::Duration::from_secs(10))
+                            .unwrap();
+                    }
+                }
+                seen.insert(o.key);
+                to_new(o, r)
+            })
+            .run()
+            .unwrap();
+        assert_eq!(remap.len(), 51);
+        writer.join().unwrap()
+    });
+    let (change, free, create) = results;
+    for (what, r) in [
+        ("change", change.map(drop)),
+        ("free", free.map(drop)),
+        ("create", create.map(drop)),
+    ] {
+        match r {
+            Err(e @ pgl::Error::Migrating { .. }) => {
+                assert!(e.to_string().contains(what), "{e}");
+                assert!(e.to_string().contains("Manual migration"), "{e}");
+            }
+            other => panic!("{what} during the migration: {other:?}"),
+        }
+    }
+    // Nothing was lost: every node as it was before, converted.
+    let mut cur = pool.get(pool.root::<new::Node>().unwrap()).unwrap().next;
+    let mut key = 0;
+    while !cur.is_null() {
+        let n = pool.get(cur).unwrap();
+        key += 1;
+        assert_eq!((n.key, u64::from(n.value)), (key, key * 2), "node {key}");
+        cur = n.next;
+    }
+    assert_eq!(key, 50);
+    // Once it is over, old types are anyone's again.
+    pool.tx(|tx| {
+        tx.alloc(old::Node {
+            key: 99,
+            value: 0,
+            next: Oid::NULL,
+        })
+    })
+    .unwrap();
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
 fn a_stale_definition_of_the_old_type_is_refused_and_changes_nothing() {
     let p = path("stale");
     let pool = old_list(&p, &Config::small("retain"), 50);

@@ -285,6 +285,19 @@ pub enum Error {
         offset: u64,
     },
 
+    /// A transaction wanted to change, free or create an object of a type that a Manual
+    /// migration (`Migration::run`) on another thread is converting: the migration would
+    /// lose the change (it has copied the object already, or will free it).
+    #[error("cannot {what} {}: a Manual migration on another thread is converting that type, and the change would be lost with the old objects; let the migration end (pool.root waits for it), then make the change on the new objects", object(*offset, *type_id))]
+    Migrating {
+        /// What the transaction would do: "change", "free" or "create".
+        what: &'static str,
+        /// The object's type id.
+        type_id: u32,
+        /// The object's offset (0 for one being created).
+        offset: u64,
+    },
+
     /// An operation that must run outside any transaction was called inside one of the same
     /// pool on this thread.
     #[error("{what} was called inside a transaction of the same pool; {instead}")]
@@ -532,6 +545,14 @@ fn at(pool_file: &Option<PathBuf>) -> String {
     match pool_file {
         Some(p) => format!("{}: ", p.display()),
         None => String::new(),
+    }
+}
+
+/// An object of type id `type_id` at `offset` (0: a new one), as a message names it.
+fn object(offset: u64, type_id: u32) -> String {
+    match offset {
+        0 => format!("a new object of type id {type_id:#010x}"),
+        o => format!("the object at {o:#x} (type id {type_id:#010x})"),
     }
 }
 

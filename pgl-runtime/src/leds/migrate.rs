@@ -289,8 +289,14 @@ impl<'a> Migration<'a> {
     /// Oids of old objects held by objects of types it does not convert are the caller's
     /// to remap (with the returned map); convert those types too to keep them consistent.
     ///
-    /// The old objects are listed when it starts: run it while no other thread creates or
-    /// frees objects of the old types (as a program upgrading its data at start-up does).
+    /// Other threads may run transactions meanwhile, but not on the old objects: it first
+    /// waits for the transactions under way to end, then, until it returns, refuses with
+    /// [`Error::Migrating`] every transaction of another thread that would change, free or
+    /// create an object of a type it converts (a change to an object already converted
+    /// would be lost at the switch; one created after the listing would stay old). Reads
+    /// go on; a thread retries its change on the new objects once `run` is done (`pool.root`
+    /// waits for it). A `pool.open_mut` handle held on another thread past 10 s makes it
+    /// fail with [`Error::Conflict`], changing nothing.
     pub fn run(self) -> Result<Remap> {
         let Migration {
             pool,
@@ -312,6 +318,13 @@ impl<'a> Migration<'a> {
         for step in &steps {
             step.check_old(&types).map_err(|e| pool.named(e))?;
         }
+        // Other threads' transactions that would change, free or create old objects are
+        // refused from here on (a change to a converted object would be lost): set before
+        // the root lock, whose waiters may hold lanes the guard waits for. (Without
+        // conversions, it can only roll back new objects nothing points to.)
+        let _guard = (!steps.is_empty())
+            .then(|| pool.guard_migration(steps.iter().map(|s| s.old().0).collect()))
+            .transpose()?;
         let lane = pool.lane_capacity();
         let anchor = pool.journal_word_offset();
         pool.with_root_word(|root_word, _| {

@@ -352,6 +352,14 @@ impl Pool {
         tx::in_tx(&self.inner.eng)
     }
 
+    /// Guards the old `types` of a Manual migration on this thread while the guard lives
+    /// (see `tx::MigrationGuard`). Call it outside transactions and before `with_root_word`
+    /// (it waits for every transaction to end).
+    pub(crate) fn guard_migration(&self, types: Vec<u32>) -> Result<tx::MigrationGuard<'_>> {
+        let eng = &self.inner.eng;
+        eng.guard_migration(types).map_err(|e| eng.named(e))
+    }
+
     /// Runs `f` with the root word's offset and the root oid it holds, under `root_lock`:
     /// the root changes only there, so `f`'s transaction may move it (`leds`'s migration
     /// moves the root with the objects it converts), as `root` does when creating it.

@@ -53,6 +53,8 @@ pub(crate) struct Engine {
     pub checksums: bool,
     /// What online repair did.
     pub repairs: super::RepairCounters,
+    /// The types a Manual migration converts, while it runs.
+    pub migrating: super::migrating::Migrating,
     /// The media-error handler's view of this pool, once armed (`arm_fault_handler`).
     pub fault: std::sync::OnceLock<Box<crate::integrity::handler::FaultCtx>>,
     fault_slot: std::sync::atomic::AtomicUsize,
@@ -109,6 +111,7 @@ impl Engine {
             checksums,
             map: ZoneMap::new(&geo),
             repairs: Default::default(),
+            migrating: Default::default(),
             fault: std::sync::OnceLock::new(),
             fault_slot: std::sync::atomic::AtomicUsize::new(usize::MAX),
         }

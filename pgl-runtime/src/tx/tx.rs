@@ -220,6 +220,7 @@ impl<'p> Tx<'p> {
                 let place = self.eng.heap.locate(off)?;
                 let h = self.header(off);
                 Self::check_type::<T>(off, &h, place.capacity)?;
+                self.eng.migrating.check("change", h.type_id, off)?;
                 let mut p =
                     self.new_buffer(&mut st, off, h.size as usize, h.type_id, BufKind::Open);
                 // SAFETY: just created; no handle to it exists yet.
@@ -528,6 +529,7 @@ impl<'p> Tx<'p> {
         if size == 0 {
             return Err(Error::config("zero-sized objects cannot be allocated"));
         }
+        self.eng.migrating.check("create", type_id, 0)?;
         let lane = &mut *st.lane;
         let held = &mut lane.scratch.held;
         // The new object's write lock is taken before its block is reserved (see
@@ -672,7 +674,9 @@ impl<'p> Tx<'p> {
     ) -> Result<u32> {
         self.lock(st, off, Held::Write)?;
         let place = self.eng.heap.locate(off)?;
-        check(&self.header(off), place.capacity)
+        let type_id = check(&self.header(off), place.capacity)?;
+        self.eng.migrating.check("free", type_id, off)?;
+        Ok(type_id)
     }
 
     /// Records the free of the object at `off` of type `type_id`, vetted by
