@@ -19,6 +19,9 @@
 //! Runs under Sync, GroupCommit(3) and Frequency(4). `PGL_LOG_CRASH_STATES` raises the
 //! number of crash images (default 20,000 per policy).
 
+mod support;
+use support::Rng;
+
 use pgl::log::{ForcePolicy, Log, LogConfig, Lsn};
 use pgl::{CrashPoint, CrashSim};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,18 +38,6 @@ fn target_states() -> u64 {
             .parse()
             .unwrap_or_else(|_| panic!("PGL_LOG_CRASH_STATES={v:?} is not a number")),
         Err(_) => DEFAULT_STATES,
-    }
-}
-
-/// xorshift64*, seeded.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 }
 

@@ -4,6 +4,9 @@
 //!
 //! `PGL_LOG_FUZZ` sets the number of mutated images (default 3,000).
 
+mod support;
+use support::Rng;
+
 use pgl::log::format::{self, Superline, AREA_OFFSET};
 use pgl::log::{ForcePolicy, Log, LogConfig};
 use pgl::{CrashSim, Error, FlushMode};
@@ -217,21 +220,6 @@ fn a_record_left_behind_a_hole_never_comes_back() {
     let got: Vec<_> = log.iter().map(|r| r.unwrap()).collect();
     assert_eq!(got.len(), 4);
     assert_eq!(got[3].payload, vec![0xAB; 100]);
-}
-
-/// xorshift64*.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 #[test]

@@ -9,24 +9,13 @@
 //! the start an acknowledged reclaim set. `PGL_LOG_MODEL_SEEDS` sets the number of streams
 //! (default 300).
 
+mod support;
+use support::Rng;
+
 use pgl::log::{ForcePolicy, Log, LogConfig, Lsn};
 use pgl::CrashSim;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 const DEVICE: u64 = 64 << 10;
 

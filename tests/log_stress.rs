@@ -17,6 +17,9 @@
 //!
 //! `PGL_LOG_STRESS_OPS` sets the operations per thread of the wrapping runs (default 5,000).
 
+mod support;
+use support::Rng;
+
 use pgl::log::{ForcePolicy, Log, LogConfig, Lsn};
 use pgl::CrashSim;
 use std::collections::BTreeMap;
@@ -80,20 +83,6 @@ fn ring_bound() -> Shape {
         hold: 10,
         drop: 4,
         len: 16,
-    }
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
     }
 }
 
