@@ -96,11 +96,46 @@ fn merge_ranges(r: &mut Vec<(u64, u64)>) {
 /// `hdr` and the payload ranges marked (all of it when allocated with a value or zeroed;
 /// only what was changed when allocated unfilled, whose other bytes already hold its
 /// contents). Call it after `Buffer::ranges`.
-fn new_pieces(buf: &Buffer, hdr: &[u8; 16], mut f: impl FnMut(u64, &[u8])) {
-    f(buf.off - HEADER_SIZE, hdr);
+fn new_pieces(buf: &Buffer, hdr: &[u8; 16], guards: &[Guard], mut f: impl FnMut(u64, &[u8])) {
+    let mut piece = |off: u64, bytes: &[u8]| outside_guards(guards, off, bytes, &mut f);
+    piece(buf.off - HEADER_SIZE, hdr);
     let payload = buf.payload();
     for &(a, z) in buf.dirty() {
-        f(buf.off + a as u64, &payload[a as usize..z as usize]);
+        piece(buf.off + a as u64, &payload[a as usize..z as usize]);
+    }
+}
+
+/// A range of a new object's space that is not free on media until its commit: it holds
+/// the live bitmap of the run its chunk's table entry still names (an empty run whose
+/// chunk the heap took back in DRAM only, `heap::alloc`'s `claim_one`). Writing the object
+/// there before the commit point would destroy that bitmap if the commit never completes:
+/// the commit logs those bytes instead, and applies them after its fence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Guard {
+    /// Index of the new object in the commit's `news`.
+    news_idx: usize,
+    off: u64,
+    len: u64,
+}
+
+/// Calls `f` on the parts of `bytes` (at `off`) outside every guard.
+fn outside_guards(guards: &[Guard], off: u64, bytes: &[u8], f: &mut impl FnMut(u64, &[u8])) {
+    let end = off + bytes.len() as u64;
+    let mut at = off;
+    let mut inside: Vec<(u64, u64)> = guards
+        .iter()
+        .map(|g| (g.off.max(off), (g.off + g.len).min(end)))
+        .filter(|(a, z)| a < z)
+        .collect();
+    inside.sort_unstable();
+    for (a, z) in inside {
+        if a > at {
+            f(at, &bytes[(at - off) as usize..(a - off) as usize]);
+        }
+        at = at.max(z);
+    }
+    if at < end {
+        f(at, &bytes[(at - off) as usize..]);
     }
 }
 
@@ -377,9 +412,10 @@ impl Tx<'_> {
                     break 'locked Err(e);
                 }
             }
+            let guards = self.guards(&news);
             if items.is_empty() && fills.is_empty() && news.is_empty() && vals.len() <= 1 {
                 self.commit_direct(&vals, &touched)
-            } else if items.is_empty() && fills.is_empty() && vals.len() == 1 {
+            } else if items.is_empty() && fills.is_empty() && vals.len() == 1 && guards.is_empty() {
                 self.commit_new_direct(&mut lane.hdrs, &news, vals[0], &touched)
             } else {
                 self.commit_logged(
@@ -392,6 +428,7 @@ impl Tx<'_> {
                         vals: &vals,
                     },
                     &touched,
+                    &guards,
                 )
             }
         };
@@ -416,6 +453,52 @@ impl Tx<'_> {
         c.add(Counter::Allocs, st.allocs);
         c.add(Counter::Upgrades, st.upgrades);
         Ok(())
+    }
+
+    /// The guards of the new objects `news` (see `Guard`): where an object's space meets
+    /// the bitmap of the run its chunk's table entry names on media, and is not a block of
+    /// that run (whose bitmap ends before its first block).
+    fn guards(&self, news: &[NonNull<Buffer>]) -> Vec<Guard> {
+        use crate::heap::layout::{
+            entry_checked, entry_class, entry_kind, CHUNK_TABLE_OFFSET, KIND_RUN,
+        };
+        let eng = self.eng;
+        let geo = &eng.geo;
+        let zones = eng.heap.zone_count();
+        let mut out = Vec::new();
+        for (news_idx, b) in news.iter().enumerate() {
+            // SAFETY: buffers live until release.
+            let buf = unsafe { b.as_ref() };
+            let (start, end) = (buf.off - HEADER_SIZE, buf.off + buf.size as u64);
+            let mut at = start;
+            while at < end {
+                let Some(pos) = geo.locate(at, zones) else {
+                    break;
+                };
+                let chunk = geo.chunk_offset(pos.zone, pos.chunk);
+                let entry = geo.chunk_offset(pos.zone, 0) + CHUNK_TABLE_OFFSET + pos.chunk * 8;
+                // SAFETY: a chunk table word of a zone of the pool; the chunk is reserved
+                // for this transaction, so no other commit changes its entry meanwhile.
+                let e = unsafe { eng.media.read_u64(entry) };
+                if entry_kind(e) == KIND_RUN {
+                    let class = entry_class(e);
+                    let classes = eng.heap.classes();
+                    if (class as usize) < classes.len() {
+                        let bitmap = u64::from(classes.bitmap_words(class, entry_checked(e))) * 8;
+                        let (a, z) = (start.max(chunk), end.min(chunk + bitmap));
+                        if a < z {
+                            out.push(Guard {
+                                news_idx,
+                                off: a,
+                                len: z - a,
+                            });
+                        }
+                    }
+                }
+                at = chunk + geo.chunk_size;
+            }
+        }
+        out
     }
 
     /// A commit with at most one 8-byte metadata word and no object changes: the word is
@@ -452,12 +535,12 @@ impl Tx<'_> {
         let eng = self.eng;
         let media = &eng.media;
         new_headers(media, news, hdrs, eng.checksums);
-        self.new_objects_parity(news, hdrs);
-        let written = 8 + self.write_new_objects(news, hdrs);
+        self.new_objects_parity(news, hdrs, &[]);
+        let written = 8 + self.write_new_objects(news, hdrs, &[]);
         // The word may be covered by another lane's record that is not yet retired: that
         // retire mark must be durable before the word is (see `fence_with_retires`).
         self.eng.fence_with_retires(None, touched);
-        self.new_objects_written(news, hdrs);
+        self.new_objects_written(news, hdrs, &[]);
         // The objects (and the retire marks the word must follow) may not be durable after
         // a failed write-back: the word must not be stored then.
         eng.media.check()?;
@@ -514,13 +597,13 @@ impl Tx<'_> {
     /// XORs the new objects' bytes (headers `hdrs`, payloads) into parity. Call it before
     /// the commit issues any flush: the parity locks are locked instructions, which would
     /// each wait for pending write-backs like a fence.
-    fn new_objects_parity(&self, news: &[NonNull<Buffer>], hdrs: &[[u8; 16]]) {
+    fn new_objects_parity(&self, news: &[NonNull<Buffer>], hdrs: &[[u8; 16]], guards: &[Guard]) {
         let eng = self.eng;
         // Every page first, before any piece counts as pending (see `Parity::touch`).
         for (b, h) in news.iter().zip(hdrs) {
             // SAFETY: buffers live until release.
             let buf = unsafe { b.as_ref() };
-            new_pieces(buf, h, |off, bytes| {
+            new_pieces(buf, h, guards, |off, bytes| {
                 // SAFETY: the block lies inside the pool.
                 unsafe { eng.parity.touch(&eng.media, off, bytes.len() as u64) };
             });
@@ -528,7 +611,7 @@ impl Tx<'_> {
         for (b, h) in news.iter().zip(hdrs) {
             // SAFETY: buffers live until release.
             let buf = unsafe { b.as_ref() };
-            new_pieces(buf, h, |off, bytes| {
+            new_pieces(buf, h, guards, |off, bytes| {
                 // SAFETY: the block was reserved for this transaction by the heap (no one
                 // else uses it) and lies inside the pool.
                 unsafe { eng.parity.update_new(&eng.media, off, bytes) };
@@ -539,11 +622,11 @@ impl Tx<'_> {
     /// Tells parity that the new objects of `new_objects_parity` are written (their
     /// columns may be rebuilt again). Call it after the fence that follows their writes:
     /// it is a locked instruction.
-    fn new_objects_written(&self, news: &[NonNull<Buffer>], hdrs: &[[u8; 16]]) {
+    fn new_objects_written(&self, news: &[NonNull<Buffer>], hdrs: &[[u8; 16]], guards: &[Guard]) {
         for (b, h) in news.iter().zip(hdrs) {
             // SAFETY: buffers live until release.
             let buf = unsafe { b.as_ref() };
-            new_pieces(buf, h, |off, bytes| {
+            new_pieces(buf, h, guards, |off, bytes| {
                 self.eng.parity.new_written(off, bytes.len() as u64);
             });
         }
@@ -551,13 +634,18 @@ impl Tx<'_> {
 
     /// Writes the new objects into their still-free blocks and flushes them and their
     /// parity; returns the bytes written.
-    fn write_new_objects(&self, news: &[NonNull<Buffer>], hdrs: &[[u8; 16]]) -> u64 {
+    fn write_new_objects(
+        &self,
+        news: &[NonNull<Buffer>],
+        hdrs: &[[u8; 16]],
+        guards: &[Guard],
+    ) -> u64 {
         let eng = self.eng;
         let mut written = 0;
         for (b, h) in news.iter().zip(hdrs) {
             // SAFETY: buffers live until release.
             let buf = unsafe { b.as_ref() };
-            new_pieces(buf, h, |off, bytes| {
+            new_pieces(buf, h, guards, |off, bytes| {
                 // SAFETY: as in `new_objects_parity`.
                 unsafe { eng.media.write_durable(off, bytes) };
                 eng.parity.flush(&eng.media, off, bytes.len() as u64);
@@ -573,6 +661,7 @@ impl Tx<'_> {
         hdrs: &mut Vec<[u8; 16]>,
         writes: Writes<'_>,
         touched: &Touched,
+        guards: &[Guard],
     ) -> Result<()> {
         let Writes {
             items,
@@ -644,6 +733,31 @@ impl Tx<'_> {
             i = j;
         }
         new_headers(media, news, hdrs, eng.checksums);
+        // The new objects' guarded bytes, logged as writes (applied after the fence).
+        let guarded: Vec<(u64, Vec<u8>)> = guards
+            .iter()
+            .map(|g| {
+                // SAFETY: buffers live until release.
+                let buf = unsafe { news[g.news_idx].as_ref() };
+                let hdr_off = buf.off - HEADER_SIZE;
+                let payload = new_payload(media, buf);
+                let bytes = (g.off..g.off + g.len)
+                    .map(|at| {
+                        let i = (at - hdr_off) as usize;
+                        if i < HEADER_SIZE as usize {
+                            hdrs[g.news_idx][i]
+                        } else {
+                            payload[i - HEADER_SIZE as usize]
+                        }
+                    })
+                    .collect();
+                (g.off, bytes)
+            })
+            .collect();
+        for (off, bytes) in &guarded {
+            needed += record::entry_size(bytes.len());
+            fits = fits && w.push(*off, bytes);
+        }
         for (b, h) in news.iter().zip(hdrs.iter()) {
             // SAFETY: buffers live until release.
             let buf = unsafe { b.as_ref() };
@@ -668,7 +782,7 @@ impl Tx<'_> {
         let n = w.seal(seq);
         // Parity of the new objects before any write-back is issued: its locks are locked
         // instructions, which would each wait for pending flushes like a fence.
-        self.new_objects_parity(news, hdrs);
+        self.new_objects_parity(news, hdrs, guards);
         // 3b. the lane copies (whole 16-byte granules: bytes past the record are ignored)
         let sealed = &bytes[SEAL_OFFSET..SEAL_OFFSET + n.div_ceil(16) * 16];
         for off in eng.lane_copies().map(|c| eng.lane_off(self.lane.idx, c)) {
@@ -677,7 +791,7 @@ impl Tx<'_> {
             unsafe { media.write_durable(off + SEAL_OFFSET as u64, sealed) };
         }
         // 3c. new objects, straight into their still-free space
-        let mut written = self.write_new_objects(news, hdrs);
+        let mut written = self.write_new_objects(news, hdrs, guards);
         // The parity the apply step reads, fetched while the record drains (a 4 KiB
         // object's parity is 64 lines nobody has read lately).
         for it in items {
@@ -685,7 +799,7 @@ impl Tx<'_> {
         }
         // 3d. retire marks that may not be durable yet, and the ordering point
         self.eng.fence_with_retires(Some(self.lane.idx), touched);
-        self.new_objects_written(news, hdrs);
+        self.new_objects_written(news, hdrs, guards);
         // ---- committed ---- unless the record's write-back failed: then it may not be
         // durable, and applying it in place would leave changes no record protects.
         eng.media.check()?;
@@ -706,6 +820,10 @@ impl Tx<'_> {
                 std::slice::from_raw_parts(it.src, it.len)
             });
             written += it.len as u64;
+        }
+        for (off, bytes) in &guarded {
+            apply(*off, bytes);
+            written += bytes.len() as u64;
         }
         for &(off, len) in fills {
             for at in (off..off + len).step_by(ZEROS.len()) {
@@ -729,6 +847,12 @@ impl Tx<'_> {
             eng.parity
                 .each_parity_range(dst, len, |p, n| flushes.push((p, p + n)));
         });
+        for (off, bytes) in &guarded {
+            let len = bytes.len() as u64;
+            flushes.push((*off, off + len));
+            eng.parity
+                .each_parity_range(*off, len, |p, n| flushes.push((p, p + n)));
+        }
         merge_ranges(flushes);
         for &(a, z) in flushes.iter() {
             media.flush(a, z - a);
@@ -753,7 +877,33 @@ impl Tx<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::merge_ranges;
+    use super::{merge_ranges, outside_guards, Guard};
+
+    #[test]
+    fn pieces_outside_guards_cover_exactly_the_unguarded_bytes() {
+        let bytes: Vec<u8> = (0..64).collect();
+        let g = |off, len| Guard {
+            news_idx: 0,
+            off,
+            len,
+        };
+        let pieces = |guards: &[Guard]| {
+            let mut out = Vec::new();
+            outside_guards(guards, 100, &bytes, &mut |off, b: &[u8]| {
+                out.push((off, b.to_vec()))
+            });
+            out
+        };
+        assert_eq!(pieces(&[]), vec![(100, bytes.clone())]);
+        // A guard over the start, one inside, one past the end, one elsewhere.
+        let got = pieces(&[g(90, 18), g(130, 4), g(160, 100), g(500, 8)]);
+        assert_eq!(
+            got,
+            vec![(108, bytes[8..30].to_vec()), (134, bytes[34..60].to_vec())]
+        );
+        // Everything guarded: nothing written early.
+        assert!(pieces(&[g(0, 1000)]).is_empty());
+    }
 
     #[test]
     fn ranges_that_overlap_or_touch_merge_and_others_stay_apart() {

@@ -158,8 +158,25 @@ fn new_objects_verify(
         }
         // SAFETY: the object's range lies inside the heap (checked above); recovery runs
         // alone.
-        let found =
+        let on_media =
             unsafe { std::slice::from_raw_parts(media.ptr(hdr) as *const u8, 16 + size as usize) };
+        // The object as the record leaves it: bytes of its space that were not free on
+        // media before the commit (an empty run's bitmap, see `commit::Guard`) are in the
+        // record's writes, not yet applied.
+        let mut overlaid = None;
+        for w in record::entries(lane, rec) {
+            let Some(record::Op::Write { off, data, .. }) = w.map(|w| w.op()) else {
+                continue;
+            };
+            let end = hdr + 16 + size;
+            let (a, z) = (off.max(hdr), (off + data.len() as u64).min(end));
+            if a < z {
+                let buf = overlaid.get_or_insert_with(|| on_media.to_vec());
+                buf[(a - hdr) as usize..(z - hdr) as usize]
+                    .copy_from_slice(&data[(a - off) as usize..(z - off) as usize]);
+            }
+        }
+        let found = overlaid.as_deref().unwrap_or(on_media);
         if header.is_some_and(|h| found[..16] != h) || crate::checksum::strong(found) != crc {
             return false;
         }

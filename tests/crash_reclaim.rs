@@ -1,0 +1,94 @@
+//! A large object placed over an empty run: the heap takes the run's chunk back in DRAM
+//! only, so on media the chunk is still a run, its bitmap live, until the allocation
+//! commits. A crash at any fence of that commit, with any of its pending lines on media —
+//! in particular the new object's lines without its record's — must leave either the old
+//! run with its bitmap intact or the committed large object, never a run whose bitmap is
+//! the new object's header (found by the kill -9 test: `kill9.rs`).
+
+use pgl::{Config, CrashPoint, CrashSim, Oid, Pool};
+use std::sync::{Arc, Mutex};
+
+type Small = [u64; 1024];
+type Large = [u64; 2560];
+
+/// The chunk holding offset `off`: (zone, chunk).
+fn chunk_of(geo: &pgl::geometry::Geometry, off: u64) -> (u64, u64) {
+    let p = geo.locate(off, 1).expect("in the zone");
+    (p.zone, p.chunk)
+}
+
+#[test]
+fn a_large_object_over_an_empty_run_never_clobbers_its_bitmap_in_a_crash() {
+    let cfg = Config::small("reclaim");
+    let sim = CrashSim::new(cfg.max_size);
+    let pool = Pool::create_sim(&sim, &cfg).unwrap();
+    let geo = pool.info().header.geo;
+    let root = pool.root::<[u64; 8]>().unwrap();
+    // An empty run: one small object allocated, then freed.
+    let s: Oid<Small> = pool.tx(|tx| tx.alloc([7u64; 1024])).unwrap();
+    let run_chunk = chunk_of(&geo, s.raw());
+    pool.tx(|tx| tx.free(s)).unwrap();
+    // Reopened, no lane allocates from that run any more: the heap may take its chunk.
+    drop(pool);
+    let pool = Pool::open_sim(&sim, "reclaim").unwrap();
+
+    // Large objects until one lands on the empty run's chunk, its commit's crash points
+    // captured.
+    let points: Arc<Mutex<Vec<CrashPoint>>> = Arc::default();
+    let mut landed = None;
+    for i in 0..4u64 {
+        let sink = points.clone();
+        sim.set_fence_hook(move |s: &CrashSim| sink.lock().unwrap().push(s.crash_point()));
+        let o = pool
+            .tx(|tx| {
+                let o = tx.alloc([i + 1; 2560])?;
+                tx.open(root)?[0] = o.raw();
+                Ok(o)
+            })
+            .unwrap();
+        sim.clear_fence_hook();
+        if chunk_of(&geo, o.raw() - 16) == run_chunk {
+            landed = Some((o, i + 1));
+            break;
+        }
+        points.lock().unwrap().clear();
+    }
+    let (large, fill) = landed.expect("a large object took the empty run's chunk (the scenario)");
+    drop(pool);
+
+    let lanes = (geo.lane_offset(0, 0) / 8) as usize..(geo.header_offset(1) / 8) as usize;
+    let points = points.lock().unwrap().clone();
+    assert!(!points.is_empty());
+    let mut images = 0;
+    for cp in &points {
+        let (all, none) = (cp.image(|_| true), cp.image(|_| false));
+        let pending: Vec<usize> = (0..all.len()).filter(|&w| all[w] != none[w]).collect();
+        let picks: [&dyn Fn(usize) -> bool; 4] = [
+            &|_| true,
+            &|_| false,
+            // The new object's lines on media, its record's not.
+            &|i| !lanes.contains(&pending[i]),
+            &|i| lanes.contains(&pending[i]),
+        ];
+        for pick in picks {
+            images += 1;
+            let dev = cp.device(cfg.max_size, pick);
+            let pool = Pool::open_sim(&dev, "reclaim").unwrap();
+            let listing = pool.objects_with_damage().unwrap();
+            assert_eq!(
+                listing.damaged_words(),
+                Vec::<u64>::new(),
+                "crash at fence {}: a bitmap word was destroyed",
+                cp.fence()
+            );
+            assert_eq!(pool.verify_objects(|_, _| {}).unwrap().len(), 0);
+            let r = pool.get(root).unwrap()[0];
+            if r != 0 {
+                assert_eq!(r, large.raw());
+                let got = *pool.get(Oid::<Large>::from_raw(r)).unwrap();
+                assert!(got.iter().all(|&w| w == fill), "the large object is whole");
+            }
+        }
+    }
+    println!("crash images checked: {images} at {} fences", points.len());
+}
