@@ -120,6 +120,11 @@ struct Guard {
 
 /// Calls `f` on the parts of `bytes` (at `off`) outside every guard.
 fn outside_guards(guards: &[Guard], off: u64, bytes: &[u8], f: &mut impl FnMut(u64, &[u8])) {
+    if guards.is_empty() {
+        // Nearly every commit: nothing guarded.
+        f(off, bytes);
+        return;
+    }
     let end = off + bytes.len() as u64;
     let mut at = off;
     let mut inside: Vec<(u64, u64)> = guards
