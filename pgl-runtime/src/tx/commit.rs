@@ -744,17 +744,13 @@ impl Tx<'_> {
             .map(|g| {
                 // SAFETY: buffers live until release.
                 let buf = unsafe { news[g.news_idx].as_ref() };
-                let hdr_off = buf.off - HEADER_SIZE;
-                let payload = new_payload(media, buf);
-                let bytes = (g.off..g.off + g.len)
-                    .map(|at| {
-                        let i = (at - hdr_off) as usize;
-                        if i < HEADER_SIZE as usize {
-                            hdrs[g.news_idx][i]
-                        } else {
-                            payload[i - HEADER_SIZE as usize]
-                        }
-                    })
+                // The object's bytes are its header, then its payload.
+                let bytes = hdrs[g.news_idx]
+                    .iter()
+                    .chain(new_payload(media, buf))
+                    .skip((g.off - (buf.off - HEADER_SIZE)) as usize)
+                    .take(g.len as usize)
+                    .copied()
                     .collect();
                 (g.off, bytes)
             })
