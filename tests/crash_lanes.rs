@@ -312,7 +312,17 @@ fn retire_marks_found_at_open_are_made_durable() {
         let pool = Pool::create_sim(&sim, &cfg).unwrap();
         let root = pool.root::<[u64; 8]>().unwrap();
         let blocker = pool.tx(|tx| tx.alloc(0u64)).unwrap();
-        set_on_other_lane(&pool, root, blocker, 1);
+        // On the other lane, a commit that also allocates: it applies under its own fence
+        // and writes its retire mark with no flush (one that only overwrote would leave
+        // its record unretired until this thread's next fence).
+        let held = pool.open_mut(blocker).expect("open_mut");
+        pool.tx(|tx| {
+            tx.open(root)?[0] = 1;
+            tx.alloc(0u64)
+        })
+        .unwrap();
+        drop(held);
+        assert_eq!(pool.stats().deferred_applies, 0);
         // Killed: no `Drop`, nothing flushed; the caches (the volatile image) survive.
         std::mem::forget(pool);
         // SAFETY: the leaked pool had no clone or handle left, and is never used again.
@@ -321,13 +331,16 @@ fn retire_marks_found_at_open_are_made_durable() {
         assert_eq!(pool.get(root).unwrap()[0], 1);
         assert_eq!(pool.stats().records_replayed, 0);
         set_on_other_lane(&pool, root, blocker, 2);
-        // The next record of that lane (this thread's usual one now) replaces the one that
-        // set 2, and covers other bytes.
+        // The next record of that lane replaces the one that set 2, and covers other
+        // bytes. (This thread's usual lane is the first one now; a handle holds it, and
+        // the other lane's deferred record is settled first.)
+        let held = pool.open_mut(blocker).expect("open_mut");
         pool.tx(|tx| {
             tx.open(root)?.write_at(8, &9u64);
             Ok(())
         })
         .unwrap();
+        drop(held);
         // Power fails: only what reached media is left.
         let dev = pgl::CrashSim::from_image(&sim.persisted_image(), sim.len(), sim.capacity());
         let again = Pool::open_sim_with(&dev, &cfg).unwrap();

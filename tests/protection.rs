@@ -83,10 +83,12 @@ fn without_lane_replication_torn_retire_marks_never_replay_copy_b() {
     let sim = CrashSim::new(one.max_size);
     let pool = Pool::create_sim(&sim, &one).unwrap();
     let root = pool.root::<[u64; 8]>().unwrap();
+    // Each commit also allocates: it applies under its own fence and stores its retire
+    // marks at once (one that only overwrote would leave them to the next fence).
     let set = |pool: &Pool, v: u64| {
         pool.tx(|tx| {
             tx.open(root)?[0] = v;
-            Ok(())
+            tx.alloc(v).map(drop)
         })
         .unwrap()
     };

@@ -165,17 +165,30 @@ fn transaction_larger_than_a_lane_is_refused_cleanly() {
 }
 
 #[test]
-fn stats_count_two_fences_per_logged_commit_and_one_per_free() {
+fn stats_count_the_fences_of_each_kind_of_commit() {
     let (pool, path) = pool("fences");
     let root = pool.root::<[u64; 8]>().unwrap();
     let before = pool.stats();
     pool.tx(|tx| {
         tx.open(root)?[3] = 3;
+        tx.alloc(0u64)
+    })
+    .unwrap();
+    let after = pool.stats();
+    assert_eq!(after.fences - before.fences, 2, "logged: log + apply");
+    let before = after;
+    pool.tx(|tx| {
+        tx.open(root)?[3] = 4;
         Ok(())
     })
     .unwrap();
     let after = pool.stats();
-    assert_eq!(after.fences - before.fences, 2, "overwrite: log + apply");
+    assert_eq!(
+        after.fences - before.fences,
+        1,
+        "overwrite: log (the apply completes under the next fence)"
+    );
+    assert_eq!(after.deferred_applies - before.deferred_applies, 1);
     let o = pool.tx(|tx| tx.alloc(1u64)).unwrap();
     let s1 = pool.stats();
     pool.tx(|tx| tx.free(o)).unwrap();

@@ -19,6 +19,9 @@ pub struct Stats {
     pub fences: u64,
     /// Commits that needed no redo record (a single metadata word).
     pub direct_commits: u64,
+    /// Commits that only overwrote objects and left their apply step's write-backs to the
+    /// next ordering point (one fence instead of two; the record stays until then).
+    pub deferred_applies: u64,
     /// Bytes written to redo records (both copies).
     pub bytes_logged: u64,
     /// Bytes written in place to objects and metadata.
@@ -76,13 +79,14 @@ pub(crate) enum Counter {
     Retries,
     Fences,
     DirectCommits,
+    DeferredApplies,
     BytesLogged,
     BytesWritten,
     Allocs,
     Frees,
     Upgrades,
 }
-const N: usize = 10;
+const N: usize = 11;
 
 /// One lane's counters, alone on their cache lines.
 #[repr(align(128))]
@@ -110,6 +114,7 @@ impl LaneCounters {
         s.retries += g(Counter::Retries);
         s.fences += g(Counter::Fences);
         s.direct_commits += g(Counter::DirectCommits);
+        s.deferred_applies += g(Counter::DeferredApplies);
         s.bytes_logged += g(Counter::BytesLogged);
         s.bytes_written += g(Counter::BytesWritten);
         s.allocs += g(Counter::Allocs);

@@ -60,9 +60,11 @@ impl Drop for Inner {
         if media.check().is_err() {
             return;
         }
-        // The last retire mark of each lane was written without a flush: make them durable
+        // Deferred records are settled; the last retire mark of each lane was written
+        // without a flush: make them durable
         // before the header says the pool was closed cleanly (an open that finds OPEN clear
         // skips the parity recomputation a replay would need).
+        self.eng.settle_all();
         for i in 0..self.eng.geo.lanes as usize {
             self.eng.flush_retire(i);
         }

@@ -1,8 +1,10 @@
 //! The commit protocol (DESIGN.md, "Transactions"): canaries, checksums, ONE fence for the
 //! redo record (both lane copies, new objects, pending retire marks), ONE fence for applying
-//! it in place (with its parity), then a retire mark with no fence of its own. A commit that
-//! only frees a small object (one run-bitmap word) takes one fence and writes no record; one
-//! that only allocates from a run it uses takes two and writes none. A change to a zone's
+//! it in place (with its parity), then a retire mark with no fence of its own. A commit
+//! that only overwrites objects leaves its apply step's fence, and its retire mark, to a
+//! later fence (`settle.rs`). A commit that only frees a small object (one run-bitmap word)
+//! takes one fence and writes no record; one that only allocates from a run it uses takes
+//! two and writes none. A change to a zone's
 //! metadata (chunk table, root, registry) always goes through the record: it is written to
 //! both copies with both checksums. The first commit of a lane to write a zone after the
 //! pool was opened takes one more fence, for the zone's dirty mark.
@@ -13,6 +15,7 @@
 use super::buffer::{BufKind, Buffer};
 use super::lane::Touched;
 use super::record::{self, RecordWriter, ENTRIES_OFFSET, RETIRED_OFFSET, SEAL_OFFSET};
+use super::settle::FenceFor;
 use super::tx::{Tx, TxState};
 use crate::checksum::adler32_patch;
 use crate::heap::layout::{
@@ -425,6 +428,7 @@ impl Tx<'_> {
             } else {
                 self.commit_logged(
                     &mut lane.record,
+                    &mut lane.deferred,
                     &mut lane.hdrs,
                     Writes {
                         items: &items,
@@ -514,7 +518,7 @@ impl Tx<'_> {
             return Ok(()); // read-only
         };
         self.store_word(off, v);
-        self.eng.fence_with_retires(None, touched);
+        self.eng.fence_with_retires(FenceFor::Direct, touched);
         let c = &self.lane.counters;
         c.add(Counter::Fences, 1);
         c.add(Counter::DirectCommits, 1);
@@ -544,7 +548,7 @@ impl Tx<'_> {
         let written = 8 + self.write_new_objects(news, hdrs, &[]);
         // The word may be covered by another lane's record that is not yet retired: that
         // retire mark must be durable before the word is (see `fence_with_retires`).
-        self.eng.fence_with_retires(None, touched);
+        self.eng.fence_with_retires(FenceFor::Direct, touched);
         self.new_objects_written(news, hdrs, &[]);
         // The objects (and the retire marks the word must follow) may not be durable after
         // a failed write-back: the word must not be stored then.
@@ -663,6 +667,7 @@ impl Tx<'_> {
     fn commit_logged(
         &self,
         record: &mut super::lane::RecordScratch,
+        deferred: &mut Option<super::settle::Deferred>,
         hdrs: &mut Vec<[u8; 16]>,
         writes: Writes<'_>,
         touched: &Touched,
@@ -799,7 +804,8 @@ impl Tx<'_> {
             eng.parity.prefetch(media, it.off, it.len as u64);
         }
         // 3d. retire marks that may not be durable yet, and the ordering point
-        self.eng.fence_with_retires(Some(self.lane.idx), touched);
+        self.eng
+            .fence_with_retires(FenceFor::Record(self.lane.idx), touched);
         self.new_objects_written(news, hdrs, guards);
         // ---- committed ---- unless the record's write-back failed: then it may not be
         // durable, and applying it in place would leave changes no record protects.
@@ -855,8 +861,22 @@ impl Tx<'_> {
                 .each_parity_range(*off, len, |p, n| flushes.push((p, p + n)));
         }
         merge_ranges(flushes);
+        // A commit that only overwrites objects leaves its write-backs to a later fence
+        // (`settle.rs`): nothing else in place depends on them.
+        let defer = fills.is_empty() && vals.is_empty() && news.is_empty();
+        if defer {
+            eng.defer(self.lane, deferred, seq, touched);
+        }
         for &(a, z) in flushes.iter() {
             media.flush(a, z - a);
+        }
+        let c = &self.lane.counters;
+        c.add(Counter::BytesLogged, eng.lane_copies().end * n as u64);
+        c.add(Counter::BytesWritten, written);
+        if defer {
+            c.add(Counter::Fences, 1);
+            c.add(Counter::DeferredApplies, 1);
+            return Ok(());
         }
         media.fence();
         // A failed write-back of the applied bytes: the record must stay unretired, so that
@@ -868,10 +888,7 @@ impl Tx<'_> {
             unsafe { media.write(off + RETIRED_OFFSET as u64, &record::retire_mark(seq)) };
         }
         eng.lanes.retired(self.lane.idx, touched);
-        let c = &self.lane.counters;
         c.add(Counter::Fences, 2);
-        c.add(Counter::BytesLogged, eng.lane_copies().end * n as u64);
-        c.add(Counter::BytesWritten, written);
         Ok(())
     }
 }

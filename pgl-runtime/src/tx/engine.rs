@@ -195,11 +195,12 @@ impl Engine {
     }
 
     /// Flushes the retire marks that may not be durable yet of the records that touched a
-    /// chunk in `mine` (the retire ordering of `lane.rs`), then fences. A logged commit
+    /// chunk in `mine` (the retire ordering of `lane.rs`), then fences (commits call it
+    /// through `fence_with_retires`, which settles deferred records too). A logged commit
     /// passes its own lane as `skip`: its new seal replaces that lane's previous record, so
     /// the old retire mark no longer matters once this fence completes (and before it, this
     /// transaction is not committed). A direct commit writes no record, so it skips nothing.
-    pub(crate) fn fence_with_retires(&self, skip: Option<usize>, mine: &Touched) {
+    pub(crate) fn fence_with_retire_marks(&self, skip: Option<usize>, mine: &Touched) {
         let eng = self;
         // Lanes are at most 64: a bit mask says which were flushed; their generations are
         // re-read from `gens` (not zero-initialised: only entries named by `mask` are read).

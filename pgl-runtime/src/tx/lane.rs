@@ -3,7 +3,10 @@
 //!
 //! Invariant (retire ordering): once a commit's log fence completes, the retire mark of every
 //! record applied before that commit began *that touched a chunk this commit touches* is
-//! durable (or, for its own lane, the record is replaced by the new seal). A replay can only
+//! durable (or, for its own lane, the record is replaced by the new seal). A deferred record
+//! (`settle.rs`) counts as applied once it is settled; until then only its own thread's
+//! commits pass it unsettled (their fence settles it; a direct commit over its chunks
+//! settles it first), and its retire mark is durable before theirs. A replay can only
 //! clobber bytes a later commit wrote if the two wrote the same bytes, hence the same chunk
 //! (a block reused for another object, even of another size class, is still in its chunk).
 //! Each lane publishes the set of chunks its latest applied record touched (`Touched`, a
@@ -74,6 +77,9 @@ pub(crate) struct LaneState {
     pub meta_vals: Vec<(u64, u64)>,
     /// Reusable scratch: metadata lock stripes held by a commit.
     pub meta_held: Vec<u32>,
+    /// This lane's latest record while its apply step's write-backs are not yet known to
+    /// be durable (`settle.rs`); their ranges are `record.flushes`.
+    pub deferred: Option<super::settle::Deferred>,
 }
 
 // SAFETY: the only non-Send parts are the buffer pointers in `scratch.bufs`, `items` and
@@ -116,6 +122,11 @@ struct Gen {
     flushed: AtomicU64,
     /// The chunks the record behind `retire` touched (written before `retire` moves).
     touched: [AtomicU64; 4],
+    /// The thread token of the owner of the lane's deferred record, 0 if none
+    /// (`settle.rs`).
+    owner: AtomicU64,
+    /// The chunks the deferred record touched (written before `owner`).
+    deferred: [AtomicU64; 4],
 }
 
 /// One lane.
@@ -124,6 +135,35 @@ pub(crate) struct Lane {
     pub state: Mutex<LaneState>,
     gen: Gen,
     pub counters: LaneCounters,
+}
+
+impl Lane {
+    /// Whether the lane holds a deferred record (a hint: read without its lock).
+    #[inline]
+    pub(crate) fn pending(&self) -> bool {
+        self.gen.owner.load(Ordering::Relaxed) != 0
+    }
+
+    /// The owner of the lane's deferred record (0: none) and the chunks it touched. Both
+    /// may be stale by the time the caller looks: `settle.rs` re-checks under the lock.
+    pub(crate) fn deferred_hint(&self) -> (u64, Touched) {
+        let owner = self.gen.owner.load(Ordering::Acquire);
+        let t = Touched(std::array::from_fn(|i| {
+            self.gen.deferred[i].load(Ordering::Relaxed)
+        }));
+        (owner, t)
+    }
+
+    /// Publishes that the lane holds a deferred record of thread `owner` (0: no longer)
+    /// that touched `touched`. Call it holding the lane's lock.
+    pub(crate) fn publish_deferred(&self, owner: u64, touched: &Touched) {
+        for (slot, &bits) in self.gen.deferred.iter().zip(&touched.0) {
+            slot.store(bits, Ordering::Relaxed);
+        }
+        // Release: a reader that sees the owner sees the set above. A plain store on x86,
+        // not a locked instruction (which would wait for pending write-backs).
+        self.gen.owner.store(owner, Ordering::Release);
+    }
 }
 
 /// All lanes of a pool.
@@ -147,6 +187,8 @@ impl Lanes {
                         retire: AtomicU64::new(0),
                         flushed: AtomicU64::new(0),
                         touched: Default::default(),
+                        owner: AtomicU64::new(0),
+                        deferred: Default::default(),
                     },
                     counters: LaneCounters::default(),
                 })
@@ -158,10 +200,21 @@ impl Lanes {
         self.lanes.iter()
     }
 
-    /// Takes a lane: this thread's usual one if free, else any free one, else waits for the
-    /// usual one — or, if `mine` says this thread holds that one itself (a `Detached`
-    /// handle, released only when this thread gets on), for the next one it does not hold.
-    /// `None` if this thread holds every lane.
+    /// Lane `i`.
+    pub(crate) fn get(&self, i: usize) -> &Lane {
+        &self.lanes[i]
+    }
+
+    /// Takes a lane: this thread's home lane if free and not pending; else another free
+    /// one that is not pending, searched from half-way round (where other threads' homes
+    /// are least likely), which becomes home only if home was taken by another thread;
+    /// else any free one; else waits for home — or, if `mine` says this thread holds that
+    /// one itself (a `Detached` handle, released only when this thread gets on), for the
+    /// next one it does not hold. `None` if this thread holds every lane.
+    ///
+    /// A pending lane (one whose deferred record is not settled, `settle.rs`) costs its
+    /// taker a fence: after a deferred commit, a thread's next transaction takes another
+    /// lane, whose fence settles home for free, and the one after is home again.
     #[inline]
     pub(crate) fn acquire(
         &self,
@@ -169,13 +222,26 @@ impl Lanes {
     ) -> Option<(&Lane, MutexGuard<'_, LaneState>)> {
         let n = self.lanes.len();
         let hint = HINT.with(|h| h.get()) % n;
-        for i in 0..n {
-            let l = &self.lanes[(hint + i) % n];
-            if let Some(g) = l.state.try_lock() {
-                if i != 0 {
-                    HINT.with(|h| h.set(l.idx));
+        let home = &self.lanes[hint];
+        let home_pending = home.pending();
+        if !home_pending {
+            if let Some(g) = home.state.try_lock() {
+                return Some((home, g));
+            }
+        }
+        let from = if home_pending { hint + n / 2 } else { hint };
+        for pending_too in [false, true] {
+            for i in 0..n {
+                let l = &self.lanes[(from + i) % n];
+                if !pending_too && l.pending() {
+                    continue;
                 }
-                return Some((l, g));
+                if let Some(g) = l.state.try_lock() {
+                    if !home_pending && l.idx != hint {
+                        HINT.with(|h| h.set(l.idx));
+                    }
+                    return Some((l, g));
+                }
             }
         }
         let l = (0..n)

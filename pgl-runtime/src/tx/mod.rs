@@ -15,6 +15,7 @@ mod recovery;
 mod registry;
 mod repair;
 mod run;
+mod settle;
 mod tail;
 mod thread;
 #[allow(clippy::module_inception)]

@@ -81,7 +81,11 @@ impl Engine {
         let mut lanes = Vec::with_capacity(self.geo.lanes as usize);
         for lane in self.lanes.iter() {
             let left = deadline.saturating_duration_since(Instant::now());
-            lanes.push(lane.state.try_lock_for(left)?);
+            let mut st = lane.state.try_lock_for(left)?;
+            // At once, not once every lane is held: a commit meeting its record may be
+            // waiting for it to be settled (`settle.rs`).
+            self.settle(lane, &mut st);
+            lanes.push(st);
         }
         Some(Frozen { lanes })
     }
@@ -319,7 +323,7 @@ impl Engine {
                 // SAFETY: lane 0 is ours (frozen); the record fits its copy.
                 unsafe { self.media.write_durable(off, sealed) };
             }
-            self.fence_with_retires(Some(0), &touched);
+            self.fence_with_retire_marks(Some(0), &touched);
             self.media.check()?;
             for &(a, z) in &batch {
                 let at = start + a as u64;

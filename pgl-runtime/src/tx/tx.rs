@@ -51,13 +51,17 @@ impl<'p> Tx<'p> {
     /// would never end.
     #[inline]
     pub(crate) fn begin(eng: &'p Engine, what: &'static str) -> Result<Tx<'p>> {
-        let Some((lane, guard)) = eng.lanes.acquire(|i| detached_lane(eng.id, i)) else {
+        let Some((lane, mut guard)) = eng.lanes.acquire(|i| detached_lane(eng.id, i)) else {
             return Err(Error::InTransaction {
                 what,
                 instead: "this thread's pool.open_mut handles hold every lane of the pool: \
                           commit or drop one first",
             });
         };
+        if lane.pending() {
+            // Its record must stay intact until settled (`settle.rs`).
+            eng.settle(lane, &mut guard);
+        }
         Ok(Tx {
             eng,
             lane,
