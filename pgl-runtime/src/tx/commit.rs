@@ -555,6 +555,7 @@ impl Tx<'_> {
         eng.media.check()?;
         // After the fence no flush is pending, so the parity lock waits for nothing.
         self.store_word(val.0, val.1);
+        eng.flush_owed();
         media.fence(); // ---- committed ----
         let c = &self.lane.counters;
         c.add(Counter::Fences, 2);
@@ -861,23 +862,21 @@ impl Tx<'_> {
                 .each_parity_range(*off, len, |p, n| flushes.push((p, p + n)));
         }
         merge_ranges(flushes);
-        // A commit that only overwrites objects leaves its write-backs to a later fence
-        // (`settle.rs`): nothing else in place depends on them.
-        let defer = fills.is_empty() && vals.is_empty() && news.is_empty();
-        if defer {
-            eng.defer(self.lane, deferred, seq, touched);
-        }
-        for &(a, z) in flushes.iter() {
-            media.flush(a, z - a);
-        }
         let c = &self.lane.counters;
         c.add(Counter::BytesLogged, eng.lane_copies().end * n as u64);
         c.add(Counter::BytesWritten, written);
-        if defer {
+        // A commit that only overwrites objects leaves its write-backs to this thread's
+        // next fence (`settle.rs`): nothing else in place depends on them.
+        if fills.is_empty() && vals.is_empty() && news.is_empty() {
+            eng.defer(self.lane, deferred, seq, touched, flushes);
             c.add(Counter::Fences, 1);
             c.add(Counter::DeferredApplies, 1);
             return Ok(());
         }
+        for &(a, z) in flushes.iter() {
+            media.flush(a, z - a);
+        }
+        eng.flush_owed();
         media.fence();
         // A failed write-back of the applied bytes: the record must stay unretired, so that
         // reopening the pool replays it.

@@ -1,22 +1,23 @@
 //! Deferred apply: a commit that only overwrites objects (no metadata word, no new object,
-//! no zeroed range) applies its record in place and issues the write-backs, but leaves
-//! them to a later fence instead of fencing them itself. The commit point is unchanged
-//! (its record's fence); what moves is the apply step's ordering point, which costs as much
-//! again (PERF-NOTES.md) and which the thread's next fence pays for nothing.
+//! no zeroed range) applies its record in place but issues none of the write-backs: its
+//! thread issues them just before its next fence, with that fence's own. The commit point
+//! is unchanged (its record's fence); what goes is the apply step's ordering point. On this
+//! machine the wait for write-backs falls on the first locked instruction after they are
+//! issued (a lock, a counter), so write-backs left in flight between two commits cost as
+//! much as a fence: they are kept *owed* (a list per thread) instead, not issued.
 //!
 //! While its write-backs are not known to be durable the record is *deferred*: the lane is
 //! *pending* (`Lane::pending`), its retire mark is not written, and its record must stay
 //! intact, since a crash replays it. It is *settled* — write-backs durable, then its retire
-//! mark written and flushed, then the lane no longer pending — by exactly one of:
+//! mark written, and flushed before the settler's next fence — by exactly one of:
 //!
-//! 1. its owner's next fence (`fence_with_retires`), for free: a fence orders the
-//!    write-backs its own thread issued before it. The retire mark is written after that
-//!    fence, so it may be durable only after the fence that follows.
+//! 1. its owner, right after its next fence (`fence_with_retires`), which issued the owed
+//!    write-backs first: free.
 //! 2. any other thread's commit whose chunks meet the record's, before that commit's own
-//!    fence (`settle`: the write-backs are issued again, since a fence orders only its own
-//!    thread's, then one fence of its own), so that the retire ordering of `lane.rs` holds
-//!    for it as if the record had been retired at its commit; likewise the owner's direct
-//!    commits (a bitmap word, no record) whose chunks meet it.
+//!    fence (`settle`: the write-backs issued from the lane's own list, then one fence of
+//!    its own), so that the retire ordering of `lane.rs` holds for it as if the record had
+//!    been retired at its commit; likewise the owner's direct commits (a bitmap word, no
+//!    record) whose chunks meet it.
 //! 3. whoever takes the lane (`Tx::begin`, `freeze`), before writing anything to it, and
 //!    the pool's close (`settle_all`).
 //!
@@ -25,16 +26,18 @@
 //! its owner replays after it (sequence order), and none of the owner's records created an
 //! object over bytes it wrote (those bytes were a live object's when it committed, and
 //! only another thread's commit, which settled it first, or the owner's own commit, which
-//! comes after its next fence, can free them). A later record's retire mark never becomes
-//! durable before its own: the owner flushes the deferred record's mark before its next
-//! fence, which comes before its later marks are written; every other settler flushes the
-//! unflushed marks its record's chunks meet (`fence_with_retire_marks`) before its fence.
+//! comes after its next fence, can free them). A later record's retirement (its retire
+//! mark, or its record overwritten) never becomes durable before the deferred record's
+//! mark: the owner issues that mark's write-back before its next fence, which comes before
+//! it retires anything later, and a lane it leaves pending is settled by whoever takes it,
+//! who first flushes the unflushed marks its record's chunks meet
+//! (`fence_with_retire_marks`), as does every other settler.
 
 use super::engine::Engine;
 use super::lane::{Lane, LaneState, Touched};
 use super::record::{self, RETIRED_OFFSET};
 use crate::stats::Counter;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A lane's deferred record (its write-back ranges are the lane's `record.flushes`).
@@ -51,6 +54,40 @@ pub(crate) struct Deferred {
 static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
 thread_local! {
     static TOKEN: Cell<u64> = const { Cell::new(0) };
+    /// Write-backs this thread owes, issued before its next fence on their pool.
+    static OWED: RefCell<Vec<Owed>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A byte range this thread must write back before its next fence on pool `eng`: part of
+/// its deferred record `seq` on lane `lane`, or (`lane == NO_LANE`) a retire mark.
+#[derive(Clone, Copy, Debug)]
+struct Owed {
+    eng: u64,
+    lane: usize,
+    seq: u64,
+    range: (u64, u64),
+}
+
+const NO_LANE: usize = usize::MAX;
+
+/// Entries kept for other pools than the one a thread commits to, at most: an entry left
+/// out is never lost work, only a record that someone else settles (its lane stays pending,
+/// and only entries actually written back make the owner settle it).
+const OWED_MAX: usize = 1024;
+
+fn owe(eng: u64, lane: usize, seq: u64, ranges: impl Iterator<Item = (u64, u64)>) {
+    OWED.with(|o| {
+        let mut o = o.borrow_mut();
+        if o.len() > OWED_MAX {
+            o.retain(|e| e.eng == eng);
+        }
+        o.extend(ranges.map(|range| Owed {
+            eng,
+            lane,
+            seq,
+            range,
+        }));
+    });
 }
 
 /// This thread's token: a nonzero number no other thread of the process has.
@@ -78,15 +115,18 @@ pub(crate) enum FenceFor {
 
 impl Engine {
     /// Makes `lane` (held by the caller; `slot` is its state's `deferred`) a deferred
-    /// record's: `seq`, touching `touched`, whose write-back ranges are in its state's
-    /// `record.flushes`. Call it after the apply step's stores.
+    /// record's: `seq`, touching `touched`, whose write-backs `ranges` (its state's
+    /// `record.flushes`, which other settlers read) this thread now owes. Call it after
+    /// the apply step's stores.
     pub(crate) fn defer(
         &self,
         lane: &Lane,
         slot: &mut Option<Deferred>,
         seq: u64,
         touched: &Touched,
+        ranges: &[(u64, u64)],
     ) {
+        owe(self.id, lane.idx, seq, ranges.iter().copied());
         let owner = thread_token();
         *slot = Some(Deferred {
             seq,
@@ -98,8 +138,8 @@ impl Engine {
 
     /// Settles `lane`'s deferred record, if any (`st` is its state, held by the caller):
     /// its write-backs issued again and fenced together with the unflushed retire marks
-    /// its chunks meet, then its own retire mark written and flushed (durable at the next
-    /// fence that follows). After a failed write-back the record is left unretired, so
+    /// its chunks meet, then its own retire mark written (and owed: written back before this
+    /// thread's next fence). After a failed write-back the record is left unretired, so
     /// that reopening replays it.
     pub(crate) fn settle(&self, lane: &Lane, st: &mut LaneState) {
         let Some(d) = st.deferred.take() else {
@@ -112,20 +152,54 @@ impl Engine {
         lane.counters.add(Counter::Fences, 1);
         if self.media.check().is_ok() {
             self.retire(lane, &d);
+            self.owe_retire(lane.idx);
         }
         lane.publish_deferred(0, &Touched::default());
     }
 
-    /// Writes and flushes the retire mark of `d`, `lane`'s deferred record, whose
-    /// write-backs are durable, and publishes it as unflushed (`Lanes::retired`).
+    /// Writes the retire mark of `d`, `lane`'s deferred record, whose write-backs are
+    /// durable, and publishes it as unflushed (`Lanes::retired`).
     fn retire(&self, lane: &Lane, d: &Deferred) {
         for c in 0..2 {
             let off = self.lane_off(lane.idx, c) + RETIRED_OFFSET as u64;
             // SAFETY: the retired word of a lane whose lock the caller holds.
             unsafe { self.media.write(off, &record::retire_mark(d.seq)) };
-            self.media.flush(off, 16);
         }
         self.lanes.retired(lane.idx, &d.touched);
+    }
+
+    /// Owes the write-back of `lane`'s retire marks (issued before this thread's next
+    /// fence on this pool).
+    fn owe_retire(&self, lane: usize) {
+        owe(
+            self.id,
+            NO_LANE,
+            0,
+            (0..2).map(|c| {
+                let off = self.lane_off(lane, c) + RETIRED_OFFSET as u64;
+                (off, off + 16)
+            }),
+        );
+    }
+
+    /// Issues the write-backs this thread owes on this pool; returns the deferred record
+    /// they complete, if any (lane, seq).
+    pub(crate) fn flush_owed(&self) -> Option<(usize, u64)> {
+        OWED.with(|o| {
+            let mut o = o.borrow_mut();
+            let mut record = None;
+            o.retain(|e| {
+                if e.eng != self.id {
+                    return true;
+                }
+                self.media.flush(e.range.0, e.range.1 - e.range.0);
+                if e.lane != NO_LANE {
+                    record = Some((e.lane, e.seq));
+                }
+                false
+            });
+            record
+        })
     }
 
     /// Settles every lane (at close: no transaction runs).
@@ -135,6 +209,7 @@ impl Engine {
                 self.settle(lane, &mut lane.state.lock());
             }
         }
+        self.flush_owed();
     }
 
     /// Settles `lane` for a commit of another lane (case 2): at once if its lock is free;
@@ -151,65 +226,58 @@ impl Engine {
         }
     }
 
-    /// After this thread's fence: retires `lane`'s deferred record if this thread still
-    /// owns it (case 1). If another thread settles it meanwhile, waits until it has: that
-    /// thread flushed the retire mark, but its fence does not order this thread's later
-    /// writes (a record overwriting this thread's next one, or that one's retire mark),
-    /// so the mark is flushed again here, to be durable at this thread's next fence.
-    fn settle_owned(&self, lane: &Lane) {
+    /// After this thread's fence, which wrote back the write-backs of its deferred record
+    /// `seq` on `lane`: retires it if this thread still owns it (case 1). If another
+    /// thread settles it meanwhile, waits until it has: that thread's fence does not order
+    /// this thread's later writes (a record overwriting this thread's next one, or that
+    /// one's retire mark), so the mark is written back again by this thread. Either way
+    /// the mark's write-back is owed, issued before this thread's next fence.
+    fn settle_owned(&self, lane: &Lane, seq: u64) {
         let me = thread_token();
         loop {
             if let Some(mut st) = lane.state.try_lock() {
-                match st.deferred {
-                    Some(d) if d.owner == me => {
-                        st.deferred = None;
-                        if self.media.check().is_ok() {
-                            self.retire(lane, &d);
-                        }
-                        lane.publish_deferred(0, &Touched::default());
+                if let Some(d) = st.deferred.filter(|d| d.owner == me && d.seq == seq) {
+                    st.deferred = None;
+                    if self.media.check().is_ok() {
+                        self.retire(lane, &d);
                     }
-                    _ => self.flush_retire(lane.idx),
+                    lane.publish_deferred(0, &Touched::default());
                 }
-                return;
+                break;
             }
             if lane.deferred_hint().0 != me {
-                self.flush_retire(lane.idx);
-                return;
+                break;
             }
             std::hint::spin_loop();
             std::thread::yield_now();
         }
+        self.owe_retire(lane.idx);
     }
 
-    /// The ordering point of a commit writing the chunks `mine` (see `for_`): settles the
-    /// deferred records that must be settled first (module docs, case 2), flushes the
-    /// retire marks `lane.rs` orders before it, fences, then settles this thread's own
-    /// deferred records the fence made durable (case 1).
+    /// The ordering point of a commit writing the chunks `mine` (see `FenceFor`): settles
+    /// the deferred records that must be settled first (module docs, case 2), issues the
+    /// write-backs this thread owes and the retire marks `lane.rs` orders before this
+    /// commit, fences, then settles this thread's own deferred record (case 1).
     pub(crate) fn fence_with_retires(&self, for_: FenceFor, mine: &Touched) {
         let me = thread_token();
-        // Lanes are at most 64.
-        let mut own = 0u64;
         for lane in self.lanes.iter() {
             let (owner, theirs) = lane.deferred_hint();
-            if owner == 0 || for_ == FenceFor::Record(lane.idx) {
+            if owner == 0 || for_ == FenceFor::Record(lane.idx) || !theirs.meets(mine) {
                 continue;
             }
-            let meets = theirs.meets(mine);
-            if owner == me && (for_ != FenceFor::Direct || !meets) {
-                own |= 1 << lane.idx;
-            } else if meets {
+            // The owner's own records wait for its fence, except under a direct commit.
+            if owner != me || for_ == FenceFor::Direct {
                 self.settle_other(lane);
             }
         }
+        let own = self.flush_owed();
         let skip = match for_ {
             FenceFor::Record(i) => Some(i),
             FenceFor::Direct => None,
         };
         self.fence_with_retire_marks(skip, mine);
-        while own != 0 {
-            let i = own.trailing_zeros() as usize;
-            own &= own - 1;
-            self.settle_owned(self.lanes.get(i));
+        if let Some((lane, seq)) = own {
+            self.settle_owned(self.lanes.get(lane), seq);
         }
     }
 }
