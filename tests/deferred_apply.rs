@@ -38,6 +38,18 @@ fn power_fail(sim: &CrashSim, cfg: &Config) -> Pool {
     Pool::open_sim_with(&dev, cfg).unwrap()
 }
 
+/// Asserts that words `A` and `B` of the root hold `want` after a power failure now.
+fn assert_words_after_power_failure(
+    sim: &CrashSim,
+    cfg: &Config,
+    root: Oid<Root>,
+    want: (u64, u64),
+) {
+    let again = power_fail(sim, cfg);
+    let r = *again.get(root).unwrap();
+    assert_eq!((r[A], r[B]), want);
+}
+
 /// Runs `f` on a thread of its own, which ends with its write-backs issued and never
 /// fenced by itself.
 fn on_other_thread(f: impl FnOnce() + Send) {
@@ -109,10 +121,7 @@ fn a_commit_of_another_thread_over_the_same_chunk_settles_it_first() {
     // This thread's commit meets its record: it writes the record's bytes back itself,
     // fences, and retires it, before its own record's fence.
     set(&pool, root, B, 3);
-    let again = power_fail(&sim, &cfg);
-    let r = *again.get(root).unwrap();
-    assert_eq!((r[A], r[B]), (2, 3));
-    drop(again);
+    assert_words_after_power_failure(&sim, &cfg, root, (2, 3));
     drop(pool);
 }
 
@@ -126,10 +135,7 @@ fn a_transaction_that_takes_the_lane_settles_it_first() {
     let held = pool.open_mut(blocker).unwrap();
     set(&pool, root, B, 3);
     drop(held);
-    let again = power_fail(&sim, &cfg);
-    let r = *again.get(root).unwrap();
-    assert_eq!((r[A], r[B]), (2, 3));
-    drop(again);
+    assert_words_after_power_failure(&sim, &cfg, root, (2, 3));
     drop(pool);
 }
 
