@@ -541,16 +541,25 @@ impl Media {
     /// `Err` once a write-back has failed: what was written since may not be durable, so
     /// the pool takes no more commits; reopening it runs recovery, which replays every
     /// record that reached media.
+    #[inline]
     pub(crate) fn check(&self) -> Result<()> {
         match self.failed.load(Ordering::Acquire) {
             0 => Ok(()),
-            code => Err(Error::io(
-                "write-back failed earlier, so the pool refuses further commits (reopen it: \
-                 recovery replays what reached media); the failed write-back",
-                self.path(),
-                std::io::Error::from_raw_os_error(code),
-            )),
+            code => Err(self.failed_write_back(code)),
         }
+    }
+
+    /// The error `check` reports after write-back failure `code` (out of line: a commit
+    /// checks several times, and nearly always passes).
+    #[cold]
+    #[inline(never)]
+    fn failed_write_back(&self, code: i32) -> Error {
+        Error::io(
+            "write-back failed earlier, so the pool refuses further commits (reopen it: \
+             recovery replays what reached media); the failed write-back",
+            self.path(),
+            std::io::Error::from_raw_os_error(code),
+        )
     }
 
     /// An ordering point: every earlier flush of this thread is durable before any later store.
