@@ -15,7 +15,9 @@ const A: usize = 8;
 const B: usize = 24;
 
 fn pool(name: &str) -> (Arc<CrashSim>, Config, Pool, Oid<Root>) {
-    let cfg = Config::small(name);
+    let small = Config::small(name);
+    let max = small.max_size;
+    let cfg = small.size(max);
     let sim = CrashSim::new(cfg.max_size);
     let pool = Pool::create_sim(&sim, &cfg).unwrap();
     let root = pool.root::<Root>().unwrap();
@@ -151,4 +153,55 @@ fn closing_the_pool_settles_every_lane() {
         0,
         "a clean close leaves nothing to replay"
     );
+}
+
+#[test]
+fn a_deferred_record_stays_owed_while_the_thread_commits_to_another_pool() {
+    // A deferred record of more lines than a thread keeps for other pools (1,024): then
+    // commits to a second pool. Its owed write-backs must survive them, or the next commit
+    // over the same bytes on the first pool would take the record for settled and retire
+    // a newer one while it stays unretired (found by review: the list dropped them).
+    let (sim, cfg, pool, root) = pool("deferred-two-pools");
+    type Big = [u64; 4096];
+    let bigs: Vec<Oid<Big>> = (0..3)
+        .map(|_| pool.tx(|tx| tx.alloc([0u64; 4096])).unwrap())
+        .collect();
+    let other = pool.tx(|tx| tx.alloc([0u64; 32])).unwrap();
+    let deferred = pool.stats().deferred_applies;
+    pool.tx(|tx| {
+        for o in &bigs {
+            let mut m = tx.open(*o)?;
+            for line in 0..512 {
+                m.write_at(line * 64, &1u64);
+            }
+        }
+        tx.open(root)?.write_at(A * 8, &1u64);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(pool.stats().deferred_applies, deferred + 1);
+    let (_sim2, _cfg2, second, root2) = self::pool("deferred-two-pools-2");
+    set(&second, root2, A, 1);
+    set(&second, root2, A, 2);
+    // Acknowledged: A = 2 (applied under its own fence: it also allocates).
+    pool.tx(|tx| {
+        tx.open(root)?.write_at(A * 8, &2u64);
+        tx.alloc(7u64)
+    })
+    .unwrap();
+    // Replaces that commit's record (another object, so that nothing repairs the root).
+    pool.tx(|tx| {
+        tx.open(other)?.write_at(B * 8, &3u64);
+        Ok(())
+    })
+    .unwrap();
+    let again = power_fail(&sim, &cfg);
+    assert_eq!(
+        again.get(root).unwrap()[A],
+        2,
+        "an acknowledged commit was lost"
+    );
+    drop(again);
+    drop(second);
+    drop(pool);
 }

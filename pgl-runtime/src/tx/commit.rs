@@ -867,8 +867,11 @@ impl Tx<'_> {
         c.add(Counter::BytesWritten, written);
         // A commit that only overwrites objects leaves its write-backs to this thread's
         // next fence (`settle.rs`): nothing else in place depends on them.
-        if fills.is_empty() && vals.is_empty() && news.is_empty() {
-            eng.defer(self.lane, deferred, seq, touched, flushes);
+        if fills.is_empty()
+            && vals.is_empty()
+            && news.is_empty()
+            && eng.defer(self.lane, deferred, seq, touched, flushes)
+        {
             c.add(Counter::Fences, 1);
             c.add(Counter::DeferredApplies, 1);
             return Ok(());

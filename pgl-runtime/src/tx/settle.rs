@@ -70,16 +70,20 @@ struct Owed {
 
 const NO_LANE: usize = usize::MAX;
 
-/// Entries kept for other pools than the one a thread commits to, at most: an entry left
-/// out is never lost work, only a record that someone else settles (its lane stays pending,
-/// and only entries actually written back make the owner settle it).
+/// Past this many entries, a thread's retire-mark entries for other pools than the one it
+/// commits to are dropped (their lanes' generations make other commits flush those marks
+/// where it matters; the owner's own later commits still flush them, see
+/// `fence_with_retires`). A deferred record's entries are never dropped: at most one
+/// record per pool is owed at a time.
 const OWED_MAX: usize = 1024;
 
-fn owe(eng: u64, lane: usize, seq: u64, ranges: impl Iterator<Item = (u64, u64)>) {
-    OWED.with(|o| {
+/// Adds `ranges` to this thread's owed write-backs; false if the list is gone (the thread
+/// is exiting, its thread-locals being destroyed), when nothing was added.
+fn owe(eng: u64, lane: usize, seq: u64, ranges: impl Iterator<Item = (u64, u64)>) -> bool {
+    OWED.try_with(|o| {
         let mut o = o.borrow_mut();
         if o.len() > OWED_MAX {
-            o.retain(|e| e.eng == eng);
+            o.retain(|e| e.eng == eng || e.lane != NO_LANE);
         }
         o.extend(ranges.map(|range| Owed {
             eng,
@@ -87,7 +91,20 @@ fn owe(eng: u64, lane: usize, seq: u64, ranges: impl Iterator<Item = (u64, u64)>
             seq,
             range,
         }));
-    });
+    })
+    .is_ok()
+}
+
+/// The deferred record this thread owes write-backs of on pool `eng` (lane, seq).
+fn owed_record(eng: u64) -> Option<(usize, u64)> {
+    OWED.try_with(|o| {
+        o.borrow()
+            .iter()
+            .find(|e| e.eng == eng && e.lane != NO_LANE)
+            .map(|e| (e.lane, e.seq))
+    })
+    .ok()
+    .flatten()
 }
 
 /// This thread's token: a nonzero number no other thread of the process has.
@@ -117,7 +134,8 @@ impl Engine {
     /// Makes `lane` (held by the caller; `slot` is its state's `deferred`) a deferred
     /// record's: `seq`, touching `touched`, whose write-backs `ranges` (its state's
     /// `record.flushes`, which other settlers read) this thread now owes. Call it after
-    /// the apply step's stores.
+    /// the apply step's stores. False if this thread can owe nothing any more (it is
+    /// exiting): the caller applies the record the usual way instead.
     pub(crate) fn defer(
         &self,
         lane: &Lane,
@@ -125,8 +143,10 @@ impl Engine {
         seq: u64,
         touched: &Touched,
         ranges: &[(u64, u64)],
-    ) {
-        owe(self.id, lane.idx, seq, ranges.iter().copied());
+    ) -> bool {
+        if !owe(self.id, lane.idx, seq, ranges.iter().copied()) {
+            return false;
+        }
         let owner = thread_token();
         *slot = Some(Deferred {
             seq,
@@ -134,6 +154,7 @@ impl Engine {
             owner,
         });
         lane.publish_deferred(owner, touched);
+        true
     }
 
     /// Settles `lane`'s deferred record, if any (`st` is its state, held by the caller):
@@ -171,21 +192,21 @@ impl Engine {
     /// Owes the write-back of `lane`'s retire marks (issued before this thread's next
     /// fence on this pool).
     fn owe_retire(&self, lane: usize) {
-        owe(
-            self.id,
-            NO_LANE,
-            0,
-            (0..2).map(|c| {
-                let off = self.lane_off(lane, c) + RETIRED_OFFSET as u64;
-                (off, off + 16)
-            }),
-        );
+        let marks = (0..2).map(|c| {
+            let off = self.lane_off(lane, c) + RETIRED_OFFSET as u64;
+            (off, off + 16)
+        });
+        if !owe(self.id, NO_LANE, 0, marks) {
+            // Exiting: written back now instead.
+            self.flush_retire(lane);
+        }
     }
 
     /// Issues the write-backs this thread owes on this pool; returns the deferred record
     /// they complete, if any (lane, seq).
     pub(crate) fn flush_owed(&self) -> Option<(usize, u64)> {
-        OWED.with(|o| {
+        // An exiting thread owes nothing: it could not add to the list (`owe`).
+        OWED.try_with(|o| {
             let mut o = o.borrow_mut();
             let mut record = None;
             o.retain(|e| {
@@ -200,6 +221,8 @@ impl Engine {
             });
             record
         })
+        .ok()
+        .flatten()
     }
 
     /// Settles every lane (at close: no transaction runs).
@@ -260,13 +283,19 @@ impl Engine {
     /// commit, fences, then settles this thread's own deferred record (case 1).
     pub(crate) fn fence_with_retires(&self, for_: FenceFor, mine: &Touched) {
         let me = thread_token();
+        // This thread's own deferred record waits for this fence, which writes its lines
+        // back, except under a direct commit; one it owes nothing of (it could not owe) is
+        // settled like another thread's.
+        let owed = match for_ {
+            FenceFor::Record(_) => owed_record(self.id).map(|(lane, _)| lane),
+            FenceFor::Direct => None,
+        };
         for lane in self.lanes.iter() {
             let (owner, theirs) = lane.deferred_hint();
             if owner == 0 || for_ == FenceFor::Record(lane.idx) || !theirs.meets(mine) {
                 continue;
             }
-            // The owner's own records wait for its fence, except under a direct commit.
-            if owner != me || for_ == FenceFor::Direct {
+            if owner != me || owed != Some(lane.idx) {
                 self.settle_other(lane);
             }
         }
