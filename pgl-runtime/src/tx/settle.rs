@@ -12,12 +12,13 @@
 //! mark written, and flushed before the settler's next fence — by exactly one of:
 //!
 //! 1. its owner, right after its next fence (`fence_with_retires`), which issued the owed
-//!    write-backs first: free.
+//!    write-backs first: free. (An exiting thread, whose list is gone, defers nothing.)
 //! 2. any other thread's commit whose chunks meet the record's, before that commit's own
 //!    fence (`settle`: the write-backs issued from the lane's own list, then one fence of
 //!    its own), so that the retire ordering of `lane.rs` holds for it as if the record had
 //!    been retired at its commit; likewise the owner's direct commits (a bitmap word, no
-//!    record) whose chunks meet it.
+//!    record) whose chunks meet it, and any of its commits if it owes none of the
+//!    record's write-backs.
 //! 3. whoever takes the lane (`Tx::begin`, `freeze`), before writing anything to it, and
 //!    the pool's close (`settle_all`).
 //!
