@@ -144,14 +144,20 @@ impl Lane {
         self.gen.owner.load(Ordering::Relaxed) != 0
     }
 
-    /// The owner of the lane's deferred record (0: none) and the chunks it touched. Both
-    /// may be stale by the time the caller looks: `settle.rs` re-checks under the lock.
-    pub(crate) fn deferred_hint(&self) -> (u64, Touched) {
-        let owner = self.gen.owner.load(Ordering::Acquire);
-        let t = Touched(std::array::from_fn(|i| {
+    /// The owner of the lane's deferred record (0: none). It may be stale by the time the
+    /// caller looks: `settle.rs` re-checks under the lock.
+    #[inline]
+    pub(crate) fn deferred_owner(&self) -> u64 {
+        self.gen.owner.load(Ordering::Acquire)
+    }
+
+    /// The chunks the lane's deferred record touched, read after `deferred_owner` returned
+    /// its owner (they belong to that record or to a later one of the lane).
+    #[inline]
+    pub(crate) fn deferred_touched(&self) -> Touched {
+        Touched(std::array::from_fn(|i| {
             self.gen.deferred[i].load(Ordering::Relaxed)
-        }));
-        (owner, t)
+        }))
     }
 
     /// Publishes that the lane holds a deferred record of thread `owner` (0: no longer)

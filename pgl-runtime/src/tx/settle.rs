@@ -210,6 +210,9 @@ impl Engine {
         OWED.try_with(|o| {
             let mut o = o.borrow_mut();
             let mut record = None;
+            if o.is_empty() {
+                return None;
+            }
             o.retain(|e| {
                 if e.eng != self.id {
                     return true;
@@ -269,7 +272,7 @@ impl Engine {
                 }
                 break;
             }
-            if lane.deferred_hint().0 != me {
+            if lane.deferred_owner() != me {
                 break;
             }
             std::hint::spin_loop();
@@ -283,20 +286,21 @@ impl Engine {
     /// write-backs this thread owes and the retire marks `lane.rs` orders before this
     /// commit, fences, then settles this thread's own deferred record (case 1).
     pub(crate) fn fence_with_retires(&self, for_: FenceFor, mine: &Touched) {
-        let me = thread_token();
-        // This thread's own deferred record waits for this fence, which writes its lines
-        // back, except under a direct commit; one it owes nothing of (it could not owe) is
-        // settled like another thread's.
-        let owed = match for_ {
-            FenceFor::Record(_) => owed_record(self.id).map(|(lane, _)| lane),
-            FenceFor::Direct => None,
-        };
         for lane in self.lanes.iter() {
-            let (owner, theirs) = lane.deferred_hint();
-            if owner == 0 || for_ == FenceFor::Record(lane.idx) || !theirs.meets(mine) {
+            let owner = lane.deferred_owner();
+            if owner == 0
+                || for_ == FenceFor::Record(lane.idx)
+                || !lane.deferred_touched().meets(mine)
+            {
                 continue;
             }
-            if owner != me || owed != Some(lane.idx) {
+            // This thread's own deferred record waits for this fence, which writes its
+            // lines back, except under a direct commit; one it owes nothing of (it could
+            // not owe) is settled like another thread's.
+            let waits = owner == thread_token()
+                && matches!(for_, FenceFor::Record(_))
+                && owed_record(self.id).is_some_and(|(l, _)| l == lane.idx);
+            if !waits {
                 self.settle_other(lane);
             }
         }
