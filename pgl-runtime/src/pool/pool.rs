@@ -61,9 +61,9 @@ impl Drop for Inner {
             return;
         }
         // Deferred records are settled; the last retire mark of each lane was written
-        // without a flush: make them durable
-        // before the header says the pool was closed cleanly (an open that finds OPEN clear
-        // skips the parity recomputation a replay would need).
+        // without a flush: make them durable before the header says the pool was closed
+        // cleanly (an open that finds OPEN clear skips the parity recomputation a replay
+        // would need).
         self.eng.settle_all();
         for i in 0..self.eng.geo.lanes as usize {
             self.eng.flush_retire(i);

@@ -4,10 +4,10 @@
 //! that only overwrites objects leaves its apply step's fence, and its retire mark, to a
 //! later fence (`settle.rs`). A commit that only frees a small object (one run-bitmap word)
 //! takes one fence and writes no record; one that only allocates from a run it uses takes
-//! two and writes none. A change to a zone's
-//! metadata (chunk table, root, registry) always goes through the record: it is written to
-//! both copies with both checksums. The first commit of a lane to write a zone after the
-//! pool was opened takes one more fence, for the zone's dirty mark.
+//! two and writes none. A change to a zone's metadata (chunk table, root, registry) always
+//! goes through the record: it is written to both copies with both checksums. The first
+//! commit of a lane to write a zone after the pool was opened takes one more fence, for the
+//! zone's dirty mark.
 //!
 //! Invariant: when the log fence completes the transaction is committed (its sealed record
 //! replays after a crash); before it, NVMM holds nothing a recovery would act on.
