@@ -108,18 +108,21 @@ fn owed_record(eng: u64) -> Option<(usize, u64)> {
     .flatten()
 }
 
-/// This thread's token: a nonzero number no other thread of the process has.
+/// This thread's token: nonzero, and no other thread of the process has it; 0 once the
+/// thread's thread-locals are being destroyed (it exits), which defers nothing.
 #[inline]
-pub(crate) fn thread_token() -> u64 {
-    TOKEN.with(|t| {
-        let v = t.get();
-        if v != 0 {
-            return v;
-        }
-        let v = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
-        t.set(v);
-        v
-    })
+fn thread_token() -> u64 {
+    TOKEN
+        .try_with(|t| {
+            let v = t.get();
+            if v != 0 {
+                return v;
+            }
+            let v = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
+            t.set(v);
+            v
+        })
+        .unwrap_or(0)
 }
 
 /// What kind of commit fences (see the module docs, cases 1 and 2).
@@ -145,10 +148,10 @@ impl Engine {
         touched: &Touched,
         ranges: &[(u64, u64)],
     ) -> bool {
-        if !owe(self.id, lane.idx, seq, ranges.iter().copied()) {
+        let owner = thread_token();
+        if owner == 0 || !owe(self.id, lane.idx, seq, ranges.iter().copied()) {
             return false;
         }
-        let owner = thread_token();
         *slot = Some(Deferred {
             seq,
             touched: *touched,
