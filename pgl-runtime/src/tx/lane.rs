@@ -141,7 +141,7 @@ impl Lane {
     /// Whether the lane holds a deferred record (a hint: read without its lock).
     #[inline]
     pub(crate) fn pending(&self) -> bool {
-        self.gen.owner.load(Ordering::Relaxed) != 0
+        self.deferred_owner() != 0
     }
 
     /// The owner of the lane's deferred record (0: none). It may be stale by the time the
