@@ -14,8 +14,8 @@
 mod common;
 mod support;
 
-use common::crash::{config, target_states, Rng};
-use pgl::{CrashPoint, CrashSim, Oid, PStr, Persistent, Pool};
+use common::crash::{config, crash_points_of, target_states, Rng};
+use pgl::{CrashSim, Oid, PStr, Persistent, Pool};
 
 mod v0 {
     use pgl::{extendible, Oid, Persistent};
@@ -191,12 +191,7 @@ fn explore(
     op: impl FnOnce(&Pool),
     check: impl Fn(&Pool) -> Result<(), String>,
 ) {
-    let points = std::sync::Arc::new(std::sync::Mutex::new(Vec::<CrashPoint>::new()));
-    let sink = points.clone();
-    sim.set_fence_hook(move |s: &CrashSim| sink.lock().unwrap().push(s.crash_point()));
-    op(pool);
-    sim.clear_fence_hook();
-    let mut points = std::mem::take(&mut *points.lock().unwrap());
+    let ((), mut points) = crash_points_of(sim, || op(pool));
     points.push(sim.crash_point());
     let target = target_states();
     let per_point = (target as usize).div_ceil(points.len()).max(2);
@@ -458,11 +453,7 @@ fn an_interrupted_migration_is_rolled_back_by_any_migration_but_finished_only_by
     use manual::*;
     let cfg = config(1);
     let (sim, pool) = manual_pool(&cfg);
-    let points = std::sync::Arc::new(std::sync::Mutex::new(Vec::<CrashPoint>::new()));
-    let sink = points.clone();
-    sim.set_fence_hook(move |s: &CrashSim| sink.lock().unwrap().push(s.crash_point()));
-    migrate_manual(&pool).unwrap();
-    sim.clear_fence_hook();
+    let (_, points) = crash_points_of(&sim, || migrate_manual(&pool).unwrap());
     let ours = [
         Head0::TYPE_ID,
         Item0::TYPE_ID,
@@ -478,7 +469,7 @@ fn an_interrupted_migration_is_rolled_back_by_any_migration_but_finished_only_by
         (objects.len(), journal)
     };
     let (mut rolled_back, mut refused) = (0, 0);
-    for cp in points.lock().unwrap().iter() {
+    for cp in points.iter() {
         let image = cp.device(cfg.size, |_| false);
         let p = Pool::open_sim_with(&image, &cfg).unwrap();
         let (version, keys) = manual_state(&p).unwrap();
@@ -545,13 +536,9 @@ fn finishing_an_interrupted_migration_goes_on_to_convert_what_is_still_old() {
     use manual::*;
     let cfg = config(1);
     let (sim, pool) = manual_pool(&cfg);
-    let points = std::sync::Arc::new(std::sync::Mutex::new(Vec::<CrashPoint>::new()));
-    let sink = points.clone();
-    sim.set_fence_hook(move |s: &CrashSim| sink.lock().unwrap().push(s.crash_point()));
-    migrate_manual(&pool).unwrap();
-    sim.clear_fence_hook();
+    let (_, points) = crash_points_of(&sim, || migrate_manual(&pool).unwrap());
     let mut finished = 0;
-    for cp in points.lock().unwrap().iter() {
+    for cp in points.iter() {
         let image = cp.device(cfg.size, |_| false);
         let p = Pool::open_sim_with(&image, &cfg).unwrap();
         if !matches!(p.pending_migration().unwrap(), Some(m) if m.switched) {
@@ -594,15 +581,9 @@ fn a_damaged_old_object_is_left_and_reported_and_does_not_hold_up_finishing_the_
     use manual::*;
     let cfg = config(1);
     let (sim, pool) = manual_pool(&cfg);
-    let points = std::sync::Arc::new(std::sync::Mutex::new(Vec::<CrashPoint>::new()));
-    let sink = points.clone();
-    sim.set_fence_hook(move |s: &CrashSim| sink.lock().unwrap().push(s.crash_point()));
-    migrate_manual(&pool).unwrap();
-    sim.clear_fence_hook();
+    let (_, points) = crash_points_of(&sim, || migrate_manual(&pool).unwrap());
     // The first crash point after the switch: every old object is still to free.
     let (device, p) = points
-        .lock()
-        .unwrap()
         .iter()
         .map(|cp| {
             let device = cp.device(cfg.size, |_| false);
@@ -639,11 +620,7 @@ fn a_damaged_old_object_is_left_and_reported_and_does_not_hold_up_finishing_the_
     .unwrap();
     // The run finishes the migration all the same: what could be freed is freed, the
     // damaged block is left as it is and reported, and the new data is whole.
-    let points = std::sync::Arc::new(std::sync::Mutex::new(Vec::<CrashPoint>::new()));
-    let sink = points.clone();
-    device.set_fence_hook(move |s: &CrashSim| sink.lock().unwrap().push(s.crash_point()));
-    let remap = migrate_manual(&p).unwrap();
-    device.clear_fence_hook();
+    let (remap, points) = crash_points_of(&device, || migrate_manual(&p).unwrap());
     assert_eq!(remap.len(), 5);
     let left = remap.not_freed();
     assert_eq!(left.len(), 1, "{left:?}");
@@ -670,7 +647,6 @@ fn a_damaged_old_object_is_left_and_reported_and_does_not_hold_up_finishing_the_
     );
     // A crash anywhere in that run (b left, or marked left in the journal, at any point):
     // the next run finishes it, and reports b while the journal is there to say so.
-    let points = std::mem::take(&mut *points.lock().unwrap());
     for (k, cp) in points.iter().enumerate() {
         let p = Pool::open_sim_with(&cp.device(cfg.size, |_| false), &cfg).unwrap();
         let pending = p.pending_migration().unwrap();

@@ -1417,19 +1417,26 @@ fn recover_and_compare(
     Ok(())
 }
 
+/// Runs `f`, capturing a crash point on `sim` at every fence it issues; returns what `f`
+/// returned and the points, in order.
+pub fn crash_points_of<R>(sim: &CrashSim, f: impl FnOnce() -> R) -> (R, Vec<CrashPoint>) {
+    let points: Arc<Mutex<Vec<CrashPoint>>> = Arc::default();
+    let sink = points.clone();
+    sim.set_fence_hook(move |s: &CrashSim| sink.lock().expect("sink").push(s.crash_point()));
+    let out = f();
+    sim.clear_fence_hook();
+    let points = std::mem::take(&mut *points.lock().expect("sink"));
+    (out, points)
+}
+
 /// Recovers a copy of the image on `dev` capturing a crash point at every fence of the
 /// recovery itself (replay, retire marks, parity recomputation, header update), then
 /// recovers from some of those crashes (none and all of their pending words applied): each
 /// must again give the state before or after the op.
 fn crash_during_recovery(dev: &Arc<CrashSim>, before: &State, after: &State) -> Result<(), String> {
     let copy = dev.crash_point().device(0, |_| false);
-    let points: Arc<Mutex<Vec<CrashPoint>>> = Arc::default();
-    let sink = points.clone();
-    copy.set_fence_hook(move |s: &CrashSim| sink.lock().expect("sink").push(s.crash_point()));
-    let first = Pool::open_sim(&copy, LAYOUT);
-    copy.clear_fence_hook();
+    let (first, points) = crash_points_of(&copy, || Pool::open_sim(&copy, LAYOUT));
     drop(first);
-    let points = std::mem::take(&mut *points.lock().expect("sink"));
     let step = points.len().div_ceil(4).max(1);
     for (k, cp) in points.iter().enumerate().step_by(step) {
         for all in [false, true] {
