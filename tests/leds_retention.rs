@@ -323,22 +323,40 @@ fn a_migration_that_fills_the_pool_fails_with_pool_full_and_leaves_the_pool_as_i
         room.iter().try_for_each(|&o| tx.free(o))
     })
     .unwrap();
-    let before = pool.objects().unwrap();
-
-    let e = pool
-        .migration()
-        .batch(100)
-        .convert(to_new)
-        .run()
-        .unwrap_err();
-    assert!(matches!(e, pgl::Error::PoolFull { .. }), "{e}");
     // Not switched: the new objects made so far and the journal are freed again, so the
     // space is the program's once more (a pending migration would hold it until the
     // next run, which would fill the pool again).
-    assert_eq!(pool.pending_migration().unwrap(), None);
-    assert_eq!(pool.objects().unwrap(), before);
+    let e =
+        fails_leaving_the_pool_as_it_was(&pool, |p| p.migration().batch(100).convert(to_new).run());
+    assert!(matches!(e, pgl::Error::PoolFull { .. }), "{e}");
     drop(pool);
     std::fs::remove_file(&p).unwrap();
+}
+
+/// Flips 3 bits at `offset`: one injected fault.
+fn damage(pool: &Pool, offset: u64) {
+    pool.inject(&pgl::Fault::BitFlips {
+        offset,
+        bits: 3,
+        seed: 5,
+    })
+    .unwrap();
+}
+
+/// Runs `migrate`, which must fail, and checks that it left the pool as it was: no pending
+/// migration, the same objects. Returns the error.
+fn fails_leaving_the_pool_as_it_was(
+    pool: &Pool,
+    migrate: impl FnOnce(&Pool) -> pgl::Result<pgl::Remap>,
+) -> pgl::Error {
+    let before = pool.objects().unwrap();
+    let e = match migrate(pool) {
+        Ok(remap) => panic!("the migration succeeded: {remap:?}"),
+        Err(e) => e,
+    };
+    assert_eq!(pool.pending_migration().unwrap(), None);
+    assert_eq!(pool.objects().unwrap(), before);
+    e
 }
 
 /// The 30th node of an `old_list` pool, and its value field's pool offset.
@@ -358,12 +376,7 @@ fn a_migration_converts_a_damaged_old_object_as_parity_rebuilds_it() {
     let p = path("damaged");
     let pool = old_list(&p, &Config::small("retain"), 50);
     let (_, value) = node_30(&pool);
-    pool.inject(&pgl::Fault::BitFlips {
-        offset: value,
-        bits: 3,
-        seed: 5,
-    })
-    .unwrap();
+    damage(&pool, value);
     pool.migrate(to_new).unwrap();
     let mut cur = pool.get(pool.root::<new::Node>().unwrap()).unwrap().next;
     while !cur.is_null() {
@@ -381,26 +394,14 @@ fn a_damaged_old_object_beyond_repair_fails_the_migration_and_leaves_the_pool_as
     let p = path("beyond");
     let pool = old_list(&p, &Config::small("retain").parity(false), 50);
     let (node, value) = node_30(&pool);
-    pool.inject(&pgl::Fault::BitFlips {
-        offset: value,
-        bits: 3,
-        seed: 5,
-    })
-    .unwrap();
-    let before = pool.objects().unwrap();
+    damage(&pool, value);
     // Every new object is allocated before the conversions find the damage.
-    let e = pool
-        .migration()
-        .batch(10)
-        .convert(to_new)
-        .run()
-        .unwrap_err();
+    let e =
+        fails_leaving_the_pool_as_it_was(&pool, |p| p.migration().batch(10).convert(to_new).run());
     assert!(
         matches!(e, pgl::Error::ChecksumMismatch { offset, .. } if offset == node.raw()),
         "{e}"
     );
-    assert_eq!(pool.pending_migration().unwrap(), None);
-    assert_eq!(pool.objects().unwrap(), before);
     drop(pool);
     std::fs::remove_file(&p).unwrap();
 }
@@ -456,12 +457,7 @@ fn convert_ext_converts_a_damaged_extension_group_as_parity_rebuilds_it() {
     // valid checksum. One fault injected (3 bits of one group); repaired: 1.
     let p = path("group-damaged");
     let pool = grouped_list(&p, &Config::small("retain"), 50);
-    pool.inject(&pgl::Fault::BitFlips {
-        offset: group_30(&pool),
-        bits: 3,
-        seed: 5,
-    })
-    .unwrap();
+    damage(&pool, group_30(&pool));
     let remap = pool.migration().convert_ext(flatten).run().unwrap();
     assert_eq!(remap.len(), 50);
     // The root is no node: its oid of the first one is the caller's to remap.
@@ -487,25 +483,14 @@ fn convert_ext_with_a_damaged_group_beyond_repair_fails_and_leaves_the_pool_as_i
     let p = path("group-beyond");
     let pool = grouped_list(&p, &Config::small("retain").parity(false), 50);
     let group = group_30(&pool);
-    pool.inject(&pgl::Fault::BitFlips {
-        offset: group,
-        bits: 3,
-        seed: 5,
-    })
-    .unwrap();
-    let before = pool.objects().unwrap();
-    let e = pool
-        .migration()
-        .batch(10)
-        .convert_ext(flatten)
-        .run()
-        .unwrap_err();
+    damage(&pool, group);
+    let e = fails_leaving_the_pool_as_it_was(&pool, |p| {
+        p.migration().batch(10).convert_ext(flatten).run()
+    });
     assert!(
         matches!(e, pgl::Error::ChecksumMismatch { offset, .. } if offset == group),
         "{e}"
     );
-    assert_eq!(pool.pending_migration().unwrap(), None);
-    assert_eq!(pool.objects().unwrap(), before);
     drop(pool);
     std::fs::remove_file(&p).unwrap();
 }
