@@ -1,5 +1,5 @@
 //! Deferred apply: a commit that only overwrites objects takes one ordering point and leaves
-//! its write-backs to the next (`pgl-runtime/src/tx/settle.rs`). Each test checks one of
+//! its write-backs to the next (`pgl-runtime/src/tx/deferred.rs`). Each test checks one of
 //! the ways its record is settled — the owner's next fence, another thread's commit over the
 //! same chunk, a transaction taking its lane, the pool's close — on `CrashSim`, whose fence
 //! persists only the fencing thread's write-backs, as a CPU's does. A power failure is the

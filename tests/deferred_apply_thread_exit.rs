@@ -1,5 +1,5 @@
 //! A pool may be closed from a thread-local's destructor while its thread exits, after
-//! pgl's list of owed write-backs (`settle.rs`) is gone: the close must still settle the
+//! pgl's list of owed write-backs (`tx/deferred.rs`) is gone: the close must still settle the
 //! deferred records, not panic (a panic in a thread-local's destructor aborts the
 //! process). Its own binary: an abort takes the whole test binary down.
 

@@ -2,7 +2,7 @@
 //! redo record (both lane copies, new objects, pending retire marks), ONE fence for applying
 //! it in place (with its parity), then a retire mark with no fence of its own. A commit
 //! that only overwrites objects leaves its apply step's fence, and its retire mark, to a
-//! later fence (`settle.rs`). A commit that only frees a small object (one run-bitmap word)
+//! later fence (`deferred.rs`). A commit that only frees a small object (one run-bitmap word)
 //! takes one fence and writes no record; one that only allocates from a run it uses takes
 //! two and writes none. A change to a zone's metadata (chunk table, root, registry) always
 //! goes through the record: it is written to both copies with both checksums. The first
@@ -13,9 +13,9 @@
 //! replays after a crash); before it, NVMM holds nothing a recovery would act on.
 
 use super::buffer::{BufKind, Buffer};
+use super::deferred::FenceFor;
 use super::lane::Touched;
 use super::record::{self, RecordWriter, ENTRIES_OFFSET, RETIRED_OFFSET, SEAL_OFFSET};
-use super::settle::FenceFor;
 use super::tx::{Tx, TxState};
 use crate::checksum::adler32_patch;
 use crate::heap::layout::{
@@ -668,7 +668,7 @@ impl Tx<'_> {
     fn commit_logged(
         &self,
         record: &mut super::lane::RecordScratch,
-        deferred: &mut Option<super::settle::Deferred>,
+        deferred: &mut Option<super::deferred::Deferred>,
         hdrs: &mut Vec<[u8; 16]>,
         writes: Writes<'_>,
         touched: &Touched,
@@ -866,7 +866,7 @@ impl Tx<'_> {
         c.add(Counter::BytesLogged, eng.lane_copies().end * n as u64);
         c.add(Counter::BytesWritten, written);
         // A commit that only overwrites objects leaves its write-backs to this thread's
-        // next fence (`settle.rs`): nothing else in place depends on them.
+        // next fence (`deferred.rs`): nothing else in place depends on them.
         if fills.is_empty()
             && vals.is_empty()
             && news.is_empty()

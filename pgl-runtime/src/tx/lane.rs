@@ -4,7 +4,7 @@
 //! Invariant (retire ordering): once a commit's log fence completes, the retire mark of every
 //! record applied before that commit began *that touched a chunk this commit touches* is
 //! durable (or, for its own lane, the record is replaced by the new seal). A deferred record
-//! (`settle.rs`) counts as applied once it is settled; until then only its own thread's
+//! (`deferred.rs`) counts as applied once it is settled; until then only its own thread's
 //! commits pass it unsettled (their fence settles it; a direct commit over its chunks
 //! settles it first), and its retire mark is durable before theirs. A replay can only
 //! clobber bytes a later commit wrote if the two wrote the same bytes, hence the same chunk
@@ -78,8 +78,8 @@ pub(crate) struct LaneState {
     /// Reusable scratch: metadata lock stripes held by a commit.
     pub meta_held: Vec<u32>,
     /// This lane's latest record while its apply step's write-backs are not yet known to
-    /// be durable (`settle.rs`); their ranges are `record.flushes`.
-    pub deferred: Option<super::settle::Deferred>,
+    /// be durable (`deferred.rs`); their ranges are `record.flushes`.
+    pub deferred: Option<super::deferred::Deferred>,
 }
 
 // SAFETY: the only non-Send parts are the buffer pointers in `scratch.bufs`, `items` and
@@ -123,7 +123,7 @@ struct Gen {
     /// The chunks the record behind `retire` touched (written before `retire` moves).
     touched: [AtomicU64; 4],
     /// The thread token of the owner of the lane's deferred record, 0 if none
-    /// (`settle.rs`).
+    /// (`deferred.rs`).
     owner: AtomicU64,
     /// The chunks the deferred record touched (written before `owner`).
     deferred: [AtomicU64; 4],
@@ -145,7 +145,7 @@ impl Lane {
     }
 
     /// The owner of the lane's deferred record (0: none). It may be stale by the time the
-    /// caller looks: `settle.rs` re-checks under the lock.
+    /// caller looks: `deferred.rs` re-checks under the lock.
     #[inline]
     pub(crate) fn deferred_owner(&self) -> u64 {
         self.gen.owner.load(Ordering::Acquire)
@@ -218,7 +218,7 @@ impl Lanes {
     /// one itself (a `Detached` handle, released only when this thread gets on), for the
     /// next one it does not hold. `None` if this thread holds every lane.
     ///
-    /// A pending lane (one whose deferred record is not settled, `settle.rs`) costs its
+    /// A pending lane (one whose deferred record is not settled, `deferred.rs`) costs its
     /// taker a fence: after a deferred commit, a thread's next transaction takes another
     /// lane, whose fence settles home for free, and the one after is home again.
     #[inline]

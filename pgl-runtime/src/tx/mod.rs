@@ -2,6 +2,7 @@
 
 mod buffer;
 mod commit;
+mod deferred;
 mod engine;
 mod handle;
 mod held;
@@ -15,7 +16,6 @@ mod recovery;
 mod registry;
 mod repair;
 mod run;
-mod settle;
 mod tail;
 mod thread;
 #[allow(clippy::module_inception)]

@@ -83,7 +83,7 @@ impl Engine {
             let left = deadline.saturating_duration_since(Instant::now());
             let mut st = lane.state.try_lock_for(left)?;
             // At once, not once every lane is held: a commit meeting its record may be
-            // waiting for it to be settled (`settle.rs`).
+            // waiting for it to be settled (`deferred.rs`).
             self.settle(lane, &mut st);
             lanes.push(st);
         }

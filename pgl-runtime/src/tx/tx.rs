@@ -59,7 +59,7 @@ impl<'p> Tx<'p> {
             });
         };
         if lane.pending() {
-            // Its record must stay intact until settled (`settle.rs`).
+            // Its record must stay intact until settled (`deferred.rs`).
             eng.settle(lane, &mut guard);
         }
         Ok(Tx {
