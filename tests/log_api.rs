@@ -313,8 +313,6 @@ fn not_a_log_is_a_typed_error() {
 fn log_is_send_and_sync() {
     fn check<T: Send + Sync>() {}
     check::<Log>();
-    fn send<T: Send>() {}
-    send::<pgl::log::Reservation<'static>>();
 }
 
 #[test]

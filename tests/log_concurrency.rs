@@ -166,28 +166,28 @@ fn reclaim_while_appending_and_reading() {
 
 #[test]
 fn reservations_far_ahead_of_the_durable_lsn_wait_for_a_force() {
-    // One thread reserves 20,000 records and hands them to another, which drops them
-    // (aborted records never trigger a policy force). Past 16,384 unforced LSNs (the
-    // completion ring), reserve forces what is complete itself and carries on.
+    // Two threads reserve 10,000 records each, a hundred at a time, and drop them (aborted
+    // records never trigger a policy force), the newest first: each waits now and then
+    // for the other's older ones. Past 16,384 unforced LSNs (the completion ring), reserve
+    // forces what is complete itself and carries on.
     let sim = CrashSim::new(4 << 20);
     let log = Log::create_sim(
         &sim,
         LogConfig::new(3 << 20).policy(ForcePolicy::GroupCommit(4096)),
     )
     .unwrap();
-    let (tx, rx) = std::sync::mpsc::channel::<pgl::log::Reservation<'_>>();
     std::thread::scope(|s| {
-        let log = &log;
-        s.spawn(move || {
-            for _ in 0..20_000 {
-                tx.send(log.reserve(8).unwrap()).unwrap();
-            }
-        });
-        s.spawn(move || {
-            for r in rx {
-                drop(r);
-            }
-        });
+        for _ in 0..2 {
+            let log = &log;
+            s.spawn(move || {
+                for _ in 0..100 {
+                    let mut held: Vec<_> = (0..100).map(|_| log.reserve(8).unwrap()).collect();
+                    while let Some(r) = held.pop() {
+                        drop(r);
+                    }
+                }
+            });
+        }
     });
     assert_eq!(log.next_lsn(), 20_001);
     // No policy force ran (aborted records do not count): these are reserve's own.

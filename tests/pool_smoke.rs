@@ -86,7 +86,10 @@ static_assertions::assert_not_impl_any!(pgl::Read<'static, u64>: Send, Sync);
 static_assertions::assert_not_impl_any!(pgl::Place<'static, u64>: Send, Sync);
 static_assertions::assert_not_impl_any!(pgl::Detached<'static, u64>: Send, Sync);
 static_assertions::assert_impl_all!(pgl::Log: Send, Sync);
-static_assertions::assert_impl_all!(pgl::Reservation<'static>: Send, Sync);
+static_assertions::assert_impl_all!(pgl::Reservation<'static>: Sync);
+// The thread that reserves a record completes it: that lets a force tell the caller's own
+// open records (an error) from other threads' (a wait).
+static_assertions::assert_not_impl_any!(pgl::Reservation<'static>: Send);
 static_assertions::assert_impl_all!(pgl::CrashSim: Send, Sync);
 
 #[test]

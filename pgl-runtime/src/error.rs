@@ -437,6 +437,26 @@ pub enum Error {
         /// The next LSN to be reserved.
         next: u64,
     },
+
+    /// A call needed a log record durable that comes after one the calling thread reserved
+    /// and has not completed: waiting would be waiting for itself, forever. Records are
+    /// made durable in LSN order, so none past the held one can be until it is completed
+    /// or dropped.
+    #[error("{path}: {op} needs LSN {lsn} durable, but LSN {held} before it is a reservation this thread holds open (not completed or dropped), and waiting for it would never end{}; complete or drop that reservation first, then force", completed.map_or(String::new(), |c| format!(" (record {c} was completed: it becomes durable with the first force after that)")))]
+    LogReservationHeld {
+        /// The log file.
+        path: PathBuf,
+        /// The call: "force", "append", "complete", "reclaim" or "reserve" (whose slots for
+        /// records ahead of the oldest unforced one ran out).
+        op: &'static str,
+        /// The LSN the call needed durable.
+        lsn: u64,
+        /// The oldest record up to `lsn` that the calling thread holds open.
+        held: u64,
+        /// The record the call completed before it found `held` in the way (`append`,
+        /// `complete`), if any.
+        completed: Option<u64>,
+    },
 }
 
 /// `$then` with `$file` bound to the `pool_file` of an error about a pool's contents (the

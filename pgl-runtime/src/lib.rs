@@ -1,8 +1,8 @@
 //! The runtime of pgl: media layer, pool, heap, transactions. Use it through the `pgl` crate.
 //!
 //! Layers, bottom to top (no module imports one above it): `checksum`, `geometry`,
-//! `smallmap` → `persist` → `heap` → `integrity` → `tx` → `inject` → `pool` → `leds`;
-//! `log` stands on `persist` and `checksum` alone.
+//! `smallmap`, `thread_token` → `persist` → `heap` → `integrity` → `tx` → `inject` → `pool` → `leds`;
+//! `log` stands on `persist`, `checksum` and `thread_token` alone.
 #![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -20,6 +20,7 @@ pub mod persistent;
 mod pool;
 mod smallmap;
 mod stats;
+mod thread_token;
 mod tx;
 mod values;
 

@@ -15,6 +15,10 @@
 //!   most 2^62 (`format::MAX_LSN`), so that every superline written decodes.
 //! - A record marked own was flushed and fenced by its writer before it was completed:
 //!   `force` flushes only the others.
+//! - A thread never waits for a record it reserved itself and has not completed (it would
+//!   wait forever): each slot names the thread that reserved its LSN, and a force that
+//!   would wait first looks for the caller's own open reservations. Reservations are not
+//!   `Send`, so the thread that reserved a record is the one that completes it.
 
 use super::config::LogConfig;
 use super::format::{
@@ -25,9 +29,11 @@ use super::policy::{bucket, ForcePolicy, LogStats, WINDOW_BUCKETS};
 use super::recovery::{self, RecoveryReport};
 use super::reservation::Reservation;
 use crate::persist::{CrashSim, FlushMode, Media};
+use crate::thread_token::thread_token;
 use crate::{Error, Result};
 use parking_lot::{Mutex, RwLock};
 use std::collections::VecDeque;
+use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -128,7 +134,7 @@ pub struct Log {
     head: AtomicU64,
     bytes: AtomicU64,
     ends: Box<[AtomicU64]>,
-    slots: Box<[AtomicU64]>,
+    slots: Box<[Slot]>,
     /// `own[slot(lsn)] == lsn`: record `lsn` was made durable by its writer (flushed and
     /// fenced by the thread that wrote it, before it was completed), so `force` need not
     /// flush it. Only `Sync` appends do that: empty under the other policies.
@@ -145,6 +151,21 @@ pub struct Log {
 /// An atomic alone on its cache lines (the frontiers are read by every thread).
 #[repr(align(128))]
 struct Padded(AtomicU64);
+
+/// The completion slot of an LSN (`slot(lsn)`), between its reservation and its force.
+struct Slot {
+    /// `lsn` once record `lsn` is complete (an older LSN of the slot before).
+    done: AtomicU64,
+    /// The `thread_token` of the thread that reserved the slot's newest LSN: written before
+    /// the LSN is handed out, so whoever sees the LSN reserved sees its maker.
+    maker: AtomicU64,
+}
+
+/// Forcing up to some LSN would wait for `held`, a record the calling thread reserved and
+/// has not completed: it would wait forever.
+struct HeldByCaller {
+    held: Lsn,
+}
 
 impl std::fmt::Debug for Log {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -274,7 +295,12 @@ impl Log {
         let new_copy = 1 - copy;
         write_superlines(&media, cap, new_copy, &new_line)?;
 
-        let slots: Box<[AtomicU64]> = (0..RING).map(|_| AtomicU64::new(0)).collect();
+        let slots: Box<[Slot]> = (0..RING)
+            .map(|_| Slot {
+                done: AtomicU64::new(0),
+                maker: AtomicU64::new(0),
+            })
+            .collect();
         let ends: Box<[AtomicU64]> = (0..RING).map(|_| AtomicU64::new(0)).collect();
         let own_slots = if policy == ForcePolicy::Sync { RING } else { 0 };
         let own: Box<[AtomicU64]> = (0..own_slots).map(|_| AtomicU64::new(0)).collect();
@@ -392,12 +418,15 @@ impl Log {
     /// filled in place and then passed to [`Log::complete`]. A reservation dropped without
     /// `complete` becomes an aborted record, which readers skip.
     ///
-    /// Later LSNs cannot be forced until this one is completed or dropped: a thread must
-    /// not hold thousands of reservations open.
+    /// Later LSNs cannot be forced until this one is completed or dropped. A reservation
+    /// stays on the thread that made it (it is not `Send`), and that thread's forces stop
+    /// short of it: an `append` or a `force` that needs it durable returns
+    /// `Err(LogReservationHeld)` rather than wait for a thread that is waiting.
     ///
     /// `Err(LogRecordTooLarge)` if no log this size holds `len` bytes, `Err(LogFull)` if
     /// the free space does not (reclaim, then retry), `Err(LogExhausted)` once the log has
-    /// numbered 2^62 LSNs or bytes.
+    /// numbered 2^62 LSNs or bytes, `Err(LogReservationHeld)` if 8,192 records were
+    /// reserved after one this thread still holds open (their completion slots run out).
     pub fn reserve(&self, len: usize) -> Result<Reservation<'_>> {
         let len64 = len as u64;
         if len64 > self.max_record() {
@@ -411,7 +440,10 @@ impl Log {
             // Keep reservations within RING of the durable LSN (their completion slots).
             let next = self.next.load(Ordering::Acquire);
             if next >= self.durable_lsn() + RING {
-                self.force(next - RING / 2)?;
+                let upto = next - RING / 2;
+                if let Err(h) = self.force_upto(upto)? {
+                    return Err(self.held_error("reserve", upto, h, None));
+                }
                 continue;
             }
             let mut t = self.tail.lock();
@@ -435,6 +467,9 @@ impl Log {
             t.vtail = end;
             t.index.push_back(start);
             self.ends[(lsn % RING) as usize].store(end, Ordering::Release);
+            self.slots[slot(lsn)]
+                .maker
+                .store(thread_token(), Ordering::Relaxed);
             self.next.store(lsn + 1, Ordering::Release);
             drop(t);
             self.bytes.fetch_add(len64, Ordering::Relaxed);
@@ -444,6 +479,7 @@ impl Log {
                 off: start % self.cap,
                 len,
                 open: true,
+                _on_its_thread: PhantomData,
             });
         }
     }
@@ -486,25 +522,43 @@ impl Log {
     /// (A reservation always completes in the log that made it.)
     ///
     /// When the policy forces (always, under `Sync`), this waits for every earlier LSN to
-    /// be completed: a thread holding an earlier reservation must complete it first.
+    /// be completed by the threads holding them. It never waits for an earlier reservation
+    /// of the calling thread itself: under `Sync` that is
+    /// `Err(LogReservationHeld { completed: Some(lsn), .. })` (the record is complete, and
+    /// becomes durable with the next force once the held one is completed), under the other
+    /// policies the batch force stops short of the held record and the call succeeds (the
+    /// records after it wait for the next batch).
     pub fn complete(&self, mut res: Reservation<'_>) -> Result<Lsn> {
         res.open = false;
         let (log, lsn) = (res.log, res.lsn);
         log.finish(lsn, res.off, res.len, false);
-        match log.policy {
-            ForcePolicy::Sync => log.force(lsn)?,
-            ForcePolicy::GroupCommit(n) => {
-                if (log.window.0.fetch_add(1, Ordering::AcqRel) + 1) % u64::from(n) == 0 {
-                    log.force(lsn)?;
-                }
+        log.apply_policy(lsn)?;
+        Ok(lsn)
+    }
+
+    /// Forces what the policy asks of a just-completed `lsn` (see [`Log::complete`]).
+    fn apply_policy(&self, lsn: Lsn) -> Result<()> {
+        let batch = match self.policy {
+            ForcePolicy::Sync => {
+                return match self.force_upto(lsn)? {
+                    Ok(()) => Ok(()),
+                    Err(h) => Err(self.held_error("complete", lsn, h, Some(lsn))),
+                };
             }
-            ForcePolicy::Frequency(f) => {
-                if lsn % u64::from(f) == 0 {
-                    log.force(lsn)?;
-                }
+            ForcePolicy::GroupCommit(n) => {
+                (self.window.0.fetch_add(1, Ordering::AcqRel) + 1) % u64::from(n) == 0
+            }
+            ForcePolicy::Frequency(f) => lsn % u64::from(f) == 0,
+        };
+        if batch {
+            if let Err(h) = self.force_upto(lsn)? {
+                // Everything before the caller's own open record can be forced (others
+                // complete theirs); the rest waits for the next batch.
+                let below = self.force_upto(h.held - 1)?;
+                debug_assert!(below.is_ok(), "`held` is the caller's oldest open record");
             }
         }
-        Ok(lsn)
+        Ok(())
     }
 
     /// Appends `payload` as one record: reserve, copy, complete (and the policy's force).
@@ -525,8 +579,10 @@ impl Log {
         self.write_own(lsn, off, payload);
         self.own[slot(lsn)].store(lsn, Ordering::Release);
         self.publish(lsn);
-        self.force(lsn)?;
-        Ok(lsn)
+        match self.force_upto(lsn)? {
+            Ok(()) => Ok(lsn),
+            Err(h) => Err(self.held_error("append", lsn, h, Some(lsn))),
+        }
     }
 
     /// Writes record `lsn` (header and `payload`) at area offset `off` and makes it durable
@@ -587,13 +643,13 @@ impl Log {
     /// Marks record `lsn` complete and advances `done` over every consecutive completed
     /// LSN.
     fn publish(&self, lsn: Lsn) {
-        self.slots[slot(lsn)].store(lsn, Ordering::SeqCst);
+        self.slots[slot(lsn)].done.store(lsn, Ordering::SeqCst);
         // Advance `done` over every consecutive completed LSN. Whoever completes the last
         // missing one sees the others' slots (SeqCst on both sides).
         loop {
             let d = self.done.0.load(Ordering::SeqCst);
             let n = d + 1;
-            if self.slots[slot(n)].load(Ordering::SeqCst) != n {
+            if self.slots[slot(n)].done.load(Ordering::SeqCst) != n {
                 break;
             }
             let _ = self
@@ -605,9 +661,62 @@ impl Log {
 
     /// Returns once every record up to `lsn` is complete and durable. One force flushes
     /// every record completed so far (whichever thread wrote it) under one fence.
+    ///
+    /// `Err(LogReservationHeld)` if a record up to `lsn` is one the calling thread
+    /// reserved and has not completed (nothing is forced then: complete or drop it
+    /// first); `Err(LsnOutOfRange)` if `lsn` was not reserved yet.
     pub fn force(&self, lsn: Lsn) -> Result<()> {
+        match self.force_upto(lsn)? {
+            Ok(()) => Ok(()),
+            Err(h) => Err(self.held_error("force", lsn, h, None)),
+        }
+    }
+
+    /// The error for an `op` that needed `lsn` durable and found the caller's own open
+    /// reservation in the way (`completed`: the record the call completed, if it did).
+    #[cold]
+    fn held_error(
+        &self,
+        op: &'static str,
+        lsn: Lsn,
+        h: HeldByCaller,
+        completed: Option<Lsn>,
+    ) -> Error {
+        Error::LogReservationHeld {
+            path: self.media.path(),
+            op,
+            lsn,
+            held: h.held,
+            completed,
+        }
+    }
+
+    /// The oldest record up to `lsn` that the calling thread reserved and has not
+    /// completed, if any. Looks only at incomplete LSNs past `completed_lsn`.
+    #[cold]
+    fn held_by_caller(&self, lsn: Lsn) -> Option<HeldByCaller> {
+        let me = thread_token();
+        if me == 0 {
+            // An exiting thread's token names nobody; it holds no reservation either (its
+            // reservations were dropped with its stack).
+            return None;
+        }
+        (self.completed_lsn() + 1..=lsn)
+            .find(|&l| {
+                let s = &self.slots[slot(l)];
+                // `l` is reserved (`lsn < next`), so its maker is the one stored for `l`
+                // (before `next` passed it), not one of an LSN RING earlier. A record this
+                // thread completed shows as done to this thread.
+                s.done.load(Ordering::Acquire) != l && s.maker.load(Ordering::Relaxed) == me
+            })
+            .map(|held| HeldByCaller { held })
+    }
+
+    /// `force(lsn)`, or `Ok(Err(h))` without forcing anything if that would wait for a
+    /// record the caller itself holds open.
+    fn force_upto(&self, lsn: Lsn) -> Result<std::result::Result<(), HeldByCaller>> {
         if self.durable_lsn() >= lsn {
-            return self.media.check();
+            return self.media.check().map(Ok);
         }
         let next = self.next_lsn();
         if lsn >= next {
@@ -618,14 +727,21 @@ impl Log {
                 next,
             });
         }
-        let mut spins = 0u32;
-        while self.completed_lsn() < lsn {
-            backoff(&mut spins);
+        if self.completed_lsn() < lsn {
+            // Waiting: for other threads' records only. The caller's own open ones do not
+            // change while it is here.
+            if let Some(h) = self.held_by_caller(lsn) {
+                return Ok(Err(h));
+            }
+            let mut spins = 0u32;
+            while self.completed_lsn() < lsn {
+                backoff(&mut spins);
+            }
         }
         let mut f = self.force.lock();
         let durable = self.durable_lsn();
         if durable >= lsn {
-            return self.media.check();
+            return self.media.check().map(Ok);
         }
         let target = self.completed_lsn();
         let end = self.ends[(target % RING) as usize].load(Ordering::Acquire);
@@ -640,7 +756,7 @@ impl Log {
         f.window_max = f.window_max.max(w);
         f.histogram[bucket(w)] += 1;
         self.durable.0.store(target, Ordering::Release);
-        Ok(())
+        Ok(Ok(()))
     }
 
     /// Flushes the records `durable + 1 ..= target` (complete; they span virtual offsets
@@ -700,7 +816,9 @@ impl Log {
                 next,
             });
         }
-        self.force(upto)?;
+        if let Err(h) = self.force_upto(upto)? {
+            return Err(self.held_error("reclaim", upto, h, None));
+        }
         let mut sb = self.sb.lock();
         if upto < sb.line.start_lsn {
             return Ok(());

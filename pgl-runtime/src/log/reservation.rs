@@ -8,9 +8,26 @@
 
 use super::format::{AREA_OFFSET, HEADER_LEN};
 use super::log::{Log, Lsn};
+use std::marker::PhantomData;
 
 /// A reserved record: its LSN and its payload bytes in the log, to fill in place
 /// (`Reservation` dereferences to `[u8]`), then pass to [`Log::complete`].
+///
+/// A reservation stays on the thread that made it (it is neither `Send` nor `Sync`): the
+/// log knows which thread holds each open record, so a thread's force never waits for a
+/// record it holds itself (see [`Log::reserve`]). Copy into it from any data you like;
+/// hand the data, not the reservation, to other threads.
+///
+/// ```compile_fail
+/// # use pgl_runtime::log::{Log, LogConfig};
+/// # let path = std::env::temp_dir().join("pgl-doc-reservation-not-send");
+/// let log = Log::create(&path, LogConfig::new(1 << 20))?;
+/// let res = log.reserve(8)?;
+/// std::thread::scope(|s| {
+///     s.spawn(move || log.complete(res)); // a reservation is not Send
+/// });
+/// # Ok::<(), pgl_runtime::Error>(())
+/// ```
 pub struct Reservation<'a> {
     pub(super) log: &'a Log,
     pub(super) lsn: Lsn,
@@ -19,6 +36,8 @@ pub struct Reservation<'a> {
     pub(super) len: usize,
     /// Not yet completed: dropping it seals an aborted record.
     pub(super) open: bool,
+    /// Not `Send`: the thread that reserved the record completes it.
+    pub(super) _on_its_thread: PhantomData<*const ()>,
 }
 
 impl Reservation<'_> {
@@ -27,6 +46,14 @@ impl Reservation<'_> {
         self.lsn
     }
 }
+
+// Not `Send` (its marker): the log's force finds the caller's own open records by the
+// thread that reserved them. `Sync` is kept: a shared `&Reservation` reads the LSN and the
+// payload, as a `&[u8]` would.
+// SAFETY: through `&Reservation` only `lsn` and `deref` (a `&[u8]` of the payload, which
+// belongs to the reservation alone until it is completed) are reachable, and both are safe
+// to use from several threads at once; `complete` and `Drop` need the reservation by value.
+unsafe impl Sync for Reservation<'_> {}
 
 impl std::fmt::Debug for Reservation<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

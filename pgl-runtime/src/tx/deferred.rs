@@ -38,8 +38,8 @@ use super::engine::Engine;
 use super::lane::{Lane, LaneState, Touched};
 use super::record::{self, RETIRED_OFFSET};
 use crate::stats::Counter;
-use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::thread_token::thread_token;
+use std::cell::RefCell;
 
 /// A lane's deferred record (its write-back ranges are the lane's `record.flushes`).
 #[derive(Clone, Copy, Debug)]
@@ -52,9 +52,7 @@ pub(crate) struct Deferred {
     pub owner: u64,
 }
 
-static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
 thread_local! {
-    static TOKEN: Cell<u64> = const { Cell::new(0) };
     /// Write-backs this thread owes, issued before its next fence on their pool.
     static OWED: RefCell<Vec<Owed>> = const { RefCell::new(Vec::new()) };
 }
@@ -106,23 +104,6 @@ fn owed_record(eng: u64) -> Option<(usize, u64)> {
     })
     .ok()
     .flatten()
-}
-
-/// This thread's token: nonzero, and no other thread of the process has it; 0 once the
-/// thread's thread-locals are being destroyed (it exits), which defers nothing.
-#[inline]
-fn thread_token() -> u64 {
-    TOKEN
-        .try_with(|t| {
-            let v = t.get();
-            if v != 0 {
-                return v;
-            }
-            let v = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
-            t.set(v);
-            v
-        })
-        .unwrap_or(0)
 }
 
 /// What kind of commit fences (see the module docs, cases 1 and 2).
