@@ -586,23 +586,19 @@ impl Log {
     }
 
     /// Writes record `lsn` (header and `payload`) at area offset `off` and makes it durable
-    /// from this thread: the checksum from `payload` (cache-hot), then every line of the
-    /// record with streaming stores (the log's lines are rarely cached: streaming skips
-    /// reading them in), then one fence.
+    /// from this thread, with streaming stores (the log's lines are rarely cached:
+    /// streaming skips reading them in) and one fence. The lines after the first go out
+    /// first and drain while the checksum is taken from `payload` (cache-hot); then the
+    /// first line (header and the payload's start) and the fence. Measured here against
+    /// checksum first (1 thread, paired runs): 4 KiB appends 410–446 → 360–410 ns, 1 KiB
+    /// unchanged within noise, 64 B 5–10 ns slower (a branch choosing the order by size
+    /// lost the 4 KiB gain: codegen, not understood).
     fn write_own(&self, lsn: Lsn, off: u64, payload: &[u8]) {
         const GRANULE: usize = 16;
         let at = AREA_OFFSET + off;
         debug_assert_eq!(at % format::LINE, 0, "records start on a line");
-        let h = seal(
-            RecordHeader::new(lsn, payload.len() as u32, false, self.rule.epoch),
-            off,
-            payload,
-        );
         let head = HEADER_LEN as usize;
         let first = payload.len().min(format::LINE as usize - head);
-        let mut line = [0u8; format::LINE as usize];
-        line[..head].copy_from_slice(&h.encode());
-        line[head..head + first].copy_from_slice(&payload[..first]);
         let rest = &payload[first..];
         let body = rest.len() / GRANULE * GRANULE;
         let mut tail = [0u8; GRANULE];
@@ -612,13 +608,22 @@ impl Log {
         // being completed by this thread; no other thread writes or reads those bytes until
         // `publish`.
         unsafe {
-            self.media.write_streamed(at, &line);
             self.media.write_streamed(at + format::LINE, &rest[..body]);
             if body < rest.len() {
                 self.media
                     .write_streamed(at + format::LINE + body as u64, &tail);
             }
         }
+        let h = seal(
+            RecordHeader::new(lsn, payload.len() as u32, false, self.rule.epoch),
+            off,
+            payload,
+        );
+        let mut line = [0u8; format::LINE as usize];
+        line[..head].copy_from_slice(&h.encode());
+        line[head..head + first].copy_from_slice(&payload[..first]);
+        // SAFETY: as above: the record's first line.
+        unsafe { self.media.write_streamed(at, &line) };
         self.media.fence();
     }
 
