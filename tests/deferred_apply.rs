@@ -15,7 +15,18 @@ const A: usize = 8;
 const B: usize = 24;
 
 fn pool(name: &str) -> (Arc<CrashSim>, Config, Pool, Oid<Root>) {
-    let small = Config::small(name);
+    pool_of(Config::small(name))
+}
+
+/// `pool` with `lanes` lanes (`Config::small` has 2).
+fn pool_with_lanes(name: &str, lanes: u64) -> (Arc<CrashSim>, Config, Pool, Oid<Root>) {
+    let mut small = Config::small(name);
+    small.lanes = lanes;
+    small.max_size = small.geometry().pool_size(8);
+    pool_of(small)
+}
+
+fn pool_of(small: Config) -> (Arc<CrashSim>, Config, Pool, Oid<Root>) {
     let max = small.max_size;
     let cfg = small.size(max);
     let sim = CrashSim::new(cfg.max_size);
@@ -124,6 +135,35 @@ fn a_commit_of_another_thread_over_the_same_chunk_settles_it_first() {
     // fences, and retires it, before its own record's fence.
     set(&pool, root, B, 3);
     assert_words_after_power_failure(&sim, &cfg, root, (2, 3));
+    drop(pool);
+}
+
+#[test]
+fn another_threads_commit_settles_it_first_though_its_lane_last_retired_other_chunks() {
+    // The other thread's lane last retired a record of other chunks (a large object's and
+    // the zone metadata's): only the lane's deferred record names the root's chunk, and
+    // the commit over the root must still find it (`lane.rs`, the directory) and settle it
+    // before its own record, which is then retired durably. Were it left unsettled, a
+    // power failure would replay the older record over the newer value.
+    // Eight lanes: this thread's next transactions find a lane neither pending nor the
+    // other thread's (taking a pending lane settles it on its own).
+    let (sim, cfg, pool, root) = pool_with_lanes("deferred-other-chunks", 8);
+    set(&pool, root, B, 1);
+    on_other_thread(|| {
+        let big = pool.tx(|tx| tx.alloc([0u8; 100_000])).unwrap();
+        let chunk = |off: u64| off / cfg.chunk_size;
+        assert_ne!(chunk(big.raw()), chunk(root.raw()));
+        assert_ne!(chunk(big.raw() + 100_000), chunk(root.raw()));
+        let deferred = pool.stats().deferred_applies;
+        set(&pool, root, A, 2);
+        assert_eq!(pool.stats().deferred_applies, deferred + 1);
+    });
+    set(&pool, root, A, 3);
+    // Two more commits: the first settles this thread's record of A = 3, the second makes
+    // its retire mark durable.
+    set(&pool, root, B, 4);
+    set(&pool, root, B, 5);
+    assert_words_after_power_failure(&sim, &cfg, root, (3, 5));
     drop(pool);
 }
 

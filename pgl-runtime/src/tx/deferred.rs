@@ -138,7 +138,7 @@ impl Engine {
             touched: *touched,
             owner,
         });
-        lane.publish_deferred(owner, touched);
+        self.lanes.publish_deferred(lane, owner, touched);
         true
     }
 
@@ -160,7 +160,7 @@ impl Engine {
             self.retire(lane, &d);
             self.owe_retire(lane.idx);
         }
-        lane.publish_deferred(0, &Touched::default());
+        self.lanes.publish_deferred(lane, 0, &Touched::default());
     }
 
     /// Writes the retire mark of `d`, `lane`'s deferred record, whose write-backs are
@@ -252,7 +252,7 @@ impl Engine {
                     if self.media.check().is_ok() {
                         self.retire(lane, &d);
                     }
-                    lane.publish_deferred(0, &Touched::default());
+                    self.lanes.publish_deferred(lane, 0, &Touched::default());
                 }
                 break;
             }
@@ -270,7 +270,11 @@ impl Engine {
     /// write-backs this thread owes and the retire marks `lane.rs` orders before this
     /// commit, fences, then settles this thread's own deferred record (case 1).
     pub(crate) fn fence_with_retires(&self, for_: FenceFor, mine: &Touched) {
-        for lane in self.lanes.iter() {
+        // One reading of the directory for both scans: whatever was published before this
+        // commit began is in it (a lane's settle below only adds its retire mark, which this
+        // thread then owes).
+        let near = self.lanes.meeting(mine);
+        for lane in self.lanes.of(near) {
             let owner = lane.deferred_owner();
             if owner == 0
                 || for_ == FenceFor::Record(lane.idx)
@@ -293,7 +297,7 @@ impl Engine {
             FenceFor::Record(i) => Some(i),
             FenceFor::Direct => None,
         };
-        self.fence_with_retire_marks(skip, mine);
+        self.fence_with_retire_marks_near(skip, mine, near);
         if let Some((lane, seq)) = own {
             self.settle_owned(self.lanes.get(lane), seq);
         }

@@ -1,7 +1,7 @@
 //! The state every transaction of one pool shares: media, heap, lock tables, lanes and the
 //! global commit sequence.
 
-use super::lane::{Lanes, Touched};
+use super::lane::{LaneMask, Lanes, Touched};
 use super::locks::{MetaLocks, ObjectLocks};
 use super::record::RETIRED_OFFSET;
 use crate::geometry::{Geometry, ZoneMap};
@@ -201,12 +201,23 @@ impl Engine {
     /// the old retire mark no longer matters once this fence completes (and before it, this
     /// transaction is not committed). A direct commit writes no record, so it skips nothing.
     pub(crate) fn fence_with_retire_marks(&self, skip: Option<usize>, mine: &Touched) {
+        self.fence_with_retire_marks_near(skip, mine, self.lanes.meeting(mine));
+    }
+
+    /// `fence_with_retire_marks` given `near`, the lanes `Lanes::meeting(mine)` returned
+    /// after the caller's commit began.
+    pub(crate) fn fence_with_retire_marks_near(
+        &self,
+        skip: Option<usize>,
+        mine: &Touched,
+        near: LaneMask,
+    ) {
         let eng = self;
         // Lanes are at most 64: a bit mask says which were flushed; their generations are
         // re-read from `gens` (not zero-initialised: only entries named by `mask` are read).
         let mut mask = 0u64;
         let mut gens = [std::mem::MaybeUninit::<u64>::uninit(); 64];
-        eng.lanes.for_pending_retires(mine, |i, g| {
+        eng.lanes.for_pending_retires(mine, near, |i, g| {
             if Some(i) == skip {
                 return;
             }

@@ -19,6 +19,15 @@
 //! win, and it checks a record's unlogged new objects only after the older records ran, so a
 //! newer record whose object an older replay overwrote is discarded (its fence never
 //! completed, or the older mark would have been durable).
+//!
+//! Finding those lanes reads no other lane's state unless they may share a chunk: a
+//! directory keeps, for each of the 256 chunk bits, the lanes (a bit each) whose published
+//! retire set, and those whose published deferred set, hold that bit. The lane's holder
+//! sets a set's bits before publishing the set and clears the bits the set lost only after
+//! the new set is published, so a scanner that finds a lane clear in every row it touches
+//! would have found the lane's set, read at that moment, disjoint from its own too. Scanners
+//! read only their own bits' rows: threads working in different chunks never read each
+//! other's lane state (each of those reads was a cache miss on every commit).
 
 use super::buffer::Buffer;
 use crate::heap::{Arena, HeapUndo, MetaOps, PendingFree};
@@ -114,7 +123,44 @@ impl Touched {
     pub(crate) fn meets(&self, other: &Touched) -> bool {
         (0..4).any(|i| self.0[i] & other.0[i] != 0)
     }
+
+    /// The bits of this set that `other` lacks.
+    fn minus(&self, other: &Touched) -> Touched {
+        Touched(std::array::from_fn(|i| self.0[i] & !other.0[i]))
+    }
+
+    /// How many bits the set holds.
+    fn len(&self) -> u32 {
+        self.0.iter().map(|w| w.count_ones()).sum()
+    }
+
+    /// Calls `f` with each bit of the set.
+    #[inline]
+    fn for_each(&self, mut f: impl FnMut(usize)) {
+        for (i, &word) in self.0.iter().enumerate() {
+            let mut w = word;
+            while w != 0 {
+                f(i * 64 + w.trailing_zeros() as usize);
+                w &= w - 1;
+            }
+        }
+    }
 }
+
+/// Which of a lane's published sets a directory entry is about.
+#[derive(Clone, Copy)]
+enum Set {
+    /// The chunks of its latest retired record.
+    Retired = 0,
+    /// The chunks of its deferred record.
+    Deferred = 1,
+}
+
+/// One chunk bit's row of the directory (module docs): for each kind of set, the lanes
+/// (a bit each) whose published set holds the chunk bit. A row has a cache line of its
+/// own: threads writing in different chunks write different lines.
+#[repr(align(64))]
+struct DirRow([AtomicU64; 2]);
 
 #[repr(align(128))]
 struct Gen {
@@ -160,21 +206,23 @@ impl Lane {
         }))
     }
 
-    /// Publishes that the lane holds a deferred record of thread `owner` (0: no longer)
-    /// that touched `touched`. Call it holding the lane's lock.
-    pub(crate) fn publish_deferred(&self, owner: u64, touched: &Touched) {
-        for (slot, &bits) in self.gen.deferred.iter().zip(&touched.0) {
-            slot.store(bits, Ordering::Relaxed);
-        }
-        // Release: a reader that sees the owner sees the set above. A plain store on x86,
-        // not a locked instruction (which would wait for pending write-backs).
-        self.gen.owner.store(owner, Ordering::Release);
+    /// The chunks of the lane's latest retired record, as published.
+    fn retired_touched(&self) -> Touched {
+        Touched(std::array::from_fn(|i| {
+            self.gen.touched[i].load(Ordering::Relaxed)
+        }))
     }
 }
+
+/// A set of lanes, a bit each (`Lanes::meeting`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LaneMask(u64);
 
 /// All lanes of a pool.
 pub(crate) struct Lanes {
     lanes: Vec<Lane>,
+    /// For each chunk bit, which lanes' published sets hold it (module docs).
+    dir: Box<[DirRow]>,
 }
 
 static NEXT_HINT: AtomicUsize = AtomicUsize::new(0);
@@ -199,7 +247,79 @@ impl Lanes {
                     counters: LaneCounters::default(),
                 })
                 .collect(),
+            dir: (0..256)
+                .map(|_| DirRow([AtomicU64::new(0), AtomicU64::new(0)]))
+                .collect(),
         }
+    }
+
+    /// Enters lane `i` in the `set` rows of the bits of `bits`. Called by the lane's holder
+    /// right after a fence (no write-back pending for the locked instruction to wait for).
+    #[inline]
+    fn dir_set(&self, i: usize, bits: &Touched, set: Set) {
+        bits.for_each(|k| {
+            self.dir[k].0[set as usize].fetch_or(1 << i, Ordering::Release);
+        });
+    }
+
+    /// Takes lane `i` out of the `set` rows of the bits of `bits` (as `dir_set`). Release:
+    /// a scanner that reads the cleared bit sees the set published before.
+    #[inline]
+    fn dir_clear(&self, i: usize, bits: &Touched, set: Set) {
+        bits.for_each(|k| {
+            self.dir[k].0[set as usize].fetch_and(!(1 << i), Ordering::Release);
+        });
+    }
+
+    /// The lanes (a bit each) whose published retire or deferred set may hold a chunk of
+    /// `mine`: every lane whose set, read after this, meets `mine` (module docs).
+    #[inline]
+    pub(crate) fn meeting(&self, mine: &Touched) -> LaneMask {
+        if mine.len() > 16 {
+            // A large commit: reading its rows would cost more than reading every lane.
+            return LaneMask(u64::MAX >> (64 - self.lanes.len()));
+        }
+        let mut mask = 0u64;
+        mine.for_each(|k| {
+            let row = &self.dir[k].0;
+            mask |= row[0].load(Ordering::Acquire) | row[1].load(Ordering::Acquire);
+        });
+        LaneMask(mask)
+    }
+
+    /// The lanes of `mask`.
+    pub(crate) fn of(&self, mask: LaneMask) -> impl Iterator<Item = &Lane> {
+        let mut mask = mask.0;
+        std::iter::from_fn(move || {
+            (mask != 0).then(|| {
+                let i = mask.trailing_zeros() as usize;
+                mask &= mask - 1;
+                &self.lanes[i]
+            })
+        })
+    }
+
+    /// Publishes that `lane` holds a deferred record of thread `owner` that touched
+    /// `touched`, or (`owner` 0) no longer holds one. Call it holding the lane's lock.
+    ///
+    /// The set stays published (and in the directory) after the record is settled: a
+    /// scanner reads the owner first and skips a lane without one. So a lane whose records
+    /// keep to the same chunks changes no directory row: no locked instruction per commit.
+    pub(crate) fn publish_deferred(&self, lane: &Lane, owner: u64, touched: &Touched) {
+        if owner == 0 {
+            // A plain store (see below).
+            lane.gen.owner.store(0, Ordering::Release);
+            return;
+        }
+        let old = lane.deferred_touched();
+        self.dir_set(lane.idx, &touched.minus(&old), Set::Deferred);
+        for (slot, &bits) in lane.gen.deferred.iter().zip(&touched.0) {
+            slot.store(bits, Ordering::Relaxed);
+        }
+        // Release: a reader that sees the owner sees the set above. A plain store on x86,
+        // not a locked instruction (which would wait for pending write-backs).
+        lane.gen.owner.store(owner, Ordering::Release);
+        self.dir_clear(lane.idx, &old.minus(touched), Set::Deferred);
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Lane> {
@@ -258,8 +378,14 @@ impl Lanes {
 
     /// Calls `f(lane, generation)` for each lane whose retire mark may not be durable and
     /// whose latest record touched a chunk in `mine`.
-    pub(crate) fn for_pending_retires(&self, mine: &Touched, mut f: impl FnMut(usize, u64)) {
-        for l in &self.lanes {
+    /// `near` is `self.meeting(mine)`, taken after the caller's commit began.
+    pub(crate) fn for_pending_retires(
+        &self,
+        mine: &Touched,
+        near: LaneMask,
+        mut f: impl FnMut(usize, u64),
+    ) {
+        for l in self.of(near) {
             // Generation first: the set read after it belongs to that record or to a later
             // one of the same lane, whose seal has then replaced it (see the module docs).
             let r = l.gen.retire.load(Ordering::Acquire);
@@ -281,13 +407,17 @@ impl Lanes {
 
     /// Records that lane `i` wrote a new retire mark (not yet flushed) for a record that
     /// touched `touched`.
+    /// Call it holding lane `i`'s lock.
     pub(crate) fn retired(&self, i: usize, touched: &Touched) {
         let g = &self.lanes[i].gen;
+        let old = self.lanes[i].retired_touched();
+        self.dir_set(i, &touched.minus(&old), Set::Retired);
         for (slot, &bits) in g.touched.iter().zip(&touched.0) {
             slot.store(bits, Ordering::Relaxed);
         }
         // Release: a reader that sees the new generation sees the set above.
         g.retire.fetch_add(1, Ordering::AcqRel);
+        self.dir_clear(i, &old.minus(touched), Set::Retired);
     }
 }
 
