@@ -256,3 +256,28 @@ fn two_threads_each_holding_a_record_the_other_needs_both_refuse() {
         assert_eq!(log.durable_lsn(), 2);
     });
 }
+
+#[test]
+fn reserve_forces_up_to_the_held_record_before_refusing() {
+    // Records before the held one were never forced (aborted records trigger no policy
+    // force), so the completion slots are full well before 16,384 records follow the held
+    // one. Forcing up to the held record (what a batch force does) frees them: reserve
+    // must not refuse while that makes room.
+    within_a_minute(|| {
+        let (_sim, log) = sim_log(ForcePolicy::GroupCommit(4096));
+        for _ in 0..5000 {
+            drop(log.reserve(1).unwrap());
+        }
+        assert_eq!(log.durable_lsn(), 0);
+        let res = log.reserve(1).unwrap();
+        let r = res.lsn();
+        for i in 0..12_000u64 {
+            match log.reserve(1) {
+                Ok(x) => drop(x),
+                Err(e) => panic!("refused after {i} records past held LSN {r}, with room: {e}"),
+            }
+        }
+        assert_eq!(log.durable_lsn(), r - 1, "forced up to the held record");
+        drop(res);
+    });
+}
