@@ -425,8 +425,9 @@ impl Log {
     ///
     /// `Err(LogRecordTooLarge)` if no log this size holds `len` bytes, `Err(LogFull)` if
     /// the free space does not (reclaim, then retry), `Err(LogExhausted)` once the log has
-    /// numbered 2^62 LSNs or bytes, `Err(LogReservationHeld)` if 8,192 records were
-    /// reserved after one this thread still holds open (their completion slots run out).
+    /// numbered 2^62 LSNs or bytes, `Err(LogReservationHeld)` once the completion slots
+    /// (16,384 LSNs past the durable one) run out behind a record this thread still holds
+    /// open, even after everything before that record was forced.
     pub fn reserve(&self, len: usize) -> Result<Reservation<'_>> {
         let len64 = len as u64;
         if len64 > self.max_record() {
@@ -442,7 +443,13 @@ impl Log {
             if next >= self.durable_lsn() + RING {
                 let upto = next - RING / 2;
                 if let Err(h) = self.force_upto(upto)? {
-                    return Err(self.held_error("reserve", upto, h, None));
+                    // Force what lies before the caller's own open record (others complete
+                    // theirs); refuse only if that frees no slot.
+                    let below = self.force_upto(h.held - 1)?;
+                    debug_assert!(below.is_ok(), "`held` is the caller's oldest open record");
+                    if next >= self.durable_lsn() + RING {
+                        return Err(self.held_error("reserve", upto, h, None));
+                    }
                 }
                 continue;
             }
