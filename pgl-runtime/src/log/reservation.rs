@@ -13,7 +13,7 @@ use std::marker::PhantomData;
 /// A reserved record: its LSN and its payload bytes in the log, to fill in place
 /// (`Reservation` dereferences to `[u8]`), then pass to [`Log::complete`].
 ///
-/// A reservation stays on the thread that made it (it is neither `Send` nor `Sync`): the
+/// A reservation stays on the thread that made it (it is not `Send`; it is `Sync`): the
 /// log knows which thread holds each open record, so a thread's force never waits for a
 /// record it holds itself (see [`Log::reserve`]). Copy into it from any data you like;
 /// hand the data, not the reservation, to other threads.
@@ -22,6 +22,7 @@ use std::marker::PhantomData;
 /// # use pgl_runtime::log::{Log, LogConfig};
 /// # let path = std::env::temp_dir().join("pgl-doc-reservation-not-send");
 /// let log = Log::create(&path, LogConfig::new(1 << 20))?;
+/// let log = &log;
 /// let res = log.reserve(8)?;
 /// std::thread::scope(|s| {
 ///     s.spawn(move || log.complete(res)); // a reservation is not Send
