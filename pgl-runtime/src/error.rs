@@ -442,7 +442,7 @@ pub enum Error {
     /// and has not completed: waiting would be waiting for itself, forever. Records are
     /// made durable in LSN order, so none past the held one can be until it is completed
     /// or dropped.
-    #[error("{path}: {op} needs LSN {lsn} durable, but LSN {held} before it is a reservation this thread holds open (not completed or dropped), and waiting for it would never end{}; complete or drop that reservation first, then force", completed.map_or(String::new(), |c| format!(" (record {c} was completed: it becomes durable with the first force after that)")))]
+    #[error("{}: {op}: LSN {held} is a reservation this thread holds open (reserved, not completed or dropped), {}", path.display(), held_advice(op, *lsn, *held, *completed))]
     LogReservationHeld {
         /// The log file.
         path: PathBuf,
@@ -585,6 +585,31 @@ fn stored_type(name: &Option<String>, id: u32) -> String {
 }
 
 /// What to do about an `Io` error, where the cause is plain: a missing pool file.
+/// What went wrong and what to do, for `LogReservationHeld` (after its first words).
+fn held_advice(op: &str, lsn: u64, held: u64, completed: Option<u64>) -> String {
+    let why = if op == "reserve" {
+        "and the log's 16,384 completion slots past the durable LSN are all taken behind it: \
+         no record can be reserved until it is completed"
+            .to_string()
+    } else if lsn == held {
+        format!("and {op} needs it durable: waiting for it would never end")
+    } else {
+        format!(
+            "and {op} needs LSN {lsn} durable, which records become in LSN order: waiting \
+             for LSN {held} would never end"
+        )
+    };
+    let again = match (op, completed) {
+        (_, Some(c)) => format!(
+            "; record {c} is complete and becomes durable with the first force after that, \
+             so do not {op} it again (that would write it twice)"
+        ),
+        ("reserve", None) => "; reserve again after that".to_string(),
+        (_, None) => format!("; {op} again after that"),
+    };
+    format!("{why}; complete or drop the held reservation first{again}")
+}
+
 fn io_advice(op: &str, source: &io::Error) -> &'static str {
     match source.kind() {
         io::ErrorKind::NotFound if op == "open" => {

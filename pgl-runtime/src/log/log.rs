@@ -421,7 +421,9 @@ impl Log {
     /// Later LSNs cannot be forced until this one is completed or dropped. A reservation
     /// stays on the thread that made it (it is not `Send`), and that thread's forces stop
     /// short of it: an `append` or a `force` that needs it durable returns
-    /// `Err(LogReservationHeld)` rather than wait for a thread that is waiting.
+    /// `Err(LogReservationHeld)` rather than wait for a thread that is waiting. (Only
+    /// within one log: a thread holding a record open in one log while it forces another
+    /// can still wait forever for a thread doing the opposite.)
     ///
     /// `Err(LogRecordTooLarge)` if no log this size holds `len` bytes, `Err(LogFull)` if
     /// the free space does not (reclaim, then retry), `Err(LogExhausted)` once the log has
