@@ -493,8 +493,10 @@ impl Media {
                     if len == 0 {
                         return;
                     }
-                    let start = off & !4095;
-                    let end = (off + len).div_ceil(4096) * 4096;
+                    // msync takes whole system pages (16 or 64 KiB on some systems).
+                    let page = system_page();
+                    let start = off / page * page;
+                    let end = (off + len).div_ceil(page) * page;
                     // SAFETY: the page range lies in our mapping; msync does not touch memory
                     // contents.
                     let rc = unsafe {
@@ -764,4 +766,14 @@ mod tests {
         drop(m);
         std::fs::remove_file(&path).expect("remove");
     }
+}
+
+/// The system's page size (4 KiB if the system does not say), asked once.
+fn system_page() -> u64 {
+    static PAGE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf has no preconditions.
+        let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        u64::try_from(size).ok().filter(|s| s.is_power_of_two()).unwrap_or(4096)
+    })
 }
