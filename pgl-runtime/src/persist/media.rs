@@ -774,6 +774,9 @@ fn system_page() -> u64 {
     *PAGE.get_or_init(|| {
         // SAFETY: sysconf has no preconditions.
         let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        u64::try_from(size).ok().filter(|s| s.is_power_of_two()).unwrap_or(4096)
+        u64::try_from(size)
+            .ok()
+            .filter(|s| s.is_power_of_two())
+            .unwrap_or(4096)
     })
 }

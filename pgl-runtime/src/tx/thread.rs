@@ -48,18 +48,31 @@ pub(crate) fn ref_held(id: u64, stripe: u32) -> bool {
         .unwrap_or(false)
 }
 
-pub(super) struct Active(u64);
+/// `run`'s registration of its `Tx` (`None`: not registered, see `enter`).
+pub(super) struct Active(Option<u64>);
 impl Active {
+    /// Registers `tx` as this thread's open transaction of engine `id`. A thread whose
+    /// thread-locals are being destroyed (a commit from another thread-local's destructor)
+    /// cannot: its transaction runs unregistered, so a `pool.tx` nested in it starts a
+    /// transaction of its own (which conflicts with it on shared objects) instead of
+    /// joining it, and a `pool.get` of an object it holds waits and fails with `Conflict`
+    /// instead of `LockedByThisThread`. A panic there would abort the process.
     pub(super) fn enter(id: u64, tx: &Tx<'_>) -> Active {
-        ACTIVE.with(|a| a.borrow_mut().push((id, tx as *const Tx<'_> as usize)));
-        Active(id)
+        let p = tx as *const Tx<'_> as usize;
+        Active(
+            ACTIVE
+                .try_with(|a| a.borrow_mut().push((id, p)))
+                .ok()
+                .map(|()| id),
+        )
     }
 }
 impl Drop for Active {
     fn drop(&mut self) {
-        ACTIVE.with(|a| {
+        let Some(id) = self.0 else { return };
+        let _ = ACTIVE.try_with(|a| {
             let mut a = a.borrow_mut();
-            if let Some(i) = a.iter().rposition(|(id, _)| *id == self.0) {
+            if let Some(i) = a.iter().rposition(|(i, _)| *i == id) {
                 a.remove(i);
             }
         });
@@ -71,14 +84,19 @@ pub(crate) fn in_tx(eng: &Engine) -> bool {
     active(eng.id).is_some()
 }
 
+/// This thread's open transaction of engine `id`, if registered (none once `ACTIVE` is
+/// destroyed: see `Active::enter`).
 pub(super) fn active(id: u64) -> Option<usize> {
-    ACTIVE.with(|a| {
-        a.borrow()
-            .iter()
-            .rev()
-            .find(|(i, _)| *i == id)
-            .map(|(_, p)| *p)
-    })
+    ACTIVE
+        .try_with(|a| {
+            a.borrow()
+                .iter()
+                .rev()
+                .find(|(i, _)| *i == id)
+                .map(|(_, p)| *p)
+        })
+        .ok()
+        .flatten()
 }
 
 /// Whether this thread is inside a transaction of `eng` that holds `stripe`, or holds a
@@ -105,8 +123,9 @@ thread_local! {
 
 /// Records that `tx`, a `Detached` handle's transaction of engine `id` on this thread,
 /// holds its lane and lock from now on until `leave_detached`.
+/// (Unregistered once `DETACHED` is destroyed, as `Active::enter` is.)
 pub(crate) fn enter_detached(id: u64, tx: &Tx<'_>) {
-    DETACHED.with(|d| d.borrow_mut().push((id, tx as *const Tx<'_> as usize)));
+    let _ = DETACHED.try_with(|d| d.borrow_mut().push((id, tx as *const Tx<'_> as usize)));
 }
 
 /// Records that the `Detached` transaction `tx` is about to end (before it is freed).
