@@ -271,8 +271,10 @@ impl Engine {
     /// commit, fences, then settles this thread's own deferred record (case 1).
     pub(crate) fn fence_with_retires(&self, for_: FenceFor, mine: &Touched) {
         // One reading of the directory for both scans: whatever was published before this
-        // commit began is in it (a lane's settle below only adds its retire mark, which this
-        // thread then owes).
+        // commit began is in it. A settle below (by this thread, or by another one while
+        // `settle_other` waits) only adds a retire mark to a lane in `near` through its
+        // deferred set: the second scan re-reads that lane's state, so the mask must hold
+        // both kinds of set (`Lanes::meeting`).
         let near = self.lanes.meeting(mine);
         for lane in self.lanes.of(near) {
             let owner = lane.deferred_owner();

@@ -24,10 +24,14 @@
 //! directory keeps, for each of the 256 chunk bits, the lanes (a bit each) whose published
 //! retire set, and those whose published deferred set, hold that bit. The lane's holder
 //! sets a set's bits before publishing the set and clears the bits the set lost only after
-//! the new set is published, so a scanner that finds a lane clear in every row it touches
-//! would have found the lane's set, read at that moment, disjoint from its own too. Scanners
-//! read only their own bits' rows: threads working in different chunks never read each
-//! other's lane state (each of those reads was a cache miss on every commit).
+//! the new set is published. So every set published before a commit began (the ones the
+//! invariant above is about: published, then ordered before the commit by the locks of the
+//! bytes both touch) has its bits in the rows when the commit reads them, or was replaced
+//! by a newer set of its lane, whose record's seal made the old record unreplayable. A lane
+//! publishing while the rows are read may be missed: its record was not ordered before the
+//! commit, so the two wrote different bytes. Scanners read only their own bits' rows:
+//! threads working in different chunks never read each other's lane state (each of those
+//! reads was a cache miss on every commit).
 
 use super::buffer::Buffer;
 use crate::heap::{Arena, HeapUndo, MetaOps, PendingFree};
@@ -272,7 +276,8 @@ impl Lanes {
     }
 
     /// The lanes (a bit each) whose published retire or deferred set may hold a chunk of
-    /// `mine`: every lane whose set, read after this, meets `mine` (module docs).
+    /// `mine`: among them, every lane whose set published before the caller's commit began
+    /// meets `mine` (module docs). Both kinds of set in one mask: see `fence_with_retires`.
     #[inline]
     pub(crate) fn meeting(&self, mine: &Touched) -> LaneMask {
         if mine.len() > 16 {
