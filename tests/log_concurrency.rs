@@ -205,3 +205,48 @@ fn reservations_far_ahead_of_the_durable_lsn_wait_for_a_force() {
         (20_001, &b"last"[..])
     );
 }
+
+/// CPU time this thread has used.
+fn thread_cpu_time() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and out-pointer.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0);
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+#[test]
+fn a_force_waiting_for_a_long_open_reservation_does_not_burn_a_cpu() {
+    // One thread holds a reservation open for 600 ms (filling it slowly, say); another
+    // forces it meanwhile. The forcer waits, but sleeps: it used to spin and yield,
+    // burning a whole CPU for as long as the reservation stayed open.
+    let sim = CrashSim::new(4 << 20);
+    let log = Log::create_sim(
+        &sim,
+        LogConfig::new(1 << 20).policy(ForcePolicy::GroupCommit(1000)),
+    )
+    .unwrap();
+    let hold = std::time::Duration::from_millis(600);
+    let res = log.reserve(8).unwrap();
+    let lsn = res.lsn();
+    let (cpu, wall) = std::thread::scope(|s| {
+        let log = &log;
+        let waiter = s.spawn(move || {
+            let (cpu0, t0) = (thread_cpu_time(), std::time::Instant::now());
+            log.force(lsn).unwrap();
+            (thread_cpu_time() - cpu0, t0.elapsed())
+        });
+        std::thread::sleep(hold);
+        log.complete(res).unwrap();
+        waiter.join().unwrap()
+    });
+    assert!(wall >= hold / 2, "the force waited ({wall:?})");
+    assert!(
+        cpu < wall / 4,
+        "the waiting force used {cpu:?} of CPU in {wall:?}"
+    );
+    assert_eq!(log.durable_lsn(), lsn);
+}

@@ -897,13 +897,21 @@ fn slot(lsn: Lsn) -> usize {
     ((i % 8) * (RING / 8) + i / 8) as usize
 }
 
-/// Spins a little, then yields: waits are short (another thread finishing a copy).
+/// Spins a little, then yields, then sleeps: waits are usually short (another thread
+/// finishing a copy, or descheduled meanwhile), but a reservation may stay open for as long
+/// as its holder likes (filling it from a socket), and a waiter must not burn a CPU
+/// meanwhile. Sleeps double from 16 µs up to 1 ms: a long wait ends at most ~1 ms late.
 fn backoff(spins: &mut u32) {
-    *spins += 1;
-    if *spins < 64 {
+    const SPINS: u32 = 64;
+    const YIELDS: u32 = 256;
+    *spins = spins.saturating_add(1);
+    if *spins < SPINS {
         std::hint::spin_loop();
-    } else {
+    } else if *spins < SPINS + YIELDS {
         std::thread::yield_now();
+    } else {
+        let doublings = (*spins - SPINS - YIELDS).min(6);
+        std::thread::sleep(std::time::Duration::from_micros(16 << doublings));
     }
 }
 
