@@ -132,6 +132,7 @@ pub struct Log {
     pub(super) tail: Mutex<Tail>,
     next: AtomicU64,
     head: AtomicU64,
+    /// Payload bytes reserved since open; written only under the `tail` lock.
     bytes: AtomicU64,
     ends: Box<[AtomicU64]>,
     slots: Box<[Slot]>,
@@ -480,8 +481,11 @@ impl Log {
                 .maker
                 .store(thread_token(), Ordering::Relaxed);
             self.next.store(lsn + 1, Ordering::Release);
+            // Written only under the tail lock: a load and a store, not a locked
+            // instruction.
+            let bytes = self.bytes.load(Ordering::Relaxed);
+            self.bytes.store(bytes + len64, Ordering::Relaxed);
             drop(t);
-            self.bytes.fetch_add(len64, Ordering::Relaxed);
             return Ok(Reservation {
                 log: self,
                 lsn,
