@@ -383,6 +383,7 @@ impl Lanes {
 
     /// Calls `f(lane, generation)` for each lane whose retire mark may not be durable and
     /// whose latest record touched a chunk in `mine`.
+    ///
     /// `near` is `self.meeting(mine)`, taken after the caller's commit began.
     pub(crate) fn for_pending_retires(
         &self,
@@ -411,8 +412,7 @@ impl Lanes {
     }
 
     /// Records that lane `i` wrote a new retire mark (not yet flushed) for a record that
-    /// touched `touched`.
-    /// Call it holding lane `i`'s lock.
+    /// touched `touched`. Call it holding lane `i`'s lock.
     pub(crate) fn retired(&self, i: usize, touched: &Touched) {
         let g = &self.lanes[i].gen;
         let old = self.lanes[i].retired_touched();
@@ -428,7 +428,52 @@ impl Lanes {
 
 #[cfg(test)]
 mod tests {
-    use super::Touched;
+    use super::{LaneMask, Lanes, Touched};
+
+    fn chunks(cs: &[u64]) -> Touched {
+        let mut t = Touched::default();
+        for &c in cs {
+            t.add(c << 18, 1, 18);
+        }
+        t
+    }
+
+    fn lanes_of(m: LaneMask) -> Vec<usize> {
+        (0..64).filter(|i| m.0 & (1 << i) != 0).collect()
+    }
+
+    #[test]
+    fn the_directory_names_the_lanes_whose_published_sets_meet_a_commit() {
+        let lanes = Lanes::new(8);
+        let (a, b, c) = (chunks(&[3]), chunks(&[70]), chunks(&[200]));
+        assert!(
+            !a.meets(&b) && !a.meets(&c) && !b.meets(&c),
+            "distinct bits"
+        );
+        assert!(lanes_of(lanes.meeting(&a)).is_empty());
+        lanes.retired(2, &a);
+        lanes.retired(5, &a);
+        assert_eq!(lanes_of(lanes.meeting(&a)), [2, 5]);
+        assert!(lanes_of(lanes.meeting(&b)).is_empty());
+        // A lane's next retired set replaces its last: the bits it lost leave the rows.
+        lanes.retired(2, &b);
+        assert_eq!(lanes_of(lanes.meeting(&a)), [5]);
+        assert_eq!(lanes_of(lanes.meeting(&b)), [2]);
+        // A deferred set enters its rows; it stays there once settled (the owner says
+        // whether it counts), until the lane's next deferred set replaces it.
+        let lane = lanes.get(7);
+        lanes.publish_deferred(lane, 42, &c);
+        assert_eq!(lanes_of(lanes.meeting(&c)), [7]);
+        lanes.publish_deferred(lane, 0, &Touched::default());
+        assert_eq!(lane.deferred_owner(), 0);
+        assert_eq!(lanes_of(lanes.meeting(&c)), [7]);
+        lanes.publish_deferred(lane, 42, &a);
+        assert!(lanes_of(lanes.meeting(&c)).is_empty());
+        assert_eq!(lanes_of(lanes.meeting(&a)), [5, 7]);
+        // A commit of many chunks reads no rows: every lane.
+        let big = chunks(&(0..40).collect::<Vec<_>>());
+        assert_eq!(lanes_of(lanes.meeting(&big)), (0..8).collect::<Vec<_>>());
+    }
 
     #[test]
     fn ranges_meet_when_they_share_a_chunk() {
