@@ -1649,6 +1649,42 @@ mod tests {
     }
 
     /// `add_zones` pushes a new zone's free chunks on the stack before it publishes the
+    /// zone count: a `new_run` in between pops them. It must keep them (it dropped them as
+    /// entries of no zone: every free chunk of the grown zone left the stack, and each new
+    /// run after the stack ran dry scanned the chunk tables under the chunk lock).
+    /// Simulated as above: zone 1's entries are pushed while the pool has one zone.
+    /// (Review.)
+    #[test]
+    fn a_pop_keeps_the_entries_of_a_zone_being_added() {
+        let (path, pool) = small_pool("free-stack-grow-pop", 2, 1);
+        let heap = &pool.engine().heap;
+        let per = heap.geo.chunks_per_zone();
+        assert_eq!(heap.zone_count(), 1);
+        let mut free = heap.chunk_lock.lock();
+        for c in (1..per).rev() {
+            free.push((1, c));
+        }
+        let got = heap.pop_free(&mut free);
+        assert!(
+            matches!(got, Some((0, _))),
+            "a free chunk of zone 0: {got:?}"
+        );
+        let zone1 = free.iter().filter(|e| e.0 == 1).count() as u64;
+        // Give the chunk back as `undo` would.
+        let (z, c) = got.unwrap();
+        heap.zone(z).unwrap().kinds[c as usize]
+            .store(KIND_FREE, std::sync::atomic::Ordering::Release);
+        drop(free);
+        assert_eq!(
+            zone1,
+            per - 1,
+            "entries of the zone being added were dropped"
+        );
+        drop(pool);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// `add_zones` pushes a new zone's free chunks on the stack before it publishes the
     /// zone count: a compaction in between must keep them (it dropped them as entries of
     /// no zone; and had the count been published between the compaction's two reads of
     /// it, its `seen` table would be indexed out of bounds). Simulated here: zone 1's
