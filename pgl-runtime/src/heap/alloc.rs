@@ -766,24 +766,32 @@ impl Heap {
         }
     }
 
-    /// Pops a chunk that is still free from the free stack and reserves it.
+    /// Pops a chunk that is still free from the free stack and reserves it. Entries of a
+    /// zone `add_zones` is loading (pushed before its count is published) are kept, as
+    /// `push_free`'s compaction keeps them: that zone's chunks are free.
     fn pop_free(&self, free: &mut Vec<(u64, u64)>) -> Option<(u64, u64)> {
+        let mut loading = Vec::new();
+        let mut found = None;
         while let Some((z, c)) = free.pop() {
-            if let Some(zone) = self.zone(z) {
-                let k = &zone.kinds[c as usize];
-                if k.compare_exchange(
-                    KIND_FREE,
-                    KIND_RESERVED,
-                    Ordering::AcqRel,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
-                {
-                    return Some((z, c));
-                }
+            let Some(zone) = self.zone(z) else {
+                loading.push((z, c));
+                continue;
+            };
+            let k = &zone.kinds[c as usize];
+            if k.compare_exchange(
+                KIND_FREE,
+                KIND_RESERVED,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+            {
+                found = Some((z, c));
+                break;
             }
         }
-        None
+        free.extend(loading.into_iter().rev());
+        found
     }
 
     /// Finds and reserves `n` contiguous chunks that are free or empty, unowned runs, at
