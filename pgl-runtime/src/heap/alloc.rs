@@ -1656,6 +1656,15 @@ mod tests {
         assert!(took < std::time::Duration::from_secs(2), "{took:?}");
     }
 
+    /// Pushes zone 1's free chunks on the free stack of a pool of one zone, as `add_zones`
+    /// does before it publishes the new zone count.
+    fn push_a_zone_being_added(heap: &super::Heap, free: &mut Vec<(u64, u64)>) {
+        assert_eq!(heap.zone_count(), 1);
+        for c in (1..heap.geo.chunks_per_zone()).rev() {
+            free.push((1, c));
+        }
+    }
+
     /// `add_zones` pushes a new zone's free chunks on the stack before it publishes the
     /// zone count: a `new_run` in between pops them. It must keep them (it dropped them as
     /// entries of no zone: every free chunk of the grown zone left the stack, and each new
@@ -1667,11 +1676,8 @@ mod tests {
         let (path, pool) = small_pool("free-stack-grow-pop", 2, 1);
         let heap = &pool.engine().heap;
         let per = heap.geo.chunks_per_zone();
-        assert_eq!(heap.zone_count(), 1);
         let mut free = heap.chunk_lock.lock();
-        for c in (1..per).rev() {
-            free.push((1, c));
-        }
+        push_a_zone_being_added(heap, &mut free);
         let got = heap.pop_free(&mut free);
         assert!(
             matches!(got, Some((0, _))),
@@ -1702,11 +1708,8 @@ mod tests {
         let (path, pool) = small_pool("free-stack-grow", 2, 1);
         let heap = &pool.engine().heap;
         let per = heap.geo.chunks_per_zone();
-        assert_eq!(heap.zone_count(), 1);
         let mut free = heap.chunk_lock.lock();
-        for c in (1..per).rev() {
-            free.push((1, c));
-        }
+        push_a_zone_being_added(heap, &mut free);
         // Pushes of a free chunk of zone 0 until the stack is compacted.
         let (z0, c0) = *free
             .iter()
