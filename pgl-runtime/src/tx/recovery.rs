@@ -360,6 +360,74 @@ mod tests {
     }
 
     #[test]
+    fn a_crash_while_recovery_retires_never_replays_an_older_record_over_a_newer_one() {
+        // Lane 0 holds record 5 (writes X), applied, its retire mark not durable; lane 1
+        // holds record 6 (writes X and Y), sealed while its commit fence, which also
+        // carried lane 0's mark, did not complete. Recovery replays 5 then 6 and retires
+        // both under one fence. A crash at that fence may persist lane 1's marks and not
+        // lane 0's: the next open must not replay 5 alone over 6 (X old, Y new).
+        let geo = crate::Config::small("recovery").geometry();
+        let len = geo.pool_size(1);
+        let sim = CrashSim::new(len);
+        sim.set_len(len);
+        let media = Media::sim(sim.clone(), "pool", "").expect("a new device");
+        let (x, y) = (geo.zones_offset() + 4096, geo.zones_offset() + 8192);
+        let mut old = vec![0u8; geo.lane_size as usize];
+        let mut w = record::RecordWriter::new(&mut old);
+        assert!(w.push(x, &0x5555u64.to_le_bytes()));
+        w.seal(5);
+        let mut new = vec![0u8; geo.lane_size as usize];
+        let mut w = record::RecordWriter::new(&mut new);
+        assert!(w.push(x, &0x6666u64.to_le_bytes()));
+        assert!(w.push(y, &0x6666u64.to_le_bytes()));
+        w.seal(6);
+        for copy in 0..2 {
+            put(&media, &geo, 0, copy, 0, &old);
+            put(&media, &geo, 1, copy, 0, &new);
+            for lane in 0..2 {
+                media.flush(geo.lane_offset(lane, copy), geo.lane_size);
+            }
+        }
+        media.fence();
+        let points = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = points.clone();
+        sim.set_fence_hook(move |s: &CrashSim| sink.lock().unwrap().push(s.crash_point()));
+        assert_eq!(recover(&media, &geo, len).unwrap().replayed, 2);
+        sim.clear_fence_hook();
+        drop(media);
+        let points = std::mem::take(&mut *points.lock().unwrap());
+        let in_lane = |word: u64, lane: u64| {
+            (0..2).any(|c| {
+                let off = geo.lane_offset(lane, c);
+                (off..off + 16).contains(&(word * 8))
+            })
+        };
+        let mut checked = 0;
+        for cp in &points {
+            let (lo, hi) = (cp.image(|_| false), cp.image(|_| true));
+            let addrs: Vec<u64> = (0..lo.len() as u64)
+                .filter(|&i| lo[i as usize] != hi[i as usize])
+                .collect();
+            if !addrs.iter().any(|&a| in_lane(a, 0)) {
+                continue;
+            }
+            // Lane 1's retire marks reached media, lane 0's did not.
+            let dev = cp.device(0, |i| !in_lane(addrs[i], 0));
+            let media = Media::sim(dev, "pool", "").expect("the crashed device");
+            recover(&media, &geo, len).expect("recovery");
+            // SAFETY: the words lie in the zone; the test owns the media.
+            let (gx, gy) = unsafe { (media.read_u64(x), media.read_u64(y)) };
+            assert_eq!(
+                (gx, gy),
+                (0x6666, 0x6666),
+                "record 5 replayed alone over record 6 after a crash during recovery"
+            );
+            checked += 1;
+        }
+        assert!(checked > 0, "no fence of recovery had lane 0's mark pending");
+    }
+
+    #[test]
     fn without_lane_replication_copy_b_keeps_no_record() {
         // Commits write records to copy A alone, while retire marks go to both copies
         // unflushed: a crash can tear both marks at once, and a record left in copy B,
