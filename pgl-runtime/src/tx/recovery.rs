@@ -102,6 +102,10 @@ pub(crate) fn recover(media: &Media, geo: &Geometry, pool_len: u64) -> Result<Re
     if !todo.is_empty() {
         // Retiring a record whose replay did not reach media would lose it for good.
         media.check()?;
+        // Oldest first, each record's marks durable before the next one's: a crash here
+        // must leave the retired records a prefix of `todo` in sequence order. Were a newer
+        // record retired and an older one not, the next open would replay the older one
+        // alone, over the bytes the newer one wrote after it.
         for &(seq, lane, _, _) in &todo {
             for copy in 0..2 {
                 let off = geo.lane_offset(lane, copy) + RETIRED_OFFSET as u64;
@@ -109,8 +113,8 @@ pub(crate) fn recover(media: &Media, geo: &Geometry, pool_len: u64) -> Result<Re
                 unsafe { media.write(off, &record::retire_mark(seq)) };
                 media.flush(off, 16);
             }
+            media.fence();
         }
-        media.fence();
     }
     Ok(out)
 }
