@@ -173,7 +173,8 @@ fn new_objects_verify(
                 continue;
             };
             let end = hdr + 16 + size;
-            let (a, z) = (off.max(hdr), (off + data.len() as u64).min(end));
+            // Saturating: only a forged record that still verifies could end past 2^64.
+            let (a, z) = (off.max(hdr), off.saturating_add(data.len() as u64).min(end));
             if a < z {
                 let buf = overlaid.get_or_insert_with(|| on_media.to_vec());
                 buf[(a - hdr) as usize..(z - hdr) as usize]
@@ -428,7 +429,10 @@ mod tests {
             );
             checked += 1;
         }
-        assert!(checked > 0, "no fence of recovery had lane 0's mark pending");
+        assert!(
+            checked > 0,
+            "no fence of recovery had lane 0's mark pending"
+        );
     }
 
     #[test]
