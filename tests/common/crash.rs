@@ -1431,16 +1431,24 @@ pub fn crash_points_of<R>(sim: &CrashSim, f: impl FnOnce() -> R) -> (R, Vec<Cras
 
 /// Recovers a copy of the image on `dev` capturing a crash point at every fence of the
 /// recovery itself (replay, retire marks, parity recomputation, header update), then
-/// recovers from some of those crashes (none and all of their pending words applied): each
-/// must again give the state before or after the op.
+/// recovers from some of those crashes (none, all, the lower and the upper half of their
+/// pending words applied, in address order: different lanes' marks land on different
+/// sides): each must again give the state before or after the op.
 fn crash_during_recovery(dev: &Arc<CrashSim>, before: &State, after: &State) -> Result<(), String> {
     let copy = dev.crash_point().device(0, |_| false);
     let (first, points) = crash_points_of(&copy, || Pool::open_sim(&copy, LAYOUT));
     drop(first);
     let step = points.len().div_ceil(4).max(1);
     for (k, cp) in points.iter().enumerate().step_by(step) {
-        for all in [false, true] {
-            let d = cp.device(0, |_| all);
+        let half = cp.pending() / 2;
+        let subsets: [(&str, &dyn Fn(usize) -> bool); 4] = [
+            ("none of the", &|_| false),
+            ("all", &|_| true),
+            ("the lower half of the", &|i| i < half),
+            ("the upper half of the", &|i| i >= half),
+        ];
+        for (which, pick) in subsets {
+            let d = cp.device(0, pick);
             let p = Pool::open_sim(&d, LAYOUT).map_err(|e| {
                 format!("  a crash at fence {k} of recovery left a pool that does not open: {e}")
             })?;
@@ -1450,7 +1458,7 @@ fn crash_during_recovery(dev: &Arc<CrashSim>, before: &State, after: &State) -> 
                     "  a crash at fence {k} of {} during recovery ({} pending words applied) \
                      recovered to neither state:\n{}",
                     points.len(),
-                    if all { "all" } else { "none of the" },
+                    which,
                     diff(before, &got)
                 ));
             }

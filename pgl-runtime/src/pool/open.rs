@@ -139,12 +139,6 @@ impl Pool {
             media.fence();
             media.check()?;
         }
-        // Parity is now consistent everywhere: no zone is dirty for this session yet. (An
-        // open that drops parity keeps the marks: until its header says parity is not kept,
-        // a crash must leave the next open the zones to reconcile.)
-        if parity {
-            tx::clear_dirty_zones(&media, &geo);
-        }
         // Without lane replication (`Config::replicate_lanes`) commits leave copy B as it
         // is here, after recovery: its retire mark equal to A's and no record, since both
         // marks, stored unflushed, may tear together in a crash while A's record is being
@@ -153,6 +147,18 @@ impl Pool {
         let lane_repairs = tx::repair_lanes(&media, &geo, config.replicate_lanes);
         media.fence();
         media.check()?;
+        // Parity is now consistent everywhere: no zone is dirty for this session yet. The
+        // marks go only once the lane repair above is durable: a crash that kept cleared
+        // marks and a half-rewritten lane copy let the next open replay into a zone it then
+        // did not reconcile (found by the crash-during-recovery probe with half the pending
+        // words persisted). (An open that drops parity keeps the marks: until its header
+        // says parity is not kept, a crash must leave the next open the zones to
+        // reconcile.)
+        if parity {
+            tx::clear_dirty_zones(&media, &geo);
+            media.fence();
+            media.check()?;
+        }
         // NO_CHECKSUMS is durable before any commit leaves a checksum stale.
         header.flags = FLAG_OPEN
             | if parity { FLAG_PARITY } else { 0 }
