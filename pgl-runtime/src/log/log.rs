@@ -162,12 +162,6 @@ struct Slot {
     maker: AtomicU64,
 }
 
-/// Forcing up to some LSN would wait for `held`, a record the calling thread reserved and
-/// has not completed: it would wait forever.
-struct HeldByCaller {
-    held: Lsn,
-}
-
 impl std::fmt::Debug for Log {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Log")
@@ -445,13 +439,10 @@ impl Log {
             let next = self.next.load(Ordering::Acquire);
             if next >= self.durable_lsn() + RING {
                 let upto = next - RING / 2;
-                if let Err(h) = self.force_upto(upto)? {
-                    // Force what lies before the caller's own open record (others complete
-                    // theirs); refuse only if that frees no slot.
-                    let below = self.force_upto(h.held - 1)?;
-                    debug_assert!(below.is_ok(), "`held` is the caller's oldest open record");
+                if let Some(held) = self.force_short_of_own(upto)? {
+                    // Refuse only if forcing what lies before it freed no slot.
                     if next >= self.durable_lsn() + RING {
-                        return Err(self.held_error("reserve", upto, h, None));
+                        return Err(self.held_error("reserve", upto, held, None));
                     }
                 }
                 continue;
@@ -552,24 +543,16 @@ impl Log {
     /// Forces what the policy asks of a just-completed `lsn` (see [`Log::complete`]).
     fn apply_policy(&self, lsn: Lsn) -> Result<()> {
         let batch = match self.policy {
-            ForcePolicy::Sync => {
-                return match self.force_upto(lsn)? {
-                    Ok(()) => Ok(()),
-                    Err(h) => Err(self.held_error("complete", lsn, h, Some(lsn))),
-                };
-            }
+            ForcePolicy::Sync => return self.force_for("complete", lsn, Some(lsn)),
             ForcePolicy::GroupCommit(n) => {
                 (self.window.0.fetch_add(1, Ordering::AcqRel) + 1) % u64::from(n) == 0
             }
             ForcePolicy::Frequency(f) => lsn % u64::from(f) == 0,
         };
         if batch {
-            if let Err(h) = self.force_upto(lsn)? {
-                // Everything before the caller's own open record can be forced (others
-                // complete theirs); the rest waits for the next batch.
-                let below = self.force_upto(h.held - 1)?;
-                debug_assert!(below.is_ok(), "`held` is the caller's oldest open record");
-            }
+            // Short of the caller's own open record, if any: the rest waits for the next
+            // batch.
+            self.force_short_of_own(lsn)?;
         }
         Ok(())
     }
@@ -592,10 +575,7 @@ impl Log {
         self.write_own(lsn, off, payload);
         self.own[slot(lsn)].store(lsn, Ordering::Release);
         self.publish(lsn);
-        match self.force_upto(lsn)? {
-            Ok(()) => Ok(lsn),
-            Err(h) => Err(self.held_error("append", lsn, h, Some(lsn))),
-        }
+        self.force_for("append", lsn, Some(lsn)).map(|()| lsn)
     }
 
     /// Writes record `lsn` (header and `payload`) at area offset `off` and makes it durable
@@ -684,27 +664,38 @@ impl Log {
     /// reserved and has not completed (nothing is forced then: complete or drop it
     /// first); `Err(LsnOutOfRange)` if `lsn` was not reserved yet.
     pub fn force(&self, lsn: Lsn) -> Result<()> {
+        self.force_for("force", lsn, None)
+    }
+
+    /// `force(lsn)` for the call `op`, which completed `completed` (if any): the caller's
+    /// own open record in the way is `Err(LogReservationHeld)`.
+    fn force_for(&self, op: &'static str, lsn: Lsn, completed: Option<Lsn>) -> Result<()> {
         match self.force_upto(lsn)? {
-            Ok(()) => Ok(()),
-            Err(h) => Err(self.held_error("force", lsn, h, None)),
+            None => Ok(()),
+            Some(held) => Err(self.held_error(op, lsn, held, completed)),
         }
+    }
+
+    /// `force(lsn)`, or, if the caller holds a record up to `lsn` open, a force of what
+    /// lies before the oldest one (other threads complete theirs), whose LSN it returns.
+    fn force_short_of_own(&self, lsn: Lsn) -> Result<Option<Lsn>> {
+        let held = self.force_upto(lsn)?;
+        if let Some(h) = held {
+            let below = self.force_upto(h - 1)?;
+            debug_assert!(below.is_none(), "`held` is the caller's oldest open record");
+        }
+        Ok(held)
     }
 
     /// The error for an `op` that needed `lsn` durable and found the caller's own open
     /// reservation in the way (`completed`: the record the call completed, if it did).
     #[cold]
-    fn held_error(
-        &self,
-        op: &'static str,
-        lsn: Lsn,
-        h: HeldByCaller,
-        completed: Option<Lsn>,
-    ) -> Error {
+    fn held_error(&self, op: &'static str, lsn: Lsn, held: Lsn, completed: Option<Lsn>) -> Error {
         Error::LogReservationHeld {
             path: self.media.path(),
             op,
             lsn,
-            held: h.held,
+            held,
             completed,
         }
     }
@@ -712,29 +703,27 @@ impl Log {
     /// The oldest record up to `lsn` that the calling thread reserved and has not
     /// completed, if any. Looks only at incomplete LSNs past `completed_lsn`.
     #[cold]
-    fn held_by_caller(&self, lsn: Lsn) -> Option<HeldByCaller> {
+    fn held_by_caller(&self, lsn: Lsn) -> Option<Lsn> {
         let me = thread_token();
         if me == 0 {
             // An exiting thread's token names nobody; it holds no reservation either (its
             // reservations were dropped with its stack).
             return None;
         }
-        (self.completed_lsn() + 1..=lsn)
-            .find(|&l| {
-                let s = &self.slots[slot(l)];
-                // `l` is reserved (`lsn < next`), so its maker is the one stored for `l`
-                // (before `next` passed it), not one of an LSN RING earlier. A record this
-                // thread completed shows as done to this thread.
-                s.done.load(Ordering::Acquire) != l && s.maker.load(Ordering::Relaxed) == me
-            })
-            .map(|held| HeldByCaller { held })
+        (self.completed_lsn() + 1..=lsn).find(|&l| {
+            let s = &self.slots[slot(l)];
+            // `l` is reserved (`lsn < next`), so its maker is the one stored for `l`
+            // (before `next` passed it), not one of an LSN RING earlier. A record this
+            // thread completed shows as done to this thread.
+            s.done.load(Ordering::Acquire) != l && s.maker.load(Ordering::Relaxed) == me
+        })
     }
 
-    /// `force(lsn)`, or `Ok(Err(h))` without forcing anything if that would wait for a
-    /// record the caller itself holds open.
-    fn force_upto(&self, lsn: Lsn) -> Result<std::result::Result<(), HeldByCaller>> {
+    /// `force(lsn)`, or `Ok(Some(held))` without forcing anything if that would wait for
+    /// `held`, a record the caller itself holds open.
+    fn force_upto(&self, lsn: Lsn) -> Result<Option<Lsn>> {
         if self.durable_lsn() >= lsn {
-            return self.media.check().map(Ok);
+            return self.media.check().map(|()| None);
         }
         let next = self.next_lsn();
         if lsn >= next {
@@ -749,7 +738,7 @@ impl Log {
             // Waiting: for other threads' records only. The caller's own open ones do not
             // change while it is here.
             if let Some(h) = self.held_by_caller(lsn) {
-                return Ok(Err(h));
+                return Ok(Some(h));
             }
             let mut spins = 0u32;
             while self.completed_lsn() < lsn {
@@ -759,7 +748,7 @@ impl Log {
         let mut f = self.force.lock();
         let durable = self.durable_lsn();
         if durable >= lsn {
-            return self.media.check().map(Ok);
+            return self.media.check().map(|()| None);
         }
         let target = self.completed_lsn();
         let end = self.ends[(target % RING) as usize].load(Ordering::Acquire);
@@ -774,7 +763,7 @@ impl Log {
         f.window_max = f.window_max.max(w);
         f.histogram[bucket(w)] += 1;
         self.durable.0.store(target, Ordering::Release);
-        Ok(Ok(()))
+        Ok(None)
     }
 
     /// Flushes the records `durable + 1 ..= target` (complete; they span virtual offsets
@@ -834,9 +823,7 @@ impl Log {
                 next,
             });
         }
-        if let Err(h) = self.force_upto(upto)? {
-            return Err(self.held_error("reclaim", upto, h, None));
-        }
+        self.force_for("reclaim", upto, None)?;
         let mut sb = self.sb.lock();
         if upto < sb.line.start_lsn {
             return Ok(());
