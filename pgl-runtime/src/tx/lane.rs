@@ -128,6 +128,11 @@ impl Touched {
         (0..4).any(|i| self.0[i] & other.0[i] != 0)
     }
 
+    /// The set published in `slots` (read `Relaxed`: after the word that orders it).
+    fn load(slots: &[AtomicU64; 4]) -> Touched {
+        Touched(std::array::from_fn(|w| slots[w].load(Ordering::Relaxed)))
+    }
+
     /// The bits of this set that `other` lacks.
     fn minus(&self, other: &Touched) -> Touched {
         Touched(std::array::from_fn(|i| self.0[i] & !other.0[i]))
@@ -205,16 +210,7 @@ impl Lane {
     /// its owner (they belong to that record or to a later one of the lane).
     #[inline]
     pub(crate) fn deferred_touched(&self) -> Touched {
-        Touched(std::array::from_fn(|i| {
-            self.gen.deferred[i].load(Ordering::Relaxed)
-        }))
-    }
-
-    /// The chunks of the lane's latest retired record, as published.
-    fn retired_touched(&self) -> Touched {
-        Touched(std::array::from_fn(|i| {
-            self.gen.touched[i].load(Ordering::Relaxed)
-        }))
+        Touched::load(&self.gen.deferred)
     }
 }
 
@@ -316,15 +312,32 @@ impl Lanes {
             lane.gen.owner.store(0, Ordering::Release);
             return;
         }
-        let old = lane.deferred_touched();
-        self.dir_set(lane.idx, &touched.minus(&old), Set::Deferred);
-        for (slot, &bits) in lane.gen.deferred.iter().zip(&touched.0) {
+        let g = &lane.gen;
+        self.republish(lane.idx, Set::Deferred, &g.deferred, touched, || {
+            // Release: a reader that sees the owner sees the set. A plain store on x86, not
+            // a locked instruction (which would wait for pending write-backs).
+            g.owner.store(owner, Ordering::Release);
+        });
+    }
+
+    /// Publishes `new` as lane `i`'s `set` (stored in `slots`), `publish` making it count,
+    /// with the directory entered before and the bits it lost removed after (module docs).
+    /// Call it holding the lane's lock.
+    fn republish(
+        &self,
+        i: usize,
+        set: Set,
+        slots: &[AtomicU64; 4],
+        new: &Touched,
+        publish: impl FnOnce(),
+    ) {
+        let old = Touched::load(slots);
+        self.dir_set(i, &new.minus(&old), set);
+        for (slot, &bits) in slots.iter().zip(&new.0) {
             slot.store(bits, Ordering::Relaxed);
         }
-        // Release: a reader that sees the owner sees the set above. A plain store on x86,
-        // not a locked instruction (which would wait for pending write-backs).
-        lane.gen.owner.store(owner, Ordering::Release);
-        self.dir_clear(lane.idx, &old.minus(touched), Set::Deferred);
+        publish();
+        self.dir_clear(i, &old.minus(new), set);
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Lane> {
@@ -396,9 +409,7 @@ impl Lanes {
             // one of the same lane, whose seal has then replaced it (see the module docs).
             let r = l.gen.retire.load(Ordering::Acquire);
             if r > l.gen.flushed.load(Ordering::Relaxed) {
-                let theirs = Touched(std::array::from_fn(|i| {
-                    l.gen.touched[i].load(Ordering::Relaxed)
-                }));
+                let theirs = Touched::load(&l.gen.touched);
                 if theirs.meets(mine) {
                     f(l.idx, r);
                 }
@@ -415,14 +426,10 @@ impl Lanes {
     /// touched `touched`. Call it holding lane `i`'s lock.
     pub(crate) fn retired(&self, i: usize, touched: &Touched) {
         let g = &self.lanes[i].gen;
-        let old = self.lanes[i].retired_touched();
-        self.dir_set(i, &touched.minus(&old), Set::Retired);
-        for (slot, &bits) in g.touched.iter().zip(&touched.0) {
-            slot.store(bits, Ordering::Relaxed);
-        }
-        // Release: a reader that sees the new generation sees the set above.
-        g.retire.fetch_add(1, Ordering::AcqRel);
-        self.dir_clear(i, &old.minus(touched), Set::Retired);
+        self.republish(i, Set::Retired, &g.touched, touched, || {
+            // Release: a reader that sees the new generation sees the set.
+            g.retire.fetch_add(1, Ordering::AcqRel);
+        });
     }
 }
 
