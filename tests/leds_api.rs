@@ -883,3 +883,83 @@ fn the_hidden_linked_alloc_gives_a_new_chain_to_one_owner() {
 // The views hold transaction handles: like them, they stay on the transaction's thread.
 static_assertions::assert_not_impl_any!(pgl::Ext<'static, v1::Node>: Send, Sync);
 static_assertions::assert_not_impl_any!(pgl::ExtMut<'static, v1::Node>: Send, Sync);
+
+/// An oid of the type `_of` is (for naming a group's hidden type, which only
+/// `#[extendible]`'s glue does).
+fn oid_as<T: Persistent>(_of: &T, off: u64) -> Oid<T> {
+    Oid::from_raw(off)
+}
+
+#[test]
+fn an_extension_group_is_changed_or_freed_only_through_its_owner() {
+    use pgl::__private::{ExtGroups, Extendible};
+    let (pool, path) = pool("group-direct");
+    let n = v1_node(&pool, 3, 30, 0, "three");
+    // 3 attempts, one per way of writing an object, each refused with the group intact.
+    let refused = pool
+        .tx(|tx| {
+            let view = tx.ext(n)?;
+            let link = Extendible::__link(&*view);
+            let group = oid_as(ExtGroups::__groups(&view).g1, link);
+            let opened = tx.open(group).map(drop);
+            let freed = tx.free(group);
+            Ok((opened, freed, group))
+        })
+        .unwrap();
+    let (opened, freed, group) = refused;
+    for (what, r) in [("tx.open", opened), ("tx.free", freed)] {
+        match r {
+            Err(Error::InvalidOid { reason, .. }) => {
+                assert!(reason.contains("through its owner"), "{what}: {reason}")
+            }
+            other => panic!("{what} of an extension group: {other:?}"),
+        }
+    }
+    match pool.open_mut(group).map(drop) {
+        Err(Error::InvalidOid { reason, .. }) => assert!(reason.contains("extension group")),
+        other => panic!("pool.open_mut of an extension group: {other:?}"),
+    }
+    use v1::NodeExtFields as _;
+    let name = pool
+        .tx(|tx| Ok(tx.ext(n)?.name().as_str().to_owned()))
+        .unwrap();
+    assert_eq!(name, "three");
+    assert_eq!(
+        pool.objects().unwrap().len(),
+        2,
+        "base and group, both live"
+    );
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn a_transaction_reads_the_groups_it_changed_or_created() {
+    use v1::NodeExtFields as _;
+    let (pool, path) = pool("group-own-writes");
+    let n = v1_node(&pool, 4, 40, 0, "four");
+    let old = v0_node(&pool, 6, 60).cast::<v1::Node>();
+    pool.tx(|tx| {
+        // Groups read in place first, then changed: the next read sees the change.
+        assert_eq!(tx.ext(n)?.name().as_str(), "four");
+        tx.ext_mut(n)?.set_name(PStr::truncating("changed"));
+        assert_eq!(tx.ext(n)?.name().as_str(), "changed");
+        // A group this transaction created (the upgrade) and then changed.
+        assert_eq!(tx.ext(old)?.name().as_str(), "node6");
+        tx.ext_mut(old)?.set_name(PStr::truncating("six"));
+        assert_eq!(tx.ext(old)?.name().as_str(), "six");
+        Ok(())
+    })
+    .unwrap();
+    let names = pool
+        .tx(|tx| {
+            Ok((
+                tx.ext(n)?.name().as_str().to_owned(),
+                tx.ext(old)?.name().as_str().to_owned(),
+            ))
+        })
+        .unwrap();
+    assert_eq!(names, ("changed".to_owned(), "six".to_owned()));
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}

@@ -33,6 +33,24 @@ mod v1 {
     }
 }
 
+/// v1 with a second group: upgrading a v1 object to it relinks group 1.
+mod v2 {
+    use pgl::{extendible, Persistent};
+    #[extendible]
+    #[derive(Persistent)]
+    #[pgl(id = 0x1ed5_cc01)]
+    #[repr(C)]
+    pub struct Counter {
+        pub id: u64,
+        #[extension(1, init = |old| old.id() * 2)]
+        pub double: u64,
+        #[extension(1, init = 0)]
+        pub hits: u64,
+        #[extension(2, init = |old| old.double() + 1)]
+        pub odd: u64,
+    }
+}
+
 use v1::CounterExtFields as _;
 
 const OBJECTS: usize = 300;
@@ -92,6 +110,56 @@ fn two_threads_upgrade_each_object_once() {
         Ok(())
     })
     .unwrap();
+    drop(pool);
+    std::fs::remove_file(&path).unwrap();
+}
+
+/// A transaction reads extension groups under their owner's lock alone; one that adds a
+/// group to the object (relinking group 1) must therefore wait for it to end.
+#[test]
+fn an_upgrade_waits_for_a_reader_of_the_groups_it_relinks() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use v2::CounterExtFields as _;
+    let path = support::test_dir().join(format!("pgl-leds-relink-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let pool = Pool::create(&path, &Config::small("relink")).unwrap();
+    let o: Oid<v1::Counter> = pool
+        .tx(|tx| {
+            tx.alloc_ext(v1::CounterData {
+                id: 5,
+                double: 10,
+                hits: 3,
+            })
+        })
+        .unwrap();
+    let upgraded = AtomicBool::new(false);
+    let reading = Barrier::new(2);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut first = true;
+            pool.tx(|tx| {
+                let c = tx.ext(o)?;
+                if std::mem::take(&mut first) {
+                    reading.wait();
+                }
+                std::thread::sleep(std::time::Duration::from_millis(150));
+                assert!(
+                    !upgraded.load(Ordering::SeqCst),
+                    "group 1 was relinked under a reader holding its owner"
+                );
+                assert_eq!((*c.double(), *c.hits()), (10, 3));
+                Ok(())
+            })
+            .unwrap();
+        });
+        reading.wait();
+        let odd = pool
+            .tx(|tx| Ok(*tx.ext(o.cast::<v2::Counter>())?.odd()))
+            .unwrap();
+        upgraded.store(true, Ordering::SeqCst);
+        assert_eq!(odd, 11);
+    });
+    assert_eq!(pool.stats().upgrades, 1);
     drop(pool);
     std::fs::remove_file(&path).unwrap();
 }

@@ -39,6 +39,12 @@ pub unsafe trait Persistent: Send + Sync + Sized + 'static {
     /// (an `#[extendible]` base and its extension groups). `Tx::free` frees the tail too.
     #[doc(hidden)]
     const __OWNS_TAIL: bool = false;
+    /// Whether this is an extension group of an `#[extendible]` struct (its hidden
+    /// struct, `#[pgl(__group_of(..))]`): its bytes change only through its owner, in a
+    /// transaction holding the owner's write lock (see `leds::chain`), so `tx.open`,
+    /// `tx.free`, `tx.alloc` and `pool.open_mut` refuse it.
+    #[doc(hidden)]
+    const __GROUP: bool = false;
 }
 
 /// The bytes of a persistent value (its in-pool representation).

@@ -93,6 +93,11 @@ fn expand(
             const __OWNS_TAIL: bool = true;
         )
     });
+    let group = cont.attrs.group_of.is_some().then(|| {
+        quote!(
+            const __GROUP: bool = true;
+        )
+    });
     let error = error.map(syn::Error::into_compile_error);
     quote! {
         #error
@@ -108,6 +113,7 @@ fn expand(
                 const LAYOUT: u64 = { #fingerprint };
                 const TYPE_NAME: &'static str = #name;
                 #owns_tail
+                #group
             }
         };
         #accessors

@@ -13,7 +13,7 @@ use super::extendible::{Extendible, ExtendibleData, MAX_GROUPS};
 use super::link::ExtLink;
 use super::view::{Ext, ExtMut};
 use crate::persistent::{group_type_id, Oid};
-use crate::tx::Tx;
+use crate::tx::{GroupScope, Tx};
 use crate::{Error, Result};
 
 /// Offsets of groups 1 to `GROUPS` (0 where missing) and how many are present.
@@ -121,7 +121,9 @@ impl<'p> Tx<'p> {
             chain.offs[chain.present] = link;
             chain.present += 1;
             let k = chain.present;
-            link = T::__next(self, k, link).map_err(|e| in_part::<T>(e, k))?;
+            link = self
+                .with_groups(GroupScope::Read, || T::__next(self, k, link))
+                .map_err(|e| in_part::<T>(e, k))?;
         }
         Ok(chain)
     }
@@ -141,21 +143,24 @@ impl<'p> Tx<'p> {
         for &g in &chain.offs[..have] {
             self.verify_link_holder(g)?;
         }
-        {
+        // Groups change only under their owner's write lock (see `GroupScope`).
+        self.write_lock(oid.raw())?;
+        self.with_groups(GroupScope::Write, || {
             let base = self.get(oid)?;
             for k in have + 1..=T::GROUPS {
                 chain.offs[k - 1] = T::__upgrade(self, k, &*base, &chain.offs[..k - 1])
                     .map_err(|e| in_part::<T>(e, k))?;
             }
-        }
-        for k in have + 1..T::GROUPS {
-            T::__set_next(self, k, chain.offs[k - 1], chain.offs[k])?;
-        }
-        if have == 0 {
-            self.set_link(oid, chain.offs[0])?;
-        } else {
-            T::__set_next(self, have, chain.offs[have - 1], chain.offs[have])?;
-        }
+            drop(base);
+            for k in have + 1..T::GROUPS {
+                T::__set_next(self, k, chain.offs[k - 1], chain.offs[k])?;
+            }
+            if have == 0 {
+                self.set_link(oid, chain.offs[0])
+            } else {
+                T::__set_next(self, have, chain.offs[have - 1], chain.offs[have])
+            }
+        })?;
         chain.present = T::GROUPS;
         self.note_upgrade();
         Ok(true)
@@ -171,28 +176,32 @@ impl<'p> Tx<'p> {
         // or whose group has another layout, takes the walk, which upgrades it or names
         // the group at fault. Other errors (damage, conflicts) go up as they are, for the
         // transaction to repair or retry.
+        // The groups are read under the base's lock (see `GroupScope`): `base` holds it.
         let base = self.get(oid).map_err(|e| in_part::<T>(e, 0))?;
-        if let Some(groups) = T::__reads(self, base.__link()).or_else(walk_instead)? {
+        let reads = |link| self.with_groups(GroupScope::Read, || T::__reads(self, link));
+        if let Some(groups) = reads(base.__link()).or_else(walk_instead)? {
             return Ok(Ext::new(oid, base, groups));
         }
         drop(base);
         self.upgrade(oid)?;
         let base = self.get(oid)?;
-        let groups = T::__reads(self, base.__link())?.ok_or_else(|| incomplete::<T>(oid))?;
+        let groups = reads(base.__link())?.ok_or_else(|| incomplete::<T>(oid))?;
         Ok(Ext::new(oid, base, groups))
     }
 
     /// Opens an `#[extendible]` object and every extension group this build knows for
     /// update (micro-buffers, like [`Tx::open`]), upgrading it first as [`Tx::ext`] does.
     pub fn ext_mut<T: Extendible>(&self, oid: Oid<T>) -> Result<ExtMut<'_, T>> {
+        // `base` holds the owner's write lock, which opening its groups needs.
         let base = self.open(oid).map_err(|e| in_part::<T>(e, 0))?;
-        if let Some(groups) = T::__muts(self, base.__link()).or_else(walk_instead)? {
+        let muts = |link| self.with_groups(GroupScope::Write, || T::__muts(self, link));
+        if let Some(groups) = muts(base.__link()).or_else(walk_instead)? {
             return Ok(ExtMut::new(base, groups));
         }
         drop(base);
         self.upgrade(oid)?;
         let base = self.open(oid)?;
-        let groups = T::__muts(self, base.__link())?.ok_or_else(|| incomplete::<T>(oid))?;
+        let groups = muts(base.__link())?.ok_or_else(|| incomplete::<T>(oid))?;
         Ok(ExtMut::new(base, groups))
     }
 
@@ -215,7 +224,9 @@ impl<'p> Tx<'p> {
         if D::Struct::GROUPS > MAX_GROUPS {
             return Err(too_many_groups::<D::Struct>());
         }
-        D::Struct::__alloc(self, data).map_err(in_own_part::<D::Struct>)
+        // New objects only: no owner's lock to hold.
+        self.with_groups(GroupScope::Write, || D::Struct::__alloc(self, data))
+            .map_err(in_own_part::<D::Struct>)
     }
 
     /// Allocates a copy of an `#[extendible]` object and of its whole chain (groups this

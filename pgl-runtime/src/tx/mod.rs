@@ -35,5 +35,5 @@ pub(crate) use repair::{repairable, Outcome, RepairCounters};
 pub(crate) use run::{run, try_repair};
 pub(crate) use tail::{link_at_end, TAIL_LINK};
 pub(crate) use thread::{enter_detached, in_tx, leave_detached};
-pub(crate) use tx::verify_in_place;
 pub use tx::Tx;
+pub(crate) use tx::{verify_in_place, GroupScope};

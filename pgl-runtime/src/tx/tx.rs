@@ -34,6 +34,40 @@ pub(crate) struct TxState<'p> {
     pub registered: Vec<(u32, u64, &'static str)>,
     /// Whether it holds the right to add registry entries.
     pub owns_registry: bool,
+    /// Whether it made a buffer of an extension group (opened or allocated one): group
+    /// reads then look for their buffer (see [`GroupScope::Read`]).
+    pub group_bufs: bool,
+}
+
+/// What `#[extendible]`'s generated glue may do with extension groups (types with
+/// `Persistent::__GROUP`) at the moment: `leds::chain` sets it around its calls into the
+/// glue (`Tx::with_groups`), so the glue's plain `tx.get`/`tx.open` calls are the only
+/// way to a group.
+///
+/// Invariant: a group's bytes change only in a transaction that holds its owner's write
+/// lock (`open` refuses a group outside [`GroupScope::Write`], which only holders of that
+/// lock enter; `free` always refuses one: a group goes with its owner's `free`), in a
+/// repair (the pool frozen: no transaction in flight), and in recovery. So a transaction
+/// that holds the owner's lock, read or write, and made no buffer of a group, reads the
+/// group in place without the group's own lock: no one can be writing it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GroupScope {
+    /// Not inside the glue: groups are refused as [`Tx::open`] says.
+    Outside,
+    /// Following the chain of an owner this transaction holds locked (`Tx::ext`).
+    Read,
+    /// Reading, creating or changing the chain of an owner this transaction holds
+    /// write-locked (`Tx::ext_mut`, the upgrade, `Tx::alloc_ext`).
+    Write,
+}
+
+/// Puts the previous [`GroupScope`] back when dropped, even if the glue panics.
+struct ScopeGuard<'a>(&'a Cell<GroupScope>, GroupScope);
+
+impl Drop for ScopeGuard<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.1);
+    }
 }
 
 /// A transaction. Obtained from `pool.tx(|tx| ...)`; every change made through it becomes
@@ -43,6 +77,7 @@ pub struct Tx<'p> {
     pub(crate) lane: &'p Lane,
     pub(crate) st: RefCell<TxState<'p>>,
     pub(crate) done: Cell<bool>,
+    groups: Cell<GroupScope>,
 }
 
 impl<'p> Tx<'p> {
@@ -72,9 +107,32 @@ impl<'p> Tx<'p> {
                 upgrades: 0,
                 registered: Vec::new(),
                 owns_registry: false,
+                group_bufs: false,
             }),
             done: Cell::new(false),
+            groups: Cell::new(GroupScope::Outside),
         })
+    }
+
+    /// Runs `f` (calls into `#[extendible]`'s glue) in group scope `scope`; see
+    /// [`GroupScope`] for what the caller must hold.
+    pub(crate) fn with_groups<R>(&self, scope: GroupScope, f: impl FnOnce() -> R) -> R {
+        let _back = ScopeGuard(&self.groups, self.groups.replace(scope));
+        f()
+    }
+
+    /// Takes the write lock of the object at `off`, as `open` does, without copying it.
+    pub(crate) fn write_lock(&self, off: u64) -> Result<()> {
+        let mut st = self.st.borrow_mut();
+        self.lock(&mut st, off, Held::Write)
+    }
+
+    /// Notes a buffer of a `T` made in this transaction, if `T` is an extension group.
+    #[inline]
+    fn note_buffer<T: Persistent>(&self) {
+        if T::__GROUP {
+            self.st.borrow_mut().group_bufs = true;
+        }
     }
 
     fn lock(&self, st: &mut TxState<'p>, off: u64, want: Held) -> Result<()> {
@@ -214,8 +272,12 @@ impl<'p> Tx<'p> {
     /// Opens the object for update: copies it into a micro-buffer (verifying its checksum)
     /// and returns a handle to the copy. Changes reach NVMM atomically at commit.
     pub fn open<T: Persistent>(&self, oid: Oid<T>) -> Result<Mut<'_, T>> {
+        if T::__GROUP && self.groups.get() != GroupScope::Write {
+            return Err(group_refused::<T>(oid.raw(), "changed"));
+        }
         self.check_layout::<T>(false)?;
         let mut st = self.st.borrow_mut();
+        st.group_bufs |= T::__GROUP;
         let off = oid.raw();
         let mut b = match self.buffer_of::<T>(&st, off)? {
             Some(b) => b,
@@ -272,6 +334,11 @@ impl<'p> Tx<'p> {
     /// Reads the object inside the transaction: from this transaction's buffer if it has
     /// one, else from NVMM under a read lock held until the transaction ends.
     pub fn get<T: Persistent>(&self, oid: Oid<T>) -> Result<Read<'_, T>> {
+        if T::__GROUP && self.groups.get() == GroupScope::Read {
+            if let Some(r) = self.group_in_place(oid)? {
+                return Ok(r);
+            }
+        }
         self.check_layout::<T>(false)?;
         let mut st = self.st.borrow_mut();
         let off = oid.raw();
@@ -297,6 +364,30 @@ impl<'p> Tx<'p> {
         // SAFETY: a live object of type T (checked), 16-byte aligned in the mapping, under a
         // lock this transaction holds until it ends.
         Ok(unsafe { Read::new(p, ReadSource::Locked) })
+    }
+
+    /// An extension group read in place, without its own lock, for `Tx::ext` (which holds
+    /// the owner locked: see [`GroupScope`]); `None` if this transaction made a buffer of
+    /// a group, which `get` then looks for.
+    fn group_in_place<T: Persistent>(&self, oid: Oid<T>) -> Result<Option<Read<'_, T>>> {
+        self.check_layout::<T>(false)?;
+        if self.st.borrow().group_bufs {
+            return Ok(None);
+        }
+        let off = oid.raw();
+        let place = self.eng.heap.locate(off)?;
+        let h = self.header(off);
+        Self::check_type::<T>(off, &h, place.capacity)?;
+        if self.eng.verify == VerifyPolicy::Conservative {
+            verify_in_place(self.eng, off, &h)?;
+        }
+        let p = self.eng.media.ptr(off) as *const T;
+        // SAFETY: a live object of type T (checked), 16-byte aligned in the mapping. No one
+        // writes it until the transaction ends: it is a group, whose writers hold its
+        // owner's write lock (or have the pool frozen, which waits for this transaction),
+        // and this transaction holds the owner's lock until it ends (`GroupScope::Read`);
+        // this transaction has no buffer of it to read instead (`group_bufs`).
+        Ok(Some(unsafe { Read::new(p, ReadSource::Locked) }))
     }
 
     /// Checks that the object at `off`, whose lock this transaction holds, is a `T` (as
@@ -389,6 +480,7 @@ impl<'p> Tx<'p> {
     /// set to `link`.
     fn alloc_value<T: Persistent>(&self, value: T, link: u64) -> Result<Oid<T>> {
         self.check_layout::<T>(true)?;
+        self.note_buffer::<T>();
         let bytes = crate::persistent::bytes_of(&value);
         let link = T::__OWNS_TAIL.then_some(link);
         self.alloc_filled(bytes.len(), T::TYPE_ID, link, |p| p.copy_from_slice(bytes))
@@ -398,6 +490,7 @@ impl<'p> Tx<'p> {
     /// Allocates a new zero-filled object (every `Persistent` type is valid when zeroed).
     pub fn alloc_zeroed<T: Persistent>(&self) -> Result<Oid<T>> {
         self.check_layout::<T>(true)?;
+        self.note_buffer::<T>();
         let link = T::__OWNS_TAIL.then_some(0);
         self.alloc_filled(core::mem::size_of::<T>(), T::TYPE_ID, link, |p| p.fill(0))
             .map(Oid::from_raw)
@@ -435,6 +528,7 @@ impl<'p> Tx<'p> {
     /// ```
     pub fn alloc_unzeroed<T: Persistent>(&self) -> Result<Oid<T>> {
         self.check_layout::<T>(true)?;
+        self.note_buffer::<T>();
         let size = core::mem::size_of::<T>();
         let mut st = self.st.borrow_mut();
         let (off, mut p, sealed) = self.alloc_block(&mut st, size, T::TYPE_ID)?;
@@ -575,6 +669,9 @@ impl<'p> Tx<'p> {
     /// extension groups).
     pub fn free<T: Persistent>(&self, oid: Oid<T>) -> Result<()> {
         let off = oid.raw();
+        if T::__GROUP {
+            return Err(group_refused::<T>(off, "freed"));
+        }
         let vet = |h: &ObjectHeader, capacity| {
             Self::check_type::<T>(off, h, capacity).map(|()| T::TYPE_ID)
         };
@@ -859,6 +956,19 @@ pub(crate) fn verify_in_place(eng: &Engine, off: u64, h: &ObjectHeader) -> Resul
 /// without waiting: `Error::LockedByThisThread` if this thread's own `Ref` blocks a write
 /// lock or its own `Detached` holds the object (no retry can succeed while the closure
 /// runs), else `Error::Conflict`.
+/// `tx.open`/`tx.free`/`pool.open_mut` of an extension group: groups change only
+/// through their owner (see [`GroupScope`]).
+pub(crate) fn group_refused<T: Persistent>(off: u64, what: &str) -> Error {
+    Error::invalid_oid(
+        off,
+        format!(
+            "`{}` is an extension group of an #[extendible] struct: it is {what} only \
+             through its owner (tx.ext_mut, tx.free of the owner)",
+            T::TYPE_NAME
+        ),
+    )
+}
+
 fn take_stripe(eng: &Engine, held: &mut HeldStripes, off: u64, want: Held) -> Result<()> {
     let stripe = ObjectLocks::stripe(off);
     let ok = match (want, held.get(stripe)) {
