@@ -50,6 +50,13 @@ pub(crate) struct TxState<'p> {
 /// repair (the pool frozen: no transaction in flight), and in recovery. So a transaction
 /// that holds the owner's lock, read or write, and made no buffer of a group, reads the
 /// group in place without the group's own lock: no one can be writing it.
+///
+/// That rests on each group having one owner, which pgl keeps (a link is pgl's: `tail`).
+/// Damage that made an owner's link name another owner's group of the same type, and that
+/// no checksum caught (reads do not verify under the default policy), could let such a
+/// read overlap that other owner's writer: it would see torn bytes of a plain-data group
+/// (no pointers; any bytes are a valid value), as any read of damaged data sees wrong
+/// ones. The paths that act on a link (free, copy, upgrade) verify its holder first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum GroupScope {
     /// Not inside the glue: groups are refused as [`Tx::open`] says.
@@ -385,8 +392,9 @@ impl<'p> Tx<'p> {
         // SAFETY: a live object of type T (checked), 16-byte aligned in the mapping. No one
         // writes it until the transaction ends: it is a group, whose writers hold its
         // owner's write lock (or have the pool frozen, which waits for this transaction),
-        // and this transaction holds the owner's lock until it ends (`GroupScope::Read`);
-        // this transaction has no buffer of it to read instead (`group_bufs`).
+        // and this transaction holds the owner's lock until it ends (`GroupScope::Read`;
+        // one owner per group, short of undetected damage: see there); this transaction
+        // has no buffer of it to read instead (`group_bufs`).
         Ok(Some(unsafe { Read::new(p, ReadSource::Locked) }))
     }
 
