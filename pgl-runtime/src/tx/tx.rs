@@ -361,16 +361,23 @@ impl<'p> Tx<'p> {
             return Ok(unsafe { Read::new(p, ReadSource::Buffer(b)) });
         }
         self.lock(&mut st, off, Held::Read)?;
+        let p = self.vet_in_place::<T>(off)?;
+        // SAFETY: a live object of type T (checked), 16-byte aligned in the mapping, under a
+        // lock this transaction holds until it ends.
+        Ok(unsafe { Read::new(p, ReadSource::Locked) })
+    }
+
+    /// Checks that the object at `off` is a live `T` (verifying it too under the
+    /// conservative policy) and returns where it lies in the mapping. The caller keeps
+    /// writers off it (its lock, or its owner's: see [`GroupScope`]).
+    fn vet_in_place<T: Persistent>(&self, off: u64) -> Result<*const T> {
         let place = self.eng.heap.locate(off)?;
         let h = self.header(off);
         Self::check_type::<T>(off, &h, place.capacity)?;
         if self.eng.verify == VerifyPolicy::Conservative {
             verify_in_place(self.eng, off, &h)?;
         }
-        let p = self.eng.media.ptr(off) as *const T;
-        // SAFETY: a live object of type T (checked), 16-byte aligned in the mapping, under a
-        // lock this transaction holds until it ends.
-        Ok(unsafe { Read::new(p, ReadSource::Locked) })
+        Ok(self.eng.media.ptr(off) as *const T)
     }
 
     /// An extension group read in place, without its own lock, for `Tx::ext` (which holds
@@ -381,14 +388,7 @@ impl<'p> Tx<'p> {
         if self.st.borrow().group_bufs {
             return Ok(None);
         }
-        let off = oid.raw();
-        let place = self.eng.heap.locate(off)?;
-        let h = self.header(off);
-        Self::check_type::<T>(off, &h, place.capacity)?;
-        if self.eng.verify == VerifyPolicy::Conservative {
-            verify_in_place(self.eng, off, &h)?;
-        }
-        let p = self.eng.media.ptr(off) as *const T;
+        let p = self.vet_in_place::<T>(oid.raw())?;
         // SAFETY: a live object of type T (checked), 16-byte aligned in the mapping. No one
         // writes it until the transaction ends: it is a group, whose writers hold its
         // owner's write lock (or have the pool frozen, which waits for this transaction),
