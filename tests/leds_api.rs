@@ -963,3 +963,23 @@ fn a_transaction_reads_the_groups_it_changed_or_created() {
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
+
+#[test]
+fn a_transaction_reads_the_groups_of_a_copy_it_made() {
+    use copyable::PairExtFields as _;
+    let (pool, path) = pool("copy-ext-read");
+    let (x, _) = two_pairs(&pool);
+    // copy_ext buffers the copied groups (new, uncommitted): a read of the copy in the
+    // same transaction must find them there, not read their blocks in place.
+    let (c, read) = pool
+        .tx(|tx| {
+            let c = tx.copy_ext(x)?;
+            let e = tx.ext(c)?;
+            Ok((c, (e.a, *e.b())))
+        })
+        .unwrap();
+    assert_eq!(read, (1, 100), "the copy read in the transaction that made it");
+    assert_eq!(pair(&pool, c), (1, 100));
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
