@@ -978,7 +978,11 @@ fn a_transaction_reads_the_groups_of_a_copy_it_made() {
             Ok((c, (e.a, *e.b())))
         })
         .unwrap();
-    assert_eq!(read, (1, 100), "the copy read in the transaction that made it");
+    assert_eq!(
+        read,
+        (1, 100),
+        "the copy read in the transaction that made it"
+    );
     assert_eq!(pair(&pool, c), (1, 100));
     drop(pool);
     std::fs::remove_file(path).unwrap();

@@ -34,8 +34,9 @@ pub(crate) struct TxState<'p> {
     pub registered: Vec<(u32, u64, &'static str)>,
     /// Whether it holds the right to add registry entries.
     pub owns_registry: bool,
-    /// Whether it made a buffer of an extension group (opened or allocated one): group
-    /// reads then look for their buffer (see [`GroupScope::Read`]).
+    /// Whether it made a buffer of an extension group (opened, allocated, copied with
+    /// `copy_ext` or freed with its owner): group reads then look for their buffer (see
+    /// [`GroupScope::Read`]).
     pub group_bufs: bool,
 }
 
@@ -589,6 +590,8 @@ impl<'p> Tx<'p> {
         type_id: u32,
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<u64> {
+        // A buffer of a group (`copy_ext`'s copies): group reads must look for it.
+        self.st.borrow_mut().group_bufs = true;
         self.alloc_filled(size, type_id, None, fill)
     }
 
@@ -847,6 +850,8 @@ impl<'p> Tx<'p> {
     pub(crate) fn free_raw(&self, off: u64) -> Result<()> {
         let mut guard = self.st.borrow_mut();
         let st = &mut *guard;
+        // A freed-entry of a group (an owner's tail): group reads must meet it.
+        st.group_bufs = true;
         match self.buffered(st, off)? {
             // SAFETY: see `open`.
             Some(mut b) => self.free_buffered(st, off, unsafe { b.as_mut() }),
