@@ -72,6 +72,25 @@ mod grouped {
     }
 }
 
+/// `grouped` with a second group: upgrading a `grouped` object to it changes only the
+/// groups (the base already links group 1).
+mod grouped2 {
+    use pgl::{extendible, Oid, Persistent};
+    #[extendible]
+    #[derive(Persistent)]
+    #[pgl(id = 0x1ed5_a011)]
+    #[repr(C)]
+    pub struct Node {
+        pub key: u32,
+        pub value: u32,
+        pub next: Oid<Node>,
+        #[extension(1, init = |old| u64::from(old.key()) * 3)]
+        pub triple: u64,
+        #[extension(2, init = |old| old.triple() + 1)]
+        pub more: u64,
+    }
+}
+
 fn path(name: &str) -> std::path::PathBuf {
     let p = support::test_dir().join(format!("pgl-leds-retain-{name}-{}", std::process::id()));
     let _ = std::fs::remove_file(&p);
@@ -647,6 +666,50 @@ fn reset_on_mismatch_discards_a_pool_whose_types_changed() {
     drop(pool);
     let pool = Pool::reset(&p, &cfg).unwrap();
     assert_eq!(pool.objects().unwrap().len(), 0);
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
+fn another_thread_cannot_add_a_group_to_an_old_object_while_it_is_migrated() {
+    // The upgrade to `grouped2` relinks group 1 and leaves the base's bytes as they are:
+    // it is refused all the same (the migration would free the new group unread).
+    use std::sync::mpsc;
+    let p = path("upgrade-during");
+    let pool = grouped_list(&p, &Config::small("retain"), 20);
+    let root = pool.root::<[u64; 4]>().unwrap();
+    let first: Oid<grouped::Node> = Oid::from_raw(pool.get(root).unwrap()[0]);
+    let (to_writer, go) = mpsc::channel::<()>();
+    let (done, from_writer) = mpsc::channel::<()>();
+    let upgrade = std::thread::scope(|s| {
+        let pool = &pool;
+        let writer = s.spawn(move || {
+            go.recv().unwrap();
+            let r = pool.tx(|tx| tx.upgrade(first.cast::<grouped2::Node>()));
+            done.send(()).unwrap();
+            r
+        });
+        let mut to_writer = Some(to_writer);
+        pool.migration()
+            .batch(1)
+            .convert_ext(|o, r| {
+                if let Some(tx) = to_writer.take() {
+                    tx.send(()).unwrap();
+                    from_writer
+                        .recv_timeout(std::time::Duration::from_secs(10))
+                        .unwrap();
+                }
+                flatten(o, r)
+            })
+            .run()
+            .unwrap();
+        writer.join().unwrap()
+    });
+    match upgrade {
+        Err(e @ pgl::Error::Migrating { .. }) => assert!(e.to_string().contains("change"), "{e}"),
+        other => panic!("an upgrade during the migration: {other:?}"),
+    }
+    assert_eq!(pool.stats().upgrades, 0);
     drop(pool);
     std::fs::remove_file(&p).unwrap();
 }

@@ -41,8 +41,9 @@ pub unsafe trait Persistent: Send + Sync + Sized + 'static {
     const __OWNS_TAIL: bool = false;
     /// Whether this is an extension group of an `#[extendible]` struct (its hidden
     /// struct, `#[pgl(__group_of(..))]`): its bytes change only through its owner, in a
-    /// transaction holding the owner's write lock (see `leds::chain`), so `tx.open`,
-    /// `tx.free`, `tx.alloc` and `pool.open_mut` refuse it.
+    /// transaction holding the owner's write lock (see `tx::GroupScope`), so `tx.open`
+    /// (outside the generated glue), `tx.free` and `pool.open_mut` refuse it. (An
+    /// allocation of one is allowed: a group no owner links changes no one's reads.)
     #[doc(hidden)]
     const __GROUP: bool = false;
 }

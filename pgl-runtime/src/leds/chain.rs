@@ -143,7 +143,10 @@ impl<'p> Tx<'p> {
         for &g in &chain.offs[..have] {
             self.verify_link_holder(g)?;
         }
-        // Groups change only under their owner's write lock (see `GroupScope`).
+        // A change to the owner, like any `open` of it: refused while another thread's
+        // Manual migration converts its type (it would lose the new groups). Groups change
+        // only under their owner's write lock (see `GroupScope`).
+        self.eng.migrating.check("change", T::TYPE_ID, oid.raw())?;
         self.write_lock(oid.raw())?;
         self.with_groups(GroupScope::Write, || {
             let base = self.get(oid)?;
