@@ -29,6 +29,9 @@ pub mod pool_file {}
 #[doc = include_str!("log.md")]
 pub mod log {}
 
+#[doc = include_str!("performance.md")]
+pub mod performance {}
+
 #[doc = include_str!("cli.md")]
 pub mod cli {}
 
