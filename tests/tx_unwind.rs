@@ -105,3 +105,41 @@ fn a_ref_blocks_frees_by_this_thread() {
     drop(pool);
     std::fs::remove_file(&path).unwrap();
 }
+
+#[test]
+fn a_nested_transaction_that_panics_aborts_the_outer_one_even_if_caught() {
+    // A nested `pool.tx` joins the outer transaction; if it panics, what it changed before
+    // the panic must not commit with the outer one, even when the outer closure catches
+    // the panic and returns `Ok` (as an inner error aborts the outer).
+    let path = tmp("nestedpanic");
+    let pool = Pool::create(&path, &Config::small("np")).unwrap();
+    let root = pool.root::<[u64; 4]>().unwrap();
+    let r = pool.tx(|tx| {
+        tx.open(root)?.write_at(0, &1u64);
+        let caught = catch_unwind(AssertUnwindSafe(|| {
+            pool.tx(|tx| {
+                tx.open(root)?.write_at(8, &2u64);
+                panic!("inner transaction panics halfway");
+                #[allow(unreachable_code)]
+                Ok(())
+            })
+        }));
+        assert!(caught.is_err());
+        Ok(())
+    });
+    assert!(matches!(r, Err(Error::Aborted { .. })), "{r:?}");
+    assert_eq!(
+        *pool.get(root).unwrap(),
+        [0; 4],
+        "nothing of either committed"
+    );
+    // The pool is usable afterwards.
+    pool.tx(|tx| {
+        tx.open(root)?.write_at(0, &3u64);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(pool.get(root).unwrap()[0], 3);
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
