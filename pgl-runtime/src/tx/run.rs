@@ -17,7 +17,12 @@ pub(crate) fn run<'p, R>(eng: &'p Engine, mut f: impl FnMut(&Tx<'p>) -> Result<R
         // lives on the enclosing frame for the whole of this call, and is only used through
         // `&self` methods (interior mutability), so sharing it is sound.
         let outer: &Tx<'p> = unsafe { &*(p as *const Tx<'p>) };
-        return f(outer).inspect_err(|e| outer.poison(e));
+        // A panic out of the nested closure fails the outer transaction too, as an error
+        // does: caught by the outer closure, it must not commit half the nested changes.
+        let guard = PoisonOnUnwind(outer);
+        let r = f(outer).inspect_err(|e| outer.poison(e));
+        core::mem::forget(guard);
+        return r;
     }
     let mut attempt = 0u32;
     let mut repairs = 0u32;
@@ -54,6 +59,22 @@ pub(crate) fn run<'p, R>(eng: &'p Engine, mut f: impl FnMut(&Tx<'p>) -> Result<R
                 return Err(e);
             }
             ok => return ok,
+        }
+    }
+}
+
+/// Poisons a joined transaction when dropped: by the unwinding of a panic out of a nested
+/// closure (forgotten when the closure returns).
+struct PoisonOnUnwind<'a, 'p>(&'a Tx<'p>);
+
+impl Drop for PoisonOnUnwind<'_, '_> {
+    fn drop(&mut self) {
+        // `try_borrow_mut`: a second panic while unwinding would abort the process (the
+        // state is not borrowed here: the borrows of the panicking frames are gone).
+        if let Ok(mut st) = self.0.st.try_borrow_mut() {
+            st.poison.get_or_insert(Error::Aborted {
+                reason: "a nested pool.tx panicked".into(),
+            });
         }
     }
 }
