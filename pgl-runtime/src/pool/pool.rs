@@ -282,7 +282,23 @@ impl Pool {
         // the type check below runs without it, so a root held by a transaction elsewhere
         // never makes a second caller wait while holding the lock.
         let cur = {
-            let g = self.inner.root_lock.lock();
+            let g = if tx::in_tx(eng) {
+                // Never waited for inside a transaction: its holder may be creating (or
+                // migrating) the root, in a transaction that needs a lane, and this one
+                // holds a lane. A conflict runs the closure again, its lane released.
+                match self.inner.root_lock.try_lock() {
+                    Some(g) => g,
+                    None => return Err(eng.named(tx::conflict_in_tx(eng, word))),
+                }
+            } else if tx::detached_held(eng.id) {
+                // This thread's `Detached` handles hold lanes too: a wait, but a bounded one.
+                match self.inner.root_lock.try_lock_for(tx::WAIT) {
+                    Some(g) => g,
+                    None => return Err(eng.named(Error::Conflict { offset: word })),
+                }
+            } else {
+                self.inner.root_lock.lock()
+            };
             // SAFETY: the root word lies in zone 0's metadata; it changes only under root_lock.
             let cur = unsafe { eng.media.read_u64(word) };
             if cur == 0 {

@@ -82,6 +82,19 @@ pub(crate) fn read_lock(eng: &Engine, off: u64) -> Result<u32> {
     Ok(stripe)
 }
 
+/// `Error::Conflict` at `offset` for an operation this thread's open transaction of `eng`
+/// must not wait for (its holder may need a lane, and this thread holds one): the
+/// transaction is poisoned, so that `run` runs the closure again, its lane released
+/// meanwhile.
+pub(crate) fn conflict_in_tx(eng: &Engine, offset: u64) -> Error {
+    let e = Error::Conflict { offset };
+    if let Some(p) = active(eng.id) {
+        // SAFETY: registered by `run` on this thread; that Tx is alive on its frame.
+        unsafe { &*(p as *const Tx<'_>) }.poison(&e);
+    }
+    e
+}
+
 fn get_once<'p, T: Persistent>(eng: &'p Engine, oid: Oid<T>) -> Result<Ref<'p, T>> {
     if !eng.types.knows::<T>() {
         super::registry::check_outside::<T>(eng)?;
