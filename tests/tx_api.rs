@@ -721,3 +721,47 @@ fn errors_about_a_pools_contents_name_its_file_and_the_stored_type() {
     std::fs::remove_file(path).unwrap();
     std::fs::remove_file(other_path).unwrap();
 }
+
+#[test]
+fn two_threads_each_holding_a_detached_handle_do_not_wait_for_each_others_lane() {
+    // Two lanes, each held by one thread's `Detached`; each thread then starts a
+    // transaction, which would wait for the other thread's lane, held until that thread's
+    // own transaction ends: a deadlock. It must end in an error instead.
+    let (pool, path) = pool("detachedcycle");
+    let (a, b, c) = pool
+        .tx(|tx| Ok((tx.alloc(0u64)?, tx.alloc(0u64)?, tx.alloc(0u64)?)))
+        .unwrap();
+    let both = std::sync::Arc::new(std::sync::Barrier::new(2));
+    let (send, recv) = std::sync::mpsc::channel();
+    for (mine, v) in [(a, 1u64), (b, 2u64)] {
+        let (pool, both, send) = (pool.clone(), both.clone(), send.clone());
+        std::thread::spawn(move || {
+            let mut d = pool.open_mut(mine).unwrap();
+            *d = v;
+            both.wait();
+            let r = pool.tx(|tx| {
+                *tx.open(c)? += v;
+                Ok(())
+            });
+            drop(d);
+            let _ = send.send(r);
+        });
+    }
+    for _ in 0..2 {
+        let r = recv
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("hung: each thread waits for the lane of the other's Detached");
+        assert!(
+            matches!(r, Ok(()) | Err(Error::InTransaction { .. })),
+            "{r:?}"
+        );
+    }
+    // Every lane is free again.
+    pool.tx(|tx| {
+        *tx.open(c)? += 10;
+        Ok(())
+    })
+    .unwrap();
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
