@@ -354,7 +354,8 @@ impl Lanes {
     /// are least likely), which becomes home only if home was taken by another thread;
     /// else any free one; else waits for home — or, if `mine` says this thread holds that
     /// one itself (a `Detached` handle, released only when this thread gets on), for the
-    /// next one it does not hold. `None` if this thread holds every lane.
+    /// next one it does not hold. `None` if this thread holds every lane, or if it holds
+    /// one and no other was free within `wait`.
     ///
     /// A pending lane (one whose deferred record is not settled, `deferred.rs`) costs its
     /// taker a fence: after a deferred commit, a thread's next transaction takes another
@@ -363,6 +364,7 @@ impl Lanes {
     pub(crate) fn acquire(
         &self,
         mine: impl Fn(usize) -> bool,
+        wait: std::time::Duration,
     ) -> Option<(&Lane, MutexGuard<'_, LaneState>)> {
         let n = self.lanes.len();
         let hint = HINT.with(|h| h.get()) % n;
@@ -391,7 +393,26 @@ impl Lanes {
         let l = (0..n)
             .map(|i| &self.lanes[(hint + i) % n])
             .find(|l| !mine(l.idx))?;
-        Some((l, l.state.lock()))
+        if !(0..n).any(&mine) {
+            return Some((l, l.state.lock()));
+        }
+        // This thread holds lanes itself, released only when it gets on: so may the
+        // threads holding the others, waiting for this thread's (two `Detached` holders
+        // starting transactions). The wait is bounded: `None` once `wait` has passed.
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            for l in &self.lanes {
+                if !mine(l.idx) {
+                    if let Some(g) = l.state.try_lock() {
+                        return Some((l, g));
+                    }
+                }
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
     }
 
     /// Calls `f(lane, generation)` for each lane whose retire mark may not be durable and

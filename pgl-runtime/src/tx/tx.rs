@@ -94,11 +94,20 @@ impl<'p> Tx<'p> {
     /// would never end.
     #[inline]
     pub(crate) fn begin(eng: &'p Engine, what: &'static str) -> Result<Tx<'p>> {
-        let Some((lane, mut guard)) = eng.lanes.acquire(|i| detached_lane(eng.id, i)) else {
+        let mine = |i| detached_lane(eng.id, i);
+        let Some((lane, mut guard)) = eng.lanes.acquire(mine, super::repair::WAIT) else {
+            if (0..eng.geo.lanes as usize).all(mine) {
+                return Err(Error::InTransaction {
+                    what,
+                    instead: "this thread's pool.open_mut handles hold every lane of the \
+                              pool: commit or drop one first",
+                });
+            }
             return Err(Error::InTransaction {
                 what,
-                instead: "this thread's pool.open_mut handles hold every lane of the pool: \
-                          commit or drop one first",
+                instead: "this thread's pool.open_mut handles hold lanes of the pool, and \
+                          the others stayed busy (perhaps held by other threads' handles, \
+                          waiting for this thread's): commit or drop them first",
             });
         };
         if lane.pending() {
