@@ -12,7 +12,18 @@ type Root = [u64; 4];
 
 #[test]
 fn root_lookups_inside_transactions_do_not_starve_the_roots_creator() {
-    let path = support::test_dir().join(format!("pgl-rootlock-{}", std::process::id()));
+    starve_the_creator("root", |pool| pool.root::<Root>().map(|_| ()));
+}
+
+#[test]
+fn pending_migration_inside_transactions_does_not_starve_the_roots_creator() {
+    starve_the_creator("pending", |pool| pool.pending_migration().map(|_| ()));
+}
+
+/// Two transactions hold both lanes and call `op` while another thread creates the
+/// root (holding the root lock, waiting for a lane).
+fn starve_the_creator(name: &str, op: fn(&Pool) -> pgl::Result<()>) {
+    let path = support::test_dir().join(format!("pgl-rootlock-{name}-{}", std::process::id()));
     let _ = std::fs::remove_file(&path);
     // Two lanes: both taken by transactions below.
     let pool = Pool::create(&path, &Config::small("rootlock")).unwrap();
@@ -30,9 +41,9 @@ fn root_lookups_inside_transactions_do_not_starve_the_roots_creator() {
                     inside.wait(); // both lanes are held now
                     go.wait(); // the creator holds the root lock, waiting for a lane
                 }
-                pool.root::<Root>()
+                op(&pool)
             });
-            let _ = done_send.send(r.map(|_| ()));
+            let _ = done_send.send(r);
         }));
     }
     inside.wait();
