@@ -282,23 +282,7 @@ impl Pool {
         // the type check below runs without it, so a root held by a transaction elsewhere
         // never makes a second caller wait while holding the lock.
         let cur = {
-            let g = if tx::in_tx(eng) {
-                // Never waited for inside a transaction: its holder may be creating (or
-                // migrating) the root, in a transaction that needs a lane, and this one
-                // holds a lane. A conflict runs the closure again, its lane released.
-                match self.inner.root_lock.try_lock() {
-                    Some(g) => g,
-                    None => return Err(eng.named(tx::conflict_in_tx(eng, word))),
-                }
-            } else if tx::detached_held(eng.id) {
-                // This thread's `Detached` handles hold lanes too: a wait, but a bounded one.
-                match self.inner.root_lock.try_lock_for(tx::WAIT) {
-                    Some(g) => g,
-                    None => return Err(eng.named(Error::Conflict { offset: word })),
-                }
-            } else {
-                self.inner.root_lock.lock()
-            };
+            let g = self.lock_root()?;
             // SAFETY: the root word lies in zone 0's metadata; it changes only under root_lock.
             let cur = unsafe { eng.media.read_u64(word) };
             if cur == 0 {
@@ -381,12 +365,30 @@ impl Pool {
     /// Runs `f` with the root word's offset and the root oid it holds, under `root_lock`:
     /// the root changes only there, so `f`'s transaction may move it (`leds`'s migration
     /// moves the root with the objects it converts), as `root` does when creating it.
-    pub(crate) fn with_root_word<R>(&self, f: impl FnOnce(u64, u64) -> R) -> R {
+    pub(crate) fn with_root_word<R>(&self, f: impl FnOnce(u64, u64) -> Result<R>) -> Result<R> {
         let word = self.root_word_offset();
-        let _g = self.inner.root_lock.lock();
+        let _g = self.lock_root()?;
         // SAFETY: the root word lies in zone 0's metadata; it changes only under root_lock.
         let cur = unsafe { self.inner.eng.media.read_u64(word) };
         f(word, cur)
+    }
+
+    /// Takes `root_lock`. Its holder may be creating (or migrating) the root, in
+    /// transactions that need a lane: a thread holding a lane never waits for it for good.
+    /// Inside a transaction not at all: `Error::Conflict`, which runs the closure again
+    /// with the lane released meanwhile; with a `Detached` handle held, up to the repair
+    /// `WAIT`.
+    fn lock_root(&self) -> Result<parking_lot::MutexGuard<'_, ()>> {
+        let eng = &self.inner.eng;
+        let word = self.root_word_offset();
+        let g = if tx::in_tx(eng) {
+            self.inner.root_lock.try_lock()
+        } else if tx::detached_held(eng.id) {
+            self.inner.root_lock.try_lock_for(tx::WAIT)
+        } else {
+            return Ok(self.inner.root_lock.lock());
+        };
+        g.ok_or_else(|| eng.named(tx::conflict_in_tx(eng, word)))
     }
 
     /// Grows the pool to at least `new_size` bytes (whole zones are added).
