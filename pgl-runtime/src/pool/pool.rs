@@ -107,6 +107,11 @@ impl std::fmt::Debug for Pool {
     }
 }
 
+/// How long `pool.root` inside a transaction waits for the root lock before it fails the
+/// transaction with `Error::Conflict`: long enough for a holder that only reads the root
+/// word, short next to a transaction's retry backoff.
+const ROOT_IN_TX_WAIT: std::time::Duration = std::time::Duration::from_micros(200);
+
 /// What to do instead of opening a pool that is open already (`Error::AlreadyOpen`).
 pub(super) const ALREADY_OPEN: &str =
     "share one `Pool` (clone it) instead of opening the file twice, or close the other first";
@@ -275,6 +280,10 @@ impl Pool {
 
     /// The root object of type `T`, created zero-filled on the first call (which must not
     /// be inside a transaction: call `root` once before starting them).
+    ///
+    /// Inside a transaction it does not wait long for another thread that is creating the
+    /// root or moving it (a Manual migration), which may need this thread's lane: after
+    /// a short wait it fails with `Error::Conflict`, and `pool.tx` runs the closure again.
     pub fn root<T: Persistent>(&self) -> Result<Oid<T>> {
         let eng = &self.inner.eng;
         let word = self.root_word_offset();
@@ -375,14 +384,15 @@ impl Pool {
 
     /// Takes `root_lock`. Its holder may be creating (or migrating) the root, in
     /// transactions that need a lane: a thread holding a lane never waits for it for good.
-    /// Inside a transaction not at all: `Error::Conflict`, which runs the closure again
-    /// with the lane released meanwhile; with a `Detached` handle held, up to the repair
-    /// `WAIT`.
+    /// Inside a transaction only `ROOT_IN_TX_WAIT`, then `Error::Conflict`, which runs the
+    /// closure again with the lane released meanwhile; with a `Detached` handle held, up
+    /// to the repair `WAIT`.
     fn lock_root(&self) -> Result<parking_lot::MutexGuard<'_, ()>> {
         let eng = &self.inner.eng;
         let word = self.root_word_offset();
         let g = if tx::in_tx(eng) {
-            self.inner.root_lock.try_lock()
+            // Briefly: most holders only read the word.
+            self.inner.root_lock.try_lock_for(ROOT_IN_TX_WAIT)
         } else if tx::detached_held(eng.id) {
             self.inner.root_lock.try_lock_for(tx::WAIT)
         } else {
