@@ -292,6 +292,19 @@ fn the_policy_is_stored_and_counted() {
     }
     assert_eq!(log.durable_lsn(), 10);
     assert_eq!(log.stats().forces, 2);
+
+    // Sync: each append a force of its own record (its appender makes it durable and
+    // moves the frontier without the force lock: still counted).
+    let h = TempLog::new("sync");
+    let log = Log::create(&h.0, LogConfig::new(1 << 20).flush(FlushMode::None)).unwrap();
+    for i in 0..20u64 {
+        log.append(&i.to_le_bytes()).unwrap();
+    }
+    let s = log.stats();
+    assert_eq!((s.forces, s.forced_records), (20, 20));
+    assert_eq!((s.window_now, s.window_max), (0, 1));
+    assert_eq!(s.window_histogram[0], 20);
+    assert_eq!(log.durable_lsn(), 20);
 }
 
 #[test]

@@ -67,8 +67,11 @@ fn run(policy: ForcePolicy, per_thread: u64, probe_every: u64) {
     assert_eq!(stats.completed, n);
     if policy == ForcePolicy::Sync {
         assert_eq!(stats.window_now, 0);
+        // Every record forced once, by the force lock or by its own appender.
+        assert_eq!(stats.forced_records, n);
     }
     assert!(stats.forces >= 1);
+    assert_eq!(stats.window_histogram.iter().sum::<u64>(), stats.forces);
     drop(log);
     let probes = probes.into_inner().unwrap();
     assert!(!probes.is_empty());
