@@ -1665,6 +1665,21 @@ mod tests {
         }
     }
 
+    /// Checks that the free stack (its lock held: `free`, released here) still holds an
+    /// entry for every free chunk of zone 1 pushed by `push_a_zone_being_added`.
+    fn assert_zone_being_added_kept(
+        heap: &super::Heap,
+        free: parking_lot::MutexGuard<'_, Vec<(u64, u64)>>,
+    ) {
+        let zone1 = free.iter().filter(|e| e.0 == 1).count() as u64;
+        drop(free);
+        assert_eq!(
+            zone1,
+            heap.geo.chunks_per_zone() - 1,
+            "entries of the zone being added were dropped"
+        );
+    }
+
     /// `add_zones` pushes a new zone's free chunks on the stack before it publishes the
     /// zone count: a `new_run` in between pops them. It must keep them (it dropped them as
     /// entries of no zone: every free chunk of the grown zone left the stack, and each new
@@ -1675,7 +1690,6 @@ mod tests {
     fn a_pop_keeps_the_entries_of_a_zone_being_added() {
         let (path, pool) = small_pool("free-stack-grow-pop", 2, 1);
         let heap = &pool.engine().heap;
-        let per = heap.geo.chunks_per_zone();
         let mut free = heap.chunk_lock.lock();
         push_a_zone_being_added(heap, &mut free);
         let got = heap.pop_free(&mut free);
@@ -1683,17 +1697,11 @@ mod tests {
             matches!(got, Some((0, _))),
             "a free chunk of zone 0: {got:?}"
         );
-        let zone1 = free.iter().filter(|e| e.0 == 1).count() as u64;
         // Give the chunk back as `undo` would.
         let (z, c) = got.unwrap();
         heap.zone(z).unwrap().kinds[c as usize]
             .store(KIND_FREE, std::sync::atomic::Ordering::Release);
-        drop(free);
-        assert_eq!(
-            zone1,
-            per - 1,
-            "entries of the zone being added were dropped"
-        );
+        assert_zone_being_added_kept(heap, free);
         drop(pool);
         std::fs::remove_file(&path).unwrap();
     }
@@ -1718,13 +1726,7 @@ mod tests {
         for _ in 0..2 * per + 65 {
             heap.push_free(&mut free, z0, c0, false);
         }
-        let zone1 = free.iter().filter(|e| e.0 == 1).count() as u64;
-        drop(free);
-        assert_eq!(
-            zone1,
-            per - 1,
-            "entries of the zone being added were dropped"
-        );
+        assert_zone_being_added_kept(heap, free);
         drop(pool);
         std::fs::remove_file(&path).unwrap();
     }
