@@ -987,3 +987,81 @@ fn a_transaction_reads_the_groups_of_a_copy_it_made() {
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
+
+/// An item whose group 1 `init` calls back into the pool (what `reenter` does).
+mod reentrant0 {
+    use pgl::{extendible, Persistent};
+    #[extendible]
+    #[derive(Persistent)]
+    #[pgl(id = 0x5eed_0031)]
+    #[repr(C)]
+    pub struct Item {
+        pub key: u32,
+        pub _pad: u32,
+    }
+}
+
+mod reentrant1 {
+    use pgl::{extendible, Persistent};
+    #[extendible]
+    #[derive(Persistent)]
+    #[pgl(id = 0x5eed_0031)]
+    #[repr(C)]
+    pub struct Item {
+        pub key: u32,
+        pub _pad: u32,
+        #[extension(1, init = |old| super::reenter(old.key()))]
+        pub wide: u64,
+    }
+}
+
+/// The pool and item an `init` of `reentrant1` upgrades again, and what that gave.
+type Reentry = (Option<(Pool, u64)>, Vec<String>);
+
+thread_local! {
+    static REENTER: std::cell::RefCell<Reentry> = const { std::cell::RefCell::new((None, Vec::new())) };
+}
+
+/// `reentrant1`'s init: upgrades the item it is given through the captured pool (the
+/// nested `pool.tx` joins the transaction of the upgrade), once.
+fn reenter(key: u32) -> u64 {
+    let target = REENTER.with(|r| r.borrow_mut().0.take());
+    if let Some((pool, off)) = target {
+        let r = pool.tx(|tx| tx.ext(Oid::<reentrant1::Item>::from_raw(off)).map(drop));
+        let seen = match r {
+            Ok(()) => "ok".to_owned(),
+            Err(e) => e.to_string(),
+        };
+        REENTER.with(|r| r.borrow_mut().1.push(seen));
+    }
+    u64::from(key) * 10
+}
+
+#[test]
+fn an_init_that_upgrades_through_the_pool_is_refused_not_a_stack_overflow() {
+    let (pool, path) = pool("reenter");
+    let item = pool
+        .tx(|tx| tx.alloc_ext(reentrant0::ItemData { key: 7, _pad: 0 }))
+        .unwrap()
+        .cast::<reentrant1::Item>();
+    REENTER.with(|r| r.borrow_mut().0 = Some((pool.clone(), item.raw())));
+    let r = pool.tx(|tx| tx.ext(item).map(drop));
+    let seen = REENTER.with(|r| std::mem::take(&mut r.borrow_mut().1));
+    assert_eq!(
+        seen.len(),
+        1,
+        "the init ran its nested upgrade once: {seen:?}"
+    );
+    assert!(seen[0].contains("init"), "{}", seen[0]);
+    // The nested failure fails the upgrade's transaction: nothing was upgraded.
+    match r {
+        Err(Error::Aborted { reason }) => assert!(reason.contains("init"), "{reason}"),
+        other => panic!("the upgrade whose init re-entered: {other:?}"),
+    }
+    assert_eq!(pool.tx(|tx| tx.groups_present(item)).unwrap(), 0);
+    // Without a pool to call back into, the init is an ordinary one.
+    use reentrant1::ItemExtFields as _;
+    assert_eq!(pool.tx(|tx| Ok(*tx.ext(item)?.wide())).unwrap(), 70);
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}

@@ -136,6 +136,18 @@ impl<'p> Tx<'p> {
         if have == T::GROUPS {
             return Ok(false);
         }
+        // Inside the glue's write scope already: an `init` (which runs there) reached the
+        // pool through a captured `Pool`, whose `pool.tx` joins this transaction, and
+        // asked for an upgrade; of the same object, it would recurse until the stack
+        // overflows.
+        if self.group_scope() == GroupScope::Write {
+            return Err(Error::InTransaction {
+                what: "an upgrade (tx.ext, tx.ext_mut or tx.upgrade) from an extension \
+                       group's init",
+                instead: "an init computes the new fields from the old ones it is given \
+                          (`old`) and must not use the pool",
+            });
+        }
         // The links walked say where the new groups hang (the last one present gets a new
         // next link): followed for a change only once the checksums vouch for them, as a
         // damaged link could name another chain's group of the same type.

@@ -131,6 +131,11 @@ impl<'p> Tx<'p> {
         })
     }
 
+    /// The group scope now (see [`GroupScope`]).
+    pub(crate) fn group_scope(&self) -> GroupScope {
+        self.groups.get()
+    }
+
     /// Runs `f` (calls into `#[extendible]`'s glue) in group scope `scope`; see
     /// [`GroupScope`] for what the caller must hold.
     pub(crate) fn with_groups<R>(&self, scope: GroupScope, f: impl FnOnce() -> R) -> R {
