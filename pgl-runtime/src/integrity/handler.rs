@@ -649,4 +649,130 @@ mod tests {
         drop(media);
         std::fs::remove_file(&path).expect("remove");
     }
+
+    #[test]
+    fn a_machine_check_during_an_emulated_repair_does_not_hang_the_thread() {
+        // A thread repairs an emulated media error (SIGSEGV) and, inside that handler, a
+        // SIGBUS (machine check) arrives for another page of the same pool. The nested
+        // handler must not spin for ever on the `repairing` word its own outer frame
+        // holds. Only a process's main thread may queue a kernel-style siginfo, so the
+        // scenario runs in a forked child, whose forking thread is its main thread.
+        // SAFETY: the child uses only what it creates itself and leaves with `_exit`.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork: {}", std::io::Error::last_os_error());
+        if child == 0 {
+            let code = std::panic::catch_unwind(nested_machine_check_child).unwrap_or(3);
+            // SAFETY: _exit has no preconditions.
+            unsafe { libc::_exit(code) };
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut status = 0;
+        loop {
+            // SAFETY: waits for our own child.
+            let rc = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) };
+            if rc == child {
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                // SAFETY: our own child.
+                unsafe { libc::kill(child, libc::SIGKILL) };
+                // SAFETY: as above.
+                unsafe { libc::waitpid(child, &mut status, 0) };
+                panic!("the child hung");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child failed: status {status:#x} (exit 1: the faulting thread hung in a \
+             nested handler)"
+        );
+    }
+
+    /// The forked child of the test above: 0 if both faults were handled.
+    fn nested_machine_check_child() -> i32 {
+        let geo = Geometry {
+            chunk_size: 16 << 10,
+            chunks_per_row: 1,
+            rows: 3,
+            lanes: 1,
+            lane_size: 8192,
+        };
+        let path = crate::scratch_pool(&format!("handler-nested-{}", unsafe { libc::getpid() }));
+        let len = geo.pool_size(1);
+        let media = Media::create_file(&path, len, len, Some(FlushMode::None), false);
+        let _ = std::fs::remove_file(&path);
+        // Leaked: a hung thread keeps using them.
+        let media: &'static Media = Box::leak(Box::new(media.expect("create")));
+        let parity: &'static Parity = Box::leak(Box::new(Parity::new(true, 0, &geo)));
+        let ctx: &'static FaultCtx = Box::leak(FaultCtx::new(media, parity, geo));
+        let slot = register(media.ptr(0), media.reserve(), ctx).expect("a free slot");
+        let row = |r: u64, col: u64| geo.zone_offset(0) + r * geo.row_size() + col;
+        let (p, q) = (row(2, PAGE), row(1, 2 * PAGE));
+        // SAFETY: a page of zone 0's data rows; nothing else uses the pool yet.
+        assert!(unsafe { ctx.destroy(p) }.expect("mprotect works"));
+        // A new object pending in p's column keeps the repair waiting (as a commit would).
+        // SAFETY: a page of zone 0's data rows, inside the pool.
+        unsafe { parity.update_new(media, row(0, PAGE), &[7; 8]) };
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let pp = media.ptr(p) as usize;
+        // The machine check is queued to the process: only the faulting thread may take
+        // it, so the main thread blocks SIGBUS (and the other thread unblocks it).
+        let bus = || {
+            // SAFETY: a zeroed sigset, initialised by sigemptyset.
+            let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+            // SAFETY: a valid sigset.
+            unsafe {
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, libc::SIGBUS);
+            }
+            set
+        };
+        // SAFETY: a valid sigset; changes this thread's mask only.
+        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &bus(), std::ptr::null_mut()) };
+        std::thread::spawn(move || {
+            // SAFETY: as above.
+            unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &bus(), std::ptr::null_mut()) };
+            // SAFETY: gettid has no preconditions.
+            tid_tx.send(unsafe { libc::gettid() }).expect("the test waits");
+            // SAFETY: a page of the pool, lost: the handler rebuilds it.
+            let v = unsafe { std::ptr::read_volatile(pp as *const u8) };
+            done_tx.send(v).expect("the test waits");
+        });
+        let _tid = tid_rx.recv().expect("the thread runs");
+        // The thread is now in the handler, waiting for the pending object.
+        std::thread::sleep(Duration::from_millis(200));
+        // A machine check on q, as the kernel reports it: SIGBUS, BUS_MCEERR_AR, si_addr.
+        // x86-64/aarch64 siginfo layout: si_signo, si_errno, si_code, padding, si_addr.
+        let mut info = [0u64; 16];
+        info[0] = libc::SIGBUS as u64;
+        info[1] = libc::BUS_MCEERR_AR as u64;
+        info[2] = media.ptr(q) as u64;
+        // (Only a process's main thread may queue a kernel-style siginfo to it.)
+        // SAFETY: a 128-byte siginfo buffer; this process.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigqueueinfo,
+                libc::getpid(),
+                libc::SIGBUS,
+                info.as_ptr(),
+            )
+        };
+        if rc != 0 {
+            return 2;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        // SAFETY: as above.
+        unsafe { media.write(row(0, PAGE), &[7; 8]) };
+        parity.new_written(row(0, PAGE), 8);
+        if done_rx.recv_timeout(Duration::from_secs(10)).is_err() {
+            return 1;
+        }
+        if ctx.repaired.load(Ordering::Relaxed) != 2 {
+            return 4;
+        }
+        unregister(slot);
+        0
+    }
 }
