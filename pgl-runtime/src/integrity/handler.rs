@@ -483,7 +483,13 @@ fn install() {
             let mut act: libc::sigaction = std::mem::zeroed();
             act.sa_sigaction = on_fault as *const () as usize;
             act.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+            // Both signals blocked while either is handled: a nested fault would find the
+            // `repairing` word held by its own outer frame and wait for ever. Blocked, a
+            // queued one waits for the handler to return, and a synchronous one (a fault
+            // inside the handler) gets the default action: a crash, never a hang.
             libc::sigemptyset(&mut act.sa_mask);
+            libc::sigaddset(&mut act.sa_mask, libc::SIGSEGV);
+            libc::sigaddset(&mut act.sa_mask, libc::SIGBUS);
             let mut segv: libc::sigaction = std::mem::zeroed();
             let mut bus: libc::sigaction = std::mem::zeroed();
             libc::sigaction(libc::SIGSEGV, std::ptr::null(), &mut segv);
