@@ -695,6 +695,38 @@ mod tests {
         );
     }
 
+    #[test]
+    fn closing_after_a_machine_check_outside_the_zones_does_not_panic() {
+        // A real machine check (SIGBUS, BUS_MCEERR_AR) on a page before the zones (the
+        // header, the lanes) cannot be rebuilt: the handler zero-fills it and records it
+        // lost. The pool's close (`unprotect_all`) must cope with a lost page that lies in
+        // no zone.
+        let geo = Geometry {
+            chunk_size: 16 << 10,
+            chunks_per_row: 1,
+            rows: 3,
+            lanes: 1,
+            lane_size: 8192,
+        };
+        let path = crate::scratch_pool("handler-outside");
+        let len = geo.pool_size(1);
+        let media =
+            Media::create_file(&path, len, len, Some(FlushMode::None), false).expect("create");
+        let parity = Parity::new(true, 0, &geo);
+        let ctx = FaultCtx::new(&media, &parity, geo);
+        let page = PAGE;
+        assert!(page < geo.zones_offset());
+        // What the handler does for a machine check on that page.
+        ctx.repair(page).expect("mprotect works");
+        assert_eq!(ctx.lost.load(Ordering::Relaxed), 1);
+        let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ctx.unprotect_all(&media)
+        }));
+        drop(media);
+        std::fs::remove_file(&path).expect("remove");
+        assert!(closed.is_ok(), "the close panicked");
+    }
+
     /// The forked child of the test above: 0 if both faults were handled.
     fn nested_machine_check_child() -> i32 {
         let geo = Geometry {
