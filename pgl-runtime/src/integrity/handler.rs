@@ -209,9 +209,14 @@ impl FaultCtx {
             unsafe { media.write(v - 1, &[0u8; PAGE as usize]) };
             media.flush(v - 1, PAGE);
         }
-        let zone_of = |page: u64| (page - self.geo.zones_offset()) / self.geo.zone_size();
-        let readable = |zone: u64| stuck.iter().all(|&p| zone_of(p) != zone);
-        zeroed.retain(|&p| readable(zone_of(p)));
+        // `None` before the zones: a page there that a machine check zero-filled (the
+        // header, the lanes) has no parity to recompute.
+        let zone_of = |page: u64| {
+            page.checked_sub(self.geo.zones_offset())
+                .map(|rel| rel / self.geo.zone_size())
+        };
+        let readable = |zone: u64| stuck.iter().all(|&p| zone_of(p) != Some(zone));
+        zeroed.retain(|&p| zone_of(p).is_some_and(readable));
         let parity = self.parity();
         if parity.enabled() && self.lost_overflow.load(Ordering::Acquire) {
             for z in (0..self.geo.zones_for(media.len())).filter(|&z| readable(z)) {
@@ -719,9 +724,8 @@ mod tests {
         // What the handler does for a machine check on that page.
         ctx.repair(page).expect("mprotect works");
         assert_eq!(ctx.lost.load(Ordering::Relaxed), 1);
-        let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            ctx.unprotect_all(&media)
-        }));
+        let closed =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ctx.unprotect_all(&media)));
         drop(media);
         std::fs::remove_file(&path).expect("remove");
         assert!(closed.is_ok(), "the close panicked");
@@ -773,7 +777,9 @@ mod tests {
             // SAFETY: as above.
             unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &bus(), std::ptr::null_mut()) };
             // SAFETY: gettid has no preconditions.
-            tid_tx.send(unsafe { libc::gettid() }).expect("the test waits");
+            tid_tx
+                .send(unsafe { libc::gettid() })
+                .expect("the test waits");
             // SAFETY: a page of the pool, lost: the handler rebuilds it.
             let v = unsafe { std::ptr::read_volatile(pp as *const u8) };
             done_tx.send(v).expect("the test waits");
