@@ -731,6 +731,52 @@ mod tests {
         assert!(closed.is_ok(), "the close panicked");
     }
 
+    #[test]
+    fn a_machine_check_on_a_page_repaired_earlier_is_repaired_again() {
+        // A page repaired from an emulated error sits in `recent` (so that a thread whose
+        // fault on it was delivered late just retries). A real machine check on it later
+        // must not take that shortcut: the load would fault again, for ever.
+        let geo = Geometry {
+            chunk_size: 16 << 10,
+            chunks_per_row: 1,
+            rows: 3,
+            lanes: 1,
+            lane_size: 8192,
+        };
+        let path = crate::scratch_pool("handler-recent");
+        let len = geo.pool_size(1);
+        let media =
+            Media::create_file(&path, len, len, Some(FlushMode::None), false).expect("create");
+        let parity = Parity::new(true, 0, &geo);
+        let ctx = FaultCtx::new(&media, &parity, geo);
+        let slot = register(media.ptr(0), media.reserve(), &ctx).expect("a free slot");
+        let p = geo.zone_offset(0) + geo.row_size() + PAGE;
+        // SAFETY: a page of zone 0's data rows; nothing else uses the pool.
+        assert!(unsafe { ctx.destroy(p) }.expect("mprotect works"));
+        // SAFETY: a page of the pool, lost: the handler rebuilds it.
+        let _ = unsafe { std::ptr::read_volatile(media.ptr(p)) };
+        assert_eq!(ctx.repaired.load(Ordering::Relaxed), 1);
+        // A machine check on it, as the kernel reports one (x86-64/aarch64 siginfo layout:
+        // si_signo, si_errno, si_code, padding, si_addr), handed to the handler.
+        let mut info = [0u64; 16];
+        info[0] = libc::SIGBUS as u64;
+        info[1] = libc::BUS_MCEERR_AR as u64;
+        info[2] = media.ptr(p) as u64;
+        on_fault(
+            libc::SIGBUS,
+            info.as_mut_ptr() as *mut libc::siginfo_t,
+            std::ptr::null_mut(),
+        );
+        let repaired = ctx.repaired.load(Ordering::Relaxed);
+        unregister(slot);
+        drop(media);
+        std::fs::remove_file(&path).expect("remove");
+        assert_eq!(
+            repaired, 2,
+            "the machine check was answered without a repair"
+        );
+    }
+
     /// The forked child of the test above: 0 if both faults were handled.
     fn nested_machine_check_child() -> i32 {
         let geo = Geometry {
