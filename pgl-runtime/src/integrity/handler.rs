@@ -306,8 +306,12 @@ impl FaultCtx {
     /// the page cannot be made accessible again (`mprotect` failed): it is left lost and
     /// untouched, since writing it would fault with this signal blocked, and the fault must
     /// go elsewhere (the load would only fault again).
-    fn repair(&self, page: u64) -> Result<(), i32> {
-        if !self.is_poisoned(page) && self.recently_repaired(page) {
+    ///
+    /// `emulated`: the fault is an emulated error's (`SEGV_ACCERR`). Only then may a page
+    /// repaired lately be taken as repaired: a machine check on it is new damage (the load
+    /// would only fault again).
+    fn repair(&self, page: u64, emulated: bool) -> Result<(), i32> {
+        if emulated && !self.is_poisoned(page) && self.recently_repaired(page) {
             return Ok(()); // repaired by another thread after this fault was raised
         }
         loop {
@@ -528,7 +532,7 @@ extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut 
             && (ctx.is_poisoned(page) || ctx.recently_repaired(page));
         let real = sig == libc::SIGBUS && code == libc::BUS_MCEERR_AR;
         if emulated || real {
-            match ctx.repair(page) {
+            match ctx.repair(page, emulated) {
                 Ok(()) => return, // the faulting load runs again
                 Err(errno) => say_unrepairable(page, errno),
             }
@@ -633,7 +637,7 @@ mod tests {
         let (done, wait) = std::sync::mpsc::channel();
         std::thread::scope(|s| {
             let (media, parity, ctx) = (&media, &parity, &ctx);
-            s.spawn(move || ctx.repair(row(2)).expect("mprotect works"));
+            s.spawn(move || ctx.repair(row(2), true).expect("mprotect works"));
             s.spawn(move || {
                 // Give the repair time to start waiting.
                 std::thread::sleep(Duration::from_millis(100));
@@ -722,7 +726,7 @@ mod tests {
         let page = PAGE;
         assert!(page < geo.zones_offset());
         // What the handler does for a machine check on that page.
-        ctx.repair(page).expect("mprotect works");
+        ctx.repair(page, false).expect("mprotect works");
         assert_eq!(ctx.lost.load(Ordering::Relaxed), 1);
         let closed =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ctx.unprotect_all(&media)));
