@@ -511,3 +511,44 @@ fn more_lost_pages_than_the_handler_records_are_never_rebuilt_from_stale_parity(
     drop(pool);
     std::fs::remove_file(&p).unwrap();
 }
+
+#[test]
+fn a_sigbus_sent_by_a_process_still_kills_when_the_previous_action_is_the_default() {
+    // Where the action before pgl's was the default (a host whose runtime installs no
+    // handler), a SIGBUS that no fault raised (`raise`, `kill`) must still end the
+    // process: pgl's handler hands it on, and restoring the default action and returning
+    // would drop it (no instruction faults again to raise it anew).
+    if std::env::var("PGL_MEDIA_RAISE_CHILD").is_ok() {
+        // SAFETY: a zeroed sigaction with the default action.
+        unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = libc::SIG_DFL;
+            libc::sigemptyset(&mut act.sa_mask);
+            libc::sigaction(libc::SIGBUS, &act, std::ptr::null_mut());
+        }
+        let p = path("raise-child");
+        let _pool = Pool::create(&p, &Config::small("media")).unwrap();
+        std::fs::remove_file(&p).unwrap();
+        // SAFETY: raise has no preconditions.
+        unsafe { libc::raise(libc::SIGBUS) };
+        std::process::exit(7);
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args([
+            "a_sigbus_sent_by_a_process_still_kills_when_the_previous_action_is_the_default",
+            "--exact",
+            "--nocapture",
+        ])
+        .env("PGL_MEDIA_RAISE_CHILD", "1")
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGBUS),
+        "killed by the SIGBUS ({:?}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
