@@ -594,6 +594,14 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) 
         // Restore it and return: the instruction faults again and gets the default action.
         // SAFETY: sigaction with a valid action.
         unsafe { libc::sigaction(sig, act, std::ptr::null_mut()) };
+        // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+        if unsafe { (*info).si_code } <= 0 {
+            // Sent by a process (`kill`, `raise`, `sigqueue`: SI_USER and below), not
+            // raised by a fault: no instruction faults again, so raise it anew. It stays
+            // pending (blocked while we run) and gets the restored action on return.
+            // SAFETY: raise is async-signal-safe and has no preconditions.
+            unsafe { libc::raise(sig) };
+        }
     } else if act.sa_flags & libc::SA_SIGINFO != 0 {
         // SAFETY: the previous handler was installed with this signature.
         let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
