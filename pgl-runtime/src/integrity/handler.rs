@@ -31,7 +31,7 @@
 //! column from being rebuilt from the parity that no longer agrees with it; when the pool
 //! closes, that parity is recomputed (`unprotect_all`). A page still lost (unread) when the
 //! pool closes is zeroed with its column's parity left intact: the next session rebuilds
-//! it like any single damaged page. Once `lost_pages` is full, a loss it cannot record
+//! it like any single damaged page (a lost parity page is recomputed from its data rows). Once `lost_pages` is full, a loss it cannot record
 //! sets `lost_overflow`: from then on every column may hold an unrecorded zero-filled page,
 //! so the handler rebuilds nothing more (each lost page is reported lost) and the close
 //! recomputes the parity of every zone (pages still lost then are lost for good too).
@@ -176,7 +176,8 @@ impl FaultCtx {
     /// Their loss becomes durable: the bytes are zeroed, and their columns' parity is left
     /// as it is, so that the next session rebuilds them (checksums report their objects
     /// damaged; parity repairs them) as it would any single damaged page of a column.
-    /// Pages the handler zero-filled because their column could not rebuild them are
+    /// A parity page still lost is recomputed from its data rows instead (no checksum
+    /// covers it, so nothing would repair it). Pages the handler zero-filled because their column could not rebuild them are
     /// gone for good instead: the parity page of each of their columns is recomputed from
     /// the rows as they are, since once the pool is closed nothing remembers which pages
     /// were zeroed, and a later lost page of such a column would be "rebuilt" from parity
@@ -208,6 +209,12 @@ impl FaultCtx {
             // SAFETY: as above; the page is accessible again.
             unsafe { media.write(v - 1, &[0u8; PAGE as usize]) };
             media.flush(v - 1, PAGE);
+            if parity_column_of(&self.geo, v - 1).is_some() {
+                // A parity page: no checksum would ever find it zeroed, and the next
+                // session would rebuild its column's lost pages from the zeroes. It is
+                // recomputed from the data rows instead (below).
+                zeroed.push(v - 1);
+            }
         }
         // `None` before the zones: a page there that a machine check zero-filled (the
         // header, the lanes) has no parity to recompute.
