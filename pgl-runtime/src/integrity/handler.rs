@@ -687,6 +687,30 @@ mod tests {
         // handler must not spin for ever on the `repairing` word its own outer frame
         // holds. Only a process's main thread may queue a kernel-style siginfo, so the
         // scenario runs in a forked child, whose forking thread is its main thread.
+        // Run alone in a process of its own: a fork of this one would inherit the other
+        // tests' pools (their mappings hold their files' locks while the child lives).
+        const CHILD: &str = "PGL_HANDLER_NESTED_CHILD";
+        if std::env::var_os(CHILD).is_none() {
+            let out = std::process::Command::new(std::env::current_exe().expect("exe"))
+                .args([
+                    "integrity::handler::tests::\
+                     a_machine_check_during_an_emulated_repair_does_not_hang_the_thread",
+                    "--exact",
+                    "--nocapture",
+                ])
+                .env(CHILD, "1")
+                .output()
+                .expect("run the test alone");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return;
+        }
+        // What the child would otherwise initialise once per process, done here.
+        install();
+        let _ = super::super::xor::kernel_name();
         // SAFETY: the child uses only what it creates itself and leaves with `_exit`.
         let child = unsafe { libc::fork() };
         assert!(child >= 0, "fork: {}", std::io::Error::last_os_error());
