@@ -829,7 +829,7 @@ mod tests {
             lanes: 1,
             lane_size: 8192,
         };
-        let path = crate::scratch_pool(&format!("handler-nested-{}", unsafe { libc::getpid() }));
+        let path = crate::scratch_pool(&format!("handler-nested-{}", std::process::id()));
         let len = geo.pool_size(1);
         let media = Media::create_file(&path, len, len, Some(FlushMode::None), false);
         let _ = std::fs::remove_file(&path);
