@@ -153,22 +153,28 @@ fn parity_page_of(geo: &pgl::geometry::Geometry, off: u64) -> u64 {
     geo.parity_offset(zone) + col
 }
 
-#[test]
-fn a_lost_parity_page_is_rebuilt_from_its_data_rows() {
-    let p = path("parity-page");
+/// A new pool holding `value(0..40)`, with 1 fault injected: a media error on the parity
+/// page of the 18th object's first page. Its path, config, the pool and the objects.
+fn forty_with_a_lost_parity_page(name: &str) -> (std::path::PathBuf, Config, Pool, Vec<Oid<Obj>>) {
+    let p = path(name);
     let cfg = Config::small("media");
-    let geo = cfg.geometry();
     let pool = Pool::create(&p, &cfg).unwrap();
     let objs: Vec<Oid<Obj>> = (0..40)
         .map(|i| pool.tx(|tx| tx.alloc(value(i))).unwrap())
         .collect();
-    let o = objs[17];
-    // 1 fault: the parity page of o's first page. The commit below updates it: the
-    // handler rebuilds it from the data rows first.
     pool.inject(&Fault::MediaError {
-        offset: parity_page_of(&geo, o.raw()),
+        offset: parity_page_of(&cfg.geometry(), objs[17].raw()),
     })
     .unwrap();
+    (p, cfg, pool, objs)
+}
+
+#[test]
+fn a_lost_parity_page_is_rebuilt_from_its_data_rows() {
+    // 1 fault: the parity page of o's first page. The commit below updates it: the
+    // handler rebuilds it from the data rows first.
+    let (p, _, pool, objs) = forty_with_a_lost_parity_page("parity-page");
+    let o = objs[17];
     pool.tx(|tx| {
         *tx.open(o)? = value(1000);
         Ok(())
@@ -559,18 +565,8 @@ fn a_parity_page_still_lost_at_close_leaves_its_column_rebuildable() {
     // no checksum covers a parity page, so the next session would never notice. Its
     // column must still rebuild a later lost data page byte-exact, not from zeroes.
     // Faults: 2 media errors; the 1st never read, the 2nd repaired in the next session.
-    let p = path("parity-close");
-    let cfg = Config::small("media");
-    let geo = cfg.geometry();
-    let pool = Pool::create(&p, &cfg).unwrap();
-    let objs: Vec<Oid<Obj>> = (0..40)
-        .map(|i| pool.tx(|tx| tx.alloc(value(i))).unwrap())
-        .collect();
+    let (p, cfg, pool, objs) = forty_with_a_lost_parity_page("parity-close");
     let o = objs[17];
-    pool.inject(&Fault::MediaError {
-        offset: parity_page_of(&geo, o.raw()),
-    })
-    .unwrap();
     drop(pool);
     let pool = Pool::open_with(&p, &cfg).unwrap();
     pool.inject(&Fault::MediaError { offset: o.raw() }).unwrap();

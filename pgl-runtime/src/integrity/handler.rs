@@ -627,23 +627,32 @@ mod tests {
     use crate::persist::FlushMode;
     use std::time::Duration;
 
+    /// The geometry of the handler tests' pools: one zone of three 16 KiB rows.
+    const GEO: Geometry = Geometry {
+        chunk_size: 16 << 10,
+        chunks_per_row: 1,
+        rows: 3,
+        lanes: 1,
+        lane_size: 8192,
+    };
+
+    /// A fresh scratch file of one `GEO` zone, mapped without flushes.
+    fn scratch_media(name: &str) -> (std::path::PathBuf, Media) {
+        let path = crate::scratch_pool(name);
+        let len = GEO.pool_size(1);
+        let media =
+            Media::create_file(&path, len, len, Some(FlushMode::None), false).expect("create");
+        (path, media)
+    }
+
     #[test]
     fn a_repair_waiting_for_pending_objects_lets_their_commit_take_the_stripe() {
         // A commit counts a new object's piece as pending in a stripe and then needs the
         // stripe again for its next piece (the same column, another row); meanwhile another
         // thread's fault in that column waits for the pending count to drain. The repair
         // must not hold the stripe while it waits.
-        let geo = Geometry {
-            chunk_size: 16 << 10,
-            chunks_per_row: 1,
-            rows: 3,
-            lanes: 1,
-            lane_size: 8192,
-        };
-        let path = crate::scratch_pool("handler-pending");
-        let len = geo.pool_size(1);
-        let media =
-            Media::create_file(&path, len, len, Some(FlushMode::None), false).expect("create");
+        let geo = GEO;
+        let (path, media) = scratch_media("handler-pending");
         let parity = Parity::new(true, 0, &geo);
         let ctx = FaultCtx::new(&media, &parity, geo);
         let row = |r: u64| geo.zone_offset(0) + r * geo.row_size() + PAGE;
@@ -749,17 +758,8 @@ mod tests {
         // header, the lanes) cannot be rebuilt: the handler zero-fills it and records it
         // lost. The pool's close (`unprotect_all`) must cope with a lost page that lies in
         // no zone.
-        let geo = Geometry {
-            chunk_size: 16 << 10,
-            chunks_per_row: 1,
-            rows: 3,
-            lanes: 1,
-            lane_size: 8192,
-        };
-        let path = crate::scratch_pool("handler-outside");
-        let len = geo.pool_size(1);
-        let media =
-            Media::create_file(&path, len, len, Some(FlushMode::None), false).expect("create");
+        let geo = GEO;
+        let (path, media) = scratch_media("handler-outside");
         let parity = Parity::new(true, 0, &geo);
         let ctx = FaultCtx::new(&media, &parity, geo);
         let page = PAGE;
@@ -779,17 +779,8 @@ mod tests {
         // A page repaired from an emulated error sits in `recent` (so that a thread whose
         // fault on it was delivered late just retries). A real machine check on it later
         // must not take that shortcut: the load would fault again, for ever.
-        let geo = Geometry {
-            chunk_size: 16 << 10,
-            chunks_per_row: 1,
-            rows: 3,
-            lanes: 1,
-            lane_size: 8192,
-        };
-        let path = crate::scratch_pool("handler-recent");
-        let len = geo.pool_size(1);
-        let media =
-            Media::create_file(&path, len, len, Some(FlushMode::None), false).expect("create");
+        let geo = GEO;
+        let (path, media) = scratch_media("handler-recent");
         let parity = Parity::new(true, 0, &geo);
         let ctx = FaultCtx::new(&media, &parity, geo);
         let slot = register(media.ptr(0), media.reserve(), &ctx).expect("a free slot");
@@ -822,19 +813,11 @@ mod tests {
 
     /// The forked child of the test above: 0 if both faults were handled.
     fn nested_machine_check_child() -> i32 {
-        let geo = Geometry {
-            chunk_size: 16 << 10,
-            chunks_per_row: 1,
-            rows: 3,
-            lanes: 1,
-            lane_size: 8192,
-        };
-        let path = crate::scratch_pool(&format!("handler-nested-{}", std::process::id()));
-        let len = geo.pool_size(1);
-        let media = Media::create_file(&path, len, len, Some(FlushMode::None), false);
+        let geo = GEO;
+        let (path, media) = scratch_media(&format!("handler-nested-{}", std::process::id()));
         let _ = std::fs::remove_file(&path);
         // Leaked: a hung thread keeps using them.
-        let media: &'static Media = Box::leak(Box::new(media.expect("create")));
+        let media: &'static Media = Box::leak(Box::new(media));
         let parity: &'static Parity = Box::leak(Box::new(Parity::new(true, 0, &geo)));
         let ctx: &'static FaultCtx = Box::leak(FaultCtx::new(media, parity, geo));
         let slot = register(media.ptr(0), media.reserve(), ctx).expect("a free slot");
