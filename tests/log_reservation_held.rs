@@ -279,3 +279,25 @@ fn reserve_forces_up_to_the_held_record_before_refusing() {
         drop(res);
     });
 }
+
+/// The behaviour `Reservation`'s docs promise for a leaked reservation: it stays open for
+/// good, this thread's forces past it keep erroring, and the log recovered after it ends
+/// before it.
+#[test]
+fn a_leaked_reservation_stays_open_and_the_recovered_log_ends_before_it() {
+    within_a_minute(|| {
+        let (sim, log) = sim_log(ForcePolicy::Sync);
+        let first = log.append(b"first").unwrap();
+        let res = log.reserve(4).unwrap();
+        let r = res.lsn();
+        std::mem::forget(res);
+        for _ in 0..3 {
+            let (op, _, h, _) = held(log.append(b"behind"));
+            assert_eq!((op, h), ("append", r));
+        }
+        assert_eq!(log.durable_lsn(), first);
+        log.force(first).unwrap(); // forces up to the open record still work
+        drop(log);
+        assert_eq!(recovered(&sim), vec![(first, b"first".to_vec())]);
+    });
+}

@@ -18,6 +18,14 @@ use std::marker::PhantomData;
 /// record it holds itself (see [`Log::reserve`]). Copy into it from any data you like;
 /// hand the data, not the reservation, to other threads.
 ///
+/// Never leak one (`std::mem::forget`, a reference cycle): like a forgotten `MutexGuard`,
+/// a leaked reservation stays open for good. Records are made durable in LSN order, so
+/// from then on this thread's forces past it return [`Error::LogReservationHeld`] and other
+/// threads' forces past it wait forever. Reopening the log ends it before the open record
+/// (no force reported a later record durable).
+///
+/// [`Error::LogReservationHeld`]: crate::Error::LogReservationHeld
+///
 /// ```compile_fail
 /// # use pgl_runtime::log::{Log, LogConfig};
 /// # let path = std::env::temp_dir().join("pgl-doc-reservation-not-send");
