@@ -15,7 +15,8 @@
 //!   same page waits for it, on another page waits its turn);
 //! - takes no lock another frame of the same thread may hold: the only lock is the parity
 //!   stripe of the page's column, a spin lock (no parking, no tables), and a thread never
-//!   loads pool memory while holding a stripe (`Parity::apply` touches the bytes first);
+//!   loads pool memory while holding a stripe that it did not load just before taking it
+//!   (`Parity::apply` first touches every line it will read);
 //! - waits only for other threads' progress: for the stripe (held for a bounded XOR), and
 //!   for the stripe's pending new objects (their bytes are written before their
 //!   transaction's next fence, with no pool load in between);

@@ -136,12 +136,12 @@ impl Parity {
             return;
         }
         // Each piece lies in one data page (see `apply`).
-        self.each_page(off, len, |parity, at, _| {
+        self.each_page(off, len, |parity, at, n| {
             if let Some(parity) = parity {
-                // SAFETY: `at` lies in the pool (caller), and so does its parity.
+                // SAFETY: `at..at + n` lies in the pool (caller), and so does its parity.
                 unsafe {
-                    std::ptr::read_volatile(media.ptr(at));
-                    std::ptr::read_volatile(media.ptr(parity));
+                    touch_lines(media, at, n);
+                    touch_lines(media, parity, n);
                 }
             }
         });
@@ -217,12 +217,14 @@ impl Parity {
                 }
                 return;
             };
-            // Touch the old bytes and the parity before taking the stripe: a page lost to
-            // a media error faults here, where the handler may take the stripe, not under it.
-            // SAFETY: `at` lies in the pool (caller), and so does its parity.
+            // Touch every line of the old bytes and of the parity before taking the stripe:
+            // a page lost to a media error faults here, where the handler may take the
+            // stripe, not under it. Every line, not a byte per page: a real machine check
+            // is raised by the first load of the poisoned line itself, not of its page.
+            // SAFETY: `at..at + n` lies in the pool (caller), and so does its parity.
             unsafe {
-                std::ptr::read_volatile(media.ptr(at));
-                std::ptr::read_volatile(media.ptr(parity));
+                touch_lines(media, at, n);
+                touch_lines(media, parity, n);
             }
             let stripe = self.stripe_of(parity);
             let small = n as usize <= self.atomic_max;
@@ -269,6 +271,38 @@ impl Parity {
     /// Flushes the parity bytes of `[off, off + len)` (updated by `write` or `update_new`).
     pub(crate) fn flush(&self, media: &Media, off: u64, len: u64) {
         self.each_parity_range(off, len, |parity, n| media.flush(parity, n));
+    }
+}
+
+/// Loads a byte of every cache line that `[off, off + len)` overlaps, so that a line lost
+/// to a media error faults now rather than under a stripe (see `Parity::apply`).
+///
+/// # Safety
+/// The range lies inside the pool.
+unsafe fn touch_lines(media: &Media, off: u64, len: u64) {
+    if len == 0 {
+        return;
+    }
+    let base = media.ptr(off) as *const u8;
+    for_each_line_probe(len, off % LINE, |i| {
+        // SAFETY: `i < len`, so `base + i` lies in `[off, off + len)`, inside the pool (the
+        // caller's contract).
+        unsafe { std::ptr::read_volatile(base.add(i as usize)) };
+    });
+}
+
+/// Cache line size.
+const LINE: u64 = 64;
+
+/// Calls `f(i)` with one index `i < len` in each 64-byte cache line that a range of `len`
+/// bytes starting `lead` bytes into a line overlaps.
+#[inline(always)]
+fn for_each_line_probe(len: u64, lead: u64, mut f: impl FnMut(u64)) {
+    f(0);
+    let mut i = LINE - lead;
+    while i < len {
+        f(i);
+        i += LINE;
     }
 }
 
@@ -352,6 +386,26 @@ pub(super) fn xor_column_into(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_probe_lands_in_every_line_a_range_overlaps_once_and_inside_it() {
+        for off in [0u64, 1, 63, 64, 100, 4095, 4096] {
+            for len in [0u64, 1, 2, 63, 64, 65, 127, 128, 129, 4096, 5000] {
+                let mut probes = Vec::new();
+                if len > 0 {
+                    for_each_line_probe(len, off % 64, |i| probes.push(off + i));
+                }
+                assert!(probes.iter().all(|&p| p >= off && p < off + len));
+                let lines: Vec<u64> = probes.iter().map(|p| p / 64).collect();
+                let want: Vec<u64> = if len == 0 {
+                    Vec::new()
+                } else {
+                    (off / 64..=(off + len - 1) / 64).collect()
+                };
+                assert_eq!(lines, want, "off {off} len {len}");
+            }
+        }
+    }
 
     fn geo() -> Geometry {
         Geometry {
