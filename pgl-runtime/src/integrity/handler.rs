@@ -466,7 +466,17 @@ pub(crate) fn register(base: *const u8, len: u64, ctx: &FaultCtx) -> Option<usiz
     install();
     // The kernels are chosen lazily; choose them now, not in the handler.
     let _ = super::xor::kernel_name();
-    for (i, s) in REGISTRY.iter().enumerate() {
+    register_in(&REGISTRY, base as usize, len as usize, ctx)
+}
+
+/// Forgets slot `i`.
+pub(crate) fn unregister(i: usize) {
+    unregister_in(&REGISTRY, i);
+}
+
+/// `register`'s work on `registry`.
+fn register_in(registry: &[Slot], base: usize, len: usize, ctx: &FaultCtx) -> Option<usize> {
+    for (i, s) in registry.iter().enumerate() {
         if s.ctx
             .compare_exchange(
                 std::ptr::null_mut(),
@@ -476,20 +486,50 @@ pub(crate) fn register(base: *const u8, len: u64, ctx: &FaultCtx) -> Option<usiz
             )
             .is_ok()
         {
-            s.base.store(base as usize, Ordering::Release);
-            s.end.store(base as usize + len as usize, Ordering::Release);
+            s.base.store(base, Ordering::Release);
+            s.end.store(base + len, Ordering::Release);
             return Some(i);
         }
     }
     None
 }
 
-/// Forgets slot `i`.
-pub(crate) fn unregister(i: usize) {
-    let s = &REGISTRY[i];
+/// `unregister`'s work on `registry`.
+fn unregister_in(registry: &[Slot], i: usize) {
+    let s = &registry[i];
     s.base.store(0, Ordering::Release);
     s.end.store(0, Ordering::Release);
     s.ctx.store(std::ptr::null_mut(), Ordering::Release);
+}
+
+/// The registered pool whose mapping holds `addr`, as `lookup` found it.
+struct Found {
+    ctx: *const FaultCtx,
+    base: usize,
+}
+
+impl Found {
+    /// The pool's context.
+    fn ctx(&self) -> *const FaultCtx {
+        self.ctx
+    }
+}
+
+/// The slot of `registry` whose range holds `addr`. `mid(i)` runs after slot `i`'s
+/// context and start are read, before its end is (a no-op but in tests, which change the
+/// slot there).
+fn lookup(registry: &[Slot], addr: usize, mid: impl Fn(usize)) -> Option<Found> {
+    for (i, s) in registry.iter().enumerate() {
+        let ctx = s.ctx.load(Ordering::Acquire);
+        let base = s.base.load(Ordering::Acquire);
+        mid(i);
+        let end = s.end.load(Ordering::Acquire);
+        if ctx.is_null() || addr < base || addr >= end {
+            continue;
+        }
+        return Some(Found { ctx, base });
+    }
+    None
 }
 
 fn install() {
@@ -522,32 +562,33 @@ fn install() {
 extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
     let (addr, code) = unsafe { ((*info).si_addr() as usize, (*info).si_code) };
-    for s in &REGISTRY {
-        let ctx = s.ctx.load(Ordering::Acquire);
-        let (base, end) = (
-            s.base.load(Ordering::Acquire),
-            s.end.load(Ordering::Acquire),
-        );
-        if ctx.is_null() || addr < base || addr >= end {
-            continue;
-        }
-        // SAFETY: registered contexts stay alive until unregistered (module invariant),
-        // and the faulting thread was using the pool's memory, so it is registered.
-        let ctx = unsafe { &*ctx };
-        let page = (addr - base) as u64 / PAGE * PAGE;
-        let emulated = sig == libc::SIGSEGV
-            && code == SEGV_ACCERR
-            && (ctx.is_poisoned(page) || ctx.recently_repaired(page));
-        let real = sig == libc::SIGBUS && code == libc::BUS_MCEERR_AR;
-        if emulated || real {
-            match ctx.repair(page, emulated) {
-                Ok(()) => return, // the faulting load runs again
-                Err(errno) => say_unrepairable(page, errno),
-            }
-        }
-        break;
+    if !handle(&REGISTRY, sig, code, addr) {
+        chain(sig, info, uctx);
     }
-    chain(sig, info, uctx);
+}
+
+/// Handles the fault `sig`/`code` at `addr` for the pools of `registry`: true if it was a
+/// pool's media error, now repaired (the faulting load runs again), false if it goes to
+/// the previous handler.
+fn handle(registry: &[Slot], sig: libc::c_int, code: libc::c_int, addr: usize) -> bool {
+    let Some(found) = lookup(registry, addr, |_| {}) else {
+        return false;
+    };
+    // SAFETY: registered contexts stay alive until unregistered (module invariant),
+    // and the faulting thread was using the pool's memory, so it is registered.
+    let ctx = unsafe { &*found.ctx() };
+    let page = (addr - found.base) as u64 / PAGE * PAGE;
+    let emulated = sig == libc::SIGSEGV
+        && code == SEGV_ACCERR
+        && (ctx.is_poisoned(page) || ctx.recently_repaired(page));
+    let real = sig == libc::SIGBUS && code == libc::BUS_MCEERR_AR;
+    if emulated || real {
+        match ctx.repair(page, emulated) {
+            Ok(()) => return true,
+            Err(errno) => say_unrepairable(page, errno),
+        }
+    }
+    false
 }
 
 /// Tells stderr that the lost page at pool offset `page` cannot be made accessible again,
