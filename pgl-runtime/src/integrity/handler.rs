@@ -853,6 +853,132 @@ mod tests {
         );
     }
 
+    /// Where the slot tests place their pools: made-up ranges (a lookup only compares
+    /// addresses), B's below A's and C's, so that a range torn between a registration and
+    /// an unregistration of slot 0 (a start of 0, or A's start with C's end) may hold B's
+    /// pages.
+    const RANGE: usize = 0x1000_0000;
+    const B_BASE: usize = 0x3000_0000;
+    const A_BASE: usize = 0x5000_0000;
+    const C_BASE: usize = 0x7000_0000;
+
+    #[test]
+    fn a_lookup_beside_a_pool_closing_and_another_opening_in_its_slot_finds_the_right_pool() {
+        // A page of pool B (slot 1) faults. While the handler looks at slot 0, another
+        // thread closes pool A there and opens pool C, which takes the freed slot. The
+        // handler must not pair what it read of A (its context, its start) with what it
+        // reads of C (its end): a range from A's start to C's end holds B's page, and the
+        // handler would repair B's page with A's context, freed by A's close.
+        let (path, media) = scratch_media("handler-slot-reuse");
+        let parity = Parity::new(true, 0, &GEO);
+        let (a, b, c) = (
+            FaultCtx::new(&media, &parity, GEO),
+            FaultCtx::new(&media, &parity, GEO),
+            FaultCtx::new(&media, &parity, GEO),
+        );
+        // A below B here, so that A's start and C's end span B.
+        let registry = [EMPTY; 2];
+        assert_eq!(register_in(&registry, B_BASE - RANGE, RANGE, &a), Some(0));
+        assert_eq!(register_in(&registry, B_BASE, RANGE, &b), Some(1));
+        let churned = AtomicBool::new(false);
+        let (reg, c_ref, done) = (&registry, &*c, &churned);
+        let found = std::thread::scope(|s| {
+            let started = std::cell::Cell::new(false);
+            lookup(reg, B_BASE + PAGE as usize, move |i| {
+                if i != 0 || started.replace(true) {
+                    return;
+                }
+                s.spawn(move || {
+                    unregister_in(reg, 0);
+                    assert_eq!(register_in(reg, C_BASE, RANGE, c_ref), Some(0));
+                    done.store(true, Ordering::Release);
+                });
+                // Until the close and open are done, or long enough for them to be
+                // waiting for this lookup.
+                let deadline = std::time::Instant::now() + Duration::from_millis(500);
+                while !done.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
+                    std::thread::yield_now();
+                }
+            })
+            .map(|f| f.ctx())
+        });
+        drop(media);
+        std::fs::remove_file(&path).expect("remove");
+        assert!(churned.load(Ordering::Acquire), "C was not registered");
+        let name = |p: Option<*const FaultCtx>| match p {
+            Some(p) if std::ptr::eq(p, &*a) => "A",
+            Some(p) if std::ptr::eq(p, &*b) => "B",
+            Some(p) if std::ptr::eq(p, &*c) => "C",
+            Some(_) => "?",
+            None => "none",
+        };
+        assert_eq!(name(found), "B", "B's page was taken for another pool's");
+    }
+
+    #[test]
+    fn lookups_beside_pools_closing_and_opening_find_only_the_pool_that_holds_the_address() {
+        // Stress: slot 0 is taken by A and C in turn, closed and opened as fast as one
+        // thread can, while this one looks up a page of B (slot 1, always registered) and
+        // a page of C. A lookup must find B for B's page, and C or nothing for C's page:
+        // never a context paired with a range that is not its pool's.
+        let (path, media) = scratch_media("handler-slot-stress");
+        let parity = Parity::new(true, 0, &GEO);
+        let (a, b, c) = (
+            FaultCtx::new(&media, &parity, GEO),
+            FaultCtx::new(&media, &parity, GEO),
+            FaultCtx::new(&media, &parity, GEO),
+        );
+        let registry = [EMPTY; 2];
+        assert_eq!(register_in(&registry, A_BASE, RANGE, &a), Some(0));
+        assert_eq!(register_in(&registry, B_BASE, RANGE, &b), Some(1));
+        let stop = AtomicBool::new(false);
+        let (pa, pb, pc) = (
+            &*a as *const FaultCtx,
+            &*b as *const FaultCtx,
+            &*c as *const FaultCtx,
+        );
+        let mut wrong = Vec::new();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    unregister_in(&registry, 0);
+                    assert_eq!(register_in(&registry, C_BASE, RANGE, &c), Some(0));
+                    unregister_in(&registry, 0);
+                    assert_eq!(register_in(&registry, A_BASE, RANGE, &a), Some(0));
+                }
+            });
+            let deadline = std::time::Instant::now() + Duration::from_secs(2);
+            while wrong.is_empty() && std::time::Instant::now() < deadline {
+                for _ in 0..1_000 {
+                    let in_b = lookup(&registry, B_BASE + PAGE as usize, |_| {}).map(|f| f.ctx());
+                    if in_b != Some(pb) {
+                        wrong.push(("B's page", in_b));
+                    }
+                    let in_c = lookup(&registry, C_BASE + PAGE as usize, |_| {}).map(|f| f.ctx());
+                    if in_c.is_some_and(|p| p != pc) {
+                        wrong.push(("C's page", in_c));
+                    }
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        drop(media);
+        std::fs::remove_file(&path).expect("remove");
+        let name = |p: Option<*const FaultCtx>| match p {
+            Some(p) if p == pa => "A",
+            Some(p) if p == pb => "B",
+            Some(p) if p == pc => "C",
+            Some(_) => "?",
+            None => "none",
+        };
+        let wrong: Vec<_> = wrong
+            .iter()
+            .take(8)
+            .map(|&(what, p)| (what, name(p)))
+            .collect();
+        assert!(wrong.is_empty(), "lookups found the wrong pool: {wrong:?}");
+    }
+
     /// The forked child of the test above: 0 if both faults were handled.
     fn nested_machine_check_child() -> i32 {
         let geo = GEO;
