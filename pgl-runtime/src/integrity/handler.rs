@@ -47,8 +47,20 @@
 //! error gets the previous action, as without pgl) and injection is refused
 //! (`unsupported_page_size`).
 //!
+//! The registry of pools is a fixed array of slots, each read by the handler as a
+//! seqlock: a slot's context, start and end count only if its sequence word read the same
+//! even value before and after them, so a handler never pairs one pool's context with
+//! another's range (a pool closing while another opens in the same slot) nor with a range
+//! torn half-way through a registration. A slot in the middle of a registration or an
+//! unregistration is skipped: no thread can be using that pool (not yet handed out, or
+//! already dropped by every owner). The handler counts itself among the slot's readers
+//! before its first read and stays counted while it uses the pool, and `unregister` waits
+//! until the count is zero: the pool's context is never freed under a handler. The handler
+//! itself never waits for a slot.
+//!
 //! Invariant: a registered pool's media, geometry and parity outlive its registration
-//! (`Engine` unregisters before they drop).
+//! (`Engine` unregisters before they drop, and `unregister` returns only once no handler
+//! uses them).
 
 use super::parity::Parity;
 use super::rebuild::{column_of, parity_column_of, rebuild_page_into, rebuild_parity_page_into};
@@ -98,7 +110,19 @@ unsafe impl Send for FaultCtx {}
 // SAFETY: as above.
 unsafe impl Sync for FaultCtx {}
 
+/// One registered pool, or none. `register` and `unregister` write its fields one by one,
+/// so a reader takes them as a unit only between two equal, even reads of `seq`, and holds
+/// `readers` while it looks, and while it uses the context: `unregister` waits until no
+/// reader is left before the pool may go (see `lookup`).
 struct Slot {
+    /// Taken by the `register` that fills the slot, given back by `unregister` (after the
+    /// slot's readers are gone).
+    taken: AtomicBool,
+    /// Even while the fields below stay as they are, odd while `register` or `unregister`
+    /// writes them; each write bumps it twice, so no two registrations read the same.
+    seq: AtomicU64,
+    /// Handlers looking at the slot or using its pool's context right now.
+    readers: AtomicUsize,
     base: AtomicUsize,
     end: AtomicUsize,
     ctx: AtomicPtr<FaultCtx>,
@@ -106,6 +130,9 @@ struct Slot {
 
 #[allow(clippy::declare_interior_mutable_const)]
 const EMPTY: Slot = Slot {
+    taken: AtomicBool::new(false),
+    seq: AtomicU64::new(0),
+    readers: AtomicUsize::new(0),
     base: AtomicUsize::new(0),
     end: AtomicUsize::new(0),
     ctx: AtomicPtr::new(std::ptr::null_mut()),
@@ -469,65 +496,95 @@ pub(crate) fn register(base: *const u8, len: u64, ctx: &FaultCtx) -> Option<usiz
     register_in(&REGISTRY, base as usize, len as usize, ctx)
 }
 
-/// Forgets slot `i`.
+/// Forgets slot `i`; returns once no handler uses its pool any more.
 pub(crate) fn unregister(i: usize) {
     unregister_in(&REGISTRY, i);
 }
 
 /// `register`'s work on `registry`.
 fn register_in(registry: &[Slot], base: usize, len: usize, ctx: &FaultCtx) -> Option<usize> {
-    for (i, s) in registry.iter().enumerate() {
-        if s.ctx
-            .compare_exchange(
-                std::ptr::null_mut(),
-                ctx as *const FaultCtx as *mut FaultCtx,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            )
+    let (i, s) = registry.iter().enumerate().find(|(_, s)| {
+        s.taken
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
-        {
-            s.base.store(base, Ordering::Release);
-            s.end.store(base + len, Ordering::Release);
-            return Some(i);
-        }
-    }
-    None
+    })?;
+    s.seq.fetch_add(1, Ordering::SeqCst);
+    // Release: a reader that sees one of these sees the odd `seq` before them too.
+    s.ctx
+        .store(ctx as *const FaultCtx as *mut FaultCtx, Ordering::Release);
+    s.base.store(base, Ordering::Release);
+    s.end.store(base + len, Ordering::Release);
+    s.seq.fetch_add(1, Ordering::SeqCst);
+    Some(i)
 }
 
-/// `unregister`'s work on `registry`.
+/// `unregister`'s work on `registry`. Returns once no handler looks at the slot or uses
+/// its context any more: the pool may then go.
 fn unregister_in(registry: &[Slot], i: usize) {
     let s = &registry[i];
+    s.seq.fetch_add(1, Ordering::SeqCst);
+    s.ctx.store(std::ptr::null_mut(), Ordering::Release);
     s.base.store(0, Ordering::Release);
     s.end.store(0, Ordering::Release);
-    s.ctx.store(std::ptr::null_mut(), Ordering::Release);
+    s.seq.fetch_add(1, Ordering::SeqCst);
+    // A reader counted after this load read `seq` after the bumps above (all four are
+    // SeqCst), so it finds the slot empty or someone else's; one counted before it is
+    // waited for. Handlers never wait for this thread (it is closing the pool, which
+    // nothing accesses any more), so the wait ends.
+    while s.readers.load(Ordering::SeqCst) != 0 {
+        yield_now();
+    }
+    s.taken.store(false, Ordering::Release);
 }
 
-/// The registered pool whose mapping holds `addr`, as `lookup` found it.
-struct Found {
+/// The registered pool whose mapping holds an address, as `lookup` found it: its slot
+/// stays counted as read until this is dropped, so the pool's context stays alive.
+struct Found<'r> {
+    slot: &'r Slot,
     ctx: *const FaultCtx,
     base: usize,
 }
 
-impl Found {
+impl Found<'_> {
     /// The pool's context.
     fn ctx(&self) -> *const FaultCtx {
         self.ctx
     }
 }
 
+impl Drop for Found<'_> {
+    fn drop(&mut self) {
+        self.slot.readers.fetch_sub(1, Ordering::Release);
+    }
+}
+
 /// The slot of `registry` whose range holds `addr`. `mid(i)` runs after slot `i`'s
 /// context and start are read, before its end is (a no-op but in tests, which change the
 /// slot there).
-fn lookup(registry: &[Slot], addr: usize, mid: impl Fn(usize)) -> Option<Found> {
+///
+/// Async-signal-safe: atomics only, no waiting. A slot's fields are taken as one
+/// registration's only if `seq` reads the same even value before and after them (a
+/// seqlock: a field store seen by a read here implies the odd `seq` before it is seen by
+/// the second read of `seq`), so no context is paired with another pool's range, nor with
+/// a range torn half-way through a registration. And the slot is counted in `readers`
+/// before `seq` is first read: `unregister` either sees the count and waits for the
+/// returned `Found` to drop, or bumped `seq` before this read it, so that the slot reads
+/// empty or as another pool's. A context `lookup` returns is therefore never freed while
+/// it is in use.
+fn lookup(registry: &[Slot], addr: usize, mid: impl Fn(usize)) -> Option<Found<'_>> {
     for (i, s) in registry.iter().enumerate() {
+        s.readers.fetch_add(1, Ordering::SeqCst);
+        let seq = s.seq.load(Ordering::SeqCst);
         let ctx = s.ctx.load(Ordering::Acquire);
         let base = s.base.load(Ordering::Acquire);
         mid(i);
         let end = s.end.load(Ordering::Acquire);
-        if ctx.is_null() || addr < base || addr >= end {
-            continue;
+        // After the field reads (they are Acquire loads).
+        let unchanged = s.seq.load(Ordering::SeqCst) == seq;
+        if seq % 2 == 0 && unchanged && !ctx.is_null() && (base..end).contains(&addr) {
+            return Some(Found { slot: s, ctx, base });
         }
-        return Some(Found { ctx, base });
+        s.readers.fetch_sub(1, Ordering::Release);
     }
     None
 }
@@ -574,8 +631,9 @@ fn handle(registry: &[Slot], sig: libc::c_int, code: libc::c_int, addr: usize) -
     let Some(found) = lookup(registry, addr, |_| {}) else {
         return false;
     };
-    // SAFETY: registered contexts stay alive until unregistered (module invariant),
-    // and the faulting thread was using the pool's memory, so it is registered.
+    // SAFETY: `found` holds its slot's reader count, so the pool cannot finish
+    // unregistering, and its context stays alive (module invariant), until `found` drops
+    // at the end of this function; `lookup` returns a context with its own pool's range.
     let ctx = unsafe { &*found.ctx() };
     let page = (addr - found.base) as u64 / PAGE * PAGE;
     let emulated = sig == libc::SIGSEGV
