@@ -1037,6 +1037,72 @@ mod tests {
         assert!(wrong.is_empty(), "lookups found the wrong pool: {wrong:?}");
     }
 
+    /// A pool of one `GEO` zone registered in a registry of its own, with page `p` lost
+    /// and repaired (as one thread's fault on it does), then `POISON_MAX` more repairs of
+    /// another page (other threads' faults): what a thread whose fault on `p` is
+    /// delivered, or goes on, only now finds. `then` gets the registry, the context and
+    /// `p`'s offset; the pool is gone when it returns.
+    fn after_many_repairs_since_p<R>(
+        name: &str,
+        then: impl FnOnce(&[Slot], &FaultCtx, u64) -> R,
+    ) -> R {
+        let geo = GEO;
+        let (path, media) = scratch_media(name);
+        let parity = Parity::new(true, 0, &geo);
+        let ctx = FaultCtx::new(&media, &parity, geo);
+        let registry = [EMPTY; 1];
+        let base = media.ptr(0) as usize;
+        assert_eq!(
+            register_in(&registry, base, media.reserve() as usize, &ctx),
+            Some(0)
+        );
+        let row = |r: u64, col: u64| geo.zone_offset(0) + r * geo.row_size() + col;
+        let (p, q) = (row(1, PAGE), row(0, 2 * PAGE));
+        // SAFETY: a page of zone 0's data rows; nothing else uses the pool.
+        assert!(unsafe { ctx.destroy(p) }.expect("mprotect works"));
+        ctx.repair(p, true).expect("mprotect works");
+        for _ in 0..POISON_MAX {
+            // SAFETY: as above.
+            assert!(unsafe { ctx.destroy(q) }.expect("mprotect works"));
+            ctx.repair(q, true).expect("mprotect works");
+        }
+        assert_eq!(ctx.repaired.load(Ordering::Relaxed), 1 + POISON_MAX as u64);
+        let out = then(&registry, &ctx, p);
+        unregister_in(&registry, 0);
+        drop(media);
+        std::fs::remove_file(&path).expect("remove");
+        out
+    }
+
+    #[test]
+    fn a_fault_delivered_after_many_repairs_since_its_page_was_repaired_retries_the_load() {
+        // One thread's load of lost page p faults; before its handler looks, another
+        // thread's fault on p repairs it, and many more repairs follow. The late fault is
+        // still an emulated media error, repaired already: the load must retry, not go to
+        // the previous handler (which kills the process).
+        let (retried, repaired) =
+            after_many_repairs_since_p("handler-late-fault", |reg, ctx, p| {
+                let addr = reg[0].base.load(Ordering::Relaxed) + p as usize;
+                let retried = handle(reg, libc::SIGSEGV, SEGV_ACCERR, addr);
+                (retried, ctx.repaired.load(Ordering::Relaxed))
+            });
+        assert!(retried, "the late fault went to the previous handler");
+        assert_eq!(repaired, 1 + POISON_MAX as u64, "p was rebuilt again");
+    }
+
+    #[test]
+    fn a_repair_that_finds_its_page_repaired_after_many_repairs_does_not_rebuild_it_again() {
+        // One thread's fault on lost page p is taken for an emulated error while p is
+        // still lost; before its repair starts, another thread's repairs p, and many more
+        // repairs follow. The first thread must find p repaired and only retry: a second
+        // rebuild counts one media error twice, and rewrites a page in use.
+        let repaired = after_many_repairs_since_p("handler-late-repair", |_, ctx, p| {
+            ctx.repair(p, true).expect("mprotect works");
+            ctx.repaired.load(Ordering::Relaxed)
+        });
+        assert_eq!(repaired, 1 + POISON_MAX as u64, "p was rebuilt again");
+    }
+
     /// The forked child of the test above: 0 if both faults were handled.
     fn nested_machine_check_child() -> i32 {
         let geo = GEO;
