@@ -47,6 +47,16 @@
 //! error gets the previous action, as without pgl) and injection is refused
 //! (`unsupported_page_size`).
 //!
+//! A fault is delivered, and its handler runs, some time after the load that raised it:
+//! meanwhile another thread's fault on the same page may have repaired it. Such a late
+//! fault (`SEGV_ACCERR` on a page no longer poisoned) is told from a foreign one by the
+//! pool's record of every page pgl made unreadable (`protected`, recorded before the
+//! page is poisoned and never forgotten while the pool is registered), not by a window of
+//! recent repairs, which any number of repairs in between could outrun; it just retries
+//! its load. A page is unpoisoned only once it is accessible again, so "poisoned" is what
+//! the handler checks, before it waits its turn to repair and again once it has it, so
+//! that no page is rebuilt twice for one loss.
+//!
 //! The registry of pools is a fixed array of slots, each read by the handler as a
 //! seqlock: a slot's context, start and end count only if its sequence word read the same
 //! even value before and after them, so a handler never pairs one pool's context with
@@ -90,10 +100,11 @@ pub(crate) struct FaultCtx {
     /// Set when a lost page did not fit in `lost_pages`: any column may then hold an
     /// unrecorded zero-filled page, so no column's parity is trusted to rebuild a page.
     lost_overflow: AtomicBool,
-    /// Offsets + 1 of the last pages repaired: a thread whose fault on one was delivered
-    /// after another thread's repair finished finds it here and just retries its load.
-    recent: [AtomicU64; POISON_MAX],
-    recent_next: AtomicUsize,
+    /// Every page given an emulated media error while the pool is registered, recorded
+    /// before it is made unreadable and kept until the context goes: a thread whose fault
+    /// on one is delivered after another thread's repair finds it here (and no longer
+    /// poisoned) and just retries its load, however many repairs came in between.
+    protected: History,
     /// Offset + 1 of the page being repaired (0: none).
     repairing: AtomicU64,
     /// Pages rebuilt by the handler.
@@ -109,6 +120,95 @@ pub(crate) struct FaultCtx {
 unsafe impl Send for FaultCtx {}
 // SAFETY: as above.
 unsafe impl Sync for FaultCtx {}
+
+/// Entries per chunk of a `History`.
+const HISTORY_CHUNK: usize = 64;
+
+/// A set of pages (offsets + 1) that only grows: a chunk filled in order (0: free, and
+/// so is every entry after it), then the next chunk, allocated once this one is full.
+/// Adding may allocate (not in the handler); looking up only loads (in the handler). A
+/// chunk is freed only with the first, when the context goes, after its unregistration.
+struct History {
+    pages: [AtomicU64; HISTORY_CHUNK],
+    next: AtomicPtr<History>,
+}
+
+impl History {
+    fn new() -> History {
+        History {
+            pages: std::array::from_fn(|_| AtomicU64::new(0)),
+            next: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
+    /// Whether `page` was added. Async-signal-safe: loads only, no waiting.
+    fn holds(&self, page: u64) -> bool {
+        let mut chunk = self;
+        loop {
+            for p in &chunk.pages {
+                match p.load(Ordering::Acquire) {
+                    0 => return false,
+                    v if v == page + 1 => return true,
+                    _ => {}
+                }
+            }
+            let next = chunk.next.load(Ordering::Acquire);
+            if next.is_null() {
+                return false;
+            }
+            // SAFETY: a chunk `add` leaked into the chain, freed only when the first
+            // chunk drops, which `&self` outlives.
+            chunk = unsafe { &*next };
+        }
+    }
+
+    /// Adds `page` (once). Allocates a chunk when the last is full: not for the handler.
+    fn add(&self, page: u64) {
+        let mut chunk = self;
+        loop {
+            for p in &chunk.pages {
+                match p.compare_exchange(0, page + 1, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => return,
+                    Err(v) if v == page + 1 => return,
+                    Err(_) => {}
+                }
+            }
+            let mut next = chunk.next.load(Ordering::Acquire);
+            if next.is_null() {
+                let new = Box::into_raw(Box::new(History::new()));
+                next = match chunk.next.compare_exchange(
+                    std::ptr::null_mut(),
+                    new,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => new,
+                    Err(theirs) => {
+                        // SAFETY: `new` came from `Box::into_raw` above and was never
+                        // published (the exchange failed).
+                        drop(unsafe { Box::from_raw(new) });
+                        theirs
+                    }
+                };
+            }
+            // SAFETY: as in `holds`.
+            chunk = unsafe { &*next };
+        }
+    }
+}
+
+impl Drop for History {
+    /// Frees the chain one chunk at a time (a recursive drop could overflow the stack).
+    fn drop(&mut self) {
+        let mut next = std::mem::replace(self.next.get_mut(), std::ptr::null_mut());
+        while !next.is_null() {
+            // SAFETY: every chunk after the first came from `Box::into_raw` in `add` and
+            // is owned by the chain alone; `&mut self` means no one else uses it.
+            let mut chunk = unsafe { Box::from_raw(next) };
+            next = std::mem::replace(chunk.next.get_mut(), std::ptr::null_mut());
+        }
+    }
+}
 
 /// One registered pool, or none. `register` and `unregister` write its fields one by one,
 /// so a reader takes them as a unit only between two equal, even reads of `seq`, and holds
@@ -160,8 +260,7 @@ impl FaultCtx {
             poisoned: std::array::from_fn(|_| AtomicU64::new(0)),
             lost_pages: std::array::from_fn(|_| AtomicU64::new(0)),
             lost_overflow: AtomicBool::new(false),
-            recent: std::array::from_fn(|_| AtomicU64::new(0)),
-            recent_next: AtomicUsize::new(0),
+            protected: History::new(),
             repairing: AtomicU64::new(0),
             repaired: AtomicU64::new(0),
             lost: AtomicU64::new(0),
@@ -181,12 +280,6 @@ impl FaultCtx {
 
     fn is_poisoned(&self, page: u64) -> bool {
         self.poisoned
-            .iter()
-            .any(|p| p.load(Ordering::Acquire) == page + 1)
-    }
-
-    fn recently_repaired(&self, page: u64) -> bool {
-        self.recent
             .iter()
             .any(|p| p.load(Ordering::Acquire) == page + 1)
     }
@@ -296,6 +389,8 @@ impl FaultCtx {
         if self.is_poisoned(page) {
             return Ok(true); // already lost
         }
+        // Before the page is poisoned: whoever sees it poisoned finds it here too.
+        self.protected.add(page);
         if !self.poison(page) {
             return Ok(false);
         }
@@ -342,11 +437,12 @@ impl FaultCtx {
     /// untouched, since writing it would fault with this signal blocked, and the fault must
     /// go elsewhere (the load would only fault again).
     ///
-    /// `emulated`: the fault is an emulated error's (`SEGV_ACCERR`). Only then may a page
-    /// repaired lately be taken as repaired: a machine check on it is new damage (the load
-    /// would only fault again).
+    /// `emulated`: the fault is an emulated error's (`SEGV_ACCERR` on a page pgl made
+    /// unreadable). Only then may a page no longer poisoned be taken as repaired since the
+    /// fault was raised (a page is unpoisoned only once it is accessible again): a machine
+    /// check on it is new damage (the load would only fault again).
     fn repair(&self, page: u64, emulated: bool) -> Result<(), i32> {
-        if emulated && !self.is_poisoned(page) && self.recently_repaired(page) {
+        if emulated && !self.is_poisoned(page) {
             return Ok(()); // repaired by another thread after this fault was raised
         }
         loop {
@@ -354,6 +450,12 @@ impl FaultCtx {
                 .repairing
                 .compare_exchange(0, page + 1, Ordering::Acquire, Ordering::Acquire)
             {
+                // Repaired by another thread between the check above and this one (its
+                // unpoison comes before its release of `repairing`, which this acquired).
+                Ok(_) if emulated && !self.is_poisoned(page) => {
+                    self.repairing.store(0, Ordering::Release);
+                    return Ok(());
+                }
                 Ok(_) => break,
                 Err(cur) if cur == page + 1 => {
                     // Another thread repairs this very page: wait until it is done.
@@ -436,8 +538,6 @@ impl FaultCtx {
                 self.lost_overflow.store(true, Ordering::Release);
             }
         }
-        let slot = self.recent_next.fetch_add(1, Ordering::Relaxed) % POISON_MAX;
-        self.recent[slot].store(page + 1, Ordering::Release);
         self.unpoison(page);
         self.repairing.store(0, Ordering::Release);
         Ok(())
@@ -638,7 +738,7 @@ fn handle(registry: &[Slot], sig: libc::c_int, code: libc::c_int, addr: usize) -
     let page = (addr - found.base) as u64 / PAGE * PAGE;
     let emulated = sig == libc::SIGSEGV
         && code == SEGV_ACCERR
-        && (ctx.is_poisoned(page) || ctx.recently_repaired(page));
+        && (ctx.is_poisoned(page) || ctx.protected.holds(page));
     let real = sig == libc::SIGBUS && code == libc::BUS_MCEERR_AR;
     if emulated || real {
         match ctx.repair(page, emulated) {
@@ -758,6 +858,9 @@ mod tests {
         let row = |r: u64| geo.zone_offset(0) + r * geo.row_size() + PAGE;
         // SAFETY: pages of zone 0's data rows, inside the pool; nothing else writes them.
         unsafe { parity.update_new(&media, row(0), &[7; 8]) };
+        // The page the fault is on: lost (nothing touches it until it is repaired).
+        // SAFETY: as above.
+        assert!(unsafe { ctx.destroy(row(2)) }.expect("mprotect works"));
         let (done, wait) = std::sync::mpsc::channel();
         std::thread::scope(|s| {
             let (media, parity, ctx) = (&media, &parity, &ctx);
@@ -876,8 +979,8 @@ mod tests {
 
     #[test]
     fn a_machine_check_on_a_page_repaired_earlier_is_repaired_again() {
-        // A page repaired from an emulated error sits in `recent` (so that a thread whose
-        // fault on it was delivered late just retries). A real machine check on it later
+        // A page repaired from an emulated error stays in `protected` (so that a thread
+        // whose fault on it was delivered late just retries). A real machine check on it later
         // must not take that shortcut: the load would fault again, for ever.
         let geo = GEO;
         let (path, media) = scratch_media("handler-recent");
@@ -1101,6 +1204,45 @@ mod tests {
             ctx.repaired.load(Ordering::Relaxed)
         });
         assert_eq!(repaired, 1 + POISON_MAX as u64, "p was rebuilt again");
+    }
+
+    #[test]
+    fn a_history_holds_every_page_added_past_its_first_chunk_and_no_other() {
+        let h = History::new();
+        let pages: Vec<u64> = (0..3 * HISTORY_CHUNK as u64 + 5)
+            .map(|i| i * PAGE)
+            .collect();
+        std::thread::scope(|s| {
+            for half in pages.chunks(pages.len() / 2 + 1) {
+                let h = &h;
+                s.spawn(move || half.iter().for_each(|&p| h.add(p)));
+            }
+        });
+        h.add(pages[7]); // again: kept once
+        let missing: Vec<_> = pages.iter().filter(|&&p| !h.holds(p)).collect();
+        assert!(missing.is_empty(), "pages added but not found: {missing:?}");
+        let extra = pages.len() as u64 * PAGE;
+        assert!(!h.holds(extra), "a page never added was found");
+        let mut held = 0;
+        let mut chunk = &h;
+        loop {
+            held += chunk
+                .pages
+                .iter()
+                .filter(|p| p.load(Ordering::Relaxed) != 0)
+                .count();
+            let next = chunk.next.load(Ordering::Acquire);
+            if next.is_null() {
+                break;
+            }
+            // SAFETY: a chunk of `h`'s chain, alive as long as `h`.
+            chunk = unsafe { &*next };
+        }
+        assert_eq!(
+            held,
+            pages.len(),
+            "a page was recorded twice, or not at all"
+        );
     }
 
     /// The forked child of the test above: 0 if both faults were handled.
