@@ -324,6 +324,36 @@ fn check_repairs_a_damaged_header_copy_and_reports_it() {
     );
 }
 
+/// `pgl inject header` damages a header copy for good: closing the pool after the
+/// injection must not write the copy back whole, or `pgl check` finds nothing.
+#[test]
+fn injected_header_damage_survives_the_close_and_check_reports_it() {
+    let dir = TempDir::new("inject-header");
+    let path = sample_pool(&dir);
+    let p = path.to_str().unwrap();
+    let inj = pgl(&dir, &["inject", p, "header", "0", "0", "64"]);
+    assert_eq!(inj.code, 0, "{}", inj.stderr);
+    let check = pgl(&dir, &["check", p]);
+    assert_eq!(check.code, 1, "{}\n{}", check.stdout, check.stderr);
+    assert!(
+        check
+            .stdout
+            .contains("header    a damaged copy was rewritten from the valid one"),
+        "{}",
+        check.stdout
+    );
+    assert_eq!(pgl(&dir, &["check", p]).code, 0, "the open repaired it");
+
+    let inj = pgl(&dir, &["inject", p, "header", "1", "100", "8"]);
+    assert_eq!(inj.code, 0, "{}", inj.stderr);
+    let check = pgl(&dir, &["check", p]);
+    assert_eq!(
+        check.code, 1,
+        "copy B too: {}\n{}",
+        check.stdout, check.stderr
+    );
+}
+
 #[test]
 fn errors_exit_2_with_the_message_on_stderr() {
     let dir = TempDir::new("errors");

@@ -75,8 +75,19 @@ impl Drop for Inner {
         let mut h = self.header.lock().clone();
         h.flags &= !FLAG_OPEN;
         h.generation += 1;
-        Pool::write_header_copy(media, 0, &h);
-        Pool::write_header_copy(media, self.eng.geo.header_offset(1), &h);
+        // Opening left both copies valid, and every header update since wrote both whole:
+        // a copy that no longer decodes was damaged behind pgl's back (a stray write, or
+        // `Pool::inject`). Writing it whole would hide the damage from the next open (and
+        // from `pgl check`), which reports the copy and rewrites it from the other.
+        for off in [0, self.eng.geo.header_offset(1)] {
+            let mut page = vec![0u8; PAGE as usize];
+            // SAFETY: a header page inside the pool; the last handle is gone, so nothing
+            // else writes it.
+            unsafe { media.read(off, &mut page) };
+            if Header::decode(&page).is_ok() {
+                Pool::write_header_copy(media, off, &h);
+            }
+        }
     }
 }
 
