@@ -420,6 +420,34 @@ fn errors_exit_2_with_the_message_on_stderr() {
     assert!(!out.stderr.contains("panicked"));
 }
 
+/// A log file given to the pool commands: the error says it is a log and which commands
+/// read one, instead of only "not a pgl pool".
+#[test]
+fn pool_commands_name_a_log_as_a_log() {
+    let dir = TempDir::new("notapool");
+    let log = dir.join("events.log");
+    drop(pgl::log::Log::create(&log, pgl::log::LogConfig::new(64 << 10)).unwrap());
+    let l = log.to_str().unwrap();
+    for args in [
+        &["check", l][..],
+        &["info", l],
+        &["scrub", l],
+        &["dump", l, "0x10"],
+        &["inject", l, "media", "0"],
+    ] {
+        let out = pgl(&dir, args);
+        assert_eq!(out.code, 2, "{args:?}: {}{}", out.stdout, out.stderr);
+        assert!(
+            out.stderr.starts_with(
+                "error: [DIR]/events.log: not a pgl pool (it is a pgl log: inspect it with \
+                 `pgl log info` or `pgl log check`)"
+            ),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+}
+
 /// A pool a program has open looks crashed to any other opener (its OPEN flag is set):
 /// `pgl check` would replay its lanes and recompute its parity while the program commits.
 /// Every command refuses it with exit 2, and leaves the file alone.

@@ -144,3 +144,51 @@ fn log_commands_on_a_file_that_is_not_a_log() {
     let missing = pgl(&dir, &["log", "dump", "/nonexistent/x.log"]);
     assert_eq!(missing.code, 2);
 }
+
+/// A pool, a missing file and a device given to `pgl log`: each error names the file as
+/// what it is (never "pool" for a log the user asked about) and says what to run instead.
+#[test]
+fn log_commands_name_a_pool_a_missing_file_and_a_device_as_what_they_are() {
+    let dir = TempDir::new("wrongkind");
+    let pool = dir.0.join("data.pool");
+    let p = pool.to_str().unwrap();
+    let made = pgl(&dir, &["create", p, "--size", "16M", "--chunk-size", "64K"]);
+    assert_eq!(made.code, 0, "{}", made.stderr);
+    let said = "[DIR]/data.pool: not a pgl log (it is a pgl pool: inspect it with `pgl info` \
+                or `pgl check`)";
+    for cmd in ["info", "dump"] {
+        let out = pgl(&dir, &["log", cmd, p]);
+        assert_eq!(out.code, 2, "log {cmd}: {}{}", out.stdout, out.stderr);
+        assert!(
+            out.stderr.starts_with(&format!("error: {said}")),
+            "log {cmd}: {}",
+            out.stderr
+        );
+    }
+    // `log check` reports a file it cannot open as a log as its one problem (see
+    // `log_commands_on_a_file_that_is_not_a_log`).
+    let out = pgl(&dir, &["log", "check", p]);
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains(&format!("open      FAILED: {said}")),
+        "{}",
+        out.stdout
+    );
+
+    let out = pgl(&dir, &["log", "info", "/nonexistent/x.log"]);
+    assert_eq!(out.code, 2);
+    assert_eq!(
+        out.stderr,
+        "error: open log /nonexistent/x.log: No such file or directory (os error 2); check \
+         the path, or create the log (Log::create)\n"
+    );
+
+    let out = pgl(&dir, &["log", "info", "/dev/null"]);
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr
+            .starts_with("error: /dev/null: not a pgl log (not a regular file)"),
+        "{}",
+        out.stderr
+    );
+}

@@ -11,10 +11,10 @@ pub type Result<T, E = Error> = core::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// An operating-system call on the pool file failed.
+    /// An operating-system call on the pool or log file failed.
     #[error("{op} {path}: {source}{}", io_advice(op, source))]
     Io {
-        /// What pgl was doing ("open", "map", "grow", ...).
+        /// What pgl was doing ("open", "open log", "map", "grow", ...).
         op: &'static str,
         /// The file concerned.
         path: PathBuf,
@@ -617,6 +617,12 @@ fn io_advice(op: &str, source: &io::Error) -> &'static str {
         }
         io::ErrorKind::PermissionDenied if op == "open" => {
             "; a pool is opened for reading and writing: this user needs both permissions"
+        }
+        io::ErrorKind::NotFound if op == "open log" => {
+            "; check the path, or create the log (Log::create)"
+        }
+        io::ErrorKind::PermissionDenied if op == "open log" => {
+            "; a log is opened for reading and writing: this user needs both permissions"
         }
         _ => "",
     }

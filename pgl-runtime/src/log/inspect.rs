@@ -57,7 +57,12 @@ impl Inspection {
     /// Reads the log at `path`.
     pub fn open(path: impl AsRef<Path>) -> Result<Inspection> {
         let path = path.as_ref().to_owned();
-        let media = Media::open_file(&path, 0, Some(crate::FlushMode::None))?;
+        let media = Media::open_file(
+            &path,
+            crate::persist::FileKind::Log,
+            0,
+            Some(crate::FlushMode::None),
+        )?;
         let lines = recovery::read_superlines(&media, &path)?;
         let scan = lines.scan(&media);
         let report = scan.report;

@@ -195,7 +195,7 @@ impl Log {
 
     /// As [`Log::open`], with a flush mode other than the one chosen for the file.
     pub fn open_with(path: impl AsRef<Path>, flush: Option<FlushMode>) -> Result<Log> {
-        let media = Media::open_file(path.as_ref(), 0, flush)?;
+        let media = Media::open_file(path.as_ref(), crate::persist::FileKind::Log, 0, flush)?;
         Self::from_media(media)
     }
 

@@ -197,6 +197,9 @@ pub(crate) fn read_superlines(
         media.read(format::super_offset(1, cap), &mut raw[1]);
     }
     let (line, copy, other) = choose(&raw[0], &raw[1]).map_err(|(ea, eb)| {
+        if raw[0][..8] == crate::pool::MAGIC {
+            return not_a_log("it is a pgl pool: inspect it with `pgl info` or `pgl check`".into());
+        }
         not_a_log(format!(
             "no valid superline: copy A at 0: {ea}; copy B at {:#x}: {eb}",
             format::super_offset(1, cap)

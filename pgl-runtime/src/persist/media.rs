@@ -105,6 +105,25 @@ impl Drop for SyncMap {
     }
 }
 
+/// What a file opened with [`Media::open_file`] is meant to be, for its errors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FileKind {
+    /// A pool (`Pool::open`).
+    Pool,
+    /// A log (`Log::open`, `Inspection::open`).
+    Log,
+}
+
+impl FileKind {
+    /// The `op` of an `Error::Io` from opening it (its advice depends on it).
+    fn open_op(self) -> &'static str {
+        match self {
+            FileKind::Pool => "open",
+            FileKind::Log => "open log",
+        }
+    }
+}
+
 /// The bytes of one pool and how to make them durable.
 pub struct Media {
     base: *mut u8,
@@ -294,21 +313,29 @@ impl Media {
         }
     }
 
-    /// Opens and maps an existing file; its current length is `len()`.
-    pub(crate) fn open_file(path: &Path, reserve: u64, mode: Option<FlushMode>) -> Result<Media> {
+    /// Opens and maps an existing file, the `kind` of file a caller expects there (its
+    /// errors name it); its current length is `len()`.
+    pub(crate) fn open_file(
+        path: &Path,
+        kind: FileKind,
+        reserve: u64,
+        mode: Option<FlushMode>,
+    ) -> Result<Media> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .open(path)
-            .map_err(|e| Error::io("open", path, e))?;
+            .map_err(|e| Error::io(kind.open_op(), path, e))?;
         let len = file
             .metadata()
             .map_err(|e| Error::io("stat", path, e))?
             .len();
         if !file.metadata().map(|m| m.is_file()).unwrap_or(false) {
-            return Err(Error::NotAPool {
-                path: path.to_owned(),
-                reason: "not a regular file".into(),
+            let reason = "not a regular file".to_owned();
+            let path = path.to_owned();
+            return Err(match kind {
+                FileKind::Pool => Error::NotAPool { path, reason },
+                FileKind::Log => Error::NotALog { path, reason },
             });
         }
         let min = len.div_ceil(4096) * 4096;

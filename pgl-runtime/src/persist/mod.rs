@@ -7,5 +7,6 @@ mod sim;
 
 pub use flush::FlushMode;
 pub(crate) use media::try_lock_file;
+pub(crate) use media::FileKind;
 pub use media::Media;
 pub use sim::{CrashPoint, CrashSim};

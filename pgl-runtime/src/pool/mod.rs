@@ -10,7 +10,7 @@ mod pool;
 mod scrub;
 
 pub use config::Config;
-pub(crate) use header::may_be_pool;
+pub(crate) use header::{may_be_pool, MAGIC};
 pub use header::{Header, FORMAT_VERSION, LAYOUT_MAX};
 pub use pool::{Detached, ObjectListing, Pool, PoolInfo};
 pub use scrub::ScrubReport;

@@ -344,9 +344,14 @@ fn read_header(media: &Media, path: &Path) -> Result<(Header, u64)> {
                 });
             }
             if ea == HeaderFault::NoMagic && eb == HeaderFault::NoMagic {
+                let reason = if page(0)[..8] == crate::log::format::MAGIC {
+                    "it is a pgl log: inspect it with `pgl log info` or `pgl log check`"
+                } else {
+                    "no pgl pool header in either copy"
+                };
                 return Err(Error::NotAPool {
                     path,
-                    reason: "no pgl pool header in either copy".into(),
+                    reason: reason.into(),
                 });
             }
             return Err(Error::HeaderCorrupt {

@@ -176,7 +176,12 @@ impl Pool {
     /// Opens the pool at `path` with the layout, flush mode, verify policy and `max_size` of
     /// `config` (its geometry is read from the pool).
     pub fn open_with(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
-        let media = Media::open_file(path.as_ref(), config.max_size, config.flush_mode())?;
+        let media = Media::open_file(
+            path.as_ref(),
+            crate::persist::FileKind::Pool,
+            config.max_size,
+            config.flush_mode(),
+        )?;
         Self::from_media(media, Some(&config.layout), config, false)
     }
 
@@ -184,7 +189,12 @@ impl Pool {
     /// parity and object checksums as the pool has them.
     pub fn open_any(path: impl AsRef<Path>) -> Result<Pool> {
         let config = Config::new("any");
-        let media = Media::open_file(path.as_ref(), config.max_size, config.flush_mode())?;
+        let media = Media::open_file(
+            path.as_ref(),
+            crate::persist::FileKind::Pool,
+            config.max_size,
+            config.flush_mode(),
+        )?;
         Self::from_media(media, None, &config, true)
     }
 
