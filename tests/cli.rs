@@ -526,6 +526,70 @@ fn inject_then_scrub_finds_and_repairs() {
     assert!(bad.stderr.contains("lane 99"), "{}", bad.stderr);
 }
 
+/// Faults that do not fit the pool: each is refused with exit 2 and a message that names
+/// the file, the fault and the limit it broke, and says the pool is unchanged; it is not
+/// called a configuration error (`pgl inject` takes no configuration).
+#[test]
+fn inject_refuses_faults_outside_the_pool_and_says_why() {
+    let dir = TempDir::new("inject-bad");
+    let path = sample_pool(&dir);
+    let p = path.to_str().unwrap();
+    let size = std::fs::metadata(&path).unwrap().len();
+    for (args, says) in [
+        (
+            &["scribble", "0xffffffffff", "8"][..],
+            format!(
+                "cannot inject 8 random bytes at pool offset 0xffffffffff (seed 1): bytes \
+                 1099511627775..1099511627783 are not all within the {size} bytes of the pool"
+            ),
+        ),
+        (
+            &["scribble", "0", "0"],
+            "cannot inject 0 random bytes at pool offset 0x0 (seed 1): the length is 0".to_string(),
+        ),
+        (
+            &["bitflip", "0", "65"],
+            "a bit flip flips 1 to 64 bits of one word, not 65".to_string(),
+        ),
+        (
+            &["metadata", "99", "0", "8"],
+            "zone 99 is not in the pool, whose zones are 0 to ".to_string(),
+        ),
+        (
+            &["lane", "0", "5", "0", "8"],
+            "copy 5 of lane 0 does not exist: the pool has lanes 0 to 1, copies 0 and 1"
+                .to_string(),
+        ),
+        (
+            &["header", "0", "4000", "999"],
+            "bytes 4000..4999 are not all within the 4096 bytes of the header page".to_string(),
+        ),
+        (
+            &["media", "0x10"],
+            "a media error can be injected only into the zones' rows".to_string(),
+        ),
+    ] {
+        let mut all = vec!["inject", p];
+        all.extend_from_slice(args);
+        let out = pgl(&dir, &all);
+        assert_eq!(out.code, 2, "{args:?}: {}{}", out.stdout, out.stderr);
+        assert!(
+            out.stderr
+                .starts_with("error: [DIR]/sample.pool: cannot inject "),
+            "{args:?}: {}",
+            out.stderr
+        );
+        assert!(out.stderr.contains(&says), "{args:?}: {}", out.stderr);
+        assert!(
+            out.stderr.trim_end().ends_with("the pool is unchanged"),
+            "{args:?}: {}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("configuration"), "{}", out.stderr);
+    }
+    assert_eq!(pgl(&dir, &["check", p]).code, 0, "nothing was damaged");
+}
+
 /// A list whose nodes become `NodeWide` in the Manual migration below.
 #[derive(Persistent)]
 #[repr(C)]

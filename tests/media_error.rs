@@ -232,7 +232,7 @@ fn media_errors_outside_the_data_rows_are_refused() {
     for offset in [0, 4096, pool.size() + 10] {
         assert!(matches!(
             pool.inject(&Fault::MediaError { offset }),
-            Err(Error::InvalidConfig { .. })
+            Err(Error::InvalidFault { .. })
         ));
     }
     drop(pool);

@@ -290,7 +290,7 @@ fn inject_rejects_bad_requests() {
         },
     ] {
         assert!(
-            matches!(pool.inject(&f), Err(Error::InvalidConfig { .. })),
+            matches!(pool.inject(&f), Err(Error::InvalidFault { .. })),
             "{f:?}"
         );
     }
@@ -521,7 +521,7 @@ fn canary_smashes_are_injected_inside_the_transaction() {
     ));
     assert!(matches!(
         pool.inject(&smash),
-        Err(Error::InvalidConfig { .. })
+        Err(Error::InvalidFault { .. })
     ));
     assert!(matches!(
         pool.tx(|tx| tx.inject(&Fault::MediaError { offset: a.raw() })),
@@ -633,7 +633,7 @@ fn inject_rejects_zones_and_offsets_whose_arithmetic_overflows() {
         },
     ] {
         assert!(
-            matches!(pool.inject(&f), Err(Error::InvalidConfig { .. })),
+            matches!(pool.inject(&f), Err(Error::InvalidFault { .. })),
             "{f:?}"
         );
     }

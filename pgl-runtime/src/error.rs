@@ -37,6 +37,19 @@ pub enum Error {
         source: Option<io::Error>,
     },
 
+    /// `Pool::inject` was given a fault that does not fit this pool (a range outside the
+    /// pool or the part it names, a zone, lane or header copy the pool does not have, a
+    /// bit count outside 1 to 64) or that it does not inject; the pool is unchanged.
+    #[error("{path}: cannot inject {fault}: {reason}; the pool is unchanged")]
+    InvalidFault {
+        /// The pool file.
+        path: PathBuf,
+        /// The fault, as `Fault`'s `Display` says it.
+        fault: String,
+        /// What does not fit, and the limits.
+        reason: String,
+    },
+
     /// `Pool::create` was given a path that already exists.
     #[error("{path}: a file already exists here; open the pool instead, or remove the file to create a new one")]
     AlreadyExists {

@@ -214,19 +214,28 @@ pub(crate) enum How {
 }
 
 impl Fault {
-    /// The range it damages in a pool of geometry `geo`, `size` bytes long; the object
-    /// variant's range comes from `object_block` (header offset and block bytes of a live
-    /// object).
+    /// The range it damages in the pool `path` of geometry `geo`, `size` bytes long; the
+    /// object variant's range comes from `object_block` (header offset and block bytes of
+    /// a live object). A fault that does not fit is `Error::InvalidFault`.
     pub(crate) fn target(
         &self,
+        path: &std::path::Path,
         geo: &Geometry,
         size: u64,
         object_block: impl FnOnce(u64) -> Result<(u64, u64)>,
     ) -> Result<Target> {
+        let bad = |reason: String| self.refused(path, reason);
         let within = |what: &str, base: u64, room: u64, at: u64, len: u64| {
-            if len == 0 || at.checked_add(len).is_none_or(|e| e > room) {
-                return Err(Error::config(format!(
-                    "fault range {at}+{len} does not fit the {room} bytes of the {what}"
+            if len == 0 {
+                return Err(bad(
+                    "the length is 0: a fault damages at least one byte".into()
+                ));
+            }
+            if at.checked_add(len).is_none_or(|e| e > room) {
+                return Err(bad(format!(
+                    "bytes {at}..{} are not all within the {room} bytes of the {what} \
+                     (`pgl info` shows the pool's size and geometry)",
+                    u128::from(at) + u128::from(len)
                 )));
             }
             Ok(base + at)
@@ -239,8 +248,8 @@ impl Fault {
             ),
             Fault::BitFlips { offset, bits, seed } => {
                 if !(1..=64).contains(&bits) {
-                    return Err(Error::config(format!(
-                        "a bit-flip fault flips 1 to 64 bits of one word, not {bits}"
+                    return Err(bad(format!(
+                        "a bit flip flips 1 to 64 bits of one word, not {bits}"
                     )));
                 }
                 let word = offset / 8 * 8;
@@ -262,10 +271,11 @@ impl Fault {
             } => {
                 // Checked before any offset is computed from it: a large enough zone
                 // number overflows the arithmetic (and, wrapping, lands in the pool).
-                if zone >= geo.zones_for(size) {
-                    return Err(Error::config(format!(
-                        "zone {zone} is not in the pool ({} zones)",
-                        geo.zones_for(size)
+                let zones = geo.zones_for(size);
+                if zone >= zones {
+                    return Err(bad(format!(
+                        "zone {zone} is not in the pool, whose zones are 0 to {}",
+                        zones.saturating_sub(1)
                     )));
                 }
                 let base = geo.chunk_offset(zone, 0);
@@ -283,9 +293,10 @@ impl Fault {
                 seed,
             } => {
                 if lane >= geo.lanes || copy > 1 {
-                    return Err(Error::config(format!(
-                        "lane {lane} copy {copy} does not exist ({} lanes, copies 0 and 1)",
-                        geo.lanes
+                    return Err(bad(format!(
+                        "copy {copy} of lane {lane} does not exist: the pool has lanes 0 to \
+                         {}, copies 0 and 1",
+                        geo.lanes - 1
                     )));
                 }
                 let base = geo.lane_offset(lane, copy);
@@ -296,9 +307,10 @@ impl Fault {
                 )
             }
             Fault::SmashCanary { .. } => {
-                return Err(Error::config(
+                return Err(bad(
                     "a canary guards a transaction's micro-buffer: inject SmashCanary with \
-                     tx.inject inside the transaction that opened the object",
+                     tx.inject inside the transaction that opened the object"
+                        .into(),
                 ))
             }
             Fault::MediaError { offset } => (
@@ -313,8 +325,8 @@ impl Fault {
                 seed,
             } => {
                 if copy > 1 {
-                    return Err(Error::config(format!(
-                        "header copy {copy} does not exist (copies 0 and 1)"
+                    return Err(bad(format!(
+                        "header copy {copy} does not exist: the pool has copies 0 and 1"
                     )));
                 }
                 (
@@ -325,6 +337,15 @@ impl Fault {
             }
         };
         Ok(Target { offset, len, how })
+    }
+
+    /// `Error::InvalidFault` for this fault on the pool `path`.
+    pub(crate) fn refused(&self, path: &std::path::Path, reason: String) -> Error {
+        Error::InvalidFault {
+            path: path.to_owned(),
+            fault: self.to_string(),
+            reason,
+        }
     }
 }
 

@@ -526,7 +526,8 @@ impl Pool {
     /// survives what pgl is built to survive: the bytes are changed behind pgl's back and
     /// made durable, and nothing is told. Waits (up to 2 s) until no transaction is in
     /// flight and no `Ref` is held; fails with `Error::Conflict` if one stays open that
-    /// long, and with `Error::InTransaction` inside a transaction.
+    /// long, with `Error::InTransaction` inside a transaction, and with
+    /// `Error::InvalidFault` for a fault that does not fit the pool.
     ///
     /// ```
     /// # use pgl_runtime::{Config, Fault, Pool};
@@ -554,7 +555,7 @@ impl Pool {
             return self.inject_media_error(offset);
         }
         let target = || {
-            fault.target(&eng.geo, eng.media.len(), |oid| {
+            fault.target(&eng.media.path(), &eng.geo, eng.media.len(), |oid| {
                 let p = eng.heap.locate(oid)?;
                 Ok((p.hdr, HEADER_SIZE + p.capacity))
             })
@@ -590,11 +591,13 @@ impl Pool {
             || (eng.map.parity_of(page).is_none()
                 && crate::integrity::parity_column_of(&eng.geo, page).is_none())
         {
-            return Err(Error::config(format!(
+            return Err(crate::Fault::MediaError { offset }.refused(
+                &eng.media.path(),
                 "a media error can be injected only into the zones' rows (data rows, where \
-                 objects and allocator metadata live, and parity rows), not at offset \
-                 {offset:#x}"
-            )));
+                 objects and allocator metadata live, and parity rows; `pgl info --objects` \
+                 lists objects' offsets)"
+                    .into(),
+            ));
         }
         if let Some(size) = crate::integrity::handler::unsupported_page_size() {
             return Err(Error::FaultInjection {
