@@ -590,6 +590,63 @@ fn inject_refuses_faults_outside_the_pool_and_says_why() {
     assert_eq!(pgl(&dir, &["check", p]).code, 0, "nothing was damaged");
 }
 
+/// Every argument of every command is described in its `--help`.
+#[test]
+fn help_describes_every_argument() {
+    let dir = TempDir::new("help");
+    let commands: &[&[&str]] = &[
+        &["create"],
+        &["info"],
+        &["check"],
+        &["scrub"],
+        &["dump"],
+        &["inject"],
+        &["inject", "f", "scribble"],
+        &["inject", "f", "bitflip"],
+        &["inject", "f", "object"],
+        &["inject", "f", "metadata"],
+        &["inject", "f", "lane"],
+        &["inject", "f", "header"],
+        &["inject", "f", "media"],
+        &["log", "info"],
+        &["log", "dump"],
+        &["log", "check"],
+    ];
+    for cmd in commands {
+        let mut args = cmd.to_vec();
+        args.push("--help");
+        let out = pgl(&dir, &args);
+        assert_eq!(out.code, 0, "{cmd:?}: {}", out.stderr);
+        let lines: Vec<&str> = out.stdout.lines().collect();
+        let mut section = "";
+        for (i, line) in lines.iter().enumerate() {
+            if !line.starts_with(' ') {
+                section = line;
+                continue;
+            }
+            let l = line.trim();
+            let entry = l.starts_with('<') || l.starts_with('[') || l.starts_with('-');
+            if !(section == "Arguments:" || section == "Options:") || !entry {
+                continue; // not an argument, or a description on its own line
+            }
+            // Described on the same line, or (long help) on the next, indented further.
+            let inline = l
+                .split_once("  ")
+                .is_some_and(|(_, d)| !d.trim().is_empty());
+            let below = lines.get(i + 1).is_some_and(|n| {
+                let d = n.trim();
+                n.len() - n.trim_start().len() > line.len() - line.trim_start().len()
+                    && !d.is_empty()
+            });
+            assert!(
+                inline || below,
+                "{cmd:?}: `{l}` has no description:\n{}",
+                out.stdout
+            );
+        }
+    }
+}
+
 /// A list whose nodes become `NodeWide` in the Manual migration below.
 #[derive(Persistent)]
 #[repr(C)]

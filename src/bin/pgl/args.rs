@@ -4,43 +4,81 @@ use clap::Subcommand;
 use pgl::Fault;
 use std::path::PathBuf;
 
-/// The faults `pgl inject` can inject (see `pgl::Fault`).
+/// The faults `pgl inject` can inject (see `pgl::Fault`). Offsets and oids are hex
+/// (`0x1e00010`) or decimal; lengths take K/M/G suffixes; `pgl info` shows the geometry
+/// (zones, lanes) and `pgl info --objects` the oids.
 #[derive(Subcommand)]
 pub(crate) enum FaultArg {
     /// Random bytes over LEN bytes at pool offset OFFSET.
     Scribble {
+        /// The first pool byte to damage (hex or decimal).
         #[arg(value_parser = parse_oid)]
         offset: u64,
+        /// How many bytes to damage (1 or more; K/M/G suffixes allowed).
         #[arg(value_parser = parse_size)]
         len: u64,
     },
     /// Flip BITS random bits of the 8-byte word holding pool offset OFFSET.
     Bitflip {
+        /// A pool byte (hex or decimal); the 8-byte word holding it is damaged.
         #[arg(value_parser = parse_oid)]
         offset: u64,
+        /// How many distinct bits of the word to flip, 1 to 64.
         #[arg(default_value_t = 1)]
         bits: u32,
     },
     /// Random bytes over LEN bytes of an object, AT bytes from its header's start.
     Object {
+        /// The object's oid, as `pgl info --objects` lists it (hex or decimal).
         #[arg(value_parser = parse_oid)]
         oid: u64,
+        /// The first byte to damage, from the start of the object's 16-byte header (16 is
+        /// the first payload byte).
+        #[arg(value_parser = parse_oid)]
         at: u64,
+        /// How many bytes to damage (1 or more).
+        #[arg(value_parser = parse_size)]
         len: u64,
     },
     /// Random bytes over LEN bytes of zone ZONE's metadata chunk, from byte AT.
-    Metadata { zone: u64, at: u64, len: u64 },
+    Metadata {
+        /// The zone, from 0 (`pgl info` shows how many the pool has).
+        zone: u64,
+        /// The first byte to damage within the zone's metadata chunk.
+        #[arg(value_parser = parse_oid)]
+        at: u64,
+        /// How many bytes to damage (1 or more).
+        #[arg(value_parser = parse_size)]
+        len: u64,
+    },
     /// Random bytes over LEN bytes of copy COPY of redo lane LANE, from byte AT.
     Lane {
+        /// The lane, from 0 (`pgl info` shows how many the pool has).
         lane: u64,
+        /// Which copy of the lane: 0 or 1.
         copy: u64,
+        /// The first byte to damage within the lane copy.
+        #[arg(value_parser = parse_oid)]
         at: u64,
+        /// How many bytes to damage (1 or more).
+        #[arg(value_parser = parse_size)]
         len: u64,
     },
     /// Random bytes over LEN bytes of copy COPY of the pool header, from byte AT.
-    Header { copy: u64, at: u64, len: u64 },
+    Header {
+        /// Which copy of the header: 0 or 1.
+        copy: u64,
+        /// The first byte to damage within the 4096-byte header page.
+        #[arg(value_parser = parse_oid)]
+        at: u64,
+        /// How many bytes to damage (1 or more).
+        #[arg(value_parser = parse_size)]
+        len: u64,
+    },
     /// A media error: the page holding OFFSET loses its contents.
     Media {
+        /// A pool byte in a zone's rows (hex or decimal, e.g. an oid); its 4096-byte page
+        /// is lost.
         #[arg(value_parser = parse_oid)]
         offset: u64,
     },
