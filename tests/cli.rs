@@ -448,6 +448,49 @@ fn pool_commands_name_a_log_as_a_log() {
     }
 }
 
+/// A directory where a pool file is expected, and a new pool in a directory that does not
+/// exist: the OS error alone ("Is a directory", "No such file or directory") says what
+/// happened, not what to do.
+#[test]
+fn directories_in_place_of_files_say_what_to_do() {
+    let dir = TempDir::new("dirs");
+    let d = dir.0.to_str().unwrap();
+    for args in [&["check", d][..], &["info", d], &["scrub", d, "--repair"]] {
+        let out = pgl(&dir, args);
+        assert_eq!(out.code, 2, "{args:?}");
+        assert_eq!(
+            out.stderr,
+            "error: open [DIR]: Is a directory (os error 21); give the path of a pool file, \
+             not of a directory",
+            "{args:?}"
+        );
+    }
+    let out = pgl(&dir, &["log", "info", d]);
+    assert_eq!(out.code, 2);
+    assert_eq!(
+        out.stderr,
+        "error: open log [DIR]: Is a directory (os error 21); give the path of a log file, \
+         not of a directory"
+    );
+
+    let out = pgl(&dir, &["create", d]);
+    assert_eq!(out.code, 2);
+    assert_eq!(
+        out.stderr,
+        "error: [DIR]: a directory is there; give the path of the new file (in a directory \
+         that exists), not of a directory"
+    );
+
+    let nested = dir.join("no/such/dir/new.pool");
+    let out = pgl(&dir, &["create", nested.to_str().unwrap()]);
+    assert_eq!(out.code, 2);
+    assert_eq!(
+        out.stderr,
+        "error: create [DIR]/no/such/dir/new.pool: No such file or directory (os error 2); \
+         its directory does not exist: create the directory first, or choose another path"
+    );
+}
+
 /// A pool a program has open looks crashed to any other opener (its OPEN flag is set):
 /// `pgl check` would replay its lanes and recompute its parity while the program commits.
 /// Every command refuses it with exit 2, and leaves the file alone.

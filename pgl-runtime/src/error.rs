@@ -50,11 +50,17 @@ pub enum Error {
         reason: String,
     },
 
-    /// `Pool::create` was given a path that already exists.
-    #[error("{path}: a file already exists here; open the pool instead, or remove the file to create a new one")]
+    /// `Pool::create` (or `Log::create`) was given a path that already exists.
+    #[error("{path}: {}", if *directory {
+        "a directory is there; give the path of the new file (in a directory that exists), not of a directory"
+    } else {
+        "a file already exists here; open it instead, or remove the file to create a new one"
+    })]
     AlreadyExists {
         /// The path.
         path: PathBuf,
+        /// Whether what is there is a directory.
+        directory: bool,
     },
 
     /// The pool or log file is open already: in another process, or as another `Pool` or
@@ -597,7 +603,6 @@ fn stored_type(name: &Option<String>, id: u32) -> String {
     }
 }
 
-/// What to do about an `Io` error, where the cause is plain: a missing pool file.
 /// What went wrong and what to do, for `LogReservationHeld` (after its first words).
 fn held_advice(op: &str, lsn: u64, held: u64, completed: Option<u64>) -> String {
     let why = if op == "reserve" {
@@ -623,6 +628,8 @@ fn held_advice(op: &str, lsn: u64, held: u64, completed: Option<u64>) -> String 
     format!("{why}; complete or drop the held reservation first{again}")
 }
 
+/// What to do about an `Io` error, where the cause is plain: a missing file or
+/// directory, a directory where a file should be, missing permissions.
 fn io_advice(op: &str, source: &io::Error) -> &'static str {
     match source.kind() {
         io::ErrorKind::NotFound if op == "open" => {
@@ -636,6 +643,19 @@ fn io_advice(op: &str, source: &io::Error) -> &'static str {
         }
         io::ErrorKind::PermissionDenied if op == "open log" => {
             "; a log is opened for reading and writing: this user needs both permissions"
+        }
+        io::ErrorKind::IsADirectory if op == "open" => {
+            "; give the path of a pool file, not of a directory"
+        }
+        io::ErrorKind::IsADirectory if op == "open log" => {
+            "; give the path of a log file, not of a directory"
+        }
+        io::ErrorKind::NotFound if op == "create" => {
+            "; its directory does not exist: create the directory first, or choose another path"
+        }
+        io::ErrorKind::PermissionDenied if op == "create" => {
+            "; this user may not create files in its directory: choose another directory, or \
+             change its permissions"
         }
         _ => "",
     }

@@ -262,6 +262,7 @@ impl Media {
                 if e.kind() == std::io::ErrorKind::AlreadyExists {
                     Error::AlreadyExists {
                         path: path.to_owned(),
+                        directory: path.is_dir(),
                     }
                 } else {
                     Error::io("create", path, e)
@@ -416,6 +417,7 @@ impl Media {
         instead: &'static str,
     ) -> Result<Media> {
         let exists = || Error::AlreadyExists {
+            directory: false,
             path: PathBuf::from("<crash-sim>"),
         };
         if !sim.is_empty() {
