@@ -491,6 +491,31 @@ fn directories_in_place_of_files_say_what_to_do() {
     );
 }
 
+/// A size above what a pool may map: the message says which limit, and what to do with
+/// the command at hand (`Config::max_size` has no flag; a smaller `--size` does it).
+#[test]
+fn create_refuses_a_size_beyond_max_size_and_says_what_to_do() {
+    let dir = TempDir::new("huge");
+    let path = dir.join("huge.pool");
+    let out = pgl(&dir, &["create", path.to_str().unwrap(), "--size", "2T"]);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.starts_with(
+            "error: invalid configuration: size 2199023255552 is more than max_size \
+             1099511627776"
+        ),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains("create a smaller pool (`pgl create --size`)"),
+        "{}",
+        out.stderr
+    );
+    assert!(!path.exists(), "nothing is created");
+}
+
 /// A pool a program has open looks crashed to any other opener (its OPEN flag is set):
 /// `pgl check` would replay its lanes and recompute its parity while the program commits.
 /// Every command refuses it with exit 2, and leaves the file alone.

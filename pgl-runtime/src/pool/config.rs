@@ -171,9 +171,10 @@ impl Config {
         super::header::check_geometry(&geo, zones).map_err(Error::config)?;
         if self.max_size < geo.pool_size(zones) {
             return Err(Error::config(format!(
-                "max_size {} is below the initial size {}",
-                self.max_size,
-                geo.pool_size(zones)
+                "size {} is more than max_size {} (Config::max_size: the address space a \
+                 pool reserves, the largest size it can grow to; 1 TiB unless set); create a \
+                 smaller pool (`pgl create --size`), or raise Config::max_size",
+                self.size, self.max_size
             )));
         }
         Ok((geo, zones))
