@@ -516,6 +516,38 @@ fn create_refuses_a_size_beyond_max_size_and_says_what_to_do() {
     assert!(!path.exists(), "nothing is created");
 }
 
+/// A pool cut down to less than its two header copies is still recognised by its first
+/// header: reported as a truncated pool to restore, not as a file that is no pool.
+#[test]
+fn a_pool_cut_short_inside_its_headers_is_reported_as_truncated() {
+    let dir = TempDir::new("cut");
+    let path = sample_pool(&dir);
+    let bytes = std::fs::read(&path).unwrap();
+    let cut = dir.join("cut.pool");
+    let c = cut.to_str().unwrap();
+
+    std::fs::write(&cut, &bytes[..4096]).unwrap();
+    let out = pgl(&dir, &["check", c]);
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains(&format!(
+            "open      FAILED: [DIR]/cut.pool: truncated pool file: 4096 bytes, but the header \
+             says {}; restore the file from a backup",
+            bytes.len()
+        )),
+        "{}",
+        out.stdout
+    );
+    let out = pgl(&dir, &["info", c]);
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr
+            .starts_with("error: [DIR]/cut.pool: truncated pool file: 4096 bytes"),
+        "{}",
+        out.stderr
+    );
+}
+
 /// A pool a program has open looks crashed to any other opener (its OPEN flag is set):
 /// `pgl check` would replay its lanes and recompute its parity while the program commits.
 /// Every command refuses it with exit 2, and leaves the file alone.

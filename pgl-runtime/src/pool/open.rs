@@ -62,6 +62,21 @@ impl Pool {
         let path = media.path();
         let len = media.len();
         if len < 2 * PAGE {
+            // A pool cut short inside its headers still has its first copy: a truncated
+            // pool (to restore), not some other file.
+            if len >= PAGE {
+                let mut first = vec![0u8; PAGE as usize];
+                // SAFETY: the first page lies in the file (`len >= PAGE`); the file is
+                // locked, and nothing else reads or writes it while it opens.
+                unsafe { media.read(0, &mut first) };
+                if let Ok(h) = Header::decode(&first) {
+                    return Err(Error::Truncated {
+                        path,
+                        expected: h.pool_size(),
+                        actual: len,
+                    });
+                }
+            }
             return Err(Error::NotAPool {
                 path,
                 reason: format!("{len} bytes is smaller than a pool header"),
