@@ -747,6 +747,35 @@ fn help_describes_every_argument() {
     }
 }
 
+/// An unknown fault kind is named as a fault, with the kinds there are (clap alone said
+/// "unexpected argument 'frobnicate' found", which lists nothing).
+#[test]
+fn inject_names_an_unknown_fault_and_lists_the_kinds() {
+    let dir = TempDir::new("inject-kind");
+    let path = sample_pool(&dir);
+    let p = path.to_str().unwrap();
+    for args in [
+        &["inject", p, "frobnicate", "0"][..],
+        &["inject", "--seed", "3", p, "frobnicate"],
+    ] {
+        let out = pgl(&dir, args);
+        assert_eq!(out.code, 2, "{args:?}: {}{}", out.stdout, out.stderr);
+        assert!(
+            out.stderr.starts_with(
+                "error: unknown fault 'frobnicate': the faults are scribble, bitflip, object, \
+                 metadata, lane, header and media"
+            ),
+            "{args:?}: {}",
+            out.stderr
+        );
+        assert!(out.stderr.contains("Usage: pgl inject"), "{}", out.stderr);
+    }
+    // A typo still gets clap's suggestion.
+    let out = pgl(&dir, &["inject", p, "scribbel", "0", "8"]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("'scribble'"), "{}", out.stderr);
+}
+
 /// A list whose nodes become `NodeWide` in the Manual migration below.
 #[derive(Persistent)]
 #[repr(C)]

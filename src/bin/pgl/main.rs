@@ -20,7 +20,7 @@ mod units;
 
 use args::{parse_oid, parse_size, CreateArgs, FaultArg};
 use check::check;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 use create::create;
 use dump::dump;
 use info::info;
@@ -78,6 +78,7 @@ enum Command {
     },
     /// Damage a pool on purpose, to test how a program copes (the bytes are changed
     /// behind pgl's back and made durable; parity, checksums and replicas are not told).
+    #[command(subcommand_value_name = "FAULT", subcommand_help_heading = "Faults")]
     Inject {
         /// The pool file.
         file: PathBuf,
@@ -136,8 +137,45 @@ fn emit(s: &str) {
     let _ = o.write_all(s.as_bytes()).and_then(|()| o.flush());
 }
 
+/// Parses the command line; clap prints what is wrong (or the help) and exits on a bad one.
+fn parse() -> Cli {
+    let e = match Cli::try_parse() {
+        Ok(cli) => return cli,
+        Err(e) => e,
+    };
+    // `pgl inject FILE KIND ...`: clap takes an unknown KIND for a stray argument ("unexpected
+    // argument 'x' found"), since FILE was the one positional. Say it is a fault, and list them.
+    let stray = e.get(clap::error::ContextKind::InvalidArg);
+    if let (clap::error::ErrorKind::UnknownArgument, Some(clap::error::ContextValue::String(arg))) =
+        (e.kind(), stray)
+    {
+        let mut cmd = Cli::command();
+        let injecting = std::env::args_os().nth(1).is_some_and(|a| a == "inject");
+        if let Some(inject) = cmd.find_subcommand_mut("inject").filter(|_| injecting) {
+            if !arg.starts_with('-') {
+                let kinds: Vec<String> = inject
+                    .get_subcommands()
+                    .map(|c| c.get_name().to_owned())
+                    .filter(|n| n != "help")
+                    .collect();
+                let (last, rest) = kinds.split_last().expect("inject has faults");
+                let msg = format!(
+                    "unknown fault '{arg}': the faults are {} and {last} (`pgl inject --help` \
+                     says what each does)",
+                    rest.join(", ")
+                );
+                inject.set_bin_name("pgl inject");
+                inject
+                    .error(clap::error::ErrorKind::InvalidSubcommand, msg)
+                    .exit();
+            }
+        }
+    }
+    e.exit()
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse();
     let result = match &cli.command {
         Command::Create(a) => create(a).map(|s| (s, false)),
         Command::Info { file, objects } => info(file, *objects).map(|s| (s, false)),
