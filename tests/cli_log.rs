@@ -192,3 +192,20 @@ fn log_commands_name_a_pool_a_missing_file_and_a_device_as_what_they_are() {
         out.stderr
     );
 }
+
+/// `--from` past the last record: the listing says why it is empty and which LSNs the log
+/// holds, instead of a bare column header.
+#[test]
+fn log_dump_from_past_the_end_says_which_lsns_there_are() {
+    let dir = TempDir::new("from");
+    let path = sample(&dir);
+    let p = path.to_str().unwrap();
+    let out = pgl(&dir, &["log", "dump", p, "--from", "999999"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout
+            .contains("(no records from LSN 999999: the log's live records are LSNs 3 to 8)"),
+        "{}",
+        out.stdout
+    );
+}

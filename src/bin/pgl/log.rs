@@ -94,7 +94,17 @@ pub(crate) fn log_dump(file: &Path, from: Option<u64>, max: Option<usize>) -> Re
         "{:>10}  {:>10}  {:>8}  {:>5}  first bytes",
         "LSN", "offset", "length", "epoch"
     );
+    let asked = from;
     let from = from.unwrap_or(0);
+    let r = &i.report;
+    if asked.is_some() && from >= r.next_lsn && r.records > 0 {
+        let _ = writeln!(
+            out,
+            "(no records from LSN {from}: the log's live records are LSNs {} to {})",
+            r.start_lsn,
+            r.next_lsn - 1
+        );
+    }
     for (shown, rec) in i.records().filter(|r| r.lsn >= from).enumerate() {
         if max.is_some_and(|m| shown >= m) {
             let _ = writeln!(out, "(more records not shown)");
