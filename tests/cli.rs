@@ -776,6 +776,50 @@ fn inject_names_an_unknown_fault_and_lists_the_kinds() {
     assert!(out.stderr.contains("'scribble'"), "{}", out.stderr);
 }
 
+/// Damage beyond parity (two pages of one page column): `scrub --repair` lists the object
+/// it could not rebuild as `check` does, and says what is left to do, not to run itself.
+#[test]
+fn scrub_repair_says_what_it_could_not_rebuild_and_what_to_do() {
+    let dir = TempDir::new("beyond");
+    let path = sample_pool(&dir);
+    let p = path.to_str().unwrap();
+    let victim = items(&path)[0];
+    let v = format!("{victim:#x}");
+    assert_eq!(pgl(&dir, &["inject", p, "object", &v, "20", "8"]).code, 0);
+    // The same bytes of the next row: the object's page column now has two damaged pages.
+    let below = format!("{:#x}", victim + 4 + (64 << 10));
+    assert_eq!(pgl(&dir, &["inject", p, "scribble", &below, "8"]).code, 0);
+
+    let fix = pgl(&dir, &["scrub", p, "--repair"]);
+    assert_eq!(fix.code, 1, "{}{}", fix.stdout, fix.stderr);
+    assert!(
+        fix.stdout.contains("0 repaired, 1 damaged"),
+        "{}",
+        fix.stdout
+    );
+    assert!(
+        fix.stdout.contains(&format!(
+            "    {v}: checksum mismatch (`cli::Item`, type id "
+        )),
+        "{}",
+        fix.stdout
+    );
+    assert!(
+        !fix.stdout.contains("`pgl scrub --repair` rebuilds"),
+        "it does not tell the user to run what they ran: {}",
+        fix.stdout
+    );
+    assert!(
+        fix.stdout.trim_end().ends_with(
+            "result: damage remains that parity cannot rebuild: restore the pool from a \
+             backup, or have the program that owns the objects listed above rewrite or \
+             free them"
+        ),
+        "{}",
+        fix.stdout
+    );
+}
+
 /// A list whose nodes become `NodeWide` in the Manual migration below.
 #[derive(Persistent)]
 #[repr(C)]

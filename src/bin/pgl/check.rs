@@ -191,32 +191,7 @@ pub(crate) fn check(file: &Path) -> Result<(String, bool)> {
     }
     let _ = writeln!(out, "  objects   {total} checked, {} bad", objects.len());
     for (off, e) in &objects {
-        match e {
-            // The error's own text is for a program, after repair from parity failed;
-            // `check` has not tried: say what was found, and (below) how to repair it.
-            Error::ChecksumMismatch {
-                type_id,
-                ref type_name,
-                size,
-                stored,
-                computed,
-                ..
-            } => {
-                let named = match type_name {
-                    Some(n) => format!("`{n}`, "),
-                    None => String::new(),
-                };
-                let _ = writeln!(
-                    out,
-                    "    {off:#x}: checksum mismatch ({named}type id {type_id:#010x}, {size} \
-                     bytes): stored {stored:#010x}, computed {computed:#010x}; changed \
-                     outside a transaction (a scribble or a media error)"
-                );
-            }
-            e => {
-                let _ = writeln!(out, "    {off:#x}: {e}");
-            }
-        }
+        let _ = writeln!(out, "    {}", damaged_object(*off, e));
     }
     problems += bad.len() as u64;
     if problems == 0 {
@@ -231,6 +206,33 @@ pub(crate) fn check(file: &Path) -> Result<(String, bool)> {
         let _ = writeln!(out, "result: {problems} problem(s)");
     }
     Ok((out, problems > 0))
+}
+
+/// A damaged object as `check` and `scrub` list it: `0x340110: checksum mismatch (...)`.
+/// The error's own text is for a program, and says what to run (`pgl check`, `pgl scrub
+/// --repair`); the commands say what was found, and what to do in their result line.
+pub(crate) fn damaged_object(off: u64, e: &Error) -> String {
+    match e {
+        Error::ChecksumMismatch {
+            type_id,
+            type_name,
+            size,
+            stored,
+            computed,
+            ..
+        } => {
+            let named = match type_name {
+                Some(n) => format!("`{n}`, "),
+                None => String::new(),
+            };
+            format!(
+                "{off:#x}: checksum mismatch ({named}type id {type_id:#010x}, {size} bytes): \
+                 stored {stored:#010x}, computed {computed:#010x}; changed outside a \
+                 transaction (a scribble or a media error)"
+            )
+        }
+        e => format!("{off:#x}: {e}"),
+    }
 }
 
 /// The parity pages of the page columns that the `len` bytes at `off` lie in (an object's

@@ -1,6 +1,7 @@
 //! `pgl scrub` and `pgl inject`: repair damage, and cause it on purpose.
 
 use crate::args::FaultArg;
+use crate::check::damaged_object;
 use crate::progress::{slow, Bar, OPENING};
 use pgl::{Pool, Result};
 use std::fmt::Write as _;
@@ -23,7 +24,7 @@ pub(crate) fn scrub(file: &Path, repair: bool) -> Result<(String, bool)> {
         r.damaged.len()
     );
     for (off, e) in &r.damaged {
-        let _ = writeln!(out, "    {off:#x}: {e}");
+        let _ = writeln!(out, "    {}", damaged_object(*off, e));
     }
     let _ = writeln!(
         out,
@@ -47,7 +48,10 @@ pub(crate) fn scrub(file: &Path, repair: bool) -> Result<(String, bool)> {
         match (clean, repair) {
             (true, _) => "clean",
             (false, false) => "damaged (run with --repair to rebuild what parity can)",
-            (false, true) => "damage remains that parity cannot rebuild",
+            (false, true) => {
+                "damage remains that parity cannot rebuild: restore the pool from a backup, \
+                 or have the program that owns the objects listed above rewrite or free them"
+            }
         }
     );
     Ok((out, !clean))
