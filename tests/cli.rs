@@ -820,6 +820,37 @@ fn scrub_repair_says_what_it_could_not_rebuild_and_what_to_do() {
     );
 }
 
+/// An oid that names no object, given to `dump` or `inject object`: the message says where
+/// the oids are listed.
+#[test]
+fn an_oid_that_names_no_object_points_to_the_listing() {
+    let dir = TempDir::new("oid");
+    let path = sample_pool(&dir);
+    let p = path.to_str().unwrap();
+    let inside = format!("{:#x}", items(&path)[0] + 8);
+    for args in [
+        &["dump", p, "0x10"][..],
+        &["dump", p, &inside],
+        &["inject", p, "object", &inside, "0", "8"],
+    ] {
+        let out = pgl(&dir, args);
+        assert_eq!(out.code, 2, "{args:?}: {}{}", out.stdout, out.stderr);
+        assert!(
+            out.stderr
+                .starts_with("error: [DIR]/sample.pool: invalid oid 0x"),
+            "{args:?}: {}",
+            out.stderr
+        );
+        assert!(
+            out.stderr.ends_with(
+                "; `pgl info --objects [DIR]/sample.pool` lists the pool's objects and their oids"
+            ),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+}
+
 /// A list whose nodes become `NodeWide` in the Manual migration below.
 #[derive(Persistent)]
 #[repr(C)]

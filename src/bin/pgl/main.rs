@@ -195,7 +195,18 @@ fn main() -> ExitCode {
             ExitCode::from(u8::from(problems))
         }
         Err(e) => {
-            let _ = writeln!(std::io::stderr(), "error: {e}");
+            // The oid came from the command line: say where the valid ones are listed.
+            let hint = match (&e, &cli.command) {
+                (
+                    pgl::Error::InvalidOid { .. },
+                    Command::Dump { file, .. } | Command::Inject { file, .. },
+                ) => format!(
+                    "; `pgl info --objects {}` lists the pool's objects and their oids",
+                    file.display()
+                ),
+                _ => String::new(),
+            };
+            let _ = writeln!(std::io::stderr(), "error: {e}{hint}");
             ExitCode::from(2)
         }
     }
