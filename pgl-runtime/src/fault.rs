@@ -53,3 +53,15 @@ switch!(
     fake_large_pages,
     "the \"the system's pages are 16 KiB\" fault (for the media-error handler's check)"
 );
+switch!(
+    FAIL_GROW_EXTEND,
+    set_fail_grow_extend,
+    fail_grow_extend,
+    "the \"extending the pool file fails\" fault (`ENOSPC`: a full file system)"
+);
+switch!(
+    FAIL_GROW_FSYNC,
+    set_fail_grow_fsync,
+    fail_grow_fsync,
+    "the \"the fsync of a grown pool file fails\" fault (an I/O error of the backing device)"
+);

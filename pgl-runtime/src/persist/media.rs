@@ -470,10 +470,22 @@ impl Media {
                 // A preallocated file stays so (whoever created it; a sparse file has
                 // fewer blocks than its length, a preallocated one at least as many).
                 let preallocated = fully_allocated(file);
-                file.set_len(new_len)
-                    .map_err(|e| Error::io("grow", path, e))?;
+                // The injected fault hits where a full file system fails: the new length
+                // of a sparse file, the new blocks of a preallocated one.
+                let no_space = || std::io::Error::from_raw_os_error(libc::ENOSPC);
+                let extended = if crate::fault::fail_grow_extend() && !preallocated {
+                    Err(no_space())
+                } else {
+                    file.set_len(new_len)
+                };
+                extended.map_err(|e| Error::io("grow", path, e))?;
                 if preallocated {
-                    if let Err(e) = allocate(file, path, self.len(), new_len) {
+                    let allocated = if crate::fault::fail_grow_extend() {
+                        Err(Error::io("allocate space for", path, no_space()))
+                    } else {
+                        allocate(file, path, self.len(), new_len)
+                    };
+                    if let Err(e) = allocated {
                         // Nothing refers to the new bytes yet: give them back.
                         let _ = file.set_len(self.len());
                         return Err(e);
@@ -481,7 +493,12 @@ impl Media {
                 }
                 // The new size must be durable before a header can say the zones exist.
                 if self.mode != FlushMode::None {
-                    file.sync_all().map_err(|e| Error::io("fsync", path, e))?;
+                    let synced = if crate::fault::fail_grow_fsync() {
+                        Err(std::io::Error::from_raw_os_error(libc::EIO))
+                    } else {
+                        file.sync_all()
+                    };
+                    synced.map_err(|e| Error::io("fsync", path, e))?;
                 }
             }
             Backing::Sim(sim) => sim.set_len(new_len),
