@@ -498,7 +498,14 @@ impl Media {
                     } else {
                         file.sync_all()
                     };
-                    synced.map_err(|e| Error::io("fsync", path, e))?;
+                    if let Err(e) = synced {
+                        // fsync reports, once to this open file, a failed write-back of
+                        // any of its pages since the last report: perhaps of a commit's,
+                        // whose own msync then sees nothing. As after a failed msync,
+                        // nothing written is known durable: commits are refused (`check`).
+                        self.record_failure(e.raw_os_error());
+                        return Err(Error::io("fsync", path, e));
+                    }
                 }
             }
             Backing::Sim(sim) => sim.set_len(new_len),
@@ -556,16 +563,7 @@ impl Media {
                     if rc != 0 {
                         // The data may not be durable. Remember it: the commit that issued
                         // this flush, and every later one, fails (`check`).
-                        let code = std::io::Error::last_os_error()
-                            .raw_os_error()
-                            .filter(|&c| c != 0)
-                            .unwrap_or(libc::EIO);
-                        let _ = self.failed.compare_exchange(
-                            0,
-                            code,
-                            Ordering::AcqRel,
-                            Ordering::Acquire,
-                        );
+                        self.record_failure(std::io::Error::last_os_error().raw_os_error());
                     }
                 }
                 FlushMode::None => {}
@@ -584,6 +582,15 @@ impl Media {
                 self.fence();
             }
         }
+    }
+
+    /// Records a failed write-back (OS error `code`, `EIO` if none): from now on `check`
+    /// fails. The first failure is kept.
+    fn record_failure(&self, code: Option<i32>) {
+        let code = code.filter(|&c| c != 0).unwrap_or(libc::EIO);
+        let _ = self
+            .failed
+            .compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
     }
 
     /// `Err` once a write-back has failed: what was written since may not be durable, so
