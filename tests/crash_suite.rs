@@ -850,7 +850,8 @@ fn crash_grow() {
         fill_chunks(&mut run);
         // New classes, so that each allocation needs a chunk of the newest zone. Pools stop
         // at MAX_ZONES (every crash image is a copy of the whole pool); later scenarios take
-        // other classes and steps.
+        // other classes and steps. Every other scenario starts with one grow to MAX_ZONES
+        // (three zones at once), the others grow by one or two zones a step.
         const MAX_ZONES: u64 = 4;
         let mut classes = vec![64, 256, 1024, 4096, 16384, 65536];
         run.rng.shuffle(&mut classes);
@@ -859,7 +860,9 @@ fn crash_grow() {
             if run.done() || zones >= MAX_ZONES {
                 break;
             }
-            let add = if run.rng.chance(300) && zones + 2 <= MAX_ZONES {
+            let add = if zones == 1 && seed % 2 == 1 {
+                MAX_ZONES - 1
+            } else if run.rng.chance(300) && zones + 2 <= MAX_ZONES {
                 2
             } else {
                 1
@@ -885,6 +888,24 @@ fn crash_grow() {
                 zone_of(oid) >= zones - add,
                 "the new object lies in an old zone"
             );
+            if add > 1 {
+                // A large object takes the first new zone with two free chunks: another
+                // new zone than the first object's (a run's chunk, from the last new zone,
+                // or the first new zone's first two chunks if that was large too).
+                let large = alloc_op(
+                    &mut run,
+                    "alloc after grow",
+                    65536,
+                    "a large object in another new zone",
+                    None,
+                );
+                assert!(
+                    zone_of(large) >= zones - add && zone_of(large) != zone_of(oid),
+                    "the large object lies in zone {}, the first in {}",
+                    zone_of(large),
+                    zone_of(oid)
+                );
+            }
             // A transaction touching an old zone and the new one.
             let used = run.model.used();
             let old = used[0];
@@ -908,6 +929,43 @@ fn crash_grow() {
                 },
             );
             fill_chunks(&mut run);
+            if add > 1 && !run.done() {
+                // Every zone holds objects now: one transaction writes one in each.
+                let slots: Vec<usize> = (0..zones)
+                    .map(|z| {
+                        let used = run.model.used();
+                        *used
+                            .iter()
+                            .find(|&&s| zone_of(slot_oid(&run.pool, run.root, s)) == z)
+                            .unwrap_or_else(|| panic!("no object in zone {z}"))
+                    })
+                    .collect();
+                let patches: Vec<(usize, usize, Vec<u8>)> = slots
+                    .iter()
+                    .map(|&s| {
+                        let size = run.model.size(s);
+                        let len = size.min(64);
+                        let at = run.rng.below(size - len + 1);
+                        (s, at, run.rng.bytes(len))
+                    })
+                    .collect();
+                run.op(
+                    "overwrite across zones",
+                    format!("one tx writes slots {slots:?}, one in each of zones 0..{zones}"),
+                    |pool, root, m, _| {
+                        pool.tx(|tx| {
+                            for (s, at, p) in &patches {
+                                tx_write(tx, tx.get(root)?[*s], m.size(*s), *at, p)?;
+                            }
+                            Ok(())
+                        })
+                        .expect("tx across every zone");
+                        for (s, at, p) in &patches {
+                            m.write(*s, *at, p);
+                        }
+                    },
+                );
+            }
         }
     }
     suite.assert_clean();
