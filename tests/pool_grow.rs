@@ -216,3 +216,119 @@ fn a_multi_zone_grow_and_its_objects_survive_a_crash() {
     assert_clean(&pool, true);
     assert_eq!(pool.objects().unwrap().len(), objs.len());
 }
+
+/// Threads allocate, overwrite and free while the pool grows by three zones at a time
+/// (1 -> 4 -> 7): their objects land in every new zone while `add_zones` publishes them,
+/// none is lost, and size, capacity and counters agree afterwards, and after reopening.
+#[test]
+fn threads_allocate_into_zones_a_multi_zone_grow_adds() {
+    let path = tmp("grow-multi-live");
+    let mut cfg = Config::small("grow-multi-live");
+    cfg.lanes = 4;
+    let geo = cfg.geometry();
+    cfg.size = geo.pool_size(1);
+    cfg.max_size = geo.pool_size(8);
+    let per_zone = (geo.rows * geo.chunks_per_row - 1) * geo.chunk_size;
+    let pool = Pool::create(&path, &cfg).unwrap();
+    const THREADS: u64 = 3;
+    // 3 × 250 × 1 KiB live at the end: more than four zones hold, well less than seven
+    // (each lane's current run may keep free blocks no other lane takes).
+    const PER_THREAD: usize = 250;
+    // Set by a worker that found the pool full; the main thread then grows it.
+    let full = std::sync::atomic::AtomicBool::new(false);
+    let (kept, allocs): (Vec<Vec<(Oid<[u64; 128]>, u64)>>, u64) = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (pool, full) = (pool.clone(), &full);
+                s.spawn(move || {
+                    let (mut mine, mut allocs, mut i) = (Vec::new(), 0u64, 0u64);
+                    let mut full_since: Option<std::time::Instant> = None;
+                    while mine.len() < PER_THREAD {
+                        let tag = t << 32 | i;
+                        i += 1;
+                        match pool.tx(|tx| tx.alloc([tag; 128])) {
+                            Ok(o) => mine.push((o, tag)),
+                            Err(Error::PoolFull { .. }) => {
+                                full.store(true, std::sync::atomic::Ordering::Relaxed);
+                                let since = *full_since.get_or_insert_with(std::time::Instant::now);
+                                assert!(
+                                    since.elapsed().as_secs() < 20,
+                                    "thread {t}: full for 20 s at {} bytes, {} free",
+                                    pool.size(),
+                                    pool.free_bytes()
+                                );
+                                std::thread::yield_now();
+                                continue;
+                            }
+                            Err(e) => panic!("thread {t}: {e}"),
+                        }
+                        full_since = None;
+                        allocs += 1;
+                        if i % 3 == 0 {
+                            let (o, old) = mine[mine.len() / 2];
+                            pool.tx(|tx| {
+                                tx.open(o)?[64] = !old;
+                                Ok(())
+                            })
+                            .unwrap();
+                            pool.tx(|tx| {
+                                tx.open(o)?[64] = old;
+                                Ok(())
+                            })
+                            .unwrap();
+                        }
+                        if i % 7 == 0 {
+                            let (o, _) = mine.swap_remove(0);
+                            pool.tx(|tx| tx.free(o)).unwrap();
+                        }
+                    }
+                    (mine, allocs)
+                })
+            })
+            .collect();
+        let mut zones = 1;
+        while !workers.iter().all(|w| w.is_finished()) {
+            if zones < 7 && full.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                zones += 3;
+                pool.grow(geo.pool_size(zones)).unwrap();
+                assert_eq!(pool.size(), geo.pool_size(zones));
+            }
+            std::thread::yield_now();
+        }
+        let r: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        let allocs = r.iter().map(|(_, a)| a).sum();
+        (r.into_iter().map(|(m, _)| m).collect(), allocs)
+    });
+    let check = |pool: &Pool| {
+        assert_eq!(pool.size(), geo.pool_size(7));
+        assert_eq!(pool.info().header.zones, 7);
+        assert_eq!(pool.info().heap_capacity, 7 * per_zone);
+        for (t, mine) in kept.iter().enumerate() {
+            for &(o, tag) in mine {
+                assert_eq!(*pool.get(o).unwrap(), [tag; 128], "thread {t}");
+            }
+        }
+        let live = kept.iter().map(Vec::len).sum::<usize>();
+        assert_eq!(pool.objects().unwrap().len(), live);
+        assert_clean(pool, false);
+    };
+    check(&pool);
+    let s = pool.stats();
+    let frees = allocs - (THREADS as usize * PER_THREAD) as u64;
+    assert_eq!((s.allocs, s.frees), (allocs, frees), "{s:?}");
+    let zones_used: std::collections::BTreeSet<u64> = kept
+        .iter()
+        .flatten()
+        .map(|(o, _)| zone_of(&pool, o.raw()))
+        .collect();
+    assert!(
+        (4..7).any(|z| zones_used.contains(&z)),
+        "the second grow's zones took no object: {zones_used:?}"
+    );
+    drop(pool);
+    let pool = Pool::open(&path, "grow-multi-live").unwrap();
+    check(&pool);
+    assert_clean(&pool, true);
+    drop(pool);
+    std::fs::remove_file(&path).unwrap();
+}
