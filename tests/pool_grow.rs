@@ -332,3 +332,38 @@ fn threads_allocate_into_zones_a_multi_zone_grow_adds() {
     drop(pool);
     std::fs::remove_file(&path).unwrap();
 }
+
+/// `grow(n)` leaves the pool at least `n` bytes, as documented: the zones it adds are
+/// rounded up, not down. Asking for no more than the pool has, or for more than
+/// `max_size` allows, is an error that changes nothing.
+#[test]
+fn grow_rounds_up_to_whole_zones() {
+    let path = tmp("grow-round");
+    let cfg = Config::small("grow-round");
+    let geo = cfg.geometry();
+    let pool = Pool::create(&path, &cfg).unwrap();
+    pool.grow(pool.size() + 1).unwrap();
+    assert_eq!(pool.size(), geo.pool_size(2));
+    let want = geo.pool_size(3) + geo.zone_size() / 2;
+    pool.grow(want).unwrap();
+    assert!(pool.size() >= want);
+    assert_eq!(pool.size(), geo.pool_size(4));
+    for bad in [
+        pool.size(),
+        pool.size() - 1,
+        cfg.max_size + 1,
+        u64::MAX,
+    ] {
+        let r = pool.grow(bad);
+        assert!(matches!(r, Err(Error::InvalidConfig { .. })), "grow({bad}): {r:?}");
+        assert_eq!(pool.size(), geo.pool_size(4));
+    }
+    pool.grow(cfg.max_size).unwrap();
+    assert_eq!(pool.size(), geo.pool_size(8));
+    drop(pool);
+    let pool = Pool::open(&path, "grow-round").unwrap();
+    assert_eq!(pool.size(), geo.pool_size(8));
+    assert_clean(&pool, true);
+    drop(pool);
+    std::fs::remove_file(&path).unwrap();
+}
