@@ -422,20 +422,24 @@ impl Pool {
         g.ok_or_else(|| eng.named(tx::conflict_in_tx(eng, word)))
     }
 
-    /// Grows the pool to at least `new_size` bytes (whole zones are added).
+    /// Grows the pool to at least `new_size` bytes: whole zones are added, as many as it
+    /// takes (the size is rounded up to a zone boundary). `Error::InvalidConfig` if the
+    /// pool is that big already, or `new_size` is beyond `Config::max_size`.
     pub fn grow(&self, new_size: u64) -> Result<()> {
         let _g = self.inner.grow_lock.lock();
         let eng = &self.inner.eng;
         let mut header = self.inner.header.lock().clone();
-        let zones = eng.geo.zones_for(new_size);
-        if zones <= header.zones {
+        if new_size <= header.pool_size() {
             return Err(Error::config(format!(
-                "cannot grow to {new_size} bytes: the pool is already {} bytes and grows by whole \
-                 zones of {} bytes",
-                header.pool_size(),
-                eng.geo.zone_size()
+                "cannot grow to {new_size} bytes: the pool is already {} bytes",
+                header.pool_size()
             )));
         }
+        // Rounded up (`zones_for` rounds down); past u64::MAX it stays short of
+        // `new_size`, and far beyond any mapping, which `Media::grow` refuses.
+        let zones = eng
+            .geo
+            .zones_for(new_size.saturating_add(eng.geo.zone_size() - 1));
         super::header::check_geometry(&eng.geo, zones).map_err(Error::config)?;
         eng.media.check()?;
         eng.media.grow(eng.geo.pool_size(zones))?;
