@@ -367,3 +367,44 @@ fn grow_rounds_up_to_whole_zones() {
     drop(pool);
     std::fs::remove_file(&path).unwrap();
 }
+
+/// A file longer than its pool (opening accepts it) whose bytes past the pool are not
+/// zeros: the zones a grow adds there start as zeros all the same — the empty chunk
+/// tables, metadata copies and parity a new zone is made of — not as what the file held.
+#[test]
+fn a_grow_over_a_file_tail_that_is_not_zeros_starts_from_zeros() {
+    let path = tmp("grow-tail");
+    let cfg = Config::small("grow-tail");
+    let geo = cfg.geometry();
+    let pool = Pool::create(&path, &cfg).unwrap();
+    let (mut objs, mut tag) = (Vec::new(), 0);
+    fill(&pool, &mut objs, &mut tag);
+    drop(pool);
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        // Two zones' worth: chunk tables, metadata copies, data rows and parity rows.
+        let junk: Vec<u8> = (0..2 * geo.zone_size()).map(|i| (i * 7 + 0xa5) as u8).collect();
+        f.write_all(&junk).unwrap();
+    }
+    let pool = Pool::open(&path, "grow-tail").unwrap();
+    assert_eq!(pool.size(), geo.pool_size(1));
+    pool.grow(geo.pool_size(3)).unwrap();
+    assert_clean(&pool, false);
+    fill(&pool, &mut objs, &mut tag);
+    for z in 1..3 {
+        assert!(objs.iter().any(|o| zone_of(&pool, o.raw()) == z), "zone {z}");
+    }
+    for o in &objs {
+        o.check(&pool);
+    }
+    assert_clean(&pool, false);
+    drop(pool);
+    let pool = Pool::open(&path, "grow-tail").unwrap();
+    for o in &objs {
+        o.check(&pool);
+    }
+    assert_clean(&pool, true);
+    drop(pool);
+    std::fs::remove_file(&path).unwrap();
+}
