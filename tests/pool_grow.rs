@@ -408,3 +408,34 @@ fn a_grow_over_a_file_tail_that_is_not_zeros_starts_from_zeros() {
     drop(pool);
     std::fs::remove_file(&path).unwrap();
 }
+
+/// The same on `CrashSim`: a device longer than its pool, whose tail is not zeros.
+#[test]
+fn a_grow_over_a_device_tail_that_is_not_zeros_starts_from_zeros() {
+    let cfg = Config::small("grow-tail-sim");
+    let geo = cfg.geometry();
+    let sim = CrashSim::new(cfg.max_size);
+    let pool = Pool::create_sim(&sim, &cfg).unwrap();
+    let (mut objs, mut tag) = (Vec::new(), 0);
+    fill(&pool, &mut objs, &mut tag);
+    drop(pool);
+    let mut image = sim.persisted_image();
+    let words = 2 * geo.zone_size() / 8;
+    image.extend((0..words).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1));
+    let dev = CrashSim::from_image(&image, image.len() as u64 * 8, cfg.max_size);
+    let pool = Pool::open_sim(&dev, "grow-tail-sim").unwrap();
+    pool.grow(geo.pool_size(3)).unwrap();
+    assert_clean(&pool, false);
+    fill(&pool, &mut objs, &mut tag);
+    for o in &objs {
+        o.check(&pool);
+    }
+    assert_clean(&pool, false);
+    drop(pool);
+    let pool = Pool::open_sim(&dev, "grow-tail-sim").unwrap();
+    assert_eq!(pool.size(), geo.pool_size(3));
+    for o in &objs {
+        o.check(&pool);
+    }
+    assert_clean(&pool, true);
+}
