@@ -459,6 +459,14 @@ impl Media {
 
     /// Grows the pool to `new_len` bytes.
     pub(crate) fn grow(&self, new_len: u64) -> Result<()> {
+        self.grow_from(self.len(), new_len)
+    }
+
+    /// Grows the pool, whose content ends at `end`, to `new_len` bytes of which those past
+    /// `end` are zeros: a file longer than `end` (a grow whose header never became durable
+    /// leaves one, and opening accepts it) is first cut back to `end`, so that no byte it
+    /// held past the pool is taken for part of a new zone.
+    pub(crate) fn grow_from(&self, end: u64, new_len: u64) -> Result<()> {
         if new_len > self.reserve {
             return Err(Error::config(format!(
                 "cannot grow to {new_len} bytes: the mapping reserves {} bytes (raise Config::max_size)",
@@ -476,18 +484,20 @@ impl Media {
                 let extended = if crate::fault::fail_grow_extend() && !preallocated {
                     Err(no_space())
                 } else {
-                    file.set_len(new_len)
+                    // Nothing maps the bytes past `end` into the pool: no load or store
+                    // meets the pages the cut takes away before they are back (zeros).
+                    file.set_len(end).and_then(|()| file.set_len(new_len))
                 };
                 extended.map_err(|e| Error::io("grow", path, e))?;
                 if preallocated {
                     let allocated = if crate::fault::fail_grow_extend() {
                         Err(Error::io("allocate space for", path, no_space()))
                     } else {
-                        allocate(file, path, self.len(), new_len)
+                        allocate(file, path, end, new_len)
                     };
                     if let Err(e) = allocated {
                         // Nothing refers to the new bytes yet: give them back.
-                        let _ = file.set_len(self.len());
+                        let _ = file.set_len(end);
                         return Err(e);
                     }
                 }
@@ -508,7 +518,7 @@ impl Media {
                     }
                 }
             }
-            Backing::Sim(sim) => sim.set_len(new_len),
+            Backing::Sim(sim) => sim.cut_and_set_len(end, new_len),
         }
         self.len.store(new_len, Ordering::Release);
         Ok(())

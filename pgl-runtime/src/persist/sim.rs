@@ -120,6 +120,21 @@ impl CrashSim {
         self.len.store(len, Ordering::Release);
     }
 
+    /// Cuts the device back to `end` bytes (the words past it, up to its length, become
+    /// zeros in both images, as a truncated file's bytes do), then sets its length to
+    /// `len`. The caller owns the bytes past `end`: nothing loads or stores them meanwhile.
+    pub(crate) fn cut_and_set_len(&self, end: u64, len: u64) {
+        let (from, to) = (end.div_ceil(8) as usize, (self.len() as usize).div_ceil(8));
+        if from < to {
+            let mut persisted = self.persisted.lock();
+            persisted[from..to].fill(0);
+            // SAFETY: `to <= cap / 8` (the length never passes the capacity), so the
+            // words `from..to` lie inside the allocation; the caller owns them.
+            unsafe { std::ptr::write_bytes(self.mem.add(from), 0, to - from) };
+        }
+        self.set_len(len);
+    }
+
     /// Takes the device for one open `Pool` or `Log` until `end_lease`; false if one has
     /// it already. It is a file's `flock`: two over the same bytes would each trust their
     /// own locks and lanes, and one's commit could rewrite bytes the other lends out.

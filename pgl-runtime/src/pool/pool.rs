@@ -442,7 +442,9 @@ impl Pool {
             .zones_for(new_size.saturating_add(eng.geo.zone_size() - 1));
         super::header::check_geometry(&eng.geo, zones).map_err(Error::config)?;
         eng.media.check()?;
-        eng.media.grow(eng.geo.pool_size(zones))?;
+        // New zones start as zeros (empty chunk tables, valid metadata copies, parity
+        // that agrees with the rows), whatever the file held past the pool's end.
+        eng.media.grow_from(header.pool_size(), eng.geo.pool_size(zones))?;
         header.zones = zones;
         header.generation += 1;
         Self::write_header_copy(&eng.media, 0, &header);
