@@ -236,7 +236,9 @@ fn threads_allocate_into_zones_a_multi_zone_grow_adds() {
     const PER_THREAD: usize = 250;
     // Set by a worker that found the pool full; the main thread then grows it.
     let full = std::sync::atomic::AtomicBool::new(false);
-    let (kept, allocs): (Vec<Vec<(Oid<[u64; 128]>, u64)>>, u64) = std::thread::scope(|s| {
+    // Per thread, the objects it left and their tags; and how many it allocated.
+    type Kept = Vec<Vec<(Oid<[u64; 128]>, u64)>>;
+    let (kept, allocs): (Kept, u64) = std::thread::scope(|s| {
         let workers: Vec<_> = (0..THREADS)
             .map(|t| {
                 let (pool, full) = (pool.clone(), &full);
@@ -348,14 +350,12 @@ fn grow_rounds_up_to_whole_zones() {
     pool.grow(want).unwrap();
     assert!(pool.size() >= want);
     assert_eq!(pool.size(), geo.pool_size(4));
-    for bad in [
-        pool.size(),
-        pool.size() - 1,
-        cfg.max_size + 1,
-        u64::MAX,
-    ] {
+    for bad in [pool.size(), pool.size() - 1, cfg.max_size + 1, u64::MAX] {
         let r = pool.grow(bad);
-        assert!(matches!(r, Err(Error::InvalidConfig { .. })), "grow({bad}): {r:?}");
+        assert!(
+            matches!(r, Err(Error::InvalidConfig { .. })),
+            "grow({bad}): {r:?}"
+        );
         assert_eq!(pool.size(), geo.pool_size(4));
     }
     pool.grow(cfg.max_size).unwrap();
@@ -382,9 +382,14 @@ fn a_grow_over_a_file_tail_that_is_not_zeros_starts_from_zeros() {
     drop(pool);
     {
         use std::io::Write;
-        let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
         // Two zones' worth: chunk tables, metadata copies, data rows and parity rows.
-        let junk: Vec<u8> = (0..2 * geo.zone_size()).map(|i| (i * 7 + 0xa5) as u8).collect();
+        let junk: Vec<u8> = (0..2 * geo.zone_size())
+            .map(|i| (i * 7 + 0xa5) as u8)
+            .collect();
         f.write_all(&junk).unwrap();
     }
     let pool = Pool::open(&path, "grow-tail").unwrap();
@@ -393,7 +398,10 @@ fn a_grow_over_a_file_tail_that_is_not_zeros_starts_from_zeros() {
     assert_clean(&pool, false);
     fill(&pool, &mut objs, &mut tag);
     for z in 1..3 {
-        assert!(objs.iter().any(|o| zone_of(&pool, o.raw()) == z), "zone {z}");
+        assert!(
+            objs.iter().any(|o| zone_of(&pool, o.raw()) == z),
+            "zone {z}"
+        );
     }
     for o in &objs {
         o.check(&pool);

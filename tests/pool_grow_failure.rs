@@ -124,10 +124,7 @@ fn fsync_fails() {
     );
     // Reads still work; the grow is refused too (nothing it writes would be trusted).
     assert_eq!(*pool.get(o).unwrap(), [t; 128]);
-    assert!(matches!(
-        pool.grow(geo.pool_size(3)),
-        Err(Error::Io { .. })
-    ));
+    assert!(matches!(pool.grow(geo.pool_size(3)), Err(Error::Io { .. })));
     drop(pool);
 
     let pool = Pool::open_with(&path, &cfg).unwrap();

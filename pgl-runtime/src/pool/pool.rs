@@ -444,7 +444,8 @@ impl Pool {
         eng.media.check()?;
         // New zones start as zeros (empty chunk tables, valid metadata copies, parity
         // that agrees with the rows), whatever the file held past the pool's end.
-        eng.media.grow_from(header.pool_size(), eng.geo.pool_size(zones))?;
+        eng.media
+            .grow_from(header.pool_size(), eng.geo.pool_size(zones))?;
         header.zones = zones;
         header.generation += 1;
         Self::write_header_copy(&eng.media, 0, &header);
