@@ -342,6 +342,7 @@ impl Heap {
                 dead: false,
                 quarantined: false,
                 retired: false,
+                provisional: false,
                 hint: 0,
                 sealed: Vec::new(),
             }),
@@ -596,22 +597,36 @@ impl Heap {
                 Some(r) => r,
                 None => match self.new_run(class, size, meta, undo) {
                     Ok(r) => r,
-                    // No chunk for a new run, but runs passed over have free blocks: they
-                    // are only locked for now, so this is a conflict (retried), not a
-                    // full pool.
-                    // (A few times in a row on this thread: a lock held for long, by a
-                    // long transaction or a `Ref` kept, must not turn a full pool into
-                    // minutes of retries.)
-                    Err(Error::PoolFull { .. })
-                        if !passed.is_empty()
+                    Err(e @ Error::PoolFull { .. }) => {
+                        // No chunk for a run of this lane's own: a block of a run other
+                        // lanes allocate from, if one is free.
+                        if let Some((run, idx, sealed)) = self.alloc_elsewhere(class, claim) {
+                            let (word, bit) = run.word_of(idx);
+                            meta.set_bits(word, bit, run.checked);
+                            let place = ObjPlace {
+                                hdr: run.block_offset(idx),
+                                capacity: run.block - HEADER_SIZE,
+                            };
+                            undo.push(HeapUndo::Block(run, idx));
+                            break 'take Ok(Reserved { place, sealed });
+                        }
+                        // None, but runs passed over have free blocks: they are only
+                        // locked for now, so this is a conflict (retried), not a full
+                        // pool. (A few times in a row on this thread: a lock held for
+                        // long, by a long transaction or a `Ref` kept, must not turn a
+                        // full pool into minutes of retries.)
+                        let locked = !passed.is_empty()
                             && FULL_BUT_LOCKED.with(|n| {
                                 n.set(n.get() + 1);
                                 n.get() <= FULL_BUT_LOCKED_RETRIES
-                            }) =>
-                    {
-                        break 'take Err(Error::Conflict {
-                            offset: passed[0].block_offset(0) + HEADER_SIZE,
-                        })
+                            });
+                        break 'take Err(if locked {
+                            Error::Conflict {
+                                offset: passed[0].block_offset(0) + HEADER_SIZE,
+                            }
+                        } else {
+                            e
+                        });
                     }
                     Err(e) => break 'take Err(e),
                 },
@@ -630,6 +645,54 @@ impl Heap {
             }
         }
         r
+    }
+
+    /// A block of class `class` from any committed run with one free and claimable
+    /// (`claim`), other lanes' current runs included: for when the pool has no chunk left
+    /// for a new run. A lane's run is its own only by preference (every allocation from a
+    /// run holds the run's lock); a run made by a transaction that has not committed is
+    /// that transaction's alone (`RunState::provisional`). Scans every chunk: a full
+    /// pool's path, not a hot one.
+    fn alloc_elsewhere(
+        &self,
+        class: u16,
+        claim: &mut dyn FnMut(u64) -> bool,
+    ) -> Option<(Arc<Run>, u32, bool)> {
+        for zi in 0..self.zone_count() {
+            let Some(zone) = self.zone(zi) else { continue };
+            for c in 1..self.geo.chunks_per_zone() as usize {
+                if entry_kind(zone.kinds[c].load(Ordering::Acquire)) != KIND_RUN {
+                    continue;
+                }
+                let Some(run) = zone.runs[c].lock().clone() else {
+                    continue;
+                };
+                if run.class != class {
+                    continue;
+                }
+                let mut st = run.st.lock();
+                if st.dead || st.retired || st.provisional || st.used >= run.nblocks {
+                    continue;
+                }
+                let payload = |idx| run.block_offset(idx) + HEADER_SIZE;
+                let taken = take_bit(run.bits(), &mut st, run.nblocks, |idx| claim(payload(idx)));
+                drop(st);
+                if let Some((idx, sealed)) = taken {
+                    return Some((run, idx, sealed));
+                }
+            }
+        }
+        None
+    }
+
+    /// The transaction whose heap changes `undo` holds committed: the runs it made are
+    /// every lane's to allocate from now.
+    pub(crate) fn committed(&self, undo: &[HeapUndo]) {
+        for u in undo {
+            if let HeapUndo::NewRun(run) = u {
+                run.st.lock().provisional = false;
+            }
+        }
     }
 
     fn new_run(
@@ -674,6 +737,7 @@ impl Heap {
                 dead: false,
                 quarantined: false,
                 retired: false,
+                provisional: true,
                 hint: 0,
                 sealed: Vec::new(),
             }),
@@ -1729,5 +1793,47 @@ mod tests {
         assert_zone_being_added_kept(heap, free);
         drop(pool);
         std::fs::remove_file(&path).unwrap();
+    }
+
+    /// A pool is full only when no block of the class is free anywhere: not while another
+    /// lane's run, the one it allocates from, still has free blocks. (Review: with 8 lanes
+    /// and 256 KiB chunks, up to 2 MiB a size class stayed out of reach.)
+    #[test]
+    fn a_full_pool_takes_the_free_blocks_of_another_lanes_run() {
+        let (path, pool) = small_pool("full-other-lanes-run", 2, 1);
+        // Another thread allocates one object (from its lane's run, committed), then
+        // keeps that lane busy with a transaction that waits, so this thread fills the
+        // pool from the other lane.
+        let (held_tx, held_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let other = {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                let first = pool.tx(|tx| tx.alloc([1u64; 8])).unwrap();
+                pool.tx(|_| {
+                    held_tx.send(()).unwrap();
+                    go_rx.recv().unwrap();
+                    Ok(())
+                })
+                .unwrap();
+                first
+            })
+        };
+        held_rx.recv().unwrap();
+        let free_before = pool.free_bytes();
+        let objs = fill_until_full(&pool, 2);
+        let left = pool.free_bytes();
+        go_tx.send(()).unwrap();
+        let first = other.join().unwrap();
+        let block = (std::mem::size_of::<Obj>() as u64 + HEADER_SIZE).next_power_of_two();
+        assert!(
+            left < block,
+            "pool full with {left} bytes free ({free_before} before filling, {} objects \
+             allocated): the other lane's run kept its free blocks",
+            objs.len()
+        );
+        assert_eq!(*pool.get(first).unwrap(), [1u64; 8]);
+        drop(pool);
+        let _ = std::fs::remove_file(path);
     }
 }

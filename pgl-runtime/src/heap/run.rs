@@ -60,6 +60,10 @@ pub(crate) struct RunState {
     pub(super) quarantined: bool,
     /// Gave up its chunk (which may hold another run now, sharing this run's slab).
     pub(super) retired: bool,
+    /// Made by a transaction that has not committed yet: its blocks are that
+    /// transaction's alone (if it aborts, the run goes), never another lane's (see
+    /// `Heap::alloc_elsewhere`).
+    pub(super) provisional: bool,
     pub(super) hint: usize,
     /// One bit per block (64 a word; empty until the first sealed free): set while the
     /// block is free and sealed (see the module docs).

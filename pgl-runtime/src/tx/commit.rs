@@ -450,6 +450,7 @@ impl Tx<'_> {
         lane.news = news;
         r?;
         // the volatile heap follows
+        eng.heap.committed(&st.lane.scratch.undo);
         st.lane.scratch.undo.clear();
         self.lane
             .counters
