@@ -705,7 +705,8 @@ impl Heap {
         let mut free = self.chunk_lock.lock();
         let Some((zone_idx, chunk)) = self
             .pop_free(&mut free)
-            .or_else(|| self.claim_chunks(1, (0, 1)))
+            .or_else(|| self.claim_chunks(1, (0, 1), false))
+            .or_else(|| self.claim_chunks(1, (0, 1), true))
         else {
             return Err(self.full(size));
         };
@@ -858,15 +859,18 @@ impl Heap {
         found
     }
 
-    /// Finds and reserves `n` contiguous chunks that are free or empty, unowned runs, at
+    /// Finds and reserves `n` contiguous chunks that are free or empty, unowned runs (with
+    /// `owned_too`, also empty runs lanes allocate from: for when nothing else is left), at
     /// or after chunk `from.1` of zone `from.0`. Caller holds `chunk_lock`.
-    fn claim_chunks(&self, n: u64, from: (u64, u64)) -> Option<(u64, u64)> {
+    fn claim_chunks(&self, n: u64, from: (u64, u64), owned_too: bool) -> Option<(u64, u64)> {
         let per = self.geo.chunks_per_zone();
         for zi in from.0..self.zone_count() {
             let Some(zone) = self.zone(zi) else { continue };
             let mut start = if zi == from.0 { from.1.max(1) } else { 1 };
             while start + n <= per {
-                if let Some(busy) = (start..start + n).find(|&c| !self.chunk_available(zone, c)) {
+                if let Some(busy) =
+                    (start..start + n).find(|&c| !self.chunk_available(zone, c, owned_too))
+                {
                     start = busy + 1;
                     continue;
                 }
@@ -874,7 +878,7 @@ impl Heap {
                 let mut claimed = Vec::new();
                 let mut all = true;
                 for c in start..start + n {
-                    if self.claim_one(zone, c) {
+                    if self.claim_one(zone, c, owned_too) {
                         claimed.push(c);
                     } else {
                         all = false;
@@ -893,19 +897,19 @@ impl Heap {
         None
     }
 
-    fn chunk_available(&self, zone: &Zone, c: u64) -> bool {
+    fn chunk_available(&self, zone: &Zone, c: u64, owned_too: bool) -> bool {
         let e = zone.kinds[c as usize].load(Ordering::Acquire);
         match entry_kind(e) {
             KIND_FREE => true,
             KIND_RUN => match &*zone.runs[c as usize].lock() {
-                Some(r) => r.st.lock().reclaimable(),
+                Some(r) => r.st.lock().reclaimable(owned_too),
                 None => false,
             },
             _ => false,
         }
     }
 
-    fn claim_one(&self, zone: &Zone, c: u64) -> bool {
+    fn claim_one(&self, zone: &Zone, c: u64, owned_too: bool) -> bool {
         let e = zone.kinds[c as usize].load(Ordering::Acquire);
         match entry_kind(e) {
             KIND_FREE => {
@@ -918,8 +922,9 @@ impl Heap {
                     return false;
                 };
                 let mut st = r.st.lock();
-                if st.reclaimable() {
-                    // Retire the empty run: its chunk is reused; the run leaves its pool lazily.
+                if st.reclaimable(owned_too) {
+                    // Retire the empty run: its chunk is reused; the run leaves its pool, and
+                    // the lane that allocates from it drops it, lazily (both check `dead`).
                     st.dead = true;
                     st.retired = true;
                     drop(st);
@@ -948,7 +953,10 @@ impl Heap {
         let mut from = (0, 1);
         let mut tries = 0;
         let (zone_idx, first) = loop {
-            let Some((z, first)) = self.claim_chunks(n, from) else {
+            let claimed = self
+                .claim_chunks(n, from, false)
+                .or_else(|| self.claim_chunks(n, from, true));
+            let Some((z, first)) = claimed else {
                 return Err(if tries == 0 {
                     self.full(size)
                 } else {
@@ -1833,6 +1841,52 @@ mod tests {
             objs.len()
         );
         assert_eq!(*pool.get(first).unwrap(), [1u64; 8]);
+        drop(pool);
+        let _ = std::fs::remove_file(path);
+    }
+
+    /// Nor while another lane's run is empty: its chunk goes to whoever needs one, once
+    /// no chunk is free. (Its lane made it and committed it, then freed every block; it
+    /// stays that lane's current run, which used to keep the chunk out of reach of
+    /// every other class and of large objects.)
+    #[test]
+    fn a_full_pool_takes_the_chunk_of_another_lanes_empty_run() {
+        let (path, pool) = small_pool("full-other-lanes-empty-run", 2, 1);
+        let (held_tx, held_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let other = {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                let o = pool.tx(|tx| tx.alloc([1u64; 8])).unwrap();
+                pool.tx(|tx| tx.free(o)).unwrap();
+                pool.tx(|_| {
+                    held_tx.send(()).unwrap();
+                    go_rx.recv().unwrap();
+                    Ok(())
+                })
+                .unwrap();
+            })
+        };
+        held_rx.recv().unwrap();
+        // Objects of another class fill the pool.
+        let mut big = Vec::new();
+        loop {
+            match pool.tx(|tx| tx.alloc([3u64; 64])) {
+                Ok(o) => big.push(o),
+                Err(crate::Error::PoolFull { .. }) => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let left = pool.free_bytes();
+        go_tx.send(()).unwrap();
+        other.join().unwrap();
+        let chunk = pool.engine().geo.chunk_size;
+        assert!(
+            left < chunk,
+            "pool full with {left} bytes free ({} objects allocated): the other lane's \
+             empty run kept its chunk",
+            big.len()
+        );
         drop(pool);
         let _ = std::fs::remove_file(path);
     }

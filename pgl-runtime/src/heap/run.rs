@@ -72,9 +72,10 @@ pub(crate) struct RunState {
 
 impl RunState {
     /// Whether the run's chunk may be taken for another use: no block in use or reserved,
-    /// no lane allocating from it, not already retired.
-    pub(super) fn reclaimable(&self) -> bool {
-        self.used == 0 && !self.owned && !self.dead
+    /// not already retired, and no lane allocating from it — or, with `owned_too`, a lane
+    /// may (it drops the run once it finds it dead), if it is committed.
+    pub(super) fn reclaimable(&self, owned_too: bool) -> bool {
+        self.used == 0 && !self.dead && (!self.owned || owned_too && !self.provisional)
     }
 }
 
