@@ -765,3 +765,61 @@ fn two_threads_each_holding_a_detached_handle_do_not_wait_for_each_others_lane()
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
+
+/// `tx.get` of an object the transaction has not buffered reads it in place, under the
+/// transaction's read lock; that handle borrows the object as one reading a buffer does.
+/// Opening it for update meanwhile made a copy the live `Read` did not see (it kept
+/// reading the old bytes while the `Mut` changed the copy: two views of one object that
+/// disagree), and freeing it succeeded under the live `Read`; both are refused with
+/// `AlreadyBorrowed`, as they are when the object is buffered.
+#[test]
+fn a_read_in_place_borrows_its_object_like_a_buffered_read() {
+    let (pool, path) = pool("readborrow");
+    let x = pool.tx(|tx| tx.alloc(1u64)).unwrap();
+    let y = pool.tx(|tx| tx.alloc(5u64)).unwrap();
+    let r = pool.tx(|tx| {
+        let a = tx.get(x)?;
+        let mut b = tx.open(x)?;
+        *b = 2;
+        Ok(*a)
+    });
+    assert!(matches!(r, Err(Error::AlreadyBorrowed { .. })), "{r:?}");
+    let r = pool.tx(|tx| {
+        let a = tx.get(x)?;
+        tx.free(x)?;
+        Ok(*a)
+    });
+    assert!(matches!(r, Err(Error::AlreadyBorrowed { .. })), "{r:?}");
+    // The same through a nested pool.tx, which joins the transaction.
+    let r = pool.tx(|tx| {
+        let a = tx.get(x)?;
+        pool.tx(|inner| inner.open(x).map(|_| ()))?;
+        Ok(*a)
+    });
+    assert!(matches!(r, Err(Error::AlreadyBorrowed { .. })), "{r:?}");
+    assert_eq!(*pool.get(x).unwrap(), 1, "nothing committed");
+    // Two reads share it; once they are dropped it opens, and the next read sees the copy.
+    let v = pool
+        .tx(|tx| {
+            let (a, b) = (tx.get(x)?, tx.get(x)?);
+            let w = *tx.get(y)?; // another object is no obstacle
+            let sum = *a + *b + w;
+            drop((a, b));
+            *tx.open(x)? = sum;
+            let after = *tx.get(x)?;
+            Ok(after)
+        })
+        .unwrap();
+    assert_eq!(v, 7);
+    assert_eq!(*pool.get(x).unwrap(), 7);
+    // A forgotten read keeps its borrow to the end of its transaction only.
+    pool.tx(|tx| {
+        std::mem::forget(tx.get(x)?);
+        assert!(matches!(tx.open(x), Err(Error::AlreadyBorrowed { .. })));
+        Ok(())
+    })
+    .unwrap();
+    pool.tx(|tx| tx.free(x)).unwrap();
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
