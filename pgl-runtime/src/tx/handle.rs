@@ -3,8 +3,10 @@
 //! object's read lock).
 //!
 //! Invariant: a handle's reference is valid for its lifetime: a `Mut` holds its buffer's
-//! exclusive borrow, a `Read` a shared borrow or the transaction's read lock, a `Ref` the
-//! stripe's read lock; no writer can change those bytes meanwhile.
+//! exclusive borrow, a `Read` a shared borrow (of a buffer, or of the object in place,
+//! counted in [`InPlaceReads`], under the transaction's read lock), a `Ref` the stripe's
+//! read lock; no writer can change those bytes meanwhile, and the transaction makes no
+//! second, diverging view of them (it refuses to open or free an object borrowed so).
 
 use super::buffer::Buffer;
 use super::engine::Engine;
@@ -14,6 +16,7 @@ use crate::persistent::{Oid, Persistent};
 use core::marker::PhantomData;
 use core::ops::{Deref, DerefMut};
 use core::ptr::NonNull;
+use std::cell::RefCell;
 
 /// A micro-buffer handle: the transaction's private copy of one object.
 ///
@@ -133,30 +136,70 @@ impl<T: Persistent + core::fmt::Debug> core::fmt::Debug for Mut<'_, T> {
     }
 }
 
-pub(crate) enum ReadSource {
+pub(crate) enum ReadSource<'tx> {
     /// A buffer of this transaction, shared-borrowed.
     Buffer(NonNull<Buffer>),
-    /// NVMM, under a lock the transaction holds until it ends.
-    Locked,
+    /// NVMM, under a lock the transaction holds until it ends: the object at this offset,
+    /// borrowed in the transaction's [`InPlaceReads`] until the handle is dropped.
+    InPlace(&'tx InPlaceReads, u64),
+}
+
+/// The objects a transaction reads in place (`tx.get` of an object it has no buffer of),
+/// with how many live `Read`s borrow each: such an object cannot be opened for update
+/// (the copy would diverge from what those handles show) or freed until they are
+/// dropped, as a buffered object cannot while a `Read` borrows its buffer.
+///
+/// Invariant: a count is raised when an in-place `Read` is made and lowered when it is
+/// dropped; a forgotten `Read` keeps its object borrowed until the transaction ends.
+/// The borrows of the inner cell never call out, so they never overlap.
+#[derive(Default)]
+pub(crate) struct InPlaceReads(RefCell<crate::smallmap::SmallMap<u64, u32>>);
+
+impl InPlaceReads {
+    /// A set that reuses `map`'s allocations (emptied).
+    pub(crate) fn reusing(mut map: crate::smallmap::SmallMap<u64, u32>) -> Self {
+        map.clear();
+        InPlaceReads(RefCell::new(map))
+    }
+
+    /// Gives the map back for the next transaction of the lane.
+    pub(crate) fn take(&self) -> crate::smallmap::SmallMap<u64, u32> {
+        let mut map = core::mem::take(&mut *self.0.borrow_mut());
+        map.clear();
+        map
+    }
+
+    /// Counts one more live in-place `Read` of the object at `off`.
+    pub(crate) fn enter(&self, off: u64) {
+        *self.0.borrow_mut().entry_or_insert_with(off, || 0) += 1;
+    }
+
+    /// Counts one `Read` of the object at `off` fewer.
+    fn leave(&self, off: u64) {
+        let mut map = self.0.borrow_mut();
+        let n = map.entry_or_insert_with(off, || 0);
+        *n = n.saturating_sub(1);
+    }
+
+    /// Whether a live in-place `Read` borrows the object at `off`.
+    pub(crate) fn borrowed(&self, off: u64) -> bool {
+        self.0.borrow().get(&off).is_some_and(|&n| n > 0)
+    }
 }
 
 /// A read view of an object inside a transaction.
 pub struct Read<'tx, T: Persistent> {
     ptr: *const T,
-    src: ReadSource,
-    _tx: PhantomData<&'tx ()>,
+    src: ReadSource<'tx>,
 }
 
-impl<T: Persistent> Read<'_, T> {
+impl<'tx, T: Persistent> Read<'tx, T> {
     /// # Safety
     /// `ptr` must point to a valid `T` that no one changes for `'tx`: a buffer shared-borrowed
-    /// by this handle, or NVMM under the transaction's lock.
-    pub(crate) unsafe fn new(ptr: *const T, src: ReadSource) -> Self {
-        Read {
-            ptr,
-            src,
-            _tx: PhantomData,
-        }
+    /// by this handle, or NVMM under the transaction's lock. For `InPlace`, the caller has
+    /// counted this handle's borrow in the transaction's `InPlaceReads` (`enter`).
+    pub(crate) unsafe fn new(ptr: *const T, src: ReadSource<'tx>) -> Self {
+        Read { ptr, src }
     }
 }
 
@@ -170,9 +213,10 @@ impl<T: Persistent> Deref for Read<'_, T> {
 
 impl<T: Persistent> Drop for Read<'_, T> {
     fn drop(&mut self) {
-        if let ReadSource::Buffer(mut b) = self.src {
+        match self.src {
             // SAFETY: the buffer lives as long as the transaction, which outlives 'tx.
-            unsafe { b.as_mut().borrow -= 1 };
+            ReadSource::Buffer(mut b) => unsafe { b.as_mut().borrow -= 1 },
+            ReadSource::InPlace(reads, off) => reads.leave(off),
         }
     }
 }

@@ -52,6 +52,8 @@ pub(crate) struct Scratch {
     pub meta: MetaOps,
     pub undo: Vec<HeapUndo>,
     pub frees: Vec<PendingFree>,
+    /// The allocations of a transaction's `InPlaceReads` (lent to it while it runs).
+    pub reads: SmallMap<u64, u32>,
 }
 
 /// Reusable buffers of a logged commit: its record and its apply step.

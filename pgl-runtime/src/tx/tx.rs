@@ -6,7 +6,7 @@
 
 use super::buffer::{BufKind, Buffer, PendingRead};
 use super::engine::{Engine, VerifyPolicy};
-use super::handle::{Mut, Read, ReadSource};
+use super::handle::{InPlaceReads, Mut, Read, ReadSource};
 use super::held::HeldStripes;
 use super::lane::{Lane, LaneState};
 use super::locks::{Held, ObjectLocks};
@@ -86,6 +86,8 @@ pub struct Tx<'p> {
     pub(crate) st: RefCell<TxState<'p>>,
     pub(crate) done: Cell<bool>,
     groups: Cell<GroupScope>,
+    /// The objects live `Read`s of this transaction borrow in place.
+    reads: InPlaceReads,
 }
 
 impl<'p> Tx<'p> {
@@ -114,6 +116,7 @@ impl<'p> Tx<'p> {
             // Its record must stay intact until settled (`deferred.rs`).
             eng.settle(lane, &mut guard);
         }
+        let reads = InPlaceReads::reusing(core::mem::take(&mut guard.scratch.reads));
         Ok(Tx {
             eng,
             lane,
@@ -128,6 +131,7 @@ impl<'p> Tx<'p> {
             }),
             done: Cell::new(false),
             groups: Cell::new(GroupScope::Outside),
+            reads,
         })
     }
 
@@ -304,6 +308,10 @@ impl<'p> Tx<'p> {
         let mut b = match self.buffer_of::<T>(&st, off)? {
             Some(b) => b,
             None => {
+                if self.reads.borrowed(off) {
+                    // A copy would diverge from what the live in-place `Read` shows.
+                    return Err(Error::AlreadyBorrowed { offset: off });
+                }
                 self.lock(&mut st, off, Held::Write)?;
                 let place = self.eng.heap.locate(off)?;
                 let h = self.header(off);
@@ -354,7 +362,9 @@ impl<'p> Tx<'p> {
     }
 
     /// Reads the object inside the transaction: from this transaction's buffer if it has
-    /// one, else from NVMM under a read lock held until the transaction ends.
+    /// one, else from NVMM under a read lock held until the transaction ends. Either way
+    /// the handle borrows the object: opening or freeing it while the handle lives fails
+    /// with `Error::AlreadyBorrowed`.
     pub fn get<T: Persistent>(&self, oid: Oid<T>) -> Result<Read<'_, T>> {
         if T::__GROUP && self.groups.get() == GroupScope::Read {
             if let Some(r) = self.group_in_place(oid)? {
@@ -377,9 +387,10 @@ impl<'p> Tx<'p> {
         }
         self.lock(&mut st, off, Held::Read)?;
         let p = self.vet_in_place::<T>(off)?;
+        self.reads.enter(off);
         // SAFETY: a live object of type T (checked), 16-byte aligned in the mapping, under a
-        // lock this transaction holds until it ends.
-        Ok(unsafe { Read::new(p, ReadSource::Locked) })
+        // lock this transaction holds until it ends; its borrow is counted just above.
+        Ok(unsafe { Read::new(p, ReadSource::InPlace(&self.reads, off)) })
     }
 
     /// Checks that the object at `off` is a live `T` (verifying it too under the
@@ -404,13 +415,17 @@ impl<'p> Tx<'p> {
             return Ok(None);
         }
         let p = self.vet_in_place::<T>(oid.raw())?;
-        // SAFETY: a live object of type T (checked), 16-byte aligned in the mapping. No one
+        self.reads.enter(oid.raw());
+        // SAFETY: a live object of type T (checked), 16-byte aligned in the mapping, its
+        // borrow counted just above. No one
         // writes it until the transaction ends: it is a group, whose writers hold its
         // owner's write lock (or have the pool frozen, which waits for this transaction),
         // and this transaction holds the owner's lock until it ends (`GroupScope::Read`;
         // one owner per group, short of undetected damage: see there); this transaction
         // has no buffer of it to read instead (`group_bufs`).
-        Ok(Some(unsafe { Read::new(p, ReadSource::Locked) }))
+        Ok(Some(unsafe {
+            Read::new(p, ReadSource::InPlace(&self.reads, oid.raw()))
+        }))
     }
 
     /// Checks that the object at `off`, whose lock this transaction holds, is a `T` (as
@@ -798,6 +813,9 @@ impl<'p> Tx<'p> {
         off: u64,
         check: impl FnOnce(&ObjectHeader, u64) -> Result<u32>,
     ) -> Result<u32> {
+        if self.reads.borrowed(off) {
+            return Err(Error::AlreadyBorrowed { offset: off });
+        }
         self.lock(st, off, Held::Write)?;
         let place = self.eng.heap.locate(off)?;
         let type_id = check(&self.header(off), place.capacity)?;
@@ -944,6 +962,8 @@ impl<'p> Tx<'p> {
             }
         }
         sc.index.clear();
+        // No handle is alive (see above): the set of in-place reads is done with.
+        sc.reads = self.reads.take();
         sc.meta.clear();
         sc.undo.clear();
         sc.frees.clear();
