@@ -823,3 +823,30 @@ fn a_read_in_place_borrows_its_object_like_a_buffered_read() {
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
+
+/// A zero-sized type (`[T; 0]` is `Persistent`) cannot be stored: every way to allocate
+/// one fails with an error that names the type and says what to do, not with
+/// "invalid configuration" (nothing was wrong with the pool's configuration), and nothing
+/// is allocated.
+#[test]
+fn zero_sized_objects_are_refused_naming_their_type() {
+    let (pool, path) = pool("zerosized");
+    let free = pool.free_bytes();
+    let results = [
+        pool.tx(|tx| tx.alloc::<[u64; 0]>([]).map(|_| ())),
+        pool.tx(|tx| tx.alloc_zeroed::<[u64; 0]>().map(|_| ())),
+        pool.tx(|tx| tx.alloc_unzeroed::<[u64; 0]>().map(|_| ())),
+        pool.root::<[u64; 0]>().map(|_| ()),
+    ];
+    for r in results {
+        let Err(e) = r else {
+            panic!("a zero-sized object was allocated");
+        };
+        let msg = e.to_string();
+        assert!(msg.contains("[u64; 0]"), "{msg}");
+        assert!(!msg.contains("configuration"), "{msg}");
+    }
+    assert_eq!(pool.free_bytes(), free);
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
