@@ -842,6 +842,7 @@ fn zero_sized_objects_are_refused_naming_their_type() {
         let Err(e) = r else {
             panic!("a zero-sized object was allocated");
         };
+        assert!(matches!(e, Error::ZeroSized { .. }), "{e:?}");
         let msg = e.to_string();
         assert!(msg.contains("[u64; 0]"), "{msg}");
         assert!(!msg.contains("configuration"), "{msg}");

@@ -157,6 +157,14 @@ pub enum Error {
         max: u64,
     },
 
+    /// An object of a zero-sized type (such as `[T; 0]`, which is `Persistent`) was to be
+    /// allocated: a pool object holds at least one byte.
+    #[error("cannot allocate a `{type_name}`: it is a zero-sized type, and a pool object holds at least one byte; store no object for it (a null Oid), or give the type a field")]
+    ZeroSized {
+        /// The type, as Rust names it.
+        type_name: &'static str,
+    },
+
     /// A transaction changes more bytes than its redo lane holds.
     #[error("transaction too large: its redo record needs {needed} bytes, a lane holds {capacity}; split the transaction or create the pool with a larger Config::lane_size")]
     TxTooLarge {

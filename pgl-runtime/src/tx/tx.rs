@@ -517,6 +517,7 @@ impl<'p> Tx<'p> {
     /// Allocates a new object holding `value`, its extension link (if `T` owns a tail)
     /// set to `link`.
     fn alloc_value<T: Persistent>(&self, value: T, link: u64) -> Result<Oid<T>> {
+        refuse_zero_sized::<T>()?;
         self.check_layout::<T>(true)?;
         self.note_buffer::<T>();
         let bytes = crate::persistent::bytes_of(&value);
@@ -527,6 +528,7 @@ impl<'p> Tx<'p> {
 
     /// Allocates a new zero-filled object (every `Persistent` type is valid when zeroed).
     pub fn alloc_zeroed<T: Persistent>(&self) -> Result<Oid<T>> {
+        refuse_zero_sized::<T>()?;
         self.check_layout::<T>(true)?;
         self.note_buffer::<T>();
         let link = T::__OWNS_TAIL.then_some(0);
@@ -565,6 +567,7 @@ impl<'p> Tx<'p> {
     /// # Ok::<(), pgl_runtime::Error>(())
     /// ```
     pub fn alloc_unzeroed<T: Persistent>(&self) -> Result<Oid<T>> {
+        refuse_zero_sized::<T>()?;
         self.check_layout::<T>(true)?;
         self.note_buffer::<T>();
         let size = core::mem::size_of::<T>();
@@ -665,7 +668,10 @@ impl<'p> Tx<'p> {
         type_id: u32,
     ) -> Result<(u64, NonNull<Buffer>, bool)> {
         if size == 0 {
-            return Err(Error::config("zero-sized objects cannot be allocated"));
+            // The typed entry points refuse zero-sized types first, naming them.
+            return Err(Error::ZeroSized {
+                type_name: "zero-sized object",
+            });
         }
         self.eng.migrating.check("create", type_id, 0)?;
         let lane = &mut *st.lane;
@@ -974,6 +980,17 @@ impl Drop for Tx<'_> {
     fn drop(&mut self) {
         self.abort();
     }
+}
+
+/// `Error::ZeroSized` for a zero-sized `T` (`[U; 0]`): checked before the type is
+/// registered or anything reserved.
+fn refuse_zero_sized<T: Persistent>() -> Result<()> {
+    if core::mem::size_of::<T>() == 0 {
+        return Err(Error::ZeroSized {
+            type_name: core::any::type_name::<T>(),
+        });
+    }
+    Ok(())
 }
 
 /// Verifies an object's checksum in place (Conservative policy).
