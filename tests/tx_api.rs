@@ -851,3 +851,46 @@ fn zero_sized_objects_are_refused_naming_their_type() {
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
+
+/// `pool.scrub`, `pool.inject` and `pool.verify_parity` take the whole pool (every lock and
+/// lane), so they cannot run while this thread holds a `Ref` or a `Detached` of it. They
+/// failed at once with `Error::Conflict` ("transaction conflict on object at <a zone or
+/// page offset>: another transaction holds it; retry"): no other transaction was involved,
+/// the offset named no object, and retrying could never help while the handle lives.
+#[test]
+fn whole_pool_operations_name_this_threads_handles_as_what_blocks_them() {
+    let (pool, path) = pool("heldhere");
+    let x = pool.tx(|tx| tx.alloc([7u64; 4])).unwrap();
+    let scribble = pgl::Fault::ObjectScribble {
+        oid: x.raw(),
+        at: 20,
+        len: 4,
+        seed: 1,
+    };
+    let media = pgl::Fault::MediaError { offset: x.raw() };
+    for held in ["pool.get Ref", "pool.open_mut handle"] {
+        let (mut r, mut d) = (None, None);
+        match held {
+            "pool.get Ref" => r = Some(pool.get(x).unwrap()),
+            _ => d = Some(pool.open_mut(x).unwrap()),
+        }
+        let results = [
+            ("pool.scrub", pool.scrub(true, |_, _| {}).map(|_| ())),
+            ("pool.inject", pool.inject(&scribble)),
+            ("pool.inject", pool.inject(&media)),
+            ("pool.verify_parity", pool.verify_parity().map(|_| ())),
+        ];
+        for (what, r) in results {
+            let msg = r.expect_err(what).to_string();
+            assert!(msg.contains(what), "{held}: {msg}");
+            assert!(msg.contains("this thread holds"), "{held}: {msg}");
+            assert!(!msg.contains("another transaction"), "{held}: {msg}");
+        }
+        drop((r, d));
+    }
+    // Nothing was damaged, and with the handles gone the operations run.
+    assert!(pool.verify_parity().unwrap().is_empty());
+    assert!(pool.scrub(false, |_, _| {}).unwrap().is_clean());
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
