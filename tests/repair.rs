@@ -319,7 +319,7 @@ fn inject_rejects_bad_requests() {
             len: 1,
             seed: 0
         }),
-        Err(Error::Conflict { .. })
+        Err(Error::HeldByThisThread { .. })
     ));
     drop(held);
     assert_eq!(*pool.get(a).unwrap(), 7);

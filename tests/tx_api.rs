@@ -483,7 +483,10 @@ fn a_detached_handle_makes_this_threads_reads_and_transactions_fail_at_once() {
             t.elapsed() < std::time::Duration::from_secs(5),
             "{frozen:?}"
         );
-        assert!(matches!(frozen, Err(Error::Conflict { .. })), "{frozen:?}");
+        assert!(
+            matches!(frozen, Err(Error::HeldByThisThread { .. })),
+            "{frozen:?}"
+        );
         d.commit().unwrap();
         (get, write, read)
     });
@@ -881,7 +884,10 @@ fn whole_pool_operations_name_this_threads_handles_as_what_blocks_them() {
             ("pool.verify_parity", pool.verify_parity().map(|_| ())),
         ];
         for (what, r) in results {
-            let msg = r.expect_err(what).to_string();
+            let e = r.expect_err(what);
+            assert!(matches!(e, Error::HeldByThisThread { .. }), "{held}: {e:?}");
+            assert!(e.pool_file().is_some(), "{held}: {e:?}");
+            let msg = e.to_string();
             assert!(msg.contains(what), "{held}: {msg}");
             assert!(msg.contains("this thread holds"), "{held}: {msg}");
             assert!(!msg.contains("another transaction"), "{held}: {msg}");

@@ -335,6 +335,18 @@ pub enum Error {
         instead: &'static str,
     },
 
+    /// An operation that takes the whole pool (every object lock and lane: `pool.scrub`,
+    /// `pool.inject`, `pool.verify_parity`) was called by a thread that holds a `Ref`
+    /// (`pool.get`) or a `Detached` (`pool.open_mut`) of that pool: it would wait for the
+    /// caller itself.
+    #[error("{}{what} takes the whole pool, but this thread holds a pool.get Ref or a pool.open_mut handle of it, which it would wait for forever; drop the Ref or commit the handle first", at(pool_file))]
+    HeldByThisThread {
+        /// The pool file, once the error has left the pool's API.
+        pool_file: Option<PathBuf>,
+        /// The operation (`"pool.scrub"`, ...).
+        what: &'static str,
+    },
+
     /// The object was freed earlier in this transaction.
     #[error("object at {offset:#x} was freed in this transaction, which can no longer read, change or free it; free an object last, once the transaction is done with it")]
     UseAfterFree {
@@ -516,6 +528,9 @@ macro_rules! about_contents {
                 pool_file: $file, ..
             }
             | Error::RootType {
+                pool_file: $file, ..
+            }
+            | Error::HeldByThisThread {
                 pool_file: $file, ..
             } => $then,
             _ => $else,

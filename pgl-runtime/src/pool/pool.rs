@@ -531,10 +531,11 @@ impl Pool {
 
     /// Damages the pool on purpose (see [`Fault`](crate::Fault)), to test that a program
     /// survives what pgl is built to survive: the bytes are changed behind pgl's back and
-    /// made durable, and nothing is told. Waits (up to 2 s) until no transaction is in
+    /// made durable, and nothing is told. Waits (up to 10 s) until no transaction is in
     /// flight and no `Ref` is held; fails with `Error::Conflict` if one stays open that
-    /// long, with `Error::InTransaction` inside a transaction, and with
-    /// `Error::InvalidFault` for a fault that does not fit the pool.
+    /// long, with `Error::InTransaction` inside a transaction, with
+    /// `Error::HeldByThisThread` if this thread holds a `Ref` or a `Detached` of the pool,
+    /// and with `Error::InvalidFault` for a fault that does not fit the pool.
     ///
     /// ```
     /// # use pgl_runtime::{Config, Fault, Pool};
@@ -558,6 +559,8 @@ impl Pool {
                 instead: "inject faults between transactions",
             });
         }
+        eng.refuse_held_here("pool.inject")
+            .map_err(|e| eng.named(e))?;
         if let crate::Fault::MediaError { offset } = *fault {
             return self.inject_media_error(offset);
         }
@@ -658,7 +661,7 @@ impl Pool {
     /// every zone's parity is consistent. `Error::InvalidConfig` if the pool does not keep
     /// parity. Each zone is compared with the pool briefly frozen (transactions wait), so
     /// it may run beside them; not inside one (`Error::InTransaction`), nor while this
-    /// thread holds a `Ref` (`Error::Conflict`).
+    /// thread holds a `Ref` or a `Detached` (`Error::HeldByThisThread`).
     pub fn verify_parity(&self) -> Result<Vec<u64>> {
         let eng = &self.inner.eng;
         if tx::in_tx(eng) {
@@ -667,6 +670,8 @@ impl Pool {
                 instead: "call it outside transactions",
             });
         }
+        eng.refuse_held_here("pool.verify_parity")
+            .map_err(|e| eng.named(e))?;
         if !eng.parity.enabled() {
             return Err(Error::config(
                 "this pool does not keep parity (it was opened with Config::parity(false)); \

@@ -61,7 +61,9 @@ impl Pool {
     /// the parity of columns that still disagree while every object in them verifies
     /// (damage to free space or to the parity page itself). `progress(done, total)` is
     /// called as objects are verified. Runs beside transactions (each object under its
-    /// lock; each zone's parity with the pool briefly frozen); not inside one.
+    /// lock; each zone's parity with the pool briefly frozen); not inside one
+    /// (`Error::InTransaction`), nor while this thread holds a `Ref` or a `Detached` of the
+    /// pool (`Error::HeldByThisThread`).
     pub fn scrub(&self, repair: bool, progress: impl FnMut(u64, u64)) -> Result<ScrubReport> {
         let eng = &self.inner.eng;
         let mut report = self.scrub_all(repair, progress).map_err(|e| eng.named(e))?;
@@ -80,6 +82,7 @@ impl Pool {
                 instead: "scrub between transactions",
             });
         }
+        eng.refuse_held_here("pool.scrub")?;
         let mut report = ScrubReport::default();
         // Metadata first: the objects are found through it.
         let zones = self.inner.header.lock().zones;

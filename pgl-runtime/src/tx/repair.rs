@@ -90,6 +90,20 @@ impl Engine {
         Some(Frozen { lanes })
     }
 
+    /// `Error::HeldByThisThread` for `what` (an operation that runs through
+    /// [`exclusive`](Self::exclusive)) if this thread holds a `Ref` or a `Detached` of the
+    /// pool, which `exclusive` would wait for: so that the caller says what blocks it
+    /// instead of reporting the `None` as another thread's conflict.
+    pub(crate) fn refuse_held_here(&self, what: &'static str) -> Result<()> {
+        if super::thread::any_ref_held(self.id) || super::thread::detached_held(self.id) {
+            return Err(Error::HeldByThisThread {
+                pool_file: None,
+                what,
+            });
+        }
+        Ok(())
+    }
+
     /// Runs `f` with the pool to itself: every object lock and every lane held, so no
     /// transaction is in flight and no reader looks. `None` if that took longer than `WAIT`
     /// (or this thread holds a `Ref` or a `Detached`, which would never be released
