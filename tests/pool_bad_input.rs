@@ -1060,3 +1060,30 @@ fn mutated_pool_images_never_panic() {
         "no mutated image was rejected: the mutations are too weak"
     );
 }
+
+/// `CrashSim` sizes that do not fit the address space: rounding the capacity up to a page
+/// overflowed, which in a release build wrapped to a 4096-byte device whose length still
+/// said `len` bytes, and `Pool::open_sim` then read past the allocation (it scans the pages
+/// below 4 GiB for header copy B): out-of-bounds reads from safe code. (A debug build
+/// panicked with "attempt to multiply with overflow".) The constructor now refuses such a
+/// size with a panic that says what and why, as `Vec::with_capacity` does; it never wraps.
+#[test]
+fn crash_sim_sizes_beyond_the_address_space_are_refused_never_wrapped() {
+    for (len, capacity) in [(u64::MAX, 0), (0, u64::MAX), (u64::MAX - 4000, 4096)] {
+        let r = catch_unwind(|| pgl::CrashSim::from_image(&[], len, capacity));
+        let Err(p) = r else {
+            panic!("a CrashSim of len {len}, capacity {capacity} was made");
+        };
+        let msg = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        assert!(
+            msg.contains("CrashSim") && msg.contains("address space"),
+            "len {len}, capacity {capacity}: {msg}"
+        );
+    }
+    let r = catch_unwind(|| pgl::CrashSim::new(u64::MAX));
+    assert!(r.is_err());
+}
