@@ -398,6 +398,14 @@ impl Media {
             });
         }
         let sim = SimLease(sim);
+        if sim.len() > sim.capacity() {
+            // `CrashSim` keeps its length within its allocation; every read below trusts it.
+            return Err(Error::config(format!(
+                "the CrashSim device says it holds {} bytes but has room for {}",
+                sim.len(),
+                sim.capacity()
+            )));
+        }
         Ok(Media {
             base: sim.base(),
             len: AtomicU64::new(sim.len()),

@@ -65,16 +65,35 @@ fn layout(cap: usize) -> Layout {
 impl CrashSim {
     /// A zeroed device that can hold up to `capacity` bytes (rounded up to a page); its
     /// current length starts at 0 and is set by the pool that is created on it.
+    ///
+    /// # Panics
+    /// As [`from_image`](Self::from_image).
     pub fn new(capacity: u64) -> Arc<CrashSim> {
         CrashSim::from_image(&[], 0, capacity)
     }
 
     /// A device whose volatile and persisted images both equal `image` (a crash image, as
     /// after a reboot), with capacity `capacity` (at least the image's length, and `len`).
+    ///
+    /// # Panics
+    /// If that capacity, rounded up to a page, does not fit the address space (as
+    /// `Vec::with_capacity` panics), or the memory cannot be allocated.
     pub fn from_image(image: &[u64], len: u64, capacity: u64) -> Arc<CrashSim> {
         // A pool reads all `len` bytes of its device: they must all be allocated (past the
-        // image they are zeros, as in a file extended by a hole).
-        let cap = (capacity.max(image.len() as u64 * 8).max(len).div_ceil(4096) * 4096) as usize;
+        // image they are zeros, as in a file extended by a hole). Checked: a capacity that
+        // wrapped would leave `len` pointing past the allocation.
+        let cap = (image.len() as u64)
+            .checked_mul(8)
+            .map(|bytes| capacity.max(bytes).max(len))
+            .and_then(|c| c.checked_next_multiple_of(4096))
+            .and_then(|c| usize::try_from(c).ok())
+            .filter(|&c| Layout::from_size_align(c, 4096).is_ok())
+            .unwrap_or_else(|| {
+                panic!(
+                    "CrashSim: a device of {len} bytes (capacity {capacity}) does not fit the \
+                     address space"
+                )
+            });
         let words = cap / 8;
         let n = image.len().min(words);
         // SAFETY: the layout has a non-zero size; the memory is initialised below before use.
