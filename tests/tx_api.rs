@@ -900,3 +900,43 @@ fn whole_pool_operations_name_this_threads_handles_as_what_blocks_them() {
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
+
+/// The root object lives as long as the pool. `tx.free(root)` was allowed and left the
+/// pool's root word naming a free block: every later `pool.root()` failed with "invalid
+/// oid ...: not allocated" (and `root` never creates a new one while the word is set), and
+/// once an allocation of the same type took the block, `pool.root()` returned that
+/// unrelated object as the root. Freeing the root is refused, saying why.
+#[test]
+fn the_root_object_cannot_be_freed() {
+    let (pool, path) = pool("rootfree");
+    let root = pool.root::<[u64; 4]>().unwrap();
+    pool.tx(|tx| {
+        tx.open(root)?[0] = 5;
+        Ok(())
+    })
+    .unwrap();
+    let r = pool.tx(|tx| tx.free(root));
+    let e = r.expect_err("the root was freed");
+    let msg = e.to_string();
+    assert!(msg.contains("root") && msg.contains(&format!("{:#x}", root.raw())), "{msg}");
+    assert!(e.pool_file().is_some(), "{e:?}");
+    // Refused inside a larger transaction too, which then commits nothing of it.
+    let a = pool.tx(|tx| tx.alloc([1u64; 4])).unwrap();
+    let r = pool.tx(|tx| {
+        tx.free(a)?;
+        tx.free(root)
+    });
+    assert!(r.is_err());
+    assert_eq!(*pool.get(a).unwrap(), [1; 4]);
+    // The root stays the root: an allocation of its type does not take its place.
+    let other = pool.tx(|tx| tx.alloc([9u64; 4])).unwrap();
+    assert_ne!(other, root);
+    assert_eq!(pool.root::<[u64; 4]>().unwrap(), root);
+    assert_eq!(pool.get(root).unwrap()[0], 5);
+    drop(pool);
+    let pool = Pool::open(&path, "rootfree").unwrap();
+    assert_eq!(pool.root::<[u64; 4]>().unwrap(), root);
+    assert!(pool.tx(|tx| tx.free(root)).is_err());
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
