@@ -917,8 +917,12 @@ fn the_root_object_cannot_be_freed() {
     .unwrap();
     let r = pool.tx(|tx| tx.free(root));
     let e = r.expect_err("the root was freed");
+    assert!(matches!(e, Error::RootNotFreeable { .. }), "{e:?}");
     let msg = e.to_string();
-    assert!(msg.contains("root") && msg.contains(&format!("{:#x}", root.raw())), "{msg}");
+    assert!(
+        msg.contains("root") && msg.contains(&format!("{:#x}", root.raw())),
+        "{msg}"
+    );
     assert!(e.pool_file().is_some(), "{e:?}");
     // Refused inside a larger transaction too, which then commits nothing of it.
     let a = pool.tx(|tx| tx.alloc([1u64; 4])).unwrap();

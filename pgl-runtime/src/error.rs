@@ -347,6 +347,16 @@ pub enum Error {
         what: &'static str,
     },
 
+    /// `tx.free` of the pool's root object, which lives as long as the pool (the root word
+    /// would name a free block, and later whatever object takes it).
+    #[error("{}object at {offset:#x} is the pool's root, which lives as long as the pool and cannot be freed; free what it links to, or clear its fields, instead", at(pool_file))]
+    RootNotFreeable {
+        /// The pool file, once the error has left the pool's API.
+        pool_file: Option<PathBuf>,
+        /// The root object's offset.
+        offset: u64,
+    },
+
     /// The object was freed earlier in this transaction.
     #[error("object at {offset:#x} was freed in this transaction, which can no longer read, change or free it; free an object last, once the transaction is done with it")]
     UseAfterFree {
@@ -531,6 +541,9 @@ macro_rules! about_contents {
                 pool_file: $file, ..
             }
             | Error::HeldByThisThread {
+                pool_file: $file, ..
+            }
+            | Error::RootNotFreeable {
                 pool_file: $file, ..
             } => $then,
             _ => $else,

@@ -712,7 +712,8 @@ impl<'p> Tx<'p> {
     }
 
     /// Frees the object when the transaction commits (an `#[extendible]` object with its
-    /// extension groups).
+    /// extension groups). The pool's root object lives as long as the pool:
+    /// `Error::RootNotFreeable`.
     pub fn free<T: Persistent>(&self, oid: Oid<T>) -> Result<()> {
         let off = oid.raw();
         if T::__GROUP {
@@ -725,10 +726,14 @@ impl<'p> Tx<'p> {
             let mut guard = self.st.borrow_mut();
             let st = &mut *guard;
             return match self.buffer_of::<T>(st, off)? {
-                // SAFETY: see `open`.
-                Some(mut b) => self.free_buffered(st, off, unsafe { b.as_mut() }),
+                Some(mut b) => {
+                    self.refuse_root(off)?;
+                    // SAFETY: see `open`.
+                    self.free_buffered(st, off, unsafe { b.as_mut() })
+                }
                 None => {
                     let type_id = self.vet_unbuffered(st, off, vet)?;
+                    self.refuse_root(off)?;
                     self.record_free(st, off, type_id)
                 }
             };
@@ -757,6 +762,7 @@ impl<'p> Tx<'p> {
                 }
             }
         };
+        self.refuse_root(off)?;
         // The link says what else is freed: followed only once the owner's checksum
         // vouches for it, whatever the verify policy (a damaged link could name another
         // chain's group of the same type).
@@ -778,6 +784,32 @@ impl<'p> Tx<'p> {
         }
         for (group, _, _) in tail {
             self.free_raw(group)?;
+        }
+        Ok(())
+    }
+
+    /// The pool's root object as its committed root word names it (0: none yet). The word
+    /// changes only by a commit that creates the root or a migration's switch moving it,
+    /// neither of which frees anything; a migration frees the old root once the word
+    /// names the new one.
+    fn root_offset(&self) -> u64 {
+        let word = self.eng.geo.chunk_offset(0, 0) + crate::heap::layout::ROOT_OFFSET;
+        self.eng.meta.with_word(word, || {
+            // SAFETY: zone 0's root word lies inside the pool, 8-byte aligned; commits write
+            // it under its metadata lock, held here.
+            unsafe { self.eng.media.read_u64(word) }
+        })
+    }
+
+    /// `Error::RootNotFreeable` if the object at `off`, vetted for a free, is the root.
+    /// Checked after the other vetting, whose errors (a stale oid, another type, a
+    /// migration converting it) say more.
+    fn refuse_root(&self, off: u64) -> Result<()> {
+        if off == self.root_offset() {
+            return Err(Error::RootNotFreeable {
+                pool_file: None,
+                offset: off,
+            });
         }
         Ok(())
     }
