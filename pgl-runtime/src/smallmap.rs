@@ -101,6 +101,22 @@ impl<K: Copy + Eq + Hash, V> SmallMap<K, V> {
         self.items.is_empty()
     }
 
+    /// Removes `k`, returning its value (the last entry takes its place).
+    pub(crate) fn remove(&mut self, k: &K) -> Option<V> {
+        let i = self.position(k)?;
+        let (_, v) = self.items.swap_remove(i);
+        if self.items.len() <= LINEAR {
+            // Searched linearly again; `insert` rebuilds the index when it next grows.
+            self.index.clear();
+        } else {
+            self.index.remove(k);
+            if let Some(&(moved, _)) = self.items.get(i) {
+                self.index.insert(moved, i);
+            }
+        }
+        Some(v)
+    }
+
     /// Removes everything, keeping the allocations.
     pub(crate) fn clear(&mut self) {
         self.items.clear();
@@ -131,5 +147,28 @@ mod tests {
         m.clear();
         assert!(m.is_empty());
         assert_eq!(m.get(&0), None);
+    }
+
+    #[test]
+    fn removes_like_a_map_across_the_threshold() {
+        let mut m = SmallMap::default();
+        let mut model = std::collections::HashMap::new();
+        let mut x = 1u64;
+        for i in 0..2000u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let k = (x >> 33) % 40;
+            if x & (1 << 20) == 0 {
+                m.insert(k, i);
+                model.insert(k, i);
+            } else {
+                assert_eq!(m.remove(&k), model.remove(&k));
+            }
+            assert_eq!(m.len(), model.len());
+            for k in 0..40 {
+                assert_eq!(m.get(&k), model.get(&k), "key {k} after step {i}");
+            }
+        }
     }
 }

@@ -150,7 +150,8 @@ pub(crate) enum ReadSource<'tx> {
 /// dropped, as a buffered object cannot while a `Read` borrows its buffer.
 ///
 /// Invariant: a count is raised when an in-place `Read` is made and lowered when it is
-/// dropped; a forgotten `Read` keeps its object borrowed until the transaction ends.
+/// dropped (an entry goes at 0); a forgotten `Read` keeps its object borrowed until the
+/// transaction ends.
 /// The borrows of the inner cell never call out, so they never overlap.
 #[derive(Default)]
 pub(crate) struct InPlaceReads(RefCell<crate::smallmap::SmallMap<u64, u32>>);
@@ -179,6 +180,11 @@ impl InPlaceReads {
         let mut map = self.0.borrow_mut();
         let n = map.entry_or_insert_with(off, || 0);
         *n = n.saturating_sub(1);
+        if *n == 0 {
+            // Only live borrows are kept: a transaction that reads many objects in turn
+            // holds an entry for each of the few it reads at once, not for all of them.
+            map.remove(&off);
+        }
     }
 
     /// Whether a live in-place `Read` borrows the object at `off`.
