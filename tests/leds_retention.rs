@@ -128,6 +128,13 @@ fn manual_migration_rewrites_every_object_and_moves_the_root() {
         .unwrap();
     assert_eq!(remap.len(), 50);
     assert!(pool.stats().bytes_written > written);
+    // The root the migration moved is the root from then on: not freeable.
+    let moved = pool.root::<new::Node>().unwrap();
+    let freed = pool.tx(|tx| tx.free(moved));
+    assert!(
+        matches!(freed, Err(pgl::Error::RootNotFreeable { .. })),
+        "{freed:?}"
+    );
     drop(pool);
 
     let pool = Pool::open(&p, "retain").unwrap();

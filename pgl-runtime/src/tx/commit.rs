@@ -14,6 +14,7 @@
 
 use super::buffer::{BufKind, Buffer};
 use super::deferred::FenceFor;
+use super::engine::Engine;
 use super::lane::Touched;
 use super::record::{self, RecordWriter, ENTRIES_OFFSET, RETIRED_OFFSET, SEAL_OFFSET};
 use super::tx::{Tx, TxState};
@@ -449,6 +450,11 @@ impl Tx<'_> {
         lane.sums = sums;
         lane.news = news;
         r?;
+        // A changed root word, for `Tx::free` (before this transaction unlocks its objects).
+        let root_word = Engine::root_word_of(&eng.geo);
+        if let Some(&(_, v)) = st.lane.meta_vals.iter().find(|&&(o, _)| o == root_word) {
+            eng.root.store(v, Ordering::Release);
+        }
         // the volatile heap follows
         eng.heap.committed(&st.lane.scratch.undo);
         st.lane.scratch.undo.clear();

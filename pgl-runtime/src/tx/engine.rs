@@ -55,6 +55,13 @@ pub(crate) struct Engine {
     pub repairs: super::RepairCounters,
     /// The types a Manual migration converts, while it runs.
     pub migrating: super::migrating::Migrating,
+    /// The pool's root object as the committed root word names it (0: none yet): set at
+    /// open, and by every commit that changes the word (`pool.root` creating the root, a
+    /// migration moving it) before that commit unlocks its objects. `Tx::free` reads it to
+    /// refuse the root without taking the word's lock: an object that became the root
+    /// can reach a freeing transaction only through that commit's objects or the root
+    /// word, both after this is set.
+    pub root: AtomicU64,
     /// The media-error handler's view of this pool, once armed (`arm_fault_handler`).
     pub fault: std::sync::OnceLock<Box<crate::integrity::handler::FaultCtx>>,
     fault_slot: std::sync::atomic::AtomicUsize,
@@ -90,6 +97,9 @@ impl Engine {
             checksums,
         } = opts;
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: zone 0's root word lies inside the pool, 8-byte aligned; nothing else runs
+        // while the pool opens.
+        let root = unsafe { media.read_u64(Self::root_word_of(&geo)) };
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
@@ -112,9 +122,15 @@ impl Engine {
             map: ZoneMap::new(&geo),
             repairs: Default::default(),
             migrating: Default::default(),
+            root: AtomicU64::new(root),
             fault: std::sync::OnceLock::new(),
             fault_slot: std::sync::atomic::AtomicUsize::new(usize::MAX),
         }
+    }
+
+    /// The offset of the root word (in zone 0's metadata).
+    pub(crate) fn root_word_of(geo: &Geometry) -> u64 {
+        geo.chunk_offset(0, 0) + crate::heap::layout::ROOT_OFFSET
     }
 
     /// Registers this pool with the media-error handler. Call it once the engine is at its

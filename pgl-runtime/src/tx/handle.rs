@@ -149,35 +149,42 @@ pub(crate) enum ReadSource<'tx> {
 /// (the copy would diverge from what those handles show) or freed until they are
 /// dropped, as a buffered object cannot while a `Read` borrows its buffer.
 ///
+/// The map is taken from the lane at the transaction's first in-place read and given
+/// back at its end (`Scratch::reads`): a transaction that reads nothing in place, the
+/// usual writer, pays nothing for it.
+///
 /// Invariant: a count is raised when an in-place `Read` is made and lowered when it is
 /// dropped (an entry goes at 0); a forgotten `Read` keeps its object borrowed until the
 /// transaction ends.
 /// The borrows of the inner cell never call out, so they never overlap.
 #[derive(Default)]
-pub(crate) struct InPlaceReads(RefCell<crate::smallmap::SmallMap<u64, u32>>);
+pub(crate) struct InPlaceReads(RefCell<Option<Box<ReadCounts>>>);
+
+/// Live in-place `Read`s by object offset.
+pub(crate) type ReadCounts = crate::smallmap::SmallMap<u64, u32>;
 
 impl InPlaceReads {
-    /// A set that reuses `map`'s allocations (emptied).
-    pub(crate) fn reusing(mut map: crate::smallmap::SmallMap<u64, u32>) -> Self {
+    /// Gives the map back (emptied) for the lane's next transaction, if this one took it.
+    pub(crate) fn take(&self) -> Option<Box<ReadCounts>> {
+        let mut map = self.0.borrow_mut().take()?;
         map.clear();
-        InPlaceReads(RefCell::new(map))
+        Some(map)
     }
 
-    /// Gives the map back for the next transaction of the lane.
-    pub(crate) fn take(&self) -> crate::smallmap::SmallMap<u64, u32> {
-        let mut map = core::mem::take(&mut *self.0.borrow_mut());
-        map.clear();
-        map
-    }
-
-    /// Counts one more live in-place `Read` of the object at `off`.
-    pub(crate) fn enter(&self, off: u64) {
-        *self.0.borrow_mut().entry_or_insert_with(off, || 0) += 1;
+    /// Counts one more live in-place `Read` of the object at `off`; the first one takes
+    /// the lane's map (`spare`), or a new one.
+    pub(crate) fn enter(&self, off: u64, spare: &mut Option<Box<ReadCounts>>) {
+        let mut cell = self.0.borrow_mut();
+        let map = cell.get_or_insert_with(|| spare.take().unwrap_or_default());
+        *map.entry_or_insert_with(off, || 0) += 1;
     }
 
     /// Counts one `Read` of the object at `off` fewer.
     fn leave(&self, off: u64) {
-        let mut map = self.0.borrow_mut();
+        let mut cell = self.0.borrow_mut();
+        let Some(map) = cell.as_mut() else {
+            return;
+        };
         let n = map.entry_or_insert_with(off, || 0);
         *n = n.saturating_sub(1);
         if *n == 0 {
@@ -189,7 +196,10 @@ impl InPlaceReads {
 
     /// Whether a live in-place `Read` borrows the object at `off`.
     pub(crate) fn borrowed(&self, off: u64) -> bool {
-        self.0.borrow().get(&off).is_some_and(|&n| n > 0)
+        self.0
+            .borrow()
+            .as_ref()
+            .is_some_and(|map| map.get(&off).is_some_and(|&n| n > 0))
     }
 }
 

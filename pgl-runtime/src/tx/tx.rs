@@ -116,7 +116,6 @@ impl<'p> Tx<'p> {
             // Its record must stay intact until settled (`deferred.rs`).
             eng.settle(lane, &mut guard);
         }
-        let reads = InPlaceReads::reusing(core::mem::take(&mut guard.scratch.reads));
         Ok(Tx {
             eng,
             lane,
@@ -131,7 +130,7 @@ impl<'p> Tx<'p> {
             }),
             done: Cell::new(false),
             groups: Cell::new(GroupScope::Outside),
-            reads,
+            reads: InPlaceReads::default(),
         })
     }
 
@@ -387,7 +386,7 @@ impl<'p> Tx<'p> {
         }
         self.lock(&mut st, off, Held::Read)?;
         let p = self.vet_in_place::<T>(off)?;
-        self.reads.enter(off);
+        self.reads.enter(off, &mut st.lane.scratch.reads);
         // SAFETY: a live object of type T (checked), 16-byte aligned in the mapping, under a
         // lock this transaction holds until it ends; its borrow is counted just above.
         Ok(unsafe { Read::new(p, ReadSource::InPlace(&self.reads, off)) })
@@ -415,7 +414,8 @@ impl<'p> Tx<'p> {
             return Ok(None);
         }
         let p = self.vet_in_place::<T>(oid.raw())?;
-        self.reads.enter(oid.raw());
+        self.reads
+            .enter(oid.raw(), &mut self.st.borrow_mut().lane.scratch.reads);
         // SAFETY: a live object of type T (checked), 16-byte aligned in the mapping, its
         // borrow counted just above. No one
         // writes it until the transaction ends: it is a group, whose writers hold its
@@ -788,17 +788,12 @@ impl<'p> Tx<'p> {
         Ok(())
     }
 
-    /// The pool's root object as its committed root word names it (0: none yet). The word
-    /// changes only by a commit that creates the root or a migration's switch moving it,
-    /// neither of which frees anything; a migration frees the old root once the word
-    /// names the new one.
+    /// The pool's root object as its committed root word names it (0: none yet: see
+    /// `Engine::root`). The word changes only by a commit that creates the root or a
+    /// migration's switch moving it, neither of which frees anything; a migration frees
+    /// the old root once the word names the new one.
     fn root_offset(&self) -> u64 {
-        let word = self.eng.geo.chunk_offset(0, 0) + crate::heap::layout::ROOT_OFFSET;
-        self.eng.meta.with_word(word, || {
-            // SAFETY: zone 0's root word lies inside the pool, 8-byte aligned; commits write
-            // it under its metadata lock, held here.
-            unsafe { self.eng.media.read_u64(word) }
-        })
+        self.eng.root.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// `Error::RootNotFreeable` if the object at `off`, vetted for a free, is the root.
@@ -1001,7 +996,9 @@ impl<'p> Tx<'p> {
         }
         sc.index.clear();
         // No handle is alive (see above): the set of in-place reads is done with.
-        sc.reads = self.reads.take();
+        if let Some(map) = self.reads.take() {
+            sc.reads = Some(map);
+        }
         sc.meta.clear();
         sc.undo.clear();
         sc.frees.clear();
