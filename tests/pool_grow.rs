@@ -95,6 +95,14 @@ fn assert_clean(pool: &Pool, opened: bool) {
     }
 }
 
+/// Every object of `objs` reads back as written, and the pool is clean (`assert_clean`).
+fn assert_holds(pool: &Pool, objs: &[Obj], opened: bool) {
+    for o in objs {
+        o.check(pool);
+    }
+    assert_clean(pool, opened);
+}
+
 /// Fills the pool: large objects until one fails for lack of space, then small ones
 /// likewise; `objs` holds the live objects. In the small geometry a zone has three data
 /// chunks: a large object takes two, and a run of small ones the third.
@@ -154,19 +162,13 @@ fn a_pool_grown_by_three_zones_at_once_fills_them_all_and_verifies() {
             );
         }
     }
-    for o in &objs {
-        o.check(&pool);
-    }
-    assert_clean(&pool, false);
+    assert_holds(&pool, &objs, false);
     drop(pool);
 
     let pool = Pool::open(&path, "grow-multi").unwrap();
     assert_eq!(pool.size(), geo.pool_size(4));
     assert_eq!(pool.stats().parity_columns_recomputed, 0);
-    for o in &objs {
-        o.check(&pool);
-    }
-    assert_clean(&pool, true);
+    assert_holds(&pool, &objs, true);
     assert_eq!(pool.objects().unwrap().len(), objs.len());
     // The space of the new zones is reused after frees, and grow goes on from four zones.
     for o in objs.iter().filter(|o| zone_of(&pool, o.raw()) >= 2) {
@@ -184,10 +186,7 @@ fn a_pool_grown_by_three_zones_at_once_fills_them_all_and_verifies() {
 
     let pool = Pool::open(&path, "grow-multi").unwrap();
     assert_eq!(pool.size(), geo.pool_size(6));
-    for o in &objs {
-        o.check(&pool);
-    }
-    assert_clean(&pool, true);
+    assert_holds(&pool, &objs, true);
     drop(pool);
     std::fs::remove_file(&path).unwrap();
 }
@@ -210,10 +209,7 @@ fn a_multi_zone_grow_and_its_objects_survive_a_crash() {
     drop(pool);
     let pool = Pool::open_sim(&dev, "grow-crash").unwrap();
     assert_eq!(pool.size(), geo.pool_size(4));
-    for o in &objs {
-        o.check(&pool);
-    }
-    assert_clean(&pool, true);
+    assert_holds(&pool, &objs, true);
     assert_eq!(pool.objects().unwrap().len(), objs.len());
 }
 
@@ -403,16 +399,10 @@ fn a_grow_over_a_file_tail_that_is_not_zeros_starts_from_zeros() {
             "zone {z}"
         );
     }
-    for o in &objs {
-        o.check(&pool);
-    }
-    assert_clean(&pool, false);
+    assert_holds(&pool, &objs, false);
     drop(pool);
     let pool = Pool::open(&path, "grow-tail").unwrap();
-    for o in &objs {
-        o.check(&pool);
-    }
-    assert_clean(&pool, true);
+    assert_holds(&pool, &objs, true);
     drop(pool);
     std::fs::remove_file(&path).unwrap();
 }
@@ -435,15 +425,9 @@ fn a_grow_over_a_device_tail_that_is_not_zeros_starts_from_zeros() {
     pool.grow(geo.pool_size(3)).unwrap();
     assert_clean(&pool, false);
     fill(&pool, &mut objs, &mut tag);
-    for o in &objs {
-        o.check(&pool);
-    }
-    assert_clean(&pool, false);
+    assert_holds(&pool, &objs, false);
     drop(pool);
     let pool = Pool::open_sim(&dev, "grow-tail-sim").unwrap();
     assert_eq!(pool.size(), geo.pool_size(3));
-    for o in &objs {
-        o.check(&pool);
-    }
-    assert_clean(&pool, true);
+    assert_holds(&pool, &objs, true);
 }

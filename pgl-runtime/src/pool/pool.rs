@@ -176,25 +176,25 @@ impl Pool {
     /// Opens the pool at `path` with the layout, flush mode, verify policy and `max_size` of
     /// `config` (its geometry is read from the pool).
     pub fn open_with(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
-        let media = Media::open_file(
-            path.as_ref(),
+        let media = Self::pool_media(path.as_ref(), config)?;
+        Self::from_media(media, Some(&config.layout), config, false)
+    }
+
+    /// The mapping of the pool file at `path`, as `config` says to map it.
+    fn pool_media(path: &Path, config: &Config) -> Result<Media> {
+        Media::open_file(
+            path,
             crate::persist::FileKind::Pool,
             config.max_size,
             config.flush_mode(),
-        )?;
-        Self::from_media(media, Some(&config.layout), config, false)
+        )
     }
 
     /// Opens the pool at `path` whatever its layout (for tools such as `pgl info`), keeping
     /// parity and object checksums as the pool has them.
     pub fn open_any(path: impl AsRef<Path>) -> Result<Pool> {
         let config = Config::new("any");
-        let media = Media::open_file(
-            path.as_ref(),
-            crate::persist::FileKind::Pool,
-            config.max_size,
-            config.flush_mode(),
-        )?;
+        let media = Self::pool_media(path.as_ref(), &config)?;
         Self::from_media(media, None, &config, true)
     }
 
