@@ -353,3 +353,28 @@ fn an_empty_log_takes_a_record_of_max_record_bytes_wherever_its_tail_is() {
     log.reclaim(lsn).unwrap();
     assert_eq!(log.append(b"after").unwrap(), lsn + 1);
 }
+
+/// A capacity no file or address space holds is a typed config error naming the limit,
+/// whatever the number: the size arithmetic (rounding up to lines, adding the superline
+/// pages) overflowed near `u64::MAX` and panicked, and past 2^63 the file was refused with
+/// a bare `TryFromIntError`.
+#[test]
+fn a_capacity_too_large_for_any_log_is_refused_with_the_limit() {
+    let f = TempLog::new("huge");
+    for cap in [u64::MAX, u64::MAX - 63, u64::MAX - 8192, 1 << 63, 1 << 62] {
+        let sim = CrashSim::new(1 << 20);
+        for made in [
+            Log::create_sim(&sim, LogConfig::new(cap)),
+            Log::create(&f.0, LogConfig::new(cap)),
+        ] {
+            match made {
+                Err(e @ Error::InvalidConfig { .. }) => {
+                    let m = e.to_string();
+                    assert!(m.contains(&cap.to_string()) && m.contains("at most"), "{m}");
+                }
+                other => panic!("capacity {cap}: {other:?}"),
+            }
+        }
+        assert!(!f.0.exists(), "a refused create left a file");
+    }
+}
