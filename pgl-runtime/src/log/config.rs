@@ -1,9 +1,9 @@
 //! `LogConfig`: how a new log is made.
 //!
 //! Invariant: a config that `area` accepts describes a valid log: a policy in range and a
-//! record area of whole lines, at least `MIN_CAPACITY` bytes.
+//! record area of whole lines, at least `MIN_CAPACITY` and at most `MAX_CAPACITY` bytes.
 
-use super::format::{LINE, MIN_CAPACITY};
+use super::format::{LINE, MAX_CAPACITY, MIN_CAPACITY};
 use super::policy::ForcePolicy;
 use crate::persist::FlushMode;
 use crate::{Error, Result};
@@ -11,7 +11,8 @@ use crate::{Error, Result};
 /// How a new log is made.
 #[derive(Clone, Debug)]
 pub struct LogConfig {
-    /// Bytes of the record area (rounded up to a multiple of 64; at least 4 KiB).
+    /// Bytes of the record area (rounded up to a multiple of 64; at least 4 KiB, at most
+    /// 128 TiB).
     pub capacity: u64,
     /// When `complete` forces (stored in the log; `Log::open` uses it).
     pub policy: ForcePolicy,
@@ -55,6 +56,14 @@ impl LogConfig {
     /// The record area's size, rounded up to whole lines; `Err` if the config is invalid.
     pub(super) fn area(&self) -> Result<u64> {
         self.policy.validate()?;
+        // Checked before rounding up: near `u64::MAX` the rounding overflows.
+        if self.capacity > MAX_CAPACITY {
+            return Err(Error::config(format!(
+                "log capacity {} bytes: a log holds at most {MAX_CAPACITY} (128 TiB); create \
+                 a smaller log",
+                self.capacity
+            )));
+        }
         let cap = self.capacity.div_ceil(LINE) * LINE;
         if cap < MIN_CAPACITY {
             return Err(Error::config(format!(

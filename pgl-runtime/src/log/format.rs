@@ -98,6 +98,9 @@ pub const MAX_PAYLOAD: u64 = (ABORTED - 1) as u64;
 pub const MAX_LSN: u64 = 1 << 62;
 /// The smallest record area.
 pub const MIN_CAPACITY: u64 = 4096;
+/// The largest record area a new log gets (128 TiB, the user address space of x86-64): the
+/// whole file is mapped, and its size arithmetic stays far from overflow.
+pub const MAX_CAPACITY: u64 = 1 << 47;
 
 // Superline fields, chained.
 const MAGIC_OFFSET: usize = 0;
