@@ -378,3 +378,33 @@ fn a_capacity_too_large_for_any_log_is_refused_with_the_limit() {
         assert!(!f.0.exists(), "a refused create left a file");
     }
 }
+
+/// An inspection of a live log is a snapshot: the log goes on appending and wrapping over
+/// the records the inspection found, and what the inspection hands out stays as it read
+/// it. (It borrowed the live mapping: a payload changed under its `&[u8]`, and a length
+/// word overwritten since the scan sliced past the area and panicked.)
+#[test]
+fn an_inspection_of_a_live_log_is_a_snapshot_the_log_does_not_change() {
+    let f = TempLog::new("inspect-live");
+    let log = Log::create(&f.0, LogConfig::new(4096).flush(FlushMode::None)).unwrap();
+    for i in 1..=3u8 {
+        log.append(&[i; 40]).unwrap(); // 64 bytes each, at area offsets 0, 64 and 128
+    }
+    let seen = pgl::log::Inspection::open(&f.0).unwrap();
+    log.reclaim(3).unwrap();
+    // A record too long for the space left before the end wraps to offset 0; its payload
+    // lies where records 1 and 2 were, with a length word of 2^30 where 2's header was.
+    let mut big = vec![0xee; 3900];
+    big[64 - 24 + 8..64 - 24 + 12].copy_from_slice(&(1u32 << 30).to_le_bytes());
+    log.append(&big).unwrap();
+    let got: Vec<(u64, Vec<u8>)> = seen
+        .records()
+        .map(|r| (r.lsn, r.payload.to_vec()))
+        .collect();
+    assert_eq!(
+        got,
+        (1..=3u8)
+            .map(|i| (u64::from(i), vec![i; 40]))
+            .collect::<Vec<_>>()
+    );
+}
