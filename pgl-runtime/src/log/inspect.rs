@@ -2,13 +2,14 @@
 //! copies, the records recovery would keep, and what it would drop.
 //!
 //! Invariant: nothing here writes to the file (unlike `Log::open`, which starts a new
-//! epoch), so inspecting a log never changes what a later recovery finds.
+//! epoch), so inspecting a log never changes what a later recovery finds; and what an
+//! inspection hands out is a copy of the file taken once, which a live log appending and
+//! reclaiming meanwhile (in this process or another) does not change under it.
 
 use super::format::{RecordHeader, Superline, AREA_OFFSET, HEADER_LEN};
 use super::policy::ForcePolicy;
 use super::recovery::{self, RecoveryReport};
-use crate::persist::Media;
-use crate::Result;
+use crate::{Error, Result};
 use std::path::{Path, PathBuf};
 
 /// One record found by an inspection.
@@ -28,7 +29,8 @@ pub struct RecordInfo<'a> {
 
 /// What a log file holds, read without changing it.
 pub struct Inspection {
-    media: Media,
+    /// The file's bytes, as read once at `open`.
+    bytes: Vec<u8>,
     path: PathBuf,
     /// Bytes of the record area.
     pub capacity: u64,
@@ -54,17 +56,14 @@ impl std::fmt::Debug for Inspection {
 }
 
 impl Inspection {
-    /// Reads the log at `path`.
+    /// Reads the log at `path`: the whole file, once (a log open elsewhere may go on
+    /// appending; the inspection shows the file as it was read, which may end in a record
+    /// being written then, reported as recovery would report it).
     pub fn open(path: impl AsRef<Path>) -> Result<Inspection> {
         let path = path.as_ref().to_owned();
-        let media = Media::open_file(
-            &path,
-            crate::persist::FileKind::Log,
-            0,
-            Some(crate::FlushMode::None),
-        )?;
-        let lines = recovery::read_superlines(&media, &path)?;
-        let scan = lines.scan(&media);
+        let bytes = read_file(&path)?;
+        let lines = recovery::superlines_in(&bytes, &path)?;
+        let scan = lines.scan_in(&bytes);
         let report = scan.report;
         let recovery::Superlines {
             line,
@@ -75,7 +74,7 @@ impl Inspection {
         } = lines;
         Ok(Inspection {
             copies: [Superline::decode(&a), Superline::decode(&b)],
-            media,
+            bytes,
             path,
             capacity: cap,
             superline: line,
@@ -94,13 +93,9 @@ impl Inspection {
     pub fn records(&self) -> impl Iterator<Item = RecordInfo<'_>> + '_ {
         self.index.iter().map(move |&voff| {
             let off = voff % self.capacity;
-            // SAFETY: the scan validated this record inside the area; nothing writes it.
-            let bytes = unsafe {
-                std::slice::from_raw_parts(
-                    self.media.ptr(AREA_OFFSET + off) as *const u8,
-                    (self.capacity - off) as usize,
-                )
-            };
+            // The scan validated this record inside the area of these very bytes.
+            let at = (AREA_OFFSET + off) as usize;
+            let bytes = &self.bytes[at..at + (self.capacity - off) as usize];
             let h = RecordHeader::decode(bytes);
             let p = HEADER_LEN as usize;
             RecordInfo {
@@ -112,4 +107,28 @@ impl Inspection {
             }
         })
     }
+}
+
+/// The bytes of the log file at `path`, read through the file (a copy nobody else
+/// writes), not mapped.
+fn read_file(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let op = "open log";
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io(op, path, e))?;
+    let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;
+    if meta.is_dir() {
+        // As `Log::open` reports it (opening a directory to write fails).
+        let e = std::io::Error::from(std::io::ErrorKind::IsADirectory);
+        return Err(Error::io(op, path, e));
+    }
+    if !meta.is_file() {
+        return Err(Error::NotALog {
+            path: path.to_owned(),
+            reason: "not a regular file".into(),
+        });
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.read_to_end(&mut bytes)
+        .map_err(|e| Error::io("read log", path, e))?;
+    Ok(bytes)
 }

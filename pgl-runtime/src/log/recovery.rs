@@ -172,16 +172,30 @@ pub(crate) struct Superlines {
 }
 
 /// Reads and validates both superline copies of the log on `media` (named `path` in
-/// errors): the one place `Log::open` and `Inspection::open` learn a log's shape.
+/// errors), which the caller has to itself (`Log::open` holds its lock).
 pub(crate) fn read_superlines(
     media: &crate::persist::Media,
     path: &std::path::Path,
 ) -> crate::Result<Superlines> {
+    superlines_in(file_bytes(media), path)
+}
+
+/// The whole file on `media`, which the caller has to itself.
+fn file_bytes(media: &crate::persist::Media) -> &[u8] {
+    // SAFETY: the file is mapped whole (`Media::open_file` maps at least its length), and
+    // nobody writes it while the caller, who has it to itself, reads the slice.
+    unsafe { std::slice::from_raw_parts(media.ptr(0) as *const u8, media.len() as usize) }
+}
+
+/// Reads and validates both superline copies of the log file whose bytes are `file`
+/// (named `path` in errors): the one place `Log::open` and `Inspection::open` learn a
+/// log's shape.
+pub(crate) fn superlines_in(file: &[u8], path: &std::path::Path) -> crate::Result<Superlines> {
     let not_a_log = |reason: String| crate::Error::NotALog {
         path: path.to_owned(),
         reason,
     };
-    let len = media.len();
+    let len = file.len() as u64;
     if len < format::file_len(format::MIN_CAPACITY) {
         return Err(not_a_log(format!(
             "{len} bytes, shorter than the smallest log ({} bytes)",
@@ -190,12 +204,10 @@ pub(crate) fn read_superlines(
     }
     let cap = len - format::file_len(0);
     let mut raw = [[0u8; SUPER_LEN]; 2];
-    // SAFETY: both copies lie inside the file (len >= file_len(MIN_CAPACITY)); the caller
-    // has the file to itself while it opens or inspects it.
-    unsafe {
-        media.read(0, &mut raw[0]);
-        media.read(format::super_offset(1, cap), &mut raw[1]);
-    }
+    // Both copies lie inside the file (len >= file_len(MIN_CAPACITY)).
+    let b = format::super_offset(1, cap) as usize;
+    raw[0].copy_from_slice(&file[..SUPER_LEN]);
+    raw[1].copy_from_slice(&file[b..b + SUPER_LEN]);
     let (line, copy, other) = choose(&raw[0], &raw[1]).map_err(|(ea, eb)| {
         if raw[0][..8] == crate::pool::MAGIC {
             return not_a_log("it is a pgl pool: inspect it with `pgl info` or `pgl check`".into());
@@ -230,18 +242,18 @@ pub(crate) fn read_superlines(
 }
 
 impl Superlines {
-    /// Scans the record area of the log on `media` from this superline (what recovery
-    /// finds), the report naming which copy was used and why the other was not.
+    /// Scans the record area of the log on `media`, which the caller has to itself, from
+    /// this superline (what recovery finds).
     pub(crate) fn scan(&self, media: &crate::persist::Media) -> Scan {
-        // SAFETY: the area lies inside the file (its length was checked against the
-        // superline's capacity); the caller has the file to itself while it opens or
-        // inspects it.
-        let area = unsafe {
-            std::slice::from_raw_parts(
-                media.ptr(format::AREA_OFFSET) as *const u8,
-                self.capacity as usize,
-            )
-        };
+        self.scan_in(file_bytes(media))
+    }
+
+    /// Scans the record area of the log file whose bytes are `file` (the file these
+    /// superlines were read from) from this superline, the report naming which copy was
+    /// used and why the other was not.
+    pub(crate) fn scan_in(&self, file: &[u8]) -> Scan {
+        // The area lies inside the file: its length was checked against the capacity.
+        let area = &file[format::AREA_OFFSET as usize..][..self.capacity as usize];
         let mut s = scan(area, &self.line, format::AREA_OFFSET, true);
         s.report.superline_copy = self.copy;
         s.report.other_copy_invalid = self.other.clone();
