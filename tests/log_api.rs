@@ -408,3 +408,46 @@ fn an_inspection_of_a_live_log_is_a_snapshot_the_log_does_not_change() {
             .collect::<Vec<_>>()
     );
 }
+
+/// An LSN or a size the log cannot take is reported with the file, the LSN and what to
+/// do, whichever call met it (the messages named neither the file nor a remedy, and an
+/// iterator's said `iter(1)`, a call that does not exist).
+#[test]
+fn lsn_and_size_errors_name_the_file_and_say_what_to_do() {
+    let f = TempLog::new("lsn-errors");
+    let log = Log::create(&f.0, LogConfig::new(4096).flush(FlushMode::None)).unwrap();
+    let file = f.0.display().to_string();
+    let stale = log.iter();
+    for i in 0..3u8 {
+        log.append(&[i; 8]).unwrap();
+    }
+    let mut old = log.iter();
+    log.reclaim(2).unwrap();
+    let msg = |e: Error| e.to_string();
+    let cases = [
+        (
+            msg(log.force(7).unwrap_err()),
+            "LSN 7",
+            "not been reserved yet",
+        ),
+        (
+            msg(log.reclaim(4).unwrap_err()),
+            "LSN 4",
+            "not been reserved yet",
+        ),
+        (msg(log.iter_from(1).unwrap_err()), "LSN 1", "reclaimed"),
+        (msg(old.next().unwrap().unwrap_err()), "LSN 1", "Log::iter"),
+        (
+            msg(log.reserve(5000).unwrap_err()),
+            "5000",
+            "split the record",
+        ),
+    ];
+    for (m, what, todo) in cases {
+        assert!(
+            m.contains(&file) && m.contains(what) && m.contains(todo),
+            "{m}"
+        );
+    }
+    assert_eq!(stale.count(), 0, "made before any record was complete");
+}
