@@ -453,8 +453,10 @@ pub enum Error {
     },
 
     /// A record larger than the log can ever hold was asked for.
-    #[error("a log record of {len} bytes is larger than this log can hold ({max} bytes of payload); split the record, or create the log with a larger capacity")]
+    #[error("{}: a log record of {len} bytes is larger than this log can hold ({max} bytes of payload); split the record, or create the log with a larger capacity", path.display())]
     LogRecordTooLarge {
+        /// The log file.
+        path: PathBuf,
         /// Payload bytes asked for.
         len: u64,
         /// The largest payload the log holds.
@@ -474,10 +476,14 @@ pub enum Error {
         detail: String,
     },
 
-    /// An LSN outside the log's live records was given.
-    #[error("{op}({lsn}): LSN out of range: the log holds LSNs {first} to {next} (exclusive; earlier ones were reclaimed, later ones not yet reserved)")]
+    /// An LSN outside the log's live records was given, or an iterator's next record was
+    /// reclaimed under it.
+    #[error("{}: {}: LSN {lsn} is out of range: the log holds LSNs {first} to {next} (exclusive); {}", path.display(), call(op), lsn_advice(op, *lsn, *first))]
     LsnOutOfRange {
-        /// The operation ("force", "reclaim", "iter_from").
+        /// The log file.
+        path: PathBuf,
+        /// The operation ("force", "reclaim", "iter_from", or "iter": an iterator whose
+        /// next record was reclaimed).
         op: &'static str,
         /// The LSN given.
         lsn: u64,
@@ -640,6 +646,33 @@ fn stored_type(name: &Option<String>, id: u32) -> String {
 }
 
 /// What went wrong and what to do, for `LogReservationHeld` (after its first words).
+/// The call an `LsnOutOfRange` came from, as its message names it.
+fn call(op: &str) -> String {
+    match op {
+        "iter" => "iterating".to_string(),
+        _ => format!("Log::{op}"),
+    }
+}
+
+/// What to do about an `LsnOutOfRange` of `op` for `lsn`, the first live LSN being
+/// `first`.
+fn lsn_advice(op: &str, lsn: u64, first: u64) -> &'static str {
+    match op {
+        "iter" => {
+            "it was reclaimed while the iterator was reading: start a new one (Log::iter), \
+             which begins at the first live record"
+        }
+        _ if lsn < first => {
+            "it was reclaimed: give a live LSN (Log::start_lsn is the first), or start from the \
+             beginning (Log::iter)"
+        }
+        _ => {
+            "it has not been reserved yet: give an LSN that reserve or append returned \
+             (Log::next_lsn is the next to be handed out)"
+        }
+    }
+}
+
 fn held_advice(op: &str, lsn: u64, held: u64, completed: Option<u64>) -> String {
     let why = if op == "reserve" {
         "and the log's 16,384 completion slots past the durable LSN are all taken behind it: \

@@ -21,6 +21,7 @@ impl Log {
         let t = self.tail.lock();
         if lsn < t.head_lsn || lsn > t.next {
             return Err(Error::LsnOutOfRange {
+                path: self.media.path(),
                 op: "iter_from",
                 lsn,
                 first: t.head_lsn,
@@ -97,6 +98,7 @@ impl Iterator for Iter<'_> {
                 if self.lsn < t.head_lsn {
                     self.failed = true;
                     return Some(Err(Error::LsnOutOfRange {
+                        path: log.media.path(),
                         op: "iter",
                         lsn: self.lsn,
                         first: t.head_lsn,

@@ -438,6 +438,7 @@ impl Log {
         let len64 = len as u64;
         if len64 > self.max_record() {
             return Err(Error::LogRecordTooLarge {
+                path: self.media.path(),
                 len: len64,
                 max: self.max_record(),
             });
@@ -754,6 +755,7 @@ impl Log {
         let next = self.next_lsn();
         if lsn >= next {
             return Err(Error::LsnOutOfRange {
+                path: self.media.path(),
                 op: "force",
                 lsn,
                 first: self.start_lsn(),
@@ -856,6 +858,7 @@ impl Log {
         let next = self.next_lsn();
         if upto >= next {
             return Err(Error::LsnOutOfRange {
+                path: self.media.path(),
                 op: "reclaim",
                 lsn: upto,
                 first: self.start_lsn(),
