@@ -451,3 +451,26 @@ fn lsn_and_size_errors_name_the_file_and_say_what_to_do() {
     }
     assert_eq!(stale.count(), 0, "made before any record was complete");
 }
+
+/// Under `Frequency(f)` the window stays within about `f` records for one thread even when
+/// the records at multiples of `f` are dropped, not completed: the batch force rides on
+/// the LSN, whichever way it is sealed. (A dropped reservation forced nothing, so with
+/// every `f`-th record aborted nothing was ever made durable.)
+#[test]
+fn frequency_forces_at_its_lsns_even_when_those_records_are_dropped() {
+    let sim = CrashSim::new(1 << 20);
+    let log = Log::create_sim(
+        &sim,
+        LogConfig::new(1 << 16).policy(ForcePolicy::Frequency(4)),
+    )
+    .unwrap();
+    for _ in 0..40 {
+        if log.next_lsn() % 4 == 0 {
+            drop(log.reserve(8).unwrap());
+        } else {
+            log.append(b"kept").unwrap();
+        }
+        assert!(log.stats().window_now <= 4, "{:?}", log.stats());
+    }
+    assert_eq!(log.durable_lsn(), 40);
+}
