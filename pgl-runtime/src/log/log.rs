@@ -665,6 +665,21 @@ impl Log {
         self.publish(lsn);
     }
 
+    /// Seals record `lsn` (a reservation dropped without `complete`) as aborted, and
+    /// forces if its LSN is one `Frequency` forces at: the batch rides on the LSN, however
+    /// it is sealed, or records completed before it would wait for the next batch (were
+    /// every `f`-th record dropped, for reserve's own force a completion ring later). A
+    /// failed force is not lost: the media remembers it and fails the next call that
+    /// checks it.
+    pub(super) fn abort(&self, lsn: Lsn, off: u64, len: usize) {
+        self.finish(lsn, off, len, true);
+        if let ForcePolicy::Frequency(f) = self.policy {
+            if lsn % u64::from(f) == 0 {
+                let _ = self.force_short_of_own(lsn);
+            }
+        }
+    }
+
     /// Marks record `lsn` complete and advances `done` over every consecutive completed
     /// LSN.
     fn publish(&self, lsn: Lsn) {

@@ -18,7 +18,7 @@ pub enum ForcePolicy {
     /// brings it to a multiple of `n` forces the batch.
     GroupCommit(u32),
     /// Frequency-based force (Arcadia): the thread completing an LSN divisible by `f`
-    /// forces the batch. No shared counter: LSNs are consecutive, so every `f`-th record
+    /// (or dropping its reservation) forces the batch. No shared counter: LSNs are consecutive, so every `f`-th record
     /// forces. At most about `f × threads` completed records are unforced (more while a
     /// thread holds a reservation open: a batch force stops short of it).
     Frequency(u32),

@@ -104,7 +104,7 @@ impl Drop for Reservation<'_> {
         if self.open {
             // Never completed (an error or a panic while filling it): seal it as aborted so
             // that later records can still be forced.
-            self.log.finish(self.lsn, self.off, self.len, true);
+            self.log.abort(self.lsn, self.off, self.len);
         }
     }
 }
