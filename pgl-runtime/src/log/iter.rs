@@ -67,7 +67,12 @@ pub struct Record {
 
 /// The records of a log, oldest first: `Ok` for each valid record, then, if a record fails
 /// validation (damaged since it was written), one `Err(Error::LogRecordCorrupt)` and the
-/// end. Records completed after the iterator was made are not included.
+/// end. Records completed after the iterator was made are not included; those it includes
+/// are complete, not necessarily durable yet (`Log::durable_lsn` says which are).
+///
+/// Other threads may append and reclaim meanwhile: an iterator never returns a record
+/// after a hole nor a torn one, and if its next record is reclaimed before it gets there,
+/// it yields one `Err(Error::LsnOutOfRange)` (op `"iter"`) and ends; start a new one.
 pub struct Iter<'a> {
     log: &'a Log,
     lsn: Lsn,
