@@ -47,7 +47,8 @@ impl LogConfig {
         self
     }
 
-    /// The same with flush mode `mode`.
+    /// The same with flush mode `mode` (ignored, as by the pool, if this CPU does not have
+    /// it: the file's own mode is used then).
     pub fn flush(mut self, mode: FlushMode) -> LogConfig {
         self.flush = Some(mode);
         self

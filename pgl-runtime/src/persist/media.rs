@@ -288,7 +288,7 @@ impl Media {
                 return Err(e);
             }
         };
-        let mode = mode.unwrap_or_else(|| Self::mode_for(&file, &map));
+        let mode = Self::usable(mode).unwrap_or_else(|| Self::mode_for(&file, &map));
         Ok(Media {
             base: map.as_mut_ptr(),
             len: AtomicU64::new(len),
@@ -301,6 +301,14 @@ impl Media {
             },
             failed: AtomicI32::new(0),
         })
+    }
+
+    /// `mode` if this CPU has it, else none (the file's own is chosen): a mode asked for
+    /// by `Config::flush`, `LogConfig::flush` or `Log::open_with` reaches the flush
+    /// instructions only through here, and an instruction the CPU lacks would kill the
+    /// process (or, on another architecture, flush nothing).
+    fn usable(mode: Option<FlushMode>) -> Option<FlushMode> {
+        mode.filter(|m| m.supported())
     }
 
     /// The flush mode for `file` mapped as `map` ([`FlushMode::for_file`]), but `msync`
@@ -342,7 +350,7 @@ impl Media {
         let min = len.div_ceil(4096) * 4096;
         let sync = super::flush::fs::supports_map_sync(&file);
         let (map, reserve) = map(&file, path, reserve, min, sync)?;
-        let mode = mode.unwrap_or_else(|| Self::mode_for(&file, &map));
+        let mode = Self::usable(mode).unwrap_or_else(|| Self::mode_for(&file, &map));
         Ok(Media {
             base: map.as_mut_ptr(),
             len: AtomicU64::new(len),
