@@ -1,0 +1,102 @@
+//! Verify policies and scrubbing as a program meets them: the counters of `pool.stats()`
+//! count each damaged object once, however often scrubs, reads and transactions meet it.
+
+mod support;
+
+use pgl::{Config, Error, Fault, Oid, Pool, VerifyPolicy};
+use std::time::{Duration, Instant};
+
+fn path(name: &str) -> std::path::PathBuf {
+    let p = support::test_dir().join(format!("pgl-scrub-policy-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+type Obj = [u64; 8];
+
+/// Two objects of one page column of one zone: damage to the same bytes of both is beyond
+/// parity.
+fn same_column(pool: &Pool, cfg: &Config) -> (Oid<Obj>, Oid<Obj>) {
+    let geo = cfg.geometry();
+    let mut by_col = std::collections::HashMap::new();
+    for i in 0..20_000u64 {
+        let o = pool.tx(|tx| tx.alloc([i; 8])).unwrap();
+        let rel = o.raw() - geo.zones_offset();
+        let key = (rel / geo.zone_size(), rel % geo.row_size());
+        if let Some(&other) = by_col.get(&key) {
+            return (other, o);
+        }
+        by_col.insert(key, o);
+    }
+    panic!("no two objects share a page column");
+}
+
+/// Damages the same bytes of both objects (beyond parity).
+fn damage_both(pool: &Pool, (a, b): (Oid<Obj>, Oid<Obj>)) {
+    for (o, seed) in [(a, 1), (b, 2)] {
+        pool.inject(&Fault::ObjectScribble {
+            oid: o.raw(),
+            at: 16,
+            len: 8,
+            seed,
+        })
+        .unwrap();
+    }
+}
+
+#[test]
+fn an_object_beyond_repair_is_counted_once_however_often_it_is_met() {
+    let p = path("unrec-once");
+    let cfg = Config::small("scrub-policy").verify(VerifyPolicy::Conservative);
+    let pool = Pool::create(&p, &cfg).unwrap();
+    let (a, b) = same_column(&pool, &cfg);
+    damage_both(&pool, (a, b));
+    for _ in 0..3 {
+        let r = pool.scrub(true, |_, _| {}).unwrap();
+        assert_eq!(r.damaged.len(), 2, "{r:?}");
+    }
+    for o in [a, b] {
+        for _ in 0..2 {
+            assert!(matches!(
+                pool.get(o).map(|r| *r),
+                Err(Error::ChecksumMismatch { .. })
+            ));
+            assert!(matches!(
+                pool.tx(|tx| Ok(*tx.open(o)?)),
+                Err(Error::ChecksumMismatch { .. })
+            ));
+        }
+    }
+    let s = pool.stats();
+    assert_eq!(
+        (s.objects_unrecoverable, s.objects_repaired),
+        (2, 0),
+        "two damaged objects, met 3 scrubs and 4 reads each: {s:?}"
+    );
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
+fn the_background_scrubber_counts_an_object_beyond_repair_once() {
+    let p = path("unrec-bg");
+    let cfg = Config::small("scrub-policy").verify(VerifyPolicy::Scrub { every_n_tx: 1 });
+    let pool = Pool::create(&p, &cfg).unwrap();
+    let pair = same_column(&pool, &cfg);
+    let counter = pool.tx(|tx| tx.alloc(0u64)).unwrap();
+    damage_both(&pool, pair);
+    let start = pool.stats().scrubs;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pool.stats().scrubs < start + 4 {
+        assert!(Instant::now() < deadline, "the scrubber did not run");
+        pool.tx(|tx| {
+            *tx.open(counter)? += 1;
+            Ok(())
+        })
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(pool.stats().objects_unrecoverable, 2, "{:?}", pool.stats());
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
