@@ -100,3 +100,26 @@ fn the_background_scrubber_counts_an_object_beyond_repair_once() {
     drop(pool);
     std::fs::remove_file(&p).unwrap();
 }
+
+#[test]
+fn without_parity_a_damaged_object_is_counted_once() {
+    let p = path("unrec-noparity");
+    let pool = Pool::create(&p, &Config::small("scrub-policy").parity(false)).unwrap();
+    let a = pool.tx(|tx| tx.alloc([1u64; 8])).unwrap();
+    pool.inject(&Fault::BitFlips {
+        offset: a.raw() + 8,
+        bits: 1,
+        seed: 3,
+    })
+    .unwrap();
+    for _ in 0..2 {
+        assert_eq!(pool.scrub(true, |_, _| {}).unwrap().damaged.len(), 1);
+        assert!(matches!(
+            pool.tx(|tx| Ok(*tx.open(a)?)),
+            Err(Error::ChecksumMismatch { .. })
+        ));
+    }
+    assert_eq!(pool.stats().objects_unrecoverable, 1);
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
