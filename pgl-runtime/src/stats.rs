@@ -52,7 +52,9 @@ pub struct Stats {
     pub objects_repaired: u64,
     /// Pages whose bytes online repair changed.
     pub pages_rebuilt: u64,
-    /// Damaged objects parity could not rebuild (reported to the caller as errors).
+    /// Damaged objects parity could not rebuild (reported to the caller as errors), each
+    /// counted once however many reads and scrubs meet it (a new object at its offset
+    /// counts anew).
     pub objects_unrecoverable: u64,
     /// Page columns whose parity was recomputed when the pool was opened (after a crash,
     /// the columns the last commits left disagreeing with their parity).

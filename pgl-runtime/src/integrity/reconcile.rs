@@ -21,7 +21,7 @@ use crate::heap::layout::{object_checksum, ObjectHeader, HEADER_SIZE};
 use crate::persist::Media;
 
 /// What reconciling found.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Reconciled {
     /// Page columns whose parity was recomputed.
     pub columns: u64,
@@ -29,6 +29,9 @@ pub(crate) struct Reconciled {
     pub repaired: u64,
     /// Damaged objects parity could not rebuild (left as they are; reads report them).
     pub unrecoverable: u64,
+    /// Those objects, as online repair knows them (`RepairCounters::beyond_repair`), so
+    /// that reads and scrubs of the open pool do not count them again.
+    pub beyond: Vec<(u64, [u8; 16])>,
 }
 
 /// Whether the block at `hdr` (header offset; `capacity` payload bytes) holds a sane header
@@ -153,7 +156,11 @@ pub(crate) unsafe fn reconcile_zone(
                         out.repaired += 1;
                         fixed = true;
                     }
-                    _ => out.unrecoverable += 1,
+                    _ => {
+                        out.unrecoverable += 1;
+                        let h = now[..16].try_into().expect("16 bytes");
+                        out.beyond.push((hdr + HEADER_SIZE, h));
+                    }
                 }
             }
         }

@@ -217,6 +217,9 @@ impl Pool {
             reconciled,
             scrubs: Default::default(),
         });
+        for &(off, h) in &inner.reconciled.beyond {
+            inner.eng.repairs.beyond_repair(off, h);
+        }
         if inner.reconciled.unrecoverable > 0 {
             // Objects beyond repair may be freed: see `Engine::seals_trusted`.
             inner
@@ -494,6 +497,7 @@ fn reconcile_parity(
             reconciled.columns += r.columns;
             reconciled.repaired += r.repaired;
             reconciled.unrecoverable += r.unrecoverable;
+            reconciled.beyond.extend(r.beyond);
         }
     }
     media.fence();

@@ -485,7 +485,8 @@ impl Pool {
         let opened = &self.inner.reconciled;
         s.objects_repaired = r.repaired.load(Ordering::Relaxed) + opened.repaired;
         s.pages_rebuilt = r.pages.load(Ordering::Relaxed);
-        s.objects_unrecoverable = r.unrecoverable.load(Ordering::Relaxed) + opened.unrecoverable;
+        // (Those found opening are in it: `open` counts them there, once.)
+        s.objects_unrecoverable = r.unrecoverable.load(Ordering::Relaxed);
         s.parity_columns_recomputed = opened.columns;
         s.scrubs = self.inner.scrubs.load(Ordering::Relaxed);
         if let Some(ctx) = self.inner.eng.fault_ctx() {

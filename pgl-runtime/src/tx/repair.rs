@@ -36,14 +36,30 @@ pub(crate) struct RepairCounters {
     pub repaired: AtomicU64,
     /// Pages whose bytes a repair changed.
     pub pages: AtomicU64,
-    /// Objects found damaged that parity could not rebuild.
+    /// Objects found damaged that parity could not rebuild, each counted once (see
+    /// `beyond`).
     pub unrecoverable: AtomicU64,
+    /// The objects counted in `unrecoverable`, by payload offset and header bytes as found:
+    /// every scrub and every read meets such an object again, and must not count it again.
+    /// The header tells a new object at the same offset (freed and allocated again) from
+    /// the damaged one.
+    beyond: parking_lot::Mutex<std::collections::HashSet<(u64, [u8; 16])>>,
     /// Allocation bitmap words rebuilt from parity.
     pub bitmap_words: AtomicU64,
     /// Set once free space may hold damage parity will not repair: a scrub recomputed
     /// parity over damaged free space, or the pool opened with objects beyond repair.
     /// Sealed blocks are no longer trusted then (`Engine::seals_trusted`).
     pub free_space_suspect: std::sync::atomic::AtomicBool,
+}
+
+impl RepairCounters {
+    /// Counts the object at `payload`, its header `h` as found, beyond repair, unless it
+    /// was counted already.
+    pub(crate) fn beyond_repair(&self, payload: u64, h: [u8; 16]) {
+        if self.beyond.lock().insert((payload, h)) {
+            self.unrecoverable.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// What a repair attempt found.
@@ -123,10 +139,25 @@ impl Engine {
     /// Tries to repair the object whose payload starts at `payload`. Call it with no lane
     /// and no lock of this pool held by this thread (outside transactions).
     pub(crate) fn repair_object(&self, payload: u64) -> Result<Outcome> {
-        if !self.parity.enabled() {
-            return Ok(self.count(Outcome::Unrecoverable));
-        }
         let stripe = super::stripe_of(payload);
+        if !self.parity.enabled() {
+            // Nothing can rebuild it; counted (once) if its header can be read, under a read
+            // lock (a `Detached` of this thread may hold the object's write lock).
+            if !super::thread::detached_held(self.id) && self.objects.read_for(stripe, WAIT) {
+                let h = self.heap.locate(payload).map(|place| {
+                    let mut h = [0u8; 16];
+                    // SAFETY: a located block's header inside the pool, read under the
+                    // object's read lock (no writer).
+                    unsafe { self.media.read(place.hdr, &mut h) };
+                    h
+                });
+                self.objects.release(stripe, Held::Read);
+                if let Ok(h) = h {
+                    self.repairs.beyond_repair(payload, h);
+                }
+            }
+            return Ok(Outcome::Unrecoverable);
+        }
         if super::thread::ref_held(self.id, stripe) || super::thread::detached_held(self.id) {
             // This thread reads the object (or one sharing its lock): it cannot be rewritten
             // under that reference. Or it holds a `Detached`, whose lane `freeze` would
@@ -140,6 +171,14 @@ impl Engine {
             Some(mut frozen) => self.repair_frozen(&mut frozen, payload),
             None => Ok(Outcome::Busy),
         };
+        if let Ok(Outcome::Unrecoverable) = out {
+            if let Ok(place) = self.heap.locate(payload) {
+                let mut h = [0u8; 16];
+                // SAFETY: a located block's header inside the pool; its write lock is ours.
+                unsafe { self.media.read(place.hdr, &mut h) };
+                self.repairs.beyond_repair(payload, h);
+            }
+        }
         self.objects.release(stripe, Held::Write);
         out.map(|o| self.count(o))
     }
@@ -192,10 +231,11 @@ impl Engine {
                 c.repaired.fetch_add(1, Ordering::Relaxed);
                 c.pages.fetch_add(pages, Ordering::Relaxed);
             }
-            Outcome::Unrecoverable => {
-                c.unrecoverable.fetch_add(1, Ordering::Relaxed);
-            }
-            Outcome::Intact { .. } | Outcome::Consistent | Outcome::Busy => {}
+            // Counted by `repair_object`, once per object.
+            Outcome::Unrecoverable
+            | Outcome::Intact { .. }
+            | Outcome::Consistent
+            | Outcome::Busy => {}
         }
         o
     }
