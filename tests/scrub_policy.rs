@@ -123,3 +123,38 @@ fn without_parity_a_damaged_object_is_counted_once() {
     drop(pool);
     std::fs::remove_file(&p).unwrap();
 }
+
+#[test]
+fn a_zone_metadata_copy_the_background_scrubber_rewrites_is_counted() {
+    let p = path("meta-bg");
+    let cfg = Config::small("scrub-policy").verify(VerifyPolicy::Scrub { every_n_tx: 1 });
+    let pool = Pool::create(&p, &cfg).unwrap();
+    let counter = pool.tx(|tx| tx.alloc(0u64)).unwrap();
+    let geo = pool.info().header.geo;
+    // Copy B's chunk table (copy A is the first half of the metadata chunk).
+    pool.inject(&Fault::MetadataScribble {
+        zone: 0,
+        at: geo.chunk_size / 2 + 1024 + 8,
+        len: 16,
+        seed: 9,
+    })
+    .unwrap();
+    let start = pool.stats().scrubs;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pool.stats().scrubs < start + 2 {
+        assert!(Instant::now() < deadline, "the scrubber did not run");
+        pool.tx(|tx| {
+            *tx.open(counter)? += 1;
+            Ok(())
+        })
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        pool.scrub(false, |_, _| {}).unwrap().is_clean(),
+        "rewritten"
+    );
+    assert_eq!(pool.stats().metadata_repairs, 1, "{:?}", pool.stats());
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
