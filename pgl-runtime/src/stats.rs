@@ -36,7 +36,8 @@ pub struct Stats {
     pub header_repairs: u64,
     /// Redo-lane copies rewritten from the other copy when the pool was opened.
     pub lane_repairs: u64,
-    /// Zone metadata copies rewritten from the other copy when the pool was opened.
+    /// Zone metadata copies rewritten (from the other copy, or from parity) when the pool
+    /// was opened or by a scrub.
     pub metadata_repairs: u64,
     /// Words of run allocation bitmaps that did not verify and were rebuilt from zone
     /// parity (when the pool was opened, by a commit that found one, or by a scrub).

@@ -478,8 +478,9 @@ impl Pool {
         s.records_replayed = self.inner.replayed;
         s.header_repairs = self.inner.header_repairs;
         s.lane_repairs = self.inner.lane_repairs;
-        s.metadata_repairs = self.inner.metadata_repairs;
         let r = &self.inner.eng.repairs;
+        s.metadata_repairs =
+            self.inner.metadata_repairs + r.metadata_copies.load(Ordering::Relaxed);
         s.bitmap_repairs = self.inner.bitmap_repairs + r.bitmap_words.load(Ordering::Relaxed);
         s.runs_quarantined = self.inner.eng.heap.quarantined();
         let opened = &self.inner.reconciled;

@@ -291,11 +291,13 @@ impl Pool {
                     report.metadata_copies_bad += 1;
                     if fixed {
                         report.metadata_copies_fixed += 1;
+                        eng.repairs.metadata_copies.fetch_add(1, Ordering::Relaxed);
                     }
                 }
                 crate::integrity::replica::Copies::BothRebuilt => {
                     report.metadata_copies_bad += 2;
                     report.metadata_copies_fixed += 2;
+                    eng.repairs.metadata_copies.fetch_add(2, Ordering::Relaxed);
                 }
                 crate::integrity::replica::Copies::BothBad => {
                     report.metadata_copies_bad += 2;

@@ -46,6 +46,8 @@ pub(crate) struct RepairCounters {
     beyond: parking_lot::Mutex<std::collections::HashSet<(u64, [u8; 16])>>,
     /// Allocation bitmap words rebuilt from parity.
     pub bitmap_words: AtomicU64,
+    /// Zone metadata copies a scrub rewrote (from the other copy, or from parity).
+    pub metadata_copies: AtomicU64,
     /// Set once free space may hold damage parity will not repair: a scrub recomputed
     /// parity over damaged free space, or the pool opened with objects beyond repair.
     /// Sealed blocks are no longer trusted then (`Engine::seals_trusted`).
