@@ -158,3 +158,54 @@ fn a_zone_metadata_copy_the_background_scrubber_rewrites_is_counted() {
     drop(pool);
     std::fs::remove_file(&p).unwrap();
 }
+
+#[test]
+fn a_long_held_ref_does_not_make_the_scrubber_stall_other_transactions() {
+    // One thread keeps a `Ref` to one object; the scrubber must wait for it (a scrub
+    // freezes the pool), but meanwhile transactions on every other object go on.
+    let p = path("ref-stall");
+    let cfg = Config::small("scrub-policy").verify(VerifyPolicy::Scrub { every_n_tx: 1 });
+    let pool = Pool::create(&p, &cfg).unwrap();
+    let objs: Vec<Oid<u64>> = (0..64)
+        .map(|i| pool.tx(|tx| tx.alloc(i)).unwrap())
+        .collect();
+    let (held, others) = objs.split_last().unwrap();
+    let hold = Duration::from_millis(800);
+    std::thread::scope(|s| {
+        let pool = &pool;
+        let (ready, got) = std::sync::mpsc::channel();
+        s.spawn(move || {
+            let r = pool.get(*held).unwrap();
+            ready.send(()).unwrap();
+            std::thread::sleep(hold);
+            drop(r);
+        });
+        got.recv().unwrap();
+        let start = Instant::now();
+        let mut worst = Duration::ZERO;
+        for o in others.iter().cycle() {
+            if start.elapsed() >= hold {
+                break;
+            }
+            let t = Instant::now();
+            pool.tx(|tx| {
+                *tx.open(*o)? += 1;
+                Ok(())
+            })
+            .unwrap();
+            worst = worst.max(t.elapsed());
+        }
+        assert!(
+            worst < Duration::from_millis(250),
+            "a transaction on another object waited {worst:?} for the scrub"
+        );
+    });
+    // The scrub the Ref held up ran once it was gone.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pool.stats().scrubs == 0 {
+        assert!(Instant::now() < deadline, "the scrubber never completed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
