@@ -97,23 +97,38 @@ impl ObjectLocks {
     }
 
     /// Takes every stripe for writing, waiting until `deadline`; false, holding none, if a
-    /// reader or writer kept one that long.
+    /// reader or writer kept one that long. A stripe still busy after `HOLD_WHILE_WAITING`
+    /// makes it let go of the ones it took and start over after a pause: a reader may keep
+    /// its `Ref` for seconds, and the stripes taken meanwhile would stop every transaction
+    /// on their objects for as long (in-flight transactions, short, are waited for).
     pub(crate) fn write_all(&self, deadline: std::time::Instant) -> bool {
-        for (i, s) in self.stripes.iter().enumerate() {
-            while s
-                .compare_exchange(0, WRITER, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
-            {
-                if std::time::Instant::now() >= deadline {
-                    for s in &self.stripes[..i] {
-                        s.store(0, Ordering::Release);
+        const HOLD_WHILE_WAITING: std::time::Duration = std::time::Duration::from_millis(2);
+        let mut pause = std::time::Duration::from_micros(200);
+        'again: loop {
+            for (i, s) in self.stripes.iter().enumerate() {
+                let mut waited_since = None;
+                while s
+                    .compare_exchange(0, WRITER, Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+                {
+                    let now = std::time::Instant::now();
+                    let since = *waited_since.get_or_insert(now);
+                    if now >= deadline || now - since >= HOLD_WHILE_WAITING {
+                        for s in &self.stripes[..i] {
+                            s.store(0, Ordering::Release);
+                        }
+                        if now >= deadline {
+                            return false;
+                        }
+                        std::thread::sleep(pause.min(deadline - now));
+                        pause = (pause * 2).min(std::time::Duration::from_millis(20));
+                        continue 'again;
                     }
-                    return false;
+                    std::thread::sleep(std::time::Duration::from_micros(50));
                 }
-                std::thread::sleep(std::time::Duration::from_micros(50));
             }
+            return true;
         }
-        true
     }
 
     /// Releases every stripe taken by `write_all`.
