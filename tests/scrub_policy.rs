@@ -209,3 +209,45 @@ fn a_long_held_ref_does_not_make_the_scrubber_stall_other_transactions() {
     drop(pool);
     std::fs::remove_file(&p).unwrap();
 }
+
+#[test]
+fn a_bitmap_word_the_background_scrubber_cannot_rebuild_takes_its_run_out_of_service() {
+    // Damage beyond parity that the scrubber finds shows in `stats()` at once, and no
+    // transaction has to fail on it first.
+    let p = path("bitmap-bg");
+    let cfg = Config::small("scrub-policy").verify(VerifyPolicy::Scrub { every_n_tx: 1 });
+    let pool = Pool::create(&p, &cfg).unwrap();
+    let objs: Vec<Oid<Obj>> = (0..20u64)
+        .map(|i| pool.tx(|tx| tx.alloc([i; 8])).unwrap())
+        .collect();
+    let w = support::bitmap_word_of(&pool, objs[0].raw(), std::mem::size_of::<Obj>() as u64);
+    for (offset, seed) in [(w, 41), (support::parity_of(&pool, w), 42)] {
+        pool.inject(&Fault::Scribble {
+            offset,
+            len: 8,
+            seed,
+        })
+        .unwrap();
+    }
+    let counter = pool.tx(|tx| tx.alloc(0u64)).unwrap();
+    let start = pool.stats().scrubs;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pool.stats().scrubs < start + 2 {
+        assert!(Instant::now() < deadline, "the scrubber did not run");
+        pool.tx(|tx| {
+            *tx.open(counter)? += 1;
+            Ok(())
+        })
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(pool.stats().runs_quarantined, 1, "{:?}", pool.stats());
+    for i in 0..50u64 {
+        pool.tx(|tx| tx.alloc([i; 8])).unwrap();
+    }
+    for (i, o) in objs.iter().enumerate() {
+        assert_eq!(*pool.get(*o).unwrap(), [i as u64; 8]);
+    }
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
