@@ -184,9 +184,16 @@ impl Pool {
         for (off, e) in found {
             if let Error::BitmapMismatch { .. } = e {
                 report.bitmap_words_bad += 1;
-                if repair && eng.repair_bitmap_word(off) == Some(true) {
-                    report.bitmap_words_fixed += 1;
-                    continue;
+                if repair {
+                    match eng.repair_bitmap_word(off) {
+                        Some(true) => {
+                            report.bitmap_words_fixed += 1;
+                            continue;
+                        }
+                        Some(false) => eng.heap.quarantine_run_of(off),
+                        // Not frozen in time: nothing was tried.
+                        None => {}
+                    }
                 }
             } else if repair && tx::repairable(&e).is_some() {
                 match eng.repair_object(off)? {
@@ -279,6 +286,13 @@ impl Pool {
             };
             report.bitmap_words_bad += bad_words.len() as u64;
             report.bitmap_words_fixed += fixed_words;
+            if repair {
+                // Beyond repair: out of service now (as a commit that met it would do), so
+                // that no allocation fails on it and `stats().runs_quarantined` shows it.
+                for &(off, _, _) in bad_words.iter().filter(|&&(_, _, fixed)| !fixed) {
+                    eng.heap.quarantine_run_of(off);
+                }
+            }
             report.damaged.extend(
                 bad_words
                     .into_iter()
