@@ -251,3 +251,36 @@ fn a_bitmap_word_the_background_scrubber_cannot_rebuild_takes_its_run_out_of_ser
     drop(pool);
     std::fs::remove_file(&p).unwrap();
 }
+
+#[test]
+fn background_scrubs_that_leave_damage_are_counted() {
+    let p = path("unclean");
+    let cfg = Config::small("scrub-policy").verify(VerifyPolicy::Scrub { every_n_tx: 1 });
+    let pool = Pool::create(&p, &cfg).unwrap();
+    let pair = same_column(&pool, &cfg);
+    let counter = pool.tx(|tx| tx.alloc(0u64)).unwrap();
+    let run_scrubs = |n: u64| {
+        let start = pool.stats().scrubs;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while pool.stats().scrubs < start + n {
+            assert!(Instant::now() < deadline, "the scrubber did not run");
+            pool.tx(|tx| {
+                *tx.open(counter)? += 1;
+                Ok(())
+            })
+            .unwrap();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    run_scrubs(2);
+    assert_eq!(pool.stats().scrubs_unclean, 0, "nothing damaged yet");
+    damage_both(&pool, pair);
+    run_scrubs(3);
+    let s = pool.stats();
+    assert!(
+        s.scrubs_unclean >= 2 && s.scrubs_unclean <= s.scrubs - 2,
+        "every scrub since the damage left it: {s:?}"
+    );
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
