@@ -68,6 +68,10 @@ pub struct Stats {
     pub media_errors_lost: u64,
     /// Scrubs the background scrubber (`VerifyPolicy::Scrub`) completed.
     pub scrubs: u64,
+    /// Of those, the ones that left damage they could not repair (their report was not
+    /// `is_clean`): run `pool.scrub(false, ..)` for the list. Every later scrub counts the
+    /// same damage again until it is gone.
+    pub scrubs_unclean: u64,
     /// Objects of `#[extendible]` structs upgraded lazily (extension groups allocated,
     /// initialised and linked) by committed transactions.
     pub upgrades: u64,

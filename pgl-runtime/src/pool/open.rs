@@ -216,6 +216,7 @@ impl Pool {
             bitmap_repairs,
             reconciled,
             scrubs: Default::default(),
+            scrubs_unclean: Default::default(),
         });
         for &(off, h) in &inner.reconciled.beyond {
             inner.eng.repairs.beyond_repair(off, h);

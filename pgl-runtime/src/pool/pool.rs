@@ -49,6 +49,8 @@ pub(super) struct Inner {
     pub(super) reconciled: crate::integrity::Reconciled,
     /// Scrubs the background scrubber completed.
     pub(super) scrubs: std::sync::atomic::AtomicU64,
+    /// Of those, the ones whose report was not clean.
+    pub(super) scrubs_unclean: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for Inner {
@@ -490,6 +492,7 @@ impl Pool {
         s.objects_unrecoverable = r.unrecoverable.load(Ordering::Relaxed);
         s.parity_columns_recomputed = opened.columns;
         s.scrubs = self.inner.scrubs.load(Ordering::Relaxed);
+        s.scrubs_unclean = self.inner.scrubs_unclean.load(Ordering::Relaxed);
         if let Some(ctx) = self.inner.eng.fault_ctx() {
             s.media_errors_repaired = ctx.repaired.load(Ordering::Relaxed);
             s.media_errors_lost = ctx.lost.load(Ordering::Relaxed);

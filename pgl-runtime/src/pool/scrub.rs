@@ -422,7 +422,12 @@ pub(crate) fn spawn(pool: Weak<super::pool::Inner>, every: u64) -> Option<Arc<Sc
                     .sum();
                 if commits >= last + every {
                     last = commits;
-                    if pool.scrub(true, |_, _| {}).is_ok() {
+                    if let Ok(report) = pool.scrub(true, |_, _| {}) {
+                        // Unclean first: a program that sees the pass counted sees its
+                        // verdict too.
+                        if !report.is_clean() {
+                            pool.inner.scrubs_unclean.fetch_add(1, Ordering::Relaxed);
+                        }
                         pool.inner.scrubs.fetch_add(1, Ordering::Relaxed);
                     }
                 }
