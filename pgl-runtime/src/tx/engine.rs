@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-/// How objects are verified on access.
+/// How objects are verified on access. Chosen each time the pool is opened
+/// (`Config::verify`, given to `Pool::create` or `Pool::open_with`), never stored in the
+/// file: `Pool::open` runs with `Default`, whatever the pool was made with.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum VerifyPolicy {
@@ -20,9 +22,13 @@ pub enum VerifyPolicy {
     Default,
     /// Also verify on every `get`.
     Conservative,
-    /// As `Default`, plus a background thread that scrubs the whole pool (verifies every
-    /// object and all parity, repairing what it can; see `Pool::scrub`) each time
-    /// `every_n_tx` more transactions have committed.
+    /// As `Default`, plus a background thread (`pgl-scrub`) that scrubs the whole pool
+    /// (verifies every object and all parity, repairing what it can; see `Pool::scrub`)
+    /// each time `every_n_tx` more transactions (read-only ones included; at least 1) have
+    /// committed. It looks every 20 ms, so a burst of commits between two looks makes one
+    /// scrub. It stops when the last `Pool` handle is dropped (which waits for a scrub
+    /// under way). `stats()` counts its passes (`scrubs`, `scrubs_unclean`) and what they
+    /// repaired.
     Scrub {
         /// Transactions between scrubs.
         every_n_tx: u64,
