@@ -118,7 +118,7 @@ fn read_file(path: &Path) -> Result<Vec<u8>> {
     let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;
     if meta.is_dir() {
         // As `Log::open` reports it (opening a directory to write fails).
-        let e = std::io::Error::from(std::io::ErrorKind::IsADirectory);
+        let e = std::io::Error::from_raw_os_error(libc::EISDIR);
         return Err(Error::io(op, path, e));
     }
     if !meta.is_file() {
