@@ -32,6 +32,21 @@ fn same_column(pool: &Pool, cfg: &Config) -> (Oid<Obj>, Oid<Obj>) {
 }
 
 /// Damages the same bytes of both objects (beyond parity).
+/// Commits (bumping `counter`) until the background scrubber has run `n` more passes.
+fn run_scrubs(pool: &Pool, counter: Oid<u64>, n: u64) {
+    let start = pool.stats().scrubs;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pool.stats().scrubs < start + n {
+        assert!(Instant::now() < deadline, "the scrubber did not run");
+        pool.tx(|tx| {
+            *tx.open(counter)? += 1;
+            Ok(())
+        })
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn damage_both(pool: &Pool, (a, b): (Oid<Obj>, Oid<Obj>)) {
     for (o, seed) in [(a, 1), (b, 2)] {
         pool.inject(&Fault::ObjectScribble {
@@ -85,17 +100,7 @@ fn the_background_scrubber_counts_an_object_beyond_repair_once() {
     let pair = same_column(&pool, &cfg);
     let counter = pool.tx(|tx| tx.alloc(0u64)).unwrap();
     damage_both(&pool, pair);
-    let start = pool.stats().scrubs;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while pool.stats().scrubs < start + 4 {
-        assert!(Instant::now() < deadline, "the scrubber did not run");
-        pool.tx(|tx| {
-            *tx.open(counter)? += 1;
-            Ok(())
-        })
-        .unwrap();
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    run_scrubs(&pool, counter, 4);
     assert_eq!(pool.stats().objects_unrecoverable, 2, "{:?}", pool.stats());
     drop(pool);
     std::fs::remove_file(&p).unwrap();
@@ -139,17 +144,7 @@ fn a_zone_metadata_copy_the_background_scrubber_rewrites_is_counted() {
         seed: 9,
     })
     .unwrap();
-    let start = pool.stats().scrubs;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while pool.stats().scrubs < start + 2 {
-        assert!(Instant::now() < deadline, "the scrubber did not run");
-        pool.tx(|tx| {
-            *tx.open(counter)? += 1;
-            Ok(())
-        })
-        .unwrap();
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    run_scrubs(&pool, counter, 2);
     assert!(
         pool.scrub(false, |_, _| {}).unwrap().is_clean(),
         "rewritten"
@@ -230,17 +225,7 @@ fn a_bitmap_word_the_background_scrubber_cannot_rebuild_takes_its_run_out_of_ser
         .unwrap();
     }
     let counter = pool.tx(|tx| tx.alloc(0u64)).unwrap();
-    let start = pool.stats().scrubs;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while pool.stats().scrubs < start + 2 {
-        assert!(Instant::now() < deadline, "the scrubber did not run");
-        pool.tx(|tx| {
-            *tx.open(counter)? += 1;
-            Ok(())
-        })
-        .unwrap();
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    run_scrubs(&pool, counter, 2);
     assert_eq!(pool.stats().runs_quarantined, 1, "{:?}", pool.stats());
     for i in 0..50u64 {
         pool.tx(|tx| tx.alloc([i; 8])).unwrap();
@@ -259,23 +244,10 @@ fn background_scrubs_that_leave_damage_are_counted() {
     let pool = Pool::create(&p, &cfg).unwrap();
     let pair = same_column(&pool, &cfg);
     let counter = pool.tx(|tx| tx.alloc(0u64)).unwrap();
-    let run_scrubs = |n: u64| {
-        let start = pool.stats().scrubs;
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while pool.stats().scrubs < start + n {
-            assert!(Instant::now() < deadline, "the scrubber did not run");
-            pool.tx(|tx| {
-                *tx.open(counter)? += 1;
-                Ok(())
-            })
-            .unwrap();
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    };
-    run_scrubs(2);
+    run_scrubs(&pool, counter, 2);
     assert_eq!(pool.stats().scrubs_unclean, 0, "nothing damaged yet");
     damage_both(&pool, pair);
-    run_scrubs(3);
+    run_scrubs(&pool, counter, 3);
     let s = pool.stats();
     assert!(
         s.scrubs_unclean >= 2 && s.scrubs_unclean <= s.scrubs - 2,
