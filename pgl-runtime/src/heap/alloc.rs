@@ -1890,4 +1890,50 @@ mod tests {
         drop(pool);
         let _ = std::fs::remove_file(path);
     }
+
+    /// Nor while the only free blocks left are in another lane's run and locked for now
+    /// (their stripe held by another transaction): that is a conflict, retried, as for
+    /// the runs an allocation passes over, not a full pool.
+    #[test]
+    fn a_free_block_of_another_lanes_run_locked_for_now_is_a_conflict_not_a_full_pool() {
+        let (path, pool) = small_pool("full-other-lanes-run-locked", 2, 1);
+        let (held_tx, held_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let other = {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                let first = pool.tx(|tx| tx.alloc([1u64; 8])).unwrap();
+                let second = pool.tx(|tx| tx.alloc([2u64; 8])).unwrap();
+                pool.tx(|tx| tx.free(second)).unwrap();
+                // The freed block's stripe, held (a read of the freed oid fails, its lock
+                // stays) until told.
+                pool.tx(|tx| {
+                    assert!(tx.get(second).is_err());
+                    held_tx.send(()).unwrap();
+                    go_rx.recv().unwrap();
+                    Ok(())
+                })
+                .unwrap();
+                first
+            })
+        };
+        held_rx.recv().unwrap();
+        let objs = fill_until_full(&pool, 2);
+        assert!(!objs.is_empty());
+        // The lock goes shortly after the next allocation starts: it is retried until then.
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            go_tx.send(()).unwrap();
+        });
+        let r = pool.tx(|tx| tx.alloc([3u64; 8]));
+        release.join().unwrap();
+        let first = other.join().unwrap();
+        assert!(
+            r.is_ok(),
+            "{r:?}: a free block, locked for a moment, made the pool full"
+        );
+        assert_eq!(*pool.get(first).unwrap(), [1u64; 8]);
+        drop(pool);
+        let _ = std::fs::remove_file(path);
+    }
 }
