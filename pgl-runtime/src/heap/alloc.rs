@@ -103,6 +103,9 @@ thread_local! {
 /// About 0.1 s of `tx::run`'s backoff.
 const FULL_BUT_LOCKED_RETRIES: u32 = 64;
 
+/// A block `Heap::alloc_elsewhere` took: its run, its index, whether it was sealed.
+type Taken = (Arc<Run>, u32, bool);
+
 /// What `Heap::alloc` reserved.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Reserved {
@@ -600,7 +603,8 @@ impl Heap {
                     Err(e @ Error::PoolFull { .. }) => {
                         // No chunk for a run of this lane's own: a block of a run other
                         // lanes allocate from, if one is free.
-                        if let Some((run, idx, sealed)) = self.alloc_elsewhere(class, claim) {
+                        let (taken, locked_at) = self.alloc_elsewhere(class, claim);
+                        if let Some((run, idx, sealed)) = taken {
                             let (word, bit) = run.word_of(idx);
                             meta.set_bits(word, bit, run.checked);
                             let place = ObjPlace {
@@ -610,22 +614,24 @@ impl Heap {
                             undo.push(HeapUndo::Block(run, idx));
                             break 'take Ok(Reserved { place, sealed });
                         }
-                        // None, but runs passed over have free blocks: they are only
-                        // locked for now, so this is a conflict (retried), not a full
-                        // pool. (A few times in a row on this thread: a lock held for
-                        // long, by a long transaction or a `Ref` kept, must not turn a
-                        // full pool into minutes of retries.)
-                        let locked = !passed.is_empty()
-                            && FULL_BUT_LOCKED.with(|n| {
+                        // None, but runs passed over, or other lanes' runs, have free
+                        // blocks: they are only locked for now, so this is a conflict
+                        // (retried), not a full pool. (A few times in a row on this
+                        // thread: a lock held for long, by a long transaction or a `Ref`
+                        // kept, must not turn a full pool into minutes of retries.)
+                        let locked_at = passed
+                            .first()
+                            .map(|r| r.block_offset(0) + HEADER_SIZE)
+                            .or(locked_at);
+                        let locked = locked_at.filter(|_| {
+                            FULL_BUT_LOCKED.with(|n| {
                                 n.set(n.get() + 1);
                                 n.get() <= FULL_BUT_LOCKED_RETRIES
-                            });
-                        break 'take Err(if locked {
-                            Error::Conflict {
-                                offset: passed[0].block_offset(0) + HEADER_SIZE,
-                            }
-                        } else {
-                            e
+                            })
+                        });
+                        break 'take Err(match locked {
+                            Some(offset) => Error::Conflict { offset },
+                            None => e,
                         });
                     }
                     Err(e) => break 'take Err(e),
@@ -652,12 +658,14 @@ impl Heap {
     /// for a new run. A lane's run is its own only by preference (every allocation from a
     /// run holds the run's lock); a run made by a transaction that has not committed is
     /// that transaction's alone (`RunState::provisional`). Scans every chunk: a full
-    /// pool's path, not a hot one.
+    /// pool's path, not a hot one. With none taken, also where a run with free blocks
+    /// whose claims all failed lies (locked for now: a conflict, not a full pool).
     fn alloc_elsewhere(
         &self,
         class: u16,
         claim: &mut dyn FnMut(u64) -> bool,
-    ) -> Option<(Arc<Run>, u32, bool)> {
+    ) -> (Option<Taken>, Option<u64>) {
+        let mut locked_at = None;
         for zi in 0..self.zone_count() {
             let Some(zone) = self.zone(zi) else { continue };
             for c in 1..self.geo.chunks_per_zone() as usize {
@@ -677,12 +685,15 @@ impl Heap {
                 let payload = |idx| run.block_offset(idx) + HEADER_SIZE;
                 let taken = take_bit(run.bits(), &mut st, run.nblocks, |idx| claim(payload(idx)));
                 drop(st);
-                if let Some((idx, sealed)) = taken {
-                    return Some((run, idx, sealed));
+                match taken {
+                    Some((idx, sealed)) => return (Some((run, idx, sealed)), None),
+                    None => {
+                        locked_at.get_or_insert(run.block_offset(0) + HEADER_SIZE);
+                    }
                 }
             }
         }
-        None
+        (None, locked_at)
     }
 
     /// The transaction whose heap changes `undo` holds committed: the runs it made are
