@@ -1947,4 +1947,50 @@ mod tests {
         drop(pool);
         let _ = std::fs::remove_file(path);
     }
+
+    /// Nor while the only free blocks left are in a run another transaction made and has
+    /// not committed yet: they are every lane's once it commits (its chunk is free again if
+    /// it aborts), so that is a conflict, retried, not a full pool.
+    #[test]
+    fn a_free_block_of_another_transactions_new_run_is_a_conflict_not_a_full_pool() {
+        let (path, pool) = small_pool("full-other-tx-new-run", 2, 1);
+        // The type registered (committed), so that the other transaction holds no
+        // registry entry this thread needs.
+        let o = pool.tx(|tx| tx.alloc([0u64; 8])).unwrap();
+        pool.tx(|tx| tx.free(o)).unwrap();
+        let (held_tx, held_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let other = {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                // Its lane's first run of the class, made by this transaction, which waits.
+                pool.tx(|tx| {
+                    let o = tx.alloc([1u64; 8])?;
+                    held_tx.send(()).unwrap();
+                    go_rx.recv().unwrap();
+                    Ok(o)
+                })
+                .unwrap()
+            })
+        };
+        held_rx.recv().unwrap();
+        let objs = fill_until_full(&pool, 2);
+        assert!(!objs.is_empty());
+        // The run is committed shortly after the next allocation starts: it is retried
+        // until then.
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            go_tx.send(()).unwrap();
+        });
+        let r = pool.tx(|tx| tx.alloc([3u64; 8]));
+        release.join().unwrap();
+        let first = other.join().unwrap();
+        assert!(
+            r.is_ok(),
+            "{r:?}: an uncommitted run's free blocks made the pool full"
+        );
+        assert_eq!(*pool.get(first).unwrap(), [1u64; 8]);
+        drop(pool);
+        let _ = std::fs::remove_file(path);
+    }
 }
