@@ -659,7 +659,8 @@ impl Heap {
     /// run holds the run's lock); a run made by a transaction that has not committed is
     /// that transaction's alone (`RunState::provisional`). Scans every chunk: a full
     /// pool's path, not a hot one. With none taken, also where a run with free blocks
-    /// whose claims all failed lies (locked for now: a conflict, not a full pool).
+    /// whose claims all failed, or that another transaction made and has not committed,
+    /// lies (locked for now: a conflict, not a full pool).
     fn alloc_elsewhere(
         &self,
         class: u16,
@@ -679,7 +680,14 @@ impl Heap {
                     continue;
                 }
                 let mut st = run.st.lock();
-                if st.dead || st.retired || st.provisional || st.used >= run.nblocks {
+                if st.dead || st.retired || st.used >= run.nblocks {
+                    continue;
+                }
+                if st.provisional {
+                    // Another transaction's until it commits (this one's own runs are its
+                    // lane's current ones, tried first): its free blocks are only locked
+                    // for now.
+                    locked_at.get_or_insert(run.block_offset(0) + HEADER_SIZE);
                     continue;
                 }
                 let payload = |idx| run.block_offset(idx) + HEADER_SIZE;
