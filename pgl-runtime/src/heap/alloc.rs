@@ -553,16 +553,7 @@ impl Heap {
                 let taken = take_bit(run.bits(), &mut st, run.nblocks, |idx| claim(payload(idx)));
                 if let Some((idx, sealed)) = taken {
                     drop(st);
-                    let (word, bit) = run.word_of(idx);
-                    meta.set_bits(word, bit, run.checked);
-                    undo.push(HeapUndo::Block(run.clone(), idx));
-                    break 'take Ok(Reserved {
-                        place: ObjPlace {
-                            hdr: run.block_offset(idx),
-                            capacity: run.block - HEADER_SIZE,
-                        },
-                        sealed,
-                    });
+                    break 'take Ok(reserve_block(run.clone(), idx, sealed, meta, undo));
                 }
                 let free_blocks = st.used < run.nblocks;
                 if free_blocks && made_by(undo, run) {
@@ -605,14 +596,7 @@ impl Heap {
                         // lanes allocate from, if one is free.
                         let (taken, locked_at) = self.alloc_elsewhere(class, claim);
                         if let Some((run, idx, sealed)) = taken {
-                            let (word, bit) = run.word_of(idx);
-                            meta.set_bits(word, bit, run.checked);
-                            let place = ObjPlace {
-                                hdr: run.block_offset(idx),
-                                capacity: run.block - HEADER_SIZE,
-                            };
-                            undo.push(HeapUndo::Block(run, idx));
-                            break 'take Ok(Reserved { place, sealed });
+                            break 'take Ok(reserve_block(run, idx, sealed, meta, undo));
                         }
                         // None, but runs passed over, or other lanes' runs, have free
                         // blocks: they are only locked for now, so this is a conflict
@@ -1177,6 +1161,25 @@ impl Heap {
     pub(crate) fn capacity_bytes(&self) -> u64 {
         self.zone_count() * (self.geo.chunks_per_zone() - 1) * self.geo.chunk_size
     }
+}
+
+/// Block `idx` of `run`, taken for this transaction (its bit set under the run's lock):
+/// its bitmap bit logged, its release on abort noted.
+fn reserve_block(
+    run: Arc<Run>,
+    idx: u32,
+    sealed: bool,
+    meta: &mut MetaOps,
+    undo: &mut Vec<HeapUndo>,
+) -> Reserved {
+    let (word, bit) = run.word_of(idx);
+    meta.set_bits(word, bit, run.checked);
+    let place = ObjPlace {
+        hdr: run.block_offset(idx),
+        capacity: run.block - HEADER_SIZE,
+    };
+    undo.push(HeapUndo::Block(run, idx));
+    Reserved { place, sealed }
 }
 
 /// Whether `undo` holds the creation of `run`: the transaction made it and has not
@@ -1910,6 +1913,18 @@ mod tests {
         let _ = std::fs::remove_file(path);
     }
 
+    /// An allocation of an `Obj`, with `go` sent from another thread 10 ms after it starts
+    /// (what stands in its way is let go meanwhile).
+    fn alloc_released_meanwhile(pool: &Pool, go: mpsc::Sender<()>) -> crate::Result<Oid<Obj>> {
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            go.send(()).unwrap();
+        });
+        let r = pool.tx(|tx| tx.alloc([3u64; 8]));
+        release.join().unwrap();
+        r
+    }
+
     /// Nor while the only free blocks left are in another lane's run and locked for now
     /// (their stripe held by another transaction): that is a conflict, retried, as for
     /// the runs an allocation passes over, not a full pool.
@@ -1940,12 +1955,7 @@ mod tests {
         let objs = fill_until_full(&pool, 2);
         assert!(!objs.is_empty());
         // The lock goes shortly after the next allocation starts: it is retried until then.
-        let release = std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-            go_tx.send(()).unwrap();
-        });
-        let r = pool.tx(|tx| tx.alloc([3u64; 8]));
-        release.join().unwrap();
+        let r = alloc_released_meanwhile(&pool, go_tx);
         let first = other.join().unwrap();
         assert!(
             r.is_ok(),
@@ -1986,12 +1996,7 @@ mod tests {
         assert!(!objs.is_empty());
         // The run is committed shortly after the next allocation starts: it is retried
         // until then.
-        let release = std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-            go_tx.send(()).unwrap();
-        });
-        let r = pool.tx(|tx| tx.alloc([3u64; 8]));
-        release.join().unwrap();
+        let r = alloc_released_meanwhile(&pool, go_tx);
         let first = other.join().unwrap();
         assert!(
             r.is_ok(),
