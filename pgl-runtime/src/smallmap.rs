@@ -43,6 +43,7 @@ impl<K, V> Default for SmallMap<K, V> {
 }
 
 impl<K: Copy + Eq + Hash, V> SmallMap<K, V> {
+    #[inline]
     fn position(&self, k: &K) -> Option<usize> {
         if self.items.len() <= LINEAR {
             self.items.iter().rposition(|(key, _)| key == k)
@@ -51,16 +52,22 @@ impl<K: Copy + Eq + Hash, V> SmallMap<K, V> {
         }
     }
 
+    #[inline]
     pub(crate) fn get(&self, k: &K) -> Option<&V> {
         self.position(k).map(|i| &self.items[i].1)
     }
 
     /// Inserts or replaces.
     pub(crate) fn insert(&mut self, k: K, v: V) {
-        if let Some(i) = self.position(&k) {
-            self.items[i].1 = v;
-            return;
+        match self.position(&k) {
+            Some(i) => self.items[i].1 = v,
+            None => self.push(k, v),
         }
+    }
+
+    /// Appends `k`, known to be absent, and indexes it once the map has grown past
+    /// `LINEAR`.
+    fn push(&mut self, k: K, v: V) {
         self.items.push((k, v));
         let n = self.items.len();
         if n == LINEAR + 1 {
@@ -72,16 +79,28 @@ impl<K: Copy + Eq + Hash, V> SmallMap<K, V> {
         }
     }
 
-    /// The value of `k`, inserting `make()` first if absent.
+    /// The value of `k`, inserting `make()` first if absent (one search either way).
+    #[inline]
     pub(crate) fn entry_or_insert_with(&mut self, k: K, make: impl FnOnce() -> V) -> &mut V {
         let i = match self.position(&k) {
             Some(i) => i,
             None => {
-                self.insert(k, make());
+                self.push(k, make());
                 self.items.len() - 1
             }
         };
         &mut self.items[i].1
+    }
+
+    /// Applies `f` to the value of `k`, if present, and removes the entry when `f` says
+    /// so (one search either way).
+    #[inline]
+    pub(crate) fn update_or_remove(&mut self, k: &K, f: impl FnOnce(&mut V) -> bool) {
+        if let Some(i) = self.position(k) {
+            if f(&mut self.items[i].1) {
+                self.remove_at(i);
+            }
+        }
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &(K, V)> {
@@ -102,19 +121,27 @@ impl<K: Copy + Eq + Hash, V> SmallMap<K, V> {
     }
 
     /// Removes `k`, returning its value (the last entry takes its place).
+    #[cfg(test)]
     pub(crate) fn remove(&mut self, k: &K) -> Option<V> {
         let i = self.position(k)?;
-        let (_, v) = self.items.swap_remove(i);
+        Some(self.remove_at(i))
+    }
+
+    /// Removes the entry at `i` (the last entry takes its place).
+    fn remove_at(&mut self, i: usize) -> V {
+        let (k, v) = self.items.swap_remove(i);
         if self.items.len() <= LINEAR {
-            // Searched linearly again; `insert` rebuilds the index when it next grows.
-            self.index.clear();
+            // Searched linearly again; `push` rebuilds the index when it next grows.
+            if !self.index.is_empty() {
+                self.index.clear();
+            }
         } else {
-            self.index.remove(k);
+            self.index.remove(&k);
             if let Some(&(moved, _)) = self.items.get(i) {
                 self.index.insert(moved, i);
             }
         }
-        Some(v)
+        v
     }
 
     /// Removes everything, keeping the allocations.
@@ -142,6 +169,7 @@ mod tests {
             assert_eq!(m.len(), model.len());
         }
         assert!(m.get(&1000).is_none());
+        m.update_or_remove(&1000, |_| panic!("absent: not called"));
         *m.entry_or_insert_with(1000, || 5) += 1;
         assert_eq!(m.get(&1000), Some(&6));
         m.clear();
@@ -162,6 +190,18 @@ mod tests {
             if x & (1 << 20) == 0 {
                 m.insert(k, i);
                 model.insert(k, i);
+            } else if x & (1 << 21) == 0 {
+                // Odd values go, even ones are bumped and stay.
+                m.update_or_remove(&k, |v| {
+                    *v += 1;
+                    *v % 2 == 0
+                });
+                if let Some(v) = model.get_mut(&k) {
+                    *v += 1;
+                    if *v % 2 == 0 {
+                        model.remove(&k);
+                    }
+                }
             } else {
                 assert_eq!(m.remove(&k), model.remove(&k));
             }

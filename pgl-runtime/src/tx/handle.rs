@@ -185,13 +185,12 @@ impl InPlaceReads {
         let Some(map) = cell.as_mut() else {
             return;
         };
-        let n = map.entry_or_insert_with(off, || 0);
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            // Only live borrows are kept: a transaction that reads many objects in turn
-            // holds an entry for each of the few it reads at once, not for all of them.
-            map.remove(&off);
-        }
+        // Only live borrows are kept: a transaction that reads many objects in turn holds
+        // an entry for each of the few it reads at once, not for all of them.
+        map.update_or_remove(&off, |n| {
+            *n = n.saturating_sub(1);
+            *n == 0
+        });
     }
 
     /// Whether a live in-place `Read` borrows the object at `off`.
