@@ -108,6 +108,7 @@ fn misuse_returns_typed_errors() {
         tx.open(root).map(|_| ())
     });
     assert!(matches!(r, Err(Error::AlreadyBorrowed { .. })));
+    names_the_pool(&r, &path);
     // Use after free inside a transaction, and a double free.
     let o = pool.tx(|tx| tx.alloc(1u64)).unwrap();
     let r = pool.tx(|tx| {
@@ -115,6 +116,7 @@ fn misuse_returns_typed_errors() {
         tx.open(o).map(|_| ())
     });
     assert!(matches!(r, Err(Error::UseAfterFree { .. })));
+    names_the_pool(&r, &path);
     let msg = r.unwrap_err().to_string();
     assert!(msg.contains("free an object last"), "{msg}");
     pool.tx(|tx| tx.free(o)).unwrap();
@@ -128,7 +130,21 @@ fn misuse_returns_typed_errors() {
         pool.get(root).map(|_| ())
     });
     assert!(matches!(r, Err(Error::LockedByThisThread { .. })));
+    names_the_pool(&r, &path);
     std::fs::remove_file(path).unwrap();
+}
+
+/// The error of a pool's transaction names the pool file, in `pool_file()` and in its
+/// message.
+fn names_the_pool<T>(r: &pgl::Result<T>, path: &std::path::Path) {
+    let Err(e) = r else {
+        panic!("expected an error");
+    };
+    assert_eq!(e.pool_file(), Some(path), "{e:?}");
+    assert!(
+        e.to_string().starts_with(&path.display().to_string()),
+        "{e}"
+    );
 }
 
 #[test]

@@ -297,8 +297,10 @@ pub enum Error {
     },
 
     /// A handle to this object is still alive in the same transaction.
-    #[error("object at {offset:#x} is already borrowed in this transaction; drop the other handle first")]
+    #[error("{}object at {offset:#x} is already borrowed in this transaction; drop the other handle first", at(pool_file))]
     AlreadyBorrowed {
+        /// The pool file, once the error has left the pool's API.
+        pool_file: Option<PathBuf>,
         /// The object's offset.
         offset: u64,
     },
@@ -306,8 +308,10 @@ pub enum Error {
     /// The object is locked by this same thread: its transaction or a `Detached` from
     /// `pool.open_mut` holds it, or a `Ref` from `pool.get` does while a transaction of the
     /// thread wants to change it.
-    #[error("object at {offset:#x} is locked by this thread: by its open transaction (read it with tx.get inside the transaction) or by a pool.get Ref or pool.open_mut handle it still holds (drop the Ref or commit the handle first)")]
+    #[error("{}object at {offset:#x} is locked by this thread: by its open transaction (read it with tx.get inside the transaction) or by a pool.get Ref or pool.open_mut handle it still holds (drop the Ref or commit the handle first)", at(pool_file))]
     LockedByThisThread {
+        /// The pool file, once the error has left the pool's API.
+        pool_file: Option<PathBuf>,
         /// The object's offset.
         offset: u64,
     },
@@ -358,8 +362,10 @@ pub enum Error {
     },
 
     /// The object was freed earlier in this transaction.
-    #[error("object at {offset:#x} was freed in this transaction, which can no longer read, change or free it; free an object last, once the transaction is done with it")]
+    #[error("{}object at {offset:#x} was freed in this transaction, which can no longer read, change or free it; free an object last, once the transaction is done with it", at(pool_file))]
     UseAfterFree {
+        /// The pool file, once the error has left the pool's API.
+        pool_file: Option<PathBuf>,
         /// The object's offset.
         offset: u64,
     },
@@ -551,6 +557,15 @@ macro_rules! about_contents {
             }
             | Error::RootNotFreeable {
                 pool_file: $file, ..
+            }
+            | Error::AlreadyBorrowed {
+                pool_file: $file, ..
+            }
+            | Error::LockedByThisThread {
+                pool_file: $file, ..
+            }
+            | Error::UseAfterFree {
+                pool_file: $file, ..
             } => $then,
             _ => $else,
         }
@@ -569,6 +584,27 @@ impl Error {
     pub(crate) fn config(reason: impl Into<String>) -> Self {
         Error::InvalidConfig {
             reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn already_borrowed(offset: u64) -> Self {
+        Error::AlreadyBorrowed {
+            pool_file: None,
+            offset,
+        }
+    }
+
+    pub(crate) fn locked_by_this_thread(offset: u64) -> Self {
+        Error::LockedByThisThread {
+            pool_file: None,
+            offset,
+        }
+    }
+
+    pub(crate) fn use_after_free(offset: u64) -> Self {
+        Error::UseAfterFree {
+            pool_file: None,
+            offset,
         }
     }
 

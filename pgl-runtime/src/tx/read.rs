@@ -65,7 +65,7 @@ pub(crate) fn check_is<T: Persistent>(eng: &Engine, oid: Oid<T>) -> Result<()> {
 pub(crate) fn read_lock(eng: &Engine, off: u64) -> Result<u32> {
     let stripe = ObjectLocks::stripe(off);
     if held_by_this_thread(eng, stripe) {
-        return Err(Error::LockedByThisThread { offset: off });
+        return Err(Error::locked_by_this_thread(off));
     }
     if let Some(p) = active(eng.id) {
         if !eng.objects.try_read(stripe) {

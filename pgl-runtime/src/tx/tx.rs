@@ -231,7 +231,7 @@ impl<'p> Tx<'p> {
         // those are checked through `borrow` before any access.
         let buf = unsafe { b.as_ref() };
         if buf.kind == BufKind::Freed {
-            return Err(Error::UseAfterFree { offset: off });
+            return Err(Error::use_after_free(off));
         }
         if buf.pending_read.is_some() {
             // SAFETY: a buffer whose read is pending has never been handed out: no handle
@@ -309,7 +309,7 @@ impl<'p> Tx<'p> {
             None => {
                 if self.reads.borrowed(off) {
                     // A copy would diverge from what the live in-place `Read` shows.
-                    return Err(Error::AlreadyBorrowed { offset: off });
+                    return Err(Error::already_borrowed(off));
                 }
                 self.lock(&mut st, off, Held::Write)?;
                 let place = self.eng.heap.locate(off)?;
@@ -353,7 +353,7 @@ impl<'p> Tx<'p> {
         // SAFETY: buffers live until the transaction ends; `borrow` guards aliasing.
         let buf = unsafe { b.as_mut() };
         if buf.borrow != 0 {
-            return Err(Error::AlreadyBorrowed { offset: off });
+            return Err(Error::already_borrowed(off));
         }
         buf.borrow = -1;
         // SAFETY: a live buffer of a T (type checked above), now exclusively borrowed.
@@ -377,7 +377,7 @@ impl<'p> Tx<'p> {
             // SAFETY: see `open`.
             let buf = unsafe { b.as_mut() };
             if buf.borrow < 0 {
-                return Err(Error::AlreadyBorrowed { offset: off });
+                return Err(Error::already_borrowed(off));
             }
             buf.borrow += 1;
             let p = buf.payload().as_ptr() as *const T;
@@ -465,7 +465,7 @@ impl<'p> Tx<'p> {
         // SAFETY: buffers live until the transaction ends; no handle aliases it (checked).
         let buf = unsafe { &mut *buf.as_ptr() };
         if buf.borrow != 0 {
-            return Err(Error::AlreadyBorrowed { offset: oid });
+            return Err(Error::already_borrowed(oid));
         }
         buf.smash_canary();
         Ok(())
@@ -681,7 +681,7 @@ impl<'p> Tx<'p> {
         let mut own_ref = None;
         let mut claim = |off: u64| match take_stripe(self.eng, held, off, Held::Write) {
             Ok(()) => true,
-            Err(Error::LockedByThisThread { offset }) => {
+            Err(Error::LockedByThisThread { offset, .. }) => {
                 own_ref = Some(offset);
                 false
             }
@@ -697,7 +697,7 @@ impl<'p> Tx<'p> {
         let reserved = match (reserved, own_ref) {
             // Blocked by this thread's own `Ref`: no retry can succeed while it is held.
             (Err(Error::Conflict { .. }), Some(offset)) => {
-                return Err(Error::LockedByThisThread { offset });
+                return Err(Error::locked_by_this_thread(offset));
             }
             (Err(Error::Conflict { offset }), None) => {
                 st.poison.get_or_insert(Error::Conflict { offset });
@@ -749,7 +749,7 @@ impl<'p> Tx<'p> {
                     // loaded for a type that owns a tail) are read.
                     let buf = unsafe { b.as_ref() };
                     if buf.borrow != 0 {
-                        return Err(Error::AlreadyBorrowed { offset: off });
+                        return Err(Error::already_borrowed(off));
                     }
                     (
                         Some(b),
@@ -825,7 +825,7 @@ impl<'p> Tx<'p> {
     /// Frees the object at `off`, which this transaction has buffered as `buf`.
     fn free_buffered(&self, st: &mut TxState<'p>, off: u64, buf: &mut Buffer) -> Result<()> {
         if buf.borrow != 0 {
-            return Err(Error::AlreadyBorrowed { offset: off });
+            return Err(Error::already_borrowed(off));
         }
         let committed = buf.kind != BufKind::New;
         let f = self
@@ -847,7 +847,7 @@ impl<'p> Tx<'p> {
         check: impl FnOnce(&ObjectHeader, u64) -> Result<u32>,
     ) -> Result<u32> {
         if self.reads.borrowed(off) {
-            return Err(Error::AlreadyBorrowed { offset: off });
+            return Err(Error::already_borrowed(off));
         }
         self.lock(st, off, Held::Write)?;
         let place = self.eng.heap.locate(off)?;
@@ -889,7 +889,7 @@ impl<'p> Tx<'p> {
             // SAFETY: as in `buffered`; the borrow flag is checked before the payload is read.
             let buf = unsafe { b.as_ref() };
             if buf.borrow < 0 {
-                return Err(Error::AlreadyBorrowed { offset: off });
+                return Err(Error::already_borrowed(off));
             }
             return Ok((buf.type_id, buf.payload().to_vec()));
         }
@@ -1073,7 +1073,7 @@ fn take_stripe(eng: &Engine, held: &mut HeldStripes, off: u64, want: Held) -> Re
         held.insert(stripe, want);
         Ok(())
     } else if (want == Held::Write && ref_held(eng.id, stripe)) || detached_holds(eng.id, stripe) {
-        Err(Error::LockedByThisThread { offset: off })
+        Err(Error::locked_by_this_thread(off))
     } else {
         Err(Error::Conflict { offset: off })
     }
