@@ -67,6 +67,7 @@ impl<K: Copy + Eq + Hash, V> SmallMap<K, V> {
 
     /// Appends `k`, known to be absent, and indexes it once the map has grown past
     /// `LINEAR`.
+    #[inline]
     fn push(&mut self, k: K, v: V) {
         self.items.push((k, v));
         let n = self.items.len();
@@ -128,6 +129,7 @@ impl<K: Copy + Eq + Hash, V> SmallMap<K, V> {
     }
 
     /// Removes the entry at `i` (the last entry takes its place).
+    #[inline]
     fn remove_at(&mut self, i: usize) -> V {
         let (k, v) = self.items.swap_remove(i);
         if self.items.len() <= LINEAR {
