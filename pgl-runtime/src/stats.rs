@@ -72,6 +72,11 @@ pub struct Stats {
     /// `is_clean`): run `pool.scrub(false, ..)` for the list. Every later scrub counts the
     /// same damage again until it is gone.
     pub scrubs_unclean: u64,
+    /// Passes of the background scrubber that failed before completing: the pool stayed
+    /// busy for long (a `Ref` or `Detached` held for over ten seconds by another thread)
+    /// or a write-back failed. A failed pass is tried again soon (after 20 ms, doubling up
+    /// to a second while it keeps failing), not only after `every_n_tx` more transactions.
+    pub scrubs_failed: u64,
     /// Objects of `#[extendible]` structs upgraded lazily (extension groups allocated,
     /// initialised and linked) by committed transactions.
     pub upgrades: u64,

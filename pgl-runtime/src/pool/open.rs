@@ -217,6 +217,7 @@ impl Pool {
             reconciled,
             scrubs: Default::default(),
             scrubs_unclean: Default::default(),
+            scrubs_failed: Default::default(),
         });
         for &(off, h) in &inner.reconciled.beyond {
             inner.eng.repairs.beyond_repair(off, h);

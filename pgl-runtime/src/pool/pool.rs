@@ -51,6 +51,8 @@ pub(super) struct Inner {
     pub(super) scrubs: std::sync::atomic::AtomicU64,
     /// Of those, the ones whose report was not clean.
     pub(super) scrubs_unclean: std::sync::atomic::AtomicU64,
+    /// Passes of the background scrubber that failed.
+    pub(super) scrubs_failed: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for Inner {
@@ -493,6 +495,7 @@ impl Pool {
         s.parity_columns_recomputed = opened.columns;
         s.scrubs = self.inner.scrubs.load(Ordering::Relaxed);
         s.scrubs_unclean = self.inner.scrubs_unclean.load(Ordering::Relaxed);
+        s.scrubs_failed = self.inner.scrubs_failed.load(Ordering::Relaxed);
         if let Some(ctx) = self.inner.eng.fault_ctx() {
             s.media_errors_repaired = ctx.repaired.load(Ordering::Relaxed);
             s.media_errors_lost = ctx.lost.load(Ordering::Relaxed);

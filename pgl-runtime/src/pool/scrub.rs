@@ -384,10 +384,25 @@ impl Drop for Scrubber {
     }
 }
 
+/// Wakes of the background scrubber (20 ms apart) before a failed pass is tried again:
+/// one after the first failure, doubling while passes keep failing, at most this many.
+const RETRY_WAKES_MAX: u32 = 50;
+
+/// A failed pass of the background scrubber waiting to be tried again.
+#[derive(Clone, Copy)]
+struct Retry {
+    /// Wakes left before the next try.
+    wakes: u32,
+    /// The wait after this one, should the next try fail too.
+    next: u32,
+}
+
 /// Starts the background scrubber: wakes every 20 ms, scrubs (repairing) once `every`
 /// more transactions committed, and exits when told (`Scrubber`'s drop) or when the pool
-/// is gone. `None` if no thread could be started: the pool still works, the scrubs simply
-/// do not happen, which `stats().scrubs` shows.
+/// is gone. A pass that fails is counted (`stats().scrubs_failed`) and tried again after
+/// a wait that doubles while it keeps failing (`RETRY_WAKES_MAX`), whatever the
+/// transactions do. `None` if no thread could be started: the pool still works, the
+/// scrubs simply do not happen, which `stats().scrubs` shows.
 pub(crate) fn spawn(pool: Weak<super::pool::Inner>, every: u64) -> Option<Arc<Scrubber>> {
     let every = every.max(1);
     let stop = Arc::new((Mutex::new(false), Condvar::new()));
@@ -396,6 +411,7 @@ pub(crate) fn spawn(pool: Weak<super::pool::Inner>, every: u64) -> Option<Arc<Sc
         .name("pgl-scrub".into())
         .spawn(move || {
             let mut last = 0u64;
+            let mut retry: Option<Retry> = None;
             loop {
                 {
                     let mut stopped = told.0.lock();
@@ -420,15 +436,39 @@ pub(crate) fn spawn(pool: Weak<super::pool::Inner>, every: u64) -> Option<Arc<Sc
                     .iter()
                     .map(|l| l.counters.get(Counter::Commits))
                     .sum();
-                if commits >= last + every {
-                    last = commits;
-                    if let Ok(report) = pool.scrub(true, |_, _| {}) {
+                let due = match &mut retry {
+                    Some(r) => {
+                        r.wakes -= 1;
+                        r.wakes == 0
+                    }
+                    // Commit counts only grow.
+                    None => commits - last >= every,
+                };
+                if !due {
+                    continue;
+                }
+                #[cfg(test)]
+                let result = tests::failing(&pool).map_or_else(|| pool.scrub(true, |_, _| {}), Err);
+                #[cfg(not(test))]
+                let result = pool.scrub(true, |_, _| {});
+                match result {
+                    Ok(report) => {
+                        last = commits;
+                        retry = None;
                         // Unclean first: a program that sees the pass counted sees its
                         // verdict too.
                         if !report.is_clean() {
                             pool.inner.scrubs_unclean.fetch_add(1, Ordering::Relaxed);
                         }
                         pool.inner.scrubs.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(_) => {
+                        pool.inner.scrubs_failed.fetch_add(1, Ordering::Relaxed);
+                        let wait = retry.map_or(1, |r| r.next);
+                        retry = Some(Retry {
+                            wakes: wait,
+                            next: (wait * 2).min(RETRY_WAKES_MAX),
+                        });
                     }
                 }
             }
@@ -451,11 +491,53 @@ mod tests {
     static ARMED: AtomicBool = AtomicBool::new(false);
     static HOLDING: AtomicBool = AtomicBool::new(false);
 
+    /// Pools (by file) whose background scrubber's next passes fail, and how many.
+    static FAIL: parking_lot::Mutex<Vec<(std::path::PathBuf, u32)>> =
+        parking_lot::Mutex::new(Vec::new());
+
+    /// A failure for the scrubber of `pool` to report instead of scrubbing, if a test
+    /// asked for one.
+    pub(super) fn failing(pool: &Pool) -> Option<crate::Error> {
+        let path = pool.inner.eng.media.path();
+        let mut fail = FAIL.lock();
+        let (_, n) = fail.iter_mut().find(|(p, n)| *p == path && *n > 0)?;
+        *n -= 1;
+        Some(crate::Error::Conflict { offset: 0 })
+    }
+
     pub(super) fn hold() {
         if ARMED.swap(false, Ordering::AcqRel) {
             HOLDING.store(true, Ordering::Release);
             std::thread::sleep(Duration::from_millis(300));
         }
+    }
+
+    #[test]
+    fn a_failed_background_pass_is_counted_and_tried_again_without_more_transactions() {
+        // Two passes fail (a pool busy for long would make them); the third try succeeds
+        // though no transaction committed after the first: a failed pass does not wait for
+        // `every_n_tx` more.
+        let path = crate::scratch_pool("scrub-retry");
+        FAIL.lock().push((path.clone(), 2));
+        let cfg = Config::small("scrub-retry").verify(VerifyPolicy::Scrub { every_n_tx: 3 });
+        let pool = Pool::create(&path, &cfg).unwrap();
+        for i in 0..3u64 {
+            pool.tx(|tx| tx.alloc(i)).unwrap();
+        }
+        let t = Instant::now();
+        while pool.stats().scrubs == 0 {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "no pass after the failed ones: {:?}",
+                pool.stats()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let s = pool.stats();
+        assert_eq!((s.scrubs_failed, s.scrubs), (2, 1), "{s:?}");
+        FAIL.lock().retain(|(p, _)| *p != path);
+        drop(pool);
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
