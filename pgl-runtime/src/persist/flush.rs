@@ -176,6 +176,13 @@ pub(crate) fn prefetch_lines(p: *const u8, len: usize) {
 #[inline]
 pub(crate) unsafe fn stream_copy(dst: *mut u8, src: &[u8]) -> [(*const u8, usize); 2] {
     let len = src.len();
+    if (dst as usize | len) & 15 == 0 {
+        // Whole granules (log records, lane records): no partial piece to copy or flush.
+        // SAFETY: `dst..dst + len` is the caller's; `dst` is 16-byte aligned, `len` a
+        // multiple of 16.
+        unsafe { cpu::stream(dst, src.as_ptr(), len) };
+        return [(dst, 0), (dst, 0)];
+    }
     let head = ((16 - (dst as usize & 15)) & 15).min(len);
     let body = (len - head) & !15;
     let tail = len - head - body;
@@ -351,10 +358,18 @@ mod tests {
     fn stream_copy_copies_every_byte_at_any_alignment() {
         let src: Vec<u8> = (0..300u32).map(|i| (i * 7 + 3) as u8).collect();
         for shift in 0..17 {
-            for len in [0, 1, 15, 16, 17, 31, 32, 100, 255, 283] {
+            for len in [0, 1, 15, 16, 17, 31, 32, 64, 100, 255, 283, 288] {
                 let mut dst = vec![0u8; 320];
-                // SAFETY: `dst` holds shift + len <= 300 bytes.
-                let parts = unsafe { stream_copy(dst.as_mut_ptr().add(shift), &src[..len]) };
+                let at = dst.as_mut_ptr().wrapping_add(shift);
+                // SAFETY: `dst` holds shift + len <= 305 bytes.
+                let parts = unsafe { stream_copy(at, &src[..len]) };
+                if (at as usize | len) & 15 == 0 {
+                    assert_eq!(
+                        parts[0].1 + parts[1].1,
+                        0,
+                        "whole granules: nothing to flush"
+                    );
+                }
                 sfence();
                 assert_eq!(
                     &dst[shift..shift + len],
