@@ -1972,17 +1972,24 @@ mod tests {
     #[test]
     fn a_free_block_of_another_transactions_new_run_is_a_conflict_not_a_full_pool() {
         let (path, pool) = small_pool("full-other-tx-new-run", 2, 1);
-        // The type registered (committed), so that the other transaction holds no
-        // registry entry this thread needs.
-        let o = pool.tx(|tx| tx.alloc([0u64; 8])).unwrap();
-        pool.tx(|tx| tx.free(o)).unwrap();
+        let (began_tx, began_rx) = mpsc::channel();
+        let (registered_tx, registered_rx) = mpsc::channel::<()>();
         let (held_tx, held_rx) = mpsc::channel();
         let (go_tx, go_rx) = mpsc::channel::<()>();
         let other = {
             let pool = pool.clone();
             std::thread::spawn(move || {
                 // Its lane's first run of the class, made by this transaction, which waits.
+                // It holds its lane before this thread registers the type, which makes a
+                // run of the class in the lane it uses: the other one. (Which lane a thread
+                // tries first depends on how many threads took one before it, in every
+                // test of the process: the same as this thread's, half the time.)
+                let mut runs = 0;
                 pool.tx(|tx| {
+                    runs += 1;
+                    assert_eq!(runs, 1, "retried: the transaction may have changed lanes");
+                    began_tx.send(()).unwrap();
+                    registered_rx.recv().unwrap();
                     let o = tx.alloc([1u64; 8])?;
                     held_tx.send(()).unwrap();
                     go_rx.recv().unwrap();
@@ -1991,6 +1998,12 @@ mod tests {
                 .unwrap()
             })
         };
+        began_rx.recv().unwrap();
+        // The type registered (committed), so that the other transaction holds no
+        // registry entry this thread needs.
+        let o = pool.tx(|tx| tx.alloc([0u64; 8])).unwrap();
+        pool.tx(|tx| tx.free(o)).unwrap();
+        registered_tx.send(()).unwrap();
         held_rx.recv().unwrap();
         let objs = fill_until_full(&pool, 2);
         assert!(!objs.is_empty());
