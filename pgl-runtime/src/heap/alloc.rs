@@ -1913,16 +1913,35 @@ mod tests {
         let _ = std::fs::remove_file(path);
     }
 
-    /// An allocation of an `Obj`, with `go` sent from another thread 10 ms after it starts
-    /// (what stands in its way is let go meanwhile).
-    fn alloc_released_meanwhile(pool: &Pool, go: mpsc::Sender<()>) -> crate::Result<Oid<Obj>> {
-        let release = std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-            go.send(()).unwrap();
+    /// An allocation of an `Obj` whose way is cleared once it has been retried: its closure's
+    /// second run (the first ended in a conflict, retried) sends `go` and waits for `gone`,
+    /// what stood in its way let go of, before allocating. Keyed on the retry, not on a
+    /// clock: the retries a conflict over a full pool gets are few (`FULL_BUT_LOCKED_RETRIES`),
+    /// and a release that came after them would find the pool reported full. If the first
+    /// run ends otherwise, `go` is sent after it, so that the other side finishes either way.
+    /// Returns the result and how many times the closure ran.
+    fn alloc_released_on_retry(
+        pool: &Pool,
+        go: mpsc::Sender<()>,
+        gone: mpsc::Receiver<()>,
+    ) -> (crate::Result<Oid<Obj>>, u32) {
+        let mut runs = 0;
+        let mut go = Some(go);
+        let r = pool.tx(|tx| {
+            runs += 1;
+            if runs > 1 {
+                if let Some(go) = go.take() {
+                    go.send(()).unwrap();
+                    gone.recv_timeout(std::time::Duration::from_secs(60))
+                        .expect("the other transaction let go");
+                }
+            }
+            tx.alloc([3u64; 8])
         });
-        let r = pool.tx(|tx| tx.alloc([3u64; 8]));
-        release.join().unwrap();
-        r
+        if let Some(go) = go.take() {
+            go.send(()).unwrap();
+        }
+        (r, runs)
     }
 
     /// Nor while the only free blocks left are in another lane's run and locked for now
@@ -1933,6 +1952,7 @@ mod tests {
         let (path, pool) = small_pool("full-other-lanes-run-locked", 2, 1);
         let (held_tx, held_rx) = mpsc::channel();
         let (go_tx, go_rx) = mpsc::channel::<()>();
+        let (gone_tx, gone_rx) = mpsc::channel::<()>();
         let other = {
             let pool = pool.clone();
             std::thread::spawn(move || {
@@ -1948,18 +1968,20 @@ mod tests {
                     Ok(())
                 })
                 .unwrap();
+                let _ = gone_tx.send(());
                 first
             })
         };
         held_rx.recv().unwrap();
         let objs = fill_until_full(&pool, 2);
         assert!(!objs.is_empty());
-        // The lock goes shortly after the next allocation starts: it is retried until then.
-        let r = alloc_released_meanwhile(&pool, go_tx);
+        // The lock goes once the next allocation has been retried.
+        let (r, runs) = alloc_released_on_retry(&pool, go_tx, gone_rx);
         let first = other.join().unwrap();
         assert!(
             r.is_ok(),
-            "{r:?}: a free block, locked for a moment, made the pool full"
+            "{r:?} (closure run {runs} time(s)): a free block, locked for a moment, made \
+             the pool full"
         );
         assert_eq!(*pool.get(first).unwrap(), [1u64; 8]);
         drop(pool);
@@ -1976,6 +1998,7 @@ mod tests {
         let (registered_tx, registered_rx) = mpsc::channel::<()>();
         let (held_tx, held_rx) = mpsc::channel();
         let (go_tx, go_rx) = mpsc::channel::<()>();
+        let (gone_tx, gone_rx) = mpsc::channel::<()>();
         let other = {
             let pool = pool.clone();
             std::thread::spawn(move || {
@@ -1985,17 +2008,20 @@ mod tests {
                 // tries first depends on how many threads took one before it, in every
                 // test of the process: the same as this thread's, half the time.)
                 let mut runs = 0;
-                pool.tx(|tx| {
-                    runs += 1;
-                    assert_eq!(runs, 1, "retried: the transaction may have changed lanes");
-                    began_tx.send(()).unwrap();
-                    registered_rx.recv().unwrap();
-                    let o = tx.alloc([1u64; 8])?;
-                    held_tx.send(()).unwrap();
-                    go_rx.recv().unwrap();
-                    Ok(o)
-                })
-                .unwrap()
+                let first = pool
+                    .tx(|tx| {
+                        runs += 1;
+                        assert_eq!(runs, 1, "retried: the transaction may have changed lanes");
+                        began_tx.send(()).unwrap();
+                        registered_rx.recv().unwrap();
+                        let o = tx.alloc([1u64; 8])?;
+                        held_tx.send(()).unwrap();
+                        go_rx.recv().unwrap();
+                        Ok(o)
+                    })
+                    .unwrap();
+                let _ = gone_tx.send(());
+                first
             })
         };
         began_rx.recv().unwrap();
@@ -2007,13 +2033,13 @@ mod tests {
         held_rx.recv().unwrap();
         let objs = fill_until_full(&pool, 2);
         assert!(!objs.is_empty());
-        // The run is committed shortly after the next allocation starts: it is retried
-        // until then.
-        let r = alloc_released_meanwhile(&pool, go_tx);
+        // The run is committed once the next allocation has been retried.
+        let (r, runs) = alloc_released_on_retry(&pool, go_tx, gone_rx);
         let first = other.join().unwrap();
         assert!(
             r.is_ok(),
-            "{r:?}: an uncommitted run's free blocks made the pool full"
+            "{r:?} (closure run {runs} time(s)): an uncommitted run's free blocks made the \
+             pool full"
         );
         assert_eq!(*pool.get(first).unwrap(), [1u64; 8]);
         drop(pool);
