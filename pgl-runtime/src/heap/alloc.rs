@@ -1452,10 +1452,19 @@ mod tests {
         let x = objs[0];
         pool.tx(|tx| tx.free(x)).unwrap();
         let (stop, hits, took_x) = (AtomicBool::new(false), AtomicU64::new(0), AtomicU64::new(0));
+        let reads = AtomicU64::new(0);
         let tries = crate::miri_or(20_000, 10);
+        // Past `tries` until x's block was reserved and read meanwhile: a reader descheduled
+        // while it holds x's lock (under load, for longer than the tries take) makes every
+        // reservation pass x over. The deadline only bounds a run that never gets there.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let mut done = 0;
         std::thread::scope(|s| {
             s.spawn(|| {
-                for _ in 0..tries {
+                let unmet =
+                    || took_x.load(Ordering::Relaxed) == 0 || reads.load(Ordering::Relaxed) == 0;
+                while done < tries || (unmet() && std::time::Instant::now() < deadline) {
+                    done += 1;
                     let r: crate::Result<()> = pool.tx(|tx| {
                         if tx.alloc([99u64; 8])? == x {
                             took_x.fetch_add(1, Ordering::Relaxed);
@@ -1474,13 +1483,14 @@ mod tests {
                     if pool.get(x).is_ok() {
                         hits.fetch_add(1, Ordering::Relaxed);
                     }
+                    reads.fetch_add(1, Ordering::Relaxed);
                 }
             });
         });
         let (h, t) = (hits.load(Ordering::Relaxed), took_x.load(Ordering::Relaxed));
         drop(pool);
         std::fs::remove_file(&path).unwrap();
-        assert!(t > 0, "the allocations reserved x's block ({t} of {tries})");
+        assert!(t > 0, "the allocations reserved x's block ({t} of {done})");
         assert_eq!(h, 0, "a never-committed block read as live ({h} times)");
     }
 
