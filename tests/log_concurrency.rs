@@ -233,23 +233,35 @@ fn a_force_waiting_for_a_long_open_reservation_does_not_burn_a_cpu() {
     )
     .unwrap();
     let hold = std::time::Duration::from_millis(600);
-    let res = log.reserve(8).unwrap();
-    let lsn = res.lsn();
-    let (cpu, wall) = std::thread::scope(|s| {
-        let log = &log;
-        let waiter = s.spawn(move || {
-            let (cpu0, t0) = (thread_cpu_time(), std::time::Instant::now());
-            log.force(lsn).unwrap();
-            (thread_cpu_time() - cpu0, t0.elapsed())
+    // A run counts once the force has waited for at least half the hold: a forcer thread
+    // descheduled until the reservation was complete did not wait, and is run again.
+    let mut runs = Vec::new();
+    let lsn = loop {
+        let res = log.reserve(8).unwrap();
+        let lsn = res.lsn();
+        let (cpu, wall) = std::thread::scope(|s| {
+            let log = &log;
+            let (forcing, started) = std::sync::mpsc::channel();
+            let waiter = s.spawn(move || {
+                let (cpu0, t0) = (thread_cpu_time(), std::time::Instant::now());
+                forcing.send(()).unwrap();
+                log.force(lsn).unwrap();
+                (thread_cpu_time() - cpu0, t0.elapsed())
+            });
+            started.recv().unwrap();
+            std::thread::sleep(hold);
+            log.complete(res).unwrap();
+            waiter.join().unwrap()
         });
-        std::thread::sleep(hold);
-        log.complete(res).unwrap();
-        waiter.join().unwrap()
-    });
-    assert!(wall >= hold / 2, "the force waited ({wall:?})");
-    assert!(
-        cpu < wall / 4,
-        "the waiting force used {cpu:?} of CPU in {wall:?}"
-    );
+        runs.push(wall);
+        if wall >= hold / 2 {
+            assert!(
+                cpu < wall / 4,
+                "the waiting force used {cpu:?} of CPU in {wall:?}"
+            );
+            break lsn;
+        }
+        assert!(runs.len() < 20, "the force never waited: {runs:?}");
+    };
     assert_eq!(log.durable_lsn(), lsn);
 }
