@@ -177,13 +177,36 @@ impl std::fmt::Debug for Log {
 }
 
 impl Log {
-    /// Creates a log file at `path` (it must not exist) and opens it.
+    /// Creates a log file at `path` (it must not exist) and opens it. If writing the new
+    /// log fails (an I/O error of the device), the file it created is removed again, so
+    /// that the same call can be retried.
     pub fn create(path: impl AsRef<Path>, config: LogConfig) -> Result<Log> {
+        let path = path.as_ref();
         let cap = config.area()?;
         let len = format::file_len(cap);
-        let media = Media::create_file(path.as_ref(), len, len, config.flush, config.preallocate)?;
-        Self::format(&media, cap, config.policy);
-        Self::from_media(media)
+        let media = Media::create_file(path, len, len, config.flush, config.preallocate)?;
+        // The file this call made (`create_new` succeeded): only it may be removed, and
+        // only while no other `Log` has opened it (the lock is taken before the format).
+        let made = file_id(path);
+        media.lock_exclusive("log", ALREADY_OPEN)?;
+        Self::format(&media, cap, config.policy)
+            .and_then(|()| Self::from_media(media))
+            .map_err(|e| {
+                // Someone may have replaced the path meanwhile: then it is not ours.
+                if made.is_none() || file_id(path) != made || std::fs::remove_file(path).is_err()
+                {
+                    return e;
+                }
+                match e {
+                    // Not "reopen it": there is no log to reopen.
+                    Error::Io { path, source, .. } => Error::io(
+                        "the log was not created (its half-made file was removed; retry once                          the device works): writing its superline to",
+                        path,
+                        source,
+                    ),
+                    e => e,
+                }
+            })
     }
 
     /// Opens the log at `path`, recovering it: the valid superline copy is chosen, records
@@ -211,7 +234,7 @@ impl Log {
         }
         let media = Media::sim_new(sim.clone(), "log", ALREADY_OPEN)?;
         media.grow(len)?;
-        Self::format(&media, cap, config.policy);
+        Self::format(&media, cap, config.policy)?;
         Self::from_media(media)
     }
 
@@ -221,8 +244,8 @@ impl Log {
         Self::from_media(Media::sim(sim.clone(), "log", ALREADY_OPEN)?)
     }
 
-    /// Writes superline copy A of a new log (copy B and the area are zeros).
-    fn format(media: &Media, cap: u64, policy: ForcePolicy) {
+    /// Writes superline copy A of a new log (copy B and the area are zeros), durably.
+    fn format(media: &Media, cap: u64, policy: ForcePolicy) -> Result<()> {
         let (code, n) = policy.encode();
         let line = Superline {
             policy: code,
@@ -239,6 +262,7 @@ impl Log {
         unsafe { media.write(0, &line.encode()) };
         media.flush(0, SUPER_LEN as u64);
         media.fence();
+        media.check()
     }
 
     fn from_media(media: Media) -> Result<Log> {
@@ -969,6 +993,21 @@ fn backoff(spins: &mut u32) {
 fn write_superlines(media: &Media, cap: u64, first: usize, line: &Superline) -> Result<()> {
     write_superline(media, cap, first, line)?;
     write_superline(media, cap, 1 - first, line)
+}
+
+/// The device and inode of the file at `path` (`None` if it cannot be read).
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::symlink_metadata(path)
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        std::fs::symlink_metadata(path).ok().map(|_| (0, 0))
+    }
 }
 
 /// Writes superline copy `copy`, durably.
