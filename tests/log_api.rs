@@ -421,7 +421,7 @@ fn lsn_and_size_errors_name_the_file_and_say_what_to_do() {
     for i in 0..3u8 {
         log.append(&[i; 8]).unwrap();
     }
-    let mut old = log.iter();
+    let mut old = log.iter_from(1).unwrap();
     log.reclaim(2).unwrap();
     let msg = |e: Error| e.to_string();
     let cases = [
@@ -436,7 +436,11 @@ fn lsn_and_size_errors_name_the_file_and_say_what_to_do() {
             "not been reserved yet",
         ),
         (msg(log.iter_from(1).unwrap_err()), "LSN 1", "reclaimed"),
-        (msg(old.next().unwrap().unwrap_err()), "LSN 1", "Log::iter"),
+        (
+            msg(old.next().unwrap().unwrap_err()),
+            "LSN 1",
+            "Log::iter_from at",
+        ),
         (
             msg(log.reserve(5000).unwrap_err()),
             "5000",
@@ -450,6 +454,54 @@ fn lsn_and_size_errors_name_the_file_and_say_what_to_do() {
         );
     }
     assert_eq!(stale.count(), 0, "made before any record was complete");
+}
+
+/// A reclaim by another thread meets an iterator between its records. `Log::iter` (the
+/// live records, whatever the start) skips ahead to the new start, even before its first
+/// record, and never fails for it (it failed at once with `LsnOutOfRange`); `Log::iter_from`
+/// (from an LSN, no gap) yields one typed error naming the first live LSN, to resume from.
+#[test]
+fn iterators_meet_a_reclaim_as_their_contract_says() {
+    let f = TempLog::new("iter-reclaim");
+    let log = Log::create(&f.0, LogConfig::new(4096).flush(FlushMode::None)).unwrap();
+    for i in 1..=6u8 {
+        log.append(&[i; 8]).unwrap();
+    }
+    let lsns = |it: pgl::log::Iter<'_>| -> Vec<u64> { it.map(|r| r.unwrap().lsn).collect() };
+
+    // Reclaimed between `iter()` and its first `next()`.
+    let all = log.iter();
+    let mut exact = log.iter_from(1).unwrap();
+    log.reclaim(2).unwrap();
+    assert_eq!(lsns(all), [3, 4, 5, 6]);
+    match exact.next() {
+        Some(Err(Error::LsnOutOfRange {
+            op: "iter",
+            lsn: 1,
+            first: 3,
+            ..
+        })) => {}
+        other => panic!("iter_from must not skip: {other:?}"),
+    }
+    assert!(exact.next().is_none(), "it ends after the error");
+    assert_eq!(lsns(log.iter_from(3).unwrap()), [3, 4, 5, 6], "resumed");
+
+    // Reclaimed in the middle: the LSNs jump.
+    let mut all = log.iter();
+    assert_eq!(all.next().unwrap().unwrap().lsn, 3);
+    log.reclaim(4).unwrap();
+    assert_eq!(lsns(all), [5, 6]);
+
+    // Everything the iterator was to read reclaimed: it ends, without an error.
+    let all = log.iter();
+    log.append(&[7; 8]).unwrap();
+    log.reclaim(6).unwrap();
+    assert_eq!(
+        lsns(all),
+        Vec::<u64>::new(),
+        "7 came after the iterator was made"
+    );
+    assert_eq!(lsns(log.iter()), [7]);
 }
 
 /// Under `Frequency(f)` the window stays within about `f` records for one thread even when

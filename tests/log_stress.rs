@@ -261,8 +261,6 @@ fn reader(log: &Log, stop: &AtomicBool) -> Seen {
                         seen.read.push((r.lsn, r.payload));
                     }
                 }
-                // Reclaimed under the iterator: it says so and stops.
-                Err(pgl::Error::LsnOutOfRange { .. }) => break,
                 Err(e) => panic!("iter: {e}"),
             }
         }

@@ -488,8 +488,8 @@ pub enum Error {
     LsnOutOfRange {
         /// The log file.
         path: PathBuf,
-        /// The operation ("force", "reclaim", "iter_from", or "iter": an iterator whose
-        /// next record was reclaimed).
+        /// The operation ("force", "reclaim", "iter_from", or "iter": an iterator made by
+        /// `Log::iter_from` whose next record was reclaimed; resume from `first`).
         op: &'static str,
         /// The LSN given.
         lsn: u64,
@@ -695,8 +695,9 @@ fn call(op: &str) -> String {
 fn lsn_advice(op: &str, lsn: u64, first: u64) -> &'static str {
     match op {
         "iter" => {
-            "it was reclaimed while the iterator was reading: start a new one (Log::iter), \
-             which begins at the first live record"
+            "it was reclaimed before this iterator (Log::iter_from, which never skips a \
+             record) reached it: resume with Log::iter_from at the first live LSN if the gap \
+             is acceptable, or iterate with Log::iter, which follows the log's start"
         }
         _ if lsn < first => {
             "it was reclaimed: give a live LSN (Log::start_lsn is the first), or start from the \

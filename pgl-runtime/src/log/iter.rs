@@ -11,12 +11,19 @@ use crate::{Error, Result};
 
 impl Log {
     /// The live, complete records from the start, oldest first (aborted records skipped).
+    ///
+    /// The iterator follows the log's start: records another thread reclaims before it
+    /// reaches them are skipped, never reported as an error (see [`Iter`]).
     pub fn iter(&self) -> Iter<'_> {
         let head = self.start_lsn();
-        self.iter_at(head)
+        self.iter_at(head, true)
     }
 
-    /// The live, complete records from `lsn` on.
+    /// The live, complete records from `lsn` on; `Err(LsnOutOfRange)` (op `"iter_from"`)
+    /// if `lsn` was reclaimed or not reserved yet.
+    ///
+    /// The iterator never skips a record: if its next one is reclaimed before it gets
+    /// there, it yields `Err(LsnOutOfRange)` (op `"iter"`) and ends (see [`Iter`]).
     pub fn iter_from(&self, lsn: Lsn) -> Result<Iter<'_>> {
         let t = self.tail.lock();
         if lsn < t.head_lsn || lsn > t.next {
@@ -29,14 +36,15 @@ impl Log {
             });
         }
         drop(t);
-        Ok(self.iter_at(lsn))
+        Ok(self.iter_at(lsn, false))
     }
 
-    fn iter_at(&self, lsn: Lsn) -> Iter<'_> {
+    fn iter_at(&self, lsn: Lsn, follow: bool) -> Iter<'_> {
         Iter {
             log: self,
             lsn,
             last: self.completed_lsn(),
+            follow,
             failed: false,
         }
     }
@@ -71,12 +79,46 @@ pub struct Record {
 /// are complete, not necessarily durable yet (`Log::durable_lsn` says which are).
 ///
 /// Other threads may append and reclaim meanwhile: an iterator never returns a record
-/// after a hole nor a torn one, and if its next record is reclaimed before it gets there,
-/// it yields one `Err(Error::LsnOutOfRange)` (op `"iter"`) and ends; start a new one.
+/// after a hole nor a torn one. What it does when its next record is reclaimed before it
+/// gets there depends on how it was made:
+///
+/// - [`Log::iter`] ("whatever is live") skips ahead to the log's new start: the LSNs it
+///   yields jump over the reclaimed records (compare [`Record::lsn`] to see it). A reclaim
+///   never makes it fail, even one that comes between `iter()` and the first `next()`.
+/// - [`Log::iter_from`] ("from this LSN, without a gap") yields one
+///   `Err(Error::LsnOutOfRange { op: "iter", lsn, first, .. })` and ends: `lsn` is the
+///   record it could not read, `first` the first live one. Resume with
+///   `log.iter_from(first)` if the gap is acceptable, or treat it as lost data.
+///
+/// ```
+/// use pgl_runtime::log::{Log, LogConfig};
+/// use pgl_runtime::Error;
+///
+/// let path = std::env::temp_dir().join(format!("pgl-doc-iter-{}", std::process::id()));
+/// # let _ = std::fs::remove_file(&path);
+/// let log = Log::create(&path, LogConfig::new(1 << 16))?;
+/// for i in 1..=4u8 {
+///     log.append(&[i])?;
+/// }
+/// let mut all = log.iter();
+/// let mut exact = log.iter_from(1)?;
+/// log.reclaim(2)?; // another thread could do this at any time
+/// assert_eq!(all.next().unwrap()?.lsn, 3); // skipped ahead to the new start
+/// match exact.next() {
+///     Some(Err(Error::LsnOutOfRange { op: "iter", lsn: 1, first, .. })) => {
+///         assert_eq!(log.iter_from(first)?.next().unwrap()?.lsn, 3);
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// # drop(log); std::fs::remove_file(&path).unwrap();
+/// # Ok::<(), Error>(())
+/// ```
 pub struct Iter<'a> {
     log: &'a Log,
     lsn: Lsn,
     last: Lsn,
+    /// Made by `Log::iter`: skip to the log's start when the next record was reclaimed.
+    follow: bool,
     failed: bool,
 }
 
@@ -100,6 +142,12 @@ impl Iterator for Iter<'_> {
             // its bytes (and space skipped to wrap), complete since `lsn <= last`.
             let (voff, limit) = {
                 let t = log.tail.lock();
+                if self.lsn < t.head_lsn && self.follow {
+                    self.lsn = t.head_lsn;
+                    if self.lsn > self.last {
+                        return None;
+                    }
+                }
                 if self.lsn < t.head_lsn {
                     self.failed = true;
                     return Some(Err(Error::LsnOutOfRange {
