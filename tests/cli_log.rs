@@ -134,15 +134,64 @@ fn log_commands_on_a_file_that_is_not_a_log() {
         "{}",
         info.stderr
     );
+    // As `pgl check` on a file that is not a pool: an error (2), not a problem found (1).
     let check = pgl(&dir, &["log", "check", p]);
-    assert_eq!(check.code, 1);
+    assert_eq!(check.code, 2, "{}{}", check.stdout, check.stderr);
     assert!(
-        check.stdout.contains("the log cannot be opened"),
+        check.stderr.starts_with("error: [DIR]/junk: not a pgl log"),
         "{}",
-        check.stdout
+        check.stderr
     );
     let missing = pgl(&dir, &["log", "dump", "/nonexistent/x.log"]);
     assert_eq!(missing.code, 2);
+    let missing = pgl(&dir, &["log", "check", "/nonexistent/x.log"]);
+    assert_eq!(missing.code, 2);
+}
+
+/// `pgl log check` exits as `pgl check` does: 0 clean, 1 damage found (a log too damaged
+/// to open included: the problem is reported on stdout), 2 when it could not check (the
+/// error on stderr). A log whose superline copies are both damaged, or which was cut
+/// short, is a damaged log; `pgl check` says the same of a pool with both headers damaged
+/// or cut short.
+#[test]
+fn log_check_exits_as_pool_check_does() {
+    let dir = TempDir::new("exits");
+    // Both superline copies damaged (their magic intact): 1, the log cannot be opened.
+    let path = sample(&dir);
+    let p = path.to_str().unwrap();
+    let cap = std::fs::metadata(&path).unwrap().len() - pgl::log::format::file_len(0);
+    flip(&path, 40);
+    flip(&path, pgl::log::format::super_offset(1, cap) + 40);
+    let check = pgl(&dir, &["log", "check", p]);
+    assert_eq!(check.code, 1, "{}{}", check.stdout, check.stderr);
+    assert!(
+        check
+            .stdout
+            .contains("open      FAILED: [DIR]/sample.log: not a pgl log (no valid superline")
+            && check
+                .stdout
+                .ends_with("result: 1 problem: the log cannot be opened\n"),
+        "{}",
+        check.stdout
+    );
+    // Cut short: 1.
+    std::fs::remove_file(&path).unwrap();
+    let path = sample(&dir);
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.set_len(std::fs::metadata(&path).unwrap().len() - 4096)
+        .unwrap();
+    let check = pgl(&dir, &["log", "check", p]);
+    assert_eq!(check.code, 1, "{}{}", check.stdout, check.stderr);
+    assert!(check.stdout.contains("truncated"), "{}", check.stdout);
+
+    // The help says what each exit status means.
+    let help = pgl(&dir, &["log", "check", "--help"]);
+    assert!(
+        help.stdout
+            .contains("Exits 0 if the log is clean, 1 if a problem was found"),
+        "{}",
+        help.stdout
+    );
 }
 
 /// A pool, a missing file and a device given to `pgl log`: each error names the file as
@@ -165,14 +214,13 @@ fn log_commands_name_a_pool_a_missing_file_and_a_device_as_what_they_are() {
             out.stderr
         );
     }
-    // `log check` reports a file it cannot open as a log as its one problem (see
-    // `log_commands_on_a_file_that_is_not_a_log`).
+    // `log check` too: a pool is no log to check (as `pgl check` of a log exits 2).
     let out = pgl(&dir, &["log", "check", p]);
-    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
     assert!(
-        out.stdout.contains(&format!("open      FAILED: {said}")),
+        out.stderr.starts_with(&format!("error: {said}")),
         "{}",
-        out.stdout
+        out.stderr
     );
 
     let out = pgl(&dir, &["log", "info", "/nonexistent/x.log"]);

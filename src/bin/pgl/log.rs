@@ -150,12 +150,34 @@ pub(crate) fn log_dump(file: &Path, from: Option<u64>, max: Option<usize>) -> Re
     Ok(out)
 }
 
+/// Whether the file at `path` bears a pgl log's magic where a superline copy would be:
+/// a log, damaged, rather than some other file. `Error::NotALog` covers both.
+fn has_log_magic(path: &Path) -> bool {
+    use pgl::log::format::{file_len, super_offset, MAGIC};
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return false;
+    };
+    let len = f.metadata().map_or(0, |m| m.len());
+    let mut magic_at = |off: u64| {
+        let mut m = [0u8; 8];
+        off + 8 <= len
+            && f.seek(SeekFrom::Start(off)).is_ok()
+            && f.read_exact(&mut m).is_ok()
+            && m == MAGIC
+    };
+    magic_at(0) || (len >= file_len(0) && magic_at(super_offset(1, len - file_len(0))))
+}
+
+/// `pgl log check`, with the exit statuses of `pgl check`: problems found (1) for a log that
+/// is damaged, even too damaged to open; an error (2) for a file it cannot check at all: a
+/// missing or unreadable file, or one that is not a pgl log.
 pub(crate) fn log_check(file: &Path) -> Result<(String, bool)> {
     let mut out = String::new();
     let _ = writeln!(out, "checking {}", file.display());
     let i = match slow("reading the log", || Inspection::open(file)) {
         Ok(i) => i,
-        Err(e @ Error::NotALog { .. }) => {
+        Err(e @ Error::NotALog { .. }) if has_log_magic(file) => {
             let _ = writeln!(out, "  open      FAILED: {e}");
             let _ = writeln!(out, "result: 1 problem: the log cannot be opened");
             return Ok((out, true));

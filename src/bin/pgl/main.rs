@@ -1,9 +1,11 @@
 //! `pgl`: create, inspect and check pool files, and inspect and check log files.
 //!
 //! Exit status: 0 on success; `pgl check`, `pgl scrub` and `pgl log check` exit 1 when
-//! they find a problem; every command exits 2 on an error (a missing file, a file that is
-//! not a pool, a bad argument). Errors are printed to stderr as `error: <message>`;
-//! reports go to stdout.
+//! they find a problem (damage, a pool or log too damaged to open included: the report on
+//! stdout says so); every command exits 2 on an error, when it could not do its work (a
+//! missing or unreadable file, a file that is not a pool, or not a log, a format version
+//! this build does not read, a bad argument). Errors are printed to stderr as
+//! `error: <message>`; reports go to stdout.
 //!
 //! One module per command (`create`, `info`, `check`, `dump`, `scrub` with `inject`, `log`);
 //! `args` parses what they take, `progress` shows slow work, `units` prints sizes and dates.
@@ -34,7 +36,10 @@ use std::process::ExitCode;
 #[derive(Parser)]
 #[command(name = "pgl", version, about, long_about = None)]
 #[command(
-    after_help = "Exit status: 0 ok; 1 `check`, `scrub` or `log check` found problems; 2 error."
+    after_help = "Exit status: 0 ok; 1 `check`, `scrub` or `log check` found problems (damage, \
+                  a pool or log too damaged to open included); 2 error: the command could not \
+                  do its work (a missing file, a file that is not a pool or not a log, a bad \
+                  argument)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -60,7 +65,9 @@ enum Command {
     /// Opening the pool rewrites a damaged header copy from the good one and replays
     /// committed transactions a crash interrupted, as every program opening it would.
     /// It repairs no object: `pgl scrub --repair` does. Exits 0 if the pool is clean, 1
-    /// if a problem was found, 2 on an error.
+    /// if a problem was found (the pool too damaged to open included: both header copies,
+    /// or cut short), 2 on an error (a missing file, a file that is not a pgl pool, a
+    /// format version this build does not read).
     Check {
         /// The pool file.
         file: PathBuf,
@@ -123,8 +130,12 @@ enum LogCommand {
         #[arg(long)]
         max: Option<usize>,
     },
-    /// Verify both superline copies and every record; exits 1 if recovery would drop a
-    /// record or a superline copy is damaged.
+    /// Verify both superline copies and every record, without changing the log.
+    ///
+    /// Exits 0 if the log is clean, 1 if a problem was found (recovery would drop a
+    /// record, a superline copy is damaged, or the log is too damaged to open: both
+    /// superline copies, or cut short), 2 on an error (a missing file, a file that is not
+    /// a pgl log), as `pgl check` does for a pool.
     Check {
         /// The log file.
         file: PathBuf,
