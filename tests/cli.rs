@@ -324,6 +324,40 @@ fn check_repairs_a_damaged_header_copy_and_reports_it() {
     );
 }
 
+/// A crash between the writes of a header update's two copies leaves copy A one
+/// generation ahead of copy B: not damage. `pgl check` says the update was completed and
+/// exits 0 (it reported a damaged copy rewritten, exit 1: a false alarm).
+#[test]
+fn check_completes_a_header_update_a_crash_interrupted_without_alarm() {
+    let dir = TempDir::new("header-interrupted");
+    let path = sample_pool(&dir);
+    let p = path.to_str().unwrap();
+    let page = std::fs::read(&path).unwrap()[..4096].to_vec();
+    let h = pgl::Header::decode(&page).unwrap();
+    let ahead = pgl::Header {
+        generation: h.generation + 1,
+        ..h
+    };
+    scribble(&path, 0, &ahead.encode()); // copy A written, copy B not yet
+
+    let check = pgl(&dir, &["check", p]);
+    assert_eq!(check.code, 0, "{}\n{}", check.stdout, check.stderr);
+    assert!(
+        check.stdout.contains(
+            "header    a header update a crash interrupted was completed (one copy was older, \
+             as the crash left it; not damage)"
+        ) && check.stdout.ends_with("result: clean"),
+        "{}",
+        check.stdout
+    );
+    let again = pgl(&dir, &["check", p]);
+    assert!(
+        again.stdout.contains("header    both copies valid"),
+        "{}",
+        again.stdout
+    );
+}
+
 /// `pgl inject header` damages a header copy for good: closing the pool after the
 /// injection must not write the copy back whole, or `pgl check` finds nothing.
 #[test]

@@ -32,8 +32,12 @@ pub struct Stats {
     pub frees: u64,
     /// Redo records replayed by recovery when the pool was opened.
     pub records_replayed: u64,
-    /// Header copies repaired when the pool was opened.
+    /// Damaged header copies repaired when the pool was opened.
     pub header_repairs: u64,
+    /// Header copies brought up to date when the pool was opened because a crash had
+    /// interrupted a header update (between the writes of the two copies, or within one):
+    /// the older copy was legitimate, not damaged, and is not counted in `header_repairs`.
+    pub header_updates_completed: u64,
     /// Redo-lane copies rewritten from the other copy when the pool was opened.
     pub lane_repairs: u64,
     /// Zone metadata copies rewritten (from the other copy, or from parity) when the pool

@@ -210,7 +210,8 @@ impl Pool {
             root_lock: Mutex::new(()),
             grow_lock: Mutex::new(()),
             replayed: rec.replayed,
-            header_repairs: repairs,
+            header_repairs: repairs.damaged,
+            header_updates_completed: repairs.interrupted,
             lane_repairs,
             metadata_repairs,
             bitmap_repairs,
@@ -284,12 +285,71 @@ impl Pool {
     }
 }
 
+/// What `read_header` rewrote.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct HeaderFixes {
+    /// Copies rewritten because they were damaged (or older than a crash can leave them).
+    pub damaged: u64,
+    /// Copies brought up to date because a crash interrupted a header update: not damage.
+    pub interrupted: u64,
+}
+
+/// The 8-byte words of a header page that a header update may change: version and flags,
+/// generation, zones, and the checksum. Every other word of both copies is written once,
+/// when the pool is created.
+const UPDATED_WORDS: [usize; 4] = [1, 2, 18, 511];
+
+/// Word `i` of a header page.
+fn word(p: &[u8], i: usize) -> &[u8] {
+    &p[i * 8..i * 8 + 8]
+}
+
+/// Whether copies `newer` (valid) and `other` (valid or not) are what a crash interrupting
+/// a header update leaves. An update writes copy A whole, makes it durable, then copy B,
+/// and a crash keeps any subset of the 8-byte words of the copy being written. So: copy A
+/// one generation ahead of a valid B, or one copy torn between the generation of the other
+/// and the one before or after it (`a_newer`: whether `newer` is copy A); in every case
+/// the copies differ only in the words an update writes. (A stray write confined to those
+/// words is taken for one too: it is repaired all the same.)
+fn interrupted_update(
+    newer: &Header,
+    newer_page: &[u8],
+    other: &std::result::Result<Header, HeaderFault>,
+    other_page: &[u8],
+    a_newer: bool,
+) -> bool {
+    let words = newer_page.len() / 8;
+    let only_updated = (0..words)
+        .all(|i| UPDATED_WORDS.contains(&i) || word(newer_page, i) == word(other_page, i));
+    let g = newer.generation;
+    let u64_at = |i: usize| u64::from_le_bytes(word(other_page, i).try_into().unwrap_or([0; 8]));
+    let other_gen = u64_at(2);
+    // A torn copy's words are each the old or the new value of a header: a version this
+    // build reads, known flags, a zone count a header may hold. (Random bytes confined to
+    // those words fail this, but for a chance of about 2^-58.)
+    let (version, flags) = (u64_at(1) as u32, (u64_at(1) >> 32) as u32);
+    let plausible = (super::header::OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version)
+        && flags & !(FLAG_OPEN | FLAG_PARITY | FLAG_NO_CHECKSUMS) == 0
+        && (1..=1 << 20).contains(&u64_at(18));
+    only_updated
+        && match other {
+            Ok(o) => a_newer && o.generation.checked_add(1) == Some(g),
+            Err(HeaderFault::Checksum) if a_newer => {
+                plausible && (other_gen == g || other_gen.checked_add(1) == Some(g))
+            }
+            Err(HeaderFault::Checksum) => {
+                plausible && (other_gen == g || g.checked_add(1) == Some(other_gen))
+            }
+            Err(_) => false,
+        }
+}
+
 /// Reads both header copies and rewrites a damaged or older one from the other; returns
-/// the header and how many copies were rewritten.
+/// the header and which copies were rewritten, and why.
 ///
 /// This and the other steps below run only inside `Pool::load`: the file is locked and
 /// nothing else reads or writes the pool.
-fn read_header(media: &Media, path: &Path) -> Result<(Header, u64)> {
+fn read_header(media: &Media, path: &Path) -> Result<(Header, HeaderFixes)> {
     let len = media.len();
     let path = path.to_path_buf();
     let page = |off: u64| -> &[u8] {
@@ -331,29 +391,38 @@ fn read_header(media: &Media, path: &Path) -> Result<(Header, u64)> {
             found
         }
     };
+    let fixed = |interrupted: bool| HeaderFixes {
+        damaged: u64::from(!interrupted),
+        interrupted: u64::from(interrupted),
+    };
     let (header, repairs) = match (a, b) {
         (Ok(ha), Ok((off_b, hb))) => {
             if ha.generation >= hb.generation {
-                let fix = ha != hb;
-                if fix {
+                if ha == hb {
+                    (ha, HeaderFixes::default())
+                } else {
+                    let why = interrupted_update(&ha, page(0), &Ok(hb), page(off_b), true);
                     Pool::write_header_copy(media, off_b, &ha);
+                    (ha, fixed(why))
                 }
-                (ha, fix as u64)
             } else {
                 Pool::write_header_copy(media, 0, &hb);
-                (hb, 1)
+                (hb, fixed(false))
             }
         }
-        (Ok(ha), Err(_)) => {
+        (Ok(ha), Err(eb)) => {
             let off_b = b_at(&ha);
+            let mut why = false;
             if off_b + PAGE <= len {
+                why = interrupted_update(&ha, page(0), &Err(eb), page(off_b), true);
                 Pool::write_header_copy(media, off_b, &ha);
             }
-            (ha, 1)
+            (ha, fixed(why))
         }
-        (Err(_), Ok((_, hb))) => {
+        (Err(ea), Ok((off_b, hb))) => {
+            let why = interrupted_update(&hb, page(off_b), &Err(ea), page(0), false);
             Pool::write_header_copy(media, 0, &hb);
-            (hb, 1)
+            (hb, fixed(why))
         }
         (Err(ea), Err(eb)) => {
             if let (HeaderFault::Version(v), _) | (_, HeaderFault::Version(v)) = (&ea, &eb) {

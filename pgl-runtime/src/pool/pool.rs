@@ -40,6 +40,7 @@ pub(super) struct Inner {
     pub(super) grow_lock: Mutex<()>,
     pub(super) replayed: u64,
     pub(super) header_repairs: u64,
+    pub(super) header_updates_completed: u64,
     pub(super) lane_repairs: u64,
     /// Zone metadata copies rewritten from the other copy while opening.
     pub(super) metadata_repairs: u64,
@@ -481,6 +482,7 @@ impl Pool {
         }
         s.records_replayed = self.inner.replayed;
         s.header_repairs = self.inner.header_repairs;
+        s.header_updates_completed = self.inner.header_updates_completed;
         s.lane_repairs = self.inner.lane_repairs;
         let r = &self.inner.eng.repairs;
         s.metadata_repairs =
