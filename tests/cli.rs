@@ -358,6 +358,43 @@ fn check_completes_a_header_update_a_crash_interrupted_without_alarm() {
     );
 }
 
+/// A damaged copy of a redo lane (its seal, or its retire mark) in a pool closed cleanly:
+/// opening rewrites it from the other copy, and `pgl check` says so and exits 1 (it said
+/// "lanes valid" and exited 0). The next check finds it repaired.
+#[test]
+fn check_reports_a_damaged_lane_copy_and_exits_1() {
+    let dir = TempDir::new("lane");
+    let path = sample_pool(&dir);
+    let p = path.to_str().unwrap();
+    // The seal of copy 1 of lane 0 (the lane the sample's transaction used), then the
+    // retire mark of copy 0 of lane 1 (never used: its bytes were zeros).
+    for (lane, copy, at, len) in [("0", "1", "64", "8"), ("1", "0", "0", "16")] {
+        let inj = pgl(&dir, &["inject", p, "lane", lane, copy, at, len]);
+        assert_eq!(inj.code, 0, "{}", inj.stderr);
+        let check = pgl(&dir, &["check", p]);
+        assert_eq!(
+            check.code, 1,
+            "lane {lane} copy {copy}: {}\n{}",
+            check.stdout, check.stderr
+        );
+        assert!(
+            check.stdout.contains(
+                "  lanes     1 damaged lane copy rewritten from the other (opening the pool \
+                 does this; the pool is consistent)"
+            ) && check.stdout.ends_with("result: 1 problem(s)"),
+            "lane {lane} copy {copy}: {}",
+            check.stdout
+        );
+        let again = pgl(&dir, &["check", p]);
+        assert_eq!(again.code, 0, "{}", again.stdout);
+        assert!(
+            again.stdout.contains("  lanes     valid;"),
+            "{}",
+            again.stdout
+        );
+    }
+}
+
 /// `pgl inject header` damages a header copy for good: closing the pool after the
 /// injection must not write the copy back whole, or `pgl check` finds nothing.
 #[test]

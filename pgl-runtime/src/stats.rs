@@ -38,8 +38,14 @@ pub struct Stats {
     /// interrupted a header update (between the writes of the two copies, or within one):
     /// the older copy was legitimate, not damaged, and is not counted in `header_repairs`.
     pub header_updates_completed: u64,
-    /// Redo-lane copies rewritten from the other copy when the pool was opened.
+    /// Redo-lane copies rewritten from the other copy when the pool was opened. Not all
+    /// were damaged: without `Config::replicate_lanes` copy B is expected to differ from
+    /// copy A, and a crash may leave a commit's record in one copy only.
     pub lane_repairs: u64,
+    /// Of `lane_repairs`, the copies that were damaged (a retire mark or a record seal no
+    /// commit leaves), in a pool that was closed cleanly: after a crash a torn copy cannot
+    /// be told from a damaged one, and none is counted. `pgl check` reports them.
+    pub lane_copies_damaged: u64,
     /// Zone metadata copies rewritten (from the other copy, or from parity) when the pool
     /// was opened or by a scrub.
     pub metadata_repairs: u64,

@@ -159,7 +159,8 @@ impl Pool {
         // marks, stored unflushed, may tear together in a crash while A's record is being
         // rewritten (`repair_lanes`). A B left by a crash (record newer than its own retire
         // mark) must not outlive this open either, lest a later damaged A let it replay.
-        let lane_repairs = tx::repair_lanes(&media, &geo, config.replicate_lanes);
+        let crashed = header.flags & FLAG_OPEN != 0;
+        let lane_repairs = tx::repair_lanes(&media, &geo, config.replicate_lanes, crashed);
         media.fence();
         media.check()?;
         // Parity is now consistent everywhere: no zone is dirty for this session yet. The
@@ -212,7 +213,8 @@ impl Pool {
             replayed: rec.replayed,
             header_repairs: repairs.damaged,
             header_updates_completed: repairs.interrupted,
-            lane_repairs,
+            lane_repairs: lane_repairs.rewritten,
+            lane_copies_damaged: lane_repairs.damaged,
             metadata_repairs,
             bitmap_repairs,
             reconciled,

@@ -42,6 +42,7 @@ pub(super) struct Inner {
     pub(super) header_repairs: u64,
     pub(super) header_updates_completed: u64,
     pub(super) lane_repairs: u64,
+    pub(super) lane_copies_damaged: u64,
     /// Zone metadata copies rewritten from the other copy while opening.
     pub(super) metadata_repairs: u64,
     /// Allocation bitmap words rebuilt from parity while opening.
@@ -484,6 +485,7 @@ impl Pool {
         s.header_repairs = self.inner.header_repairs;
         s.header_updates_completed = self.inner.header_updates_completed;
         s.lane_repairs = self.inner.lane_repairs;
+        s.lane_copies_damaged = self.inner.lane_copies_damaged;
         let r = &self.inner.eng.repairs;
         s.metadata_repairs =
             self.inner.metadata_repairs + r.metadata_copies.load(Ordering::Relaxed);

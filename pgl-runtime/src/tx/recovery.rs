@@ -192,7 +192,7 @@ fn new_objects_verify(
 /// Makes the two copies of every lane equal again, rewriting a copy that differs (a
 /// scribble, a media error, a write a crash tore) from the better one: the one whose record
 /// verifies with the newer sequence number, else the one with the newer valid retire mark,
-/// else copy A. The rewritten lane keeps the newer valid retire mark of the two copies and
+/// else the one whose seal is not junk (absent or valid), else copy A. The rewritten lane keeps the newer valid retire mark of the two copies and
 /// the dirty-zone bits of both: a crash that tore one copy's mark may have left the record
 /// whole in that copy only, and a record recovery found retired must stay retired.
 ///
@@ -201,10 +201,16 @@ fn new_objects_verify(
 /// copies unflushed, so a crash can tear both marks at once, and a record kept in B, older
 /// than everything written since, would replay over it.
 ///
-/// Returns the number of copies rewritten (flushed; durable at the caller's next fence).
-/// Run it after `recover`, which reads the best of both copies anyway.
-pub(crate) fn repair_lanes(media: &Media, geo: &Geometry, replicated: bool) -> u64 {
-    let mut fixed = 0;
+/// Returns the copies rewritten (flushed; durable at the caller's next fence), and of
+/// them the ones that were damaged (see `LaneRepairs`); `crashed`: the pool was not closed
+/// cleanly. Run it after `recover`, which reads the best of both copies anyway.
+pub(crate) fn repair_lanes(
+    media: &Media,
+    geo: &Geometry,
+    replicated: bool,
+    crashed: bool,
+) -> LaneRepairs {
+    let mut fixed = LaneRepairs::default();
     for lane in 0..geo.lanes {
         let (a, b) = (
             lane_bytes(media, geo, lane, 0),
@@ -219,8 +225,12 @@ pub(crate) fn repair_lanes(media: &Media, geo: &Geometry, replicated: bool) -> u
                 record::retired(bytes),
             )
         };
-        let mut want = if key(b) > key(a) { b } else { a }.to_vec();
-        let marked = if record::retired(b) > record::retired(a) {
+        // On a tie, the copy whose words are not junk (a never-written lane scribbled
+        // over must not have the junk copied into its other copy).
+        let better_b = key(b) > key(a) || (key(b) == key(a) && !seal_ok(a) && seal_ok(b));
+        let mut want = if better_b { b } else { a }.to_vec();
+        let (ra, rb) = (record::retired(a), record::retired(b));
+        let marked = if rb > ra || (rb == ra && !mark_ok(a) && mark_ok(b)) {
             b
         } else {
             a
@@ -239,16 +249,57 @@ pub(crate) fn repair_lanes(media: &Media, geo: &Geometry, replicated: bool) -> u
             if *lane_bytes(media, geo, lane, copy) == want[..] {
                 continue;
             }
+            if !crashed && damaged(lane_bytes(media, geo, lane, copy)) {
+                fixed.damaged += 1;
+            }
             let off = geo.lane_offset(lane, copy);
             // SAFETY: lane copy `copy` lies inside the pool; nothing else writes lanes while
             // the pool opens. (A crash meanwhile leaves the copy whose mark is kept with its
             // mark words as they were.)
             unsafe { media.write(off, &want) };
             media.flush(off, geo.lane_size);
-            fixed += 1;
+            fixed.rewritten += 1;
         }
     }
     fixed
+}
+
+/// What `repair_lanes` did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LaneRepairs {
+    /// Lane copies rewritten. Not all were damaged: without lane replication copy B is
+    /// expected to differ from A, and after a crash a commit's record or retire mark may
+    /// have reached one copy only, or part of it.
+    pub rewritten: u64,
+    /// Of those, the copies that were damaged: in a pool closed cleanly (after a crash a
+    /// torn copy looks the same), a retire mark that does not check, or a seal that is
+    /// neither absent nor valid (see `damaged`).
+    pub damaged: u64,
+}
+
+/// Whether a lane copy of a pool closed cleanly holds bytes no commit, recovery or lane
+/// repair leaves there: a retire mark that is neither zeros (never written) nor checks,
+/// or a seal whose first word is neither zeros (no record: never written, or unsealed by
+/// `repair_lanes`) nor a record that verifies. Damage elsewhere (entry bytes past the
+/// record, dirty-zone bits) is harmless and not told apart from what a copy B without
+/// lane replication legitimately holds.
+fn damaged(copy: &[u8]) -> bool {
+    !(mark_ok(copy) && seal_ok(copy))
+}
+
+/// Whether a lane copy's retire mark is zeros (never written) or checks.
+fn mark_ok(copy: &[u8]) -> bool {
+    let mark = &copy[RETIRED_OFFSET..RETIRED_OFFSET + 16];
+    let mut seq = [0u8; 8];
+    seq.copy_from_slice(&mark[..8]);
+    mark.iter().all(|&b| b == 0) || record::retire_mark(u64::from_le_bytes(seq)) == mark
+}
+
+/// Whether a lane copy's seal is absent (its first word zeros: never written, or unsealed
+/// by `repair_lanes`) or verifies.
+fn seal_ok(copy: &[u8]) -> bool {
+    let first = &copy[record::SEAL_OFFSET..record::SEAL_OFFSET + 8];
+    first.iter().all(|&b| b == 0) || record::decode(copy).is_some()
 }
 
 /// The bytes of one lane copy.
@@ -346,7 +397,7 @@ mod tests {
 
         let rec = recover(&media, &geo, len).unwrap();
         assert_eq!((rec.replayed, rec.max_seq), (0, 5), "record 5 is retired");
-        let fixed = repair_lanes(&media, &geo, true);
+        let fixed = repair_lanes(&media, &geo, true, true).rewritten;
         // SAFETY: the target word lies in the zone; the test owns the media.
         let word = || unsafe { media.read_u64(target) };
         for copy in 0..2 {
@@ -447,8 +498,21 @@ mod tests {
         put(&media, &geo, 0, 0, 0, &a);
         put(&media, &geo, 0, 1, 0, &a);
         assert_eq!(recover(&media, &geo, len).unwrap().replayed, 0);
-        assert_eq!(repair_lanes(&media, &geo, true), 0, "equal copies stay");
-        assert_eq!(repair_lanes(&media, &geo, false), 1);
+        let none = LaneRepairs::default();
+        assert_eq!(
+            repair_lanes(&media, &geo, true, false),
+            none,
+            "equal copies stay"
+        );
+        let unsealed = LaneRepairs {
+            rewritten: 1,
+            damaged: 0,
+        };
+        assert_eq!(
+            repair_lanes(&media, &geo, false, false),
+            unsealed,
+            "copy B without replication differs, and is not damaged"
+        );
         let (a, b) = (
             lane_bytes(&media, &geo, 0, 0),
             lane_bytes(&media, &geo, 0, 1),
@@ -456,7 +520,11 @@ mod tests {
         assert_eq!(record::decode(a).map(|r| r.seq), Some(5));
         assert_eq!(record::decode(b), None);
         assert_eq!((record::retired(a), record::retired(b)), (5, 5));
-        assert_eq!(repair_lanes(&media, &geo, false), 0, "nothing left to do");
+        assert_eq!(
+            repair_lanes(&media, &geo, false, false),
+            none,
+            "nothing left to do"
+        );
         // Both marks torn and copy A's record torn (the next one half written over it):
         // nothing replays.
         for copy in 0..2 {

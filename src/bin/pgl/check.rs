@@ -50,11 +50,28 @@ pub(crate) fn check(file: &Path) -> Result<(String, bool)> {
             "  header    a damaged copy was rewritten from the valid one"
         );
     }
-    let _ = writeln!(
-        out,
-        "  lanes     valid; {} committed record(s) replayed",
-        s.records_replayed
-    );
+    if s.lane_copies_damaged > 0 {
+        // Opening rewrote them (`pgl scrub` does not touch lanes): damage found, now gone.
+        problems += s.lane_copies_damaged;
+        let _ = writeln!(
+            out,
+            "  lanes     {} damaged lane cop{} rewritten from the other (opening the pool \
+             does this; the pool is consistent)",
+            s.lane_copies_damaged,
+            if s.lane_copies_damaged == 1 {
+                "y"
+            } else {
+                "ies"
+            }
+        );
+    }
+    if s.lane_copies_damaged == 0 || s.records_replayed > 0 {
+        let _ = writeln!(
+            out,
+            "  lanes     valid; {} committed record(s) replayed",
+            s.records_replayed
+        );
+    }
     if s.metadata_repairs == 0 {
         let _ = writeln!(out, "  metadata  both copies valid in every zone");
     } else {
