@@ -133,6 +133,12 @@ pub(crate) fn info(file: &Path, list: bool) -> Result<String> {
     for (k, v) in [
         ("records replayed", s.records_replayed),
         ("header repairs", s.header_repairs),
+        ("header updates completed", s.header_updates_completed),
+        ("lane repairs", s.lane_repairs),
+        ("lane copies damaged", s.lane_copies_damaged),
+        ("metadata repairs", s.metadata_repairs),
+        ("bitmap repairs", s.bitmap_repairs),
+        ("parity columns recomputed", s.parity_columns_recomputed),
         ("commits", s.commits),
         ("aborts", s.aborts),
         ("retries", s.retries),
@@ -142,7 +148,7 @@ pub(crate) fn info(file: &Path, list: bool) -> Result<String> {
         ("allocs", s.allocs),
         ("frees", s.frees),
     ] {
-        let _ = writeln!(out, "  {k:<18}{v}");
+        let _ = writeln!(out, "  {k:<27}{v}");
     }
     Ok(out)
 }
