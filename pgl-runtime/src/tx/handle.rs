@@ -149,56 +149,102 @@ pub(crate) enum ReadSource<'tx> {
 /// (the copy would diverge from what those handles show) or freed until they are
 /// dropped, as a buffered object cannot while a `Read` borrows its buffer.
 ///
-/// The map is taken from the lane at the transaction's first in-place read and given
-/// back at its end (`Scratch::reads`): a transaction that reads nothing in place, the
-/// usual writer, pays nothing for it.
+/// A transaction usually holds a few such `Read`s at once (a tree walk holds one or two),
+/// so the first `INLINE` objects are kept in place, searched linearly; more spill into a
+/// map taken from the lane at the first spill and given back at the transaction's end
+/// (`Scratch::reads`).
 ///
 /// Invariant: a count is raised when an in-place `Read` is made and lowered when it is
 /// dropped (an entry goes at 0); a forgotten `Read` keeps its object borrowed until the
-/// transaction ends.
-/// The borrows of the inner cell never call out, so they never overlap.
+/// transaction ends. An object is in the inline part or in the map, never both. The
+/// borrows of the inner cell never call out, so they never overlap.
 #[derive(Default)]
-pub(crate) struct InPlaceReads(RefCell<Option<Box<ReadCounts>>>);
+pub(crate) struct InPlaceReads(RefCell<LiveReads>);
 
-/// Live in-place `Read`s by object offset.
+/// Objects borrowed inline: enough for the `Read`s a transaction usually holds at once.
+const INLINE: usize = 8;
+
+/// See [`InPlaceReads`].
+#[derive(Default)]
+pub(crate) struct LiveReads {
+    /// `inline[..n]`: offsets with their counts (all above 0).
+    inline: [(u64, u32); INLINE],
+    n: usize,
+    /// The objects past the first `INLINE`, if any spilled.
+    spill: Option<Box<ReadCounts>>,
+}
+
+/// Live in-place `Read`s by object offset, past the inline ones.
 pub(crate) type ReadCounts = crate::smallmap::SmallMap<u64, u32>;
 
+impl LiveReads {
+    #[inline]
+    fn position(&self, off: u64) -> Option<usize> {
+        self.inline[..self.n].iter().position(|&(o, _)| o == off)
+    }
+}
+
 impl InPlaceReads {
-    /// Gives the map back (emptied) for the lane's next transaction, if this one took it.
+    /// Gives the spill map back (emptied) for the lane's next transaction, if this one
+    /// took it.
     pub(crate) fn take(&self) -> Option<Box<ReadCounts>> {
-        let mut map = self.0.borrow_mut().take()?;
+        let mut map = self.0.borrow_mut().spill.take()?;
         map.clear();
         Some(map)
     }
 
-    /// Counts one more live in-place `Read` of the object at `off`; the first one takes
+    /// Counts one more live in-place `Read` of the object at `off`; the first spill takes
     /// the lane's map (`spare`), or a new one.
+    #[inline]
     pub(crate) fn enter(&self, off: u64, spare: &mut Option<Box<ReadCounts>>) {
         let mut cell = self.0.borrow_mut();
-        let map = cell.get_or_insert_with(|| spare.take().unwrap_or_default());
+        let live = &mut *cell;
+        if let Some(i) = live.position(off) {
+            live.inline[i].1 += 1;
+            return;
+        }
+        let spilled = live.spill.as_ref().is_some_and(|m| m.get(&off).is_some());
+        if !spilled && live.n < INLINE {
+            live.inline[live.n] = (off, 1);
+            live.n += 1;
+            return;
+        }
+        let map = live
+            .spill
+            .get_or_insert_with(|| spare.take().unwrap_or_default());
         *map.entry_or_insert_with(off, || 0) += 1;
     }
 
     /// Counts one `Read` of the object at `off` fewer.
+    #[inline]
     fn leave(&self, off: u64) {
         let mut cell = self.0.borrow_mut();
-        let Some(map) = cell.as_mut() else {
-            return;
-        };
+        let live = &mut *cell;
         // Only live borrows are kept: a transaction that reads many objects in turn holds
         // an entry for each of the few it reads at once, not for all of them.
-        map.update_or_remove(&off, |n| {
-            *n = n.saturating_sub(1);
-            *n == 0
-        });
+        if let Some(i) = live.position(off) {
+            live.inline[i].1 -= 1;
+            if live.inline[i].1 == 0 {
+                live.n -= 1;
+                let last = live.n;
+                live.inline[i] = live.inline[last];
+            }
+        } else if let Some(map) = live.spill.as_mut() {
+            map.update_or_remove(&off, |n| {
+                *n = n.saturating_sub(1);
+                *n == 0
+            });
+        }
     }
 
     /// Whether a live in-place `Read` borrows the object at `off`.
     pub(crate) fn borrowed(&self, off: u64) -> bool {
-        self.0
-            .borrow()
-            .as_ref()
-            .is_some_and(|map| map.get(&off).is_some_and(|&n| n > 0))
+        let live = self.0.borrow();
+        live.position(off).is_some()
+            || live
+                .spill
+                .as_ref()
+                .is_some_and(|map| map.get(&off).is_some_and(|&n| n > 0))
     }
 }
 
@@ -273,3 +319,51 @@ impl<T: Persistent> Drop for Ref<'_, T> {
 // was made, like a `MutexGuard`.
 // SAFETY: shared access to `&T` where `T: Sync`.
 unsafe impl<T: Persistent> Sync for Ref<'_, T> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn in_place_reads_count_like_a_map_inline_and_spilled() {
+        // Up to 20 objects borrowed at once (past the inline ones), counts up and down.
+        let reads = InPlaceReads::default();
+        let mut spare = None;
+        let mut model: HashMap<u64, u32> = HashMap::new();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for step in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let off = (x % 20) * 64;
+            let live = model.get(&off).copied().unwrap_or(0);
+            if x & (1 << 40) != 0 || live == 0 {
+                reads.enter(off, &mut spare);
+                *model.entry(off).or_default() += 1;
+            } else {
+                reads.leave(off);
+                let n = model.get_mut(&off).unwrap();
+                *n -= 1;
+                if *n == 0 {
+                    model.remove(&off);
+                }
+            }
+            for k in 0..20 {
+                assert_eq!(
+                    reads.borrowed(k * 64),
+                    model.contains_key(&(k * 64)),
+                    "object {k} after step {step}"
+                );
+            }
+            let live = reads.0.borrow();
+            let inline = &live.inline[..live.n];
+            assert!(inline
+                .iter()
+                .all(|&(o, n)| n > 0 && live.spill.as_ref().is_none_or(|m| m.get(&o).is_none())));
+        }
+        // The spill map goes back to the lane emptied.
+        let map = reads.take().expect("more than INLINE were live at once");
+        assert!(map.is_empty());
+    }
+}
