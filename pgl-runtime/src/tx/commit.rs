@@ -416,6 +416,22 @@ impl Tx<'_> {
                     }
                 }
             });
+            // The chunks of a freed large object, which its commit does not write (only the
+            // chunk table, in other chunks): a deferred record of another lane over its
+            // bytes is settled before they can be reused (`deferred.rs`). Its owner's later
+            // commit creating an object there would pass it unsettled, and a replay of it
+            // after that commit's fence would void the newer record. (A block of a run
+            // shares its chunk with the bitmap word its free writes.)
+            for f in &lane.scratch.frees {
+                if let crate::heap::PendingFree::Chunks { zone, first, n } = *f {
+                    let geo = &eng.geo;
+                    touched.add(
+                        geo.chunk_offset(zone, first),
+                        n * geo.chunk_size,
+                        map.chunk_shift(),
+                    );
+                }
+            }
             if eng.parity.enabled() && zones != lane.dirty {
                 if let Err(e) = self.mark_dirty_zones(&mut lane.dirty, zones) {
                     break 'locked Err(e);

@@ -27,7 +27,8 @@
 //! its owner replays after it (sequence order), and none of the owner's records created an
 //! object over bytes it wrote (those bytes were a live object's when it committed, and
 //! only another thread's commit, which settled it first, or the owner's own commit, which
-//! comes after its next fence, can free them). A later record's retirement (its retire
+//! comes after its next fence, can free them: a free's commit counts the freed object's
+//! chunks as touched, though it writes only their metadata). A later record's retirement (its retire
 //! mark, or its record overwritten) never becomes durable before the deferred record's
 //! mark: the owner issues that mark's write-back before its next fence, which comes before
 //! it retires anything later, and a lane it leaves pending is settled by whoever takes it,
