@@ -69,7 +69,13 @@ impl Drop for Worker {
 }
 
 /// One op of the stream.
-fn step(run: &mut Run<'_>, workers: &[Worker; 2], lane: usize, orphans: &mut Vec<(u64, Vec<u8>)>) {
+fn step(
+    run: &mut Run<'_>,
+    workers: &[Worker; 2],
+    lane: usize,
+    orphans: &mut Vec<(u64, Vec<u8>)>,
+    large: bool,
+) {
     let w = &workers[lane];
     let used = run.model.used();
     let pick = run.rng.below(100);
@@ -119,7 +125,11 @@ fn step(run: &mut Run<'_>, workers: &[Worker; 2], lane: usize, orphans: &mut Vec
             }
         });
     } else if pick < 60 && used.len() < SLOTS - 2 {
-        let n = run.rng.pick(&[64, 64, 256, 1024, 4096, 16384]);
+        let n = if large && run.rng.chance(300) {
+            65536
+        } else {
+            run.rng.pick(&[64, 64, 256, 1024, 4096, 16384])
+        };
         let slot = run.model.free_slot();
         let data = run.rng.bytes(n);
         let unzeroed = run.rng.chance(400);
@@ -234,7 +244,9 @@ fn step(run: &mut Run<'_>, workers: &[Worker; 2], lane: usize, orphans: &mut Vec
     }
 }
 
-fn stream(op: &str, tune: impl Fn(&mut pgl::Config), first_seed: u64) {
+/// `observe_copies`: a deferred record stays pending from one op into the next (see
+/// `Run::observe_copies`), with large objects (whole chunks) among the allocations.
+fn stream(op: &str, tune: impl Fn(&mut pgl::Config), first_seed: u64, observe_copies: bool) {
     let mut suite = Suite::new(op);
     let mut seed = first_seed;
     while !suite.done() {
@@ -243,6 +255,7 @@ fn stream(op: &str, tune: impl Fn(&mut pgl::Config), first_seed: u64) {
         cfg.lanes = 2;
         tune(&mut cfg);
         let mut run = suite.run(format!("{op} #{seed}"), cfg, seed);
+        run.observe_copies = observe_copies;
         run.setup(|pool, root, m, rng| {
             for n in [64, 64, 256, 1024, 4096, 16384] {
                 let slot = m.free_slot();
@@ -267,7 +280,7 @@ fn stream(op: &str, tune: impl Fn(&mut pgl::Config), first_seed: u64) {
             if run.rng.chance(400) {
                 lane ^= 1;
             }
-            step(&mut run, &workers, lane, &mut orphans);
+            step(&mut run, &workers, lane, &mut orphans, observe_copies);
         }
     }
     suite.assert_clean();
@@ -275,12 +288,17 @@ fn stream(op: &str, tune: impl Fn(&mut pgl::Config), first_seed: u64) {
 
 #[test]
 fn crash_two_lanes_op_stream() {
-    stream("two lanes", |_| {}, 1000);
+    stream("two lanes", |_| {}, 1000, false);
+}
+
+#[test]
+fn crash_two_lanes_op_stream_deferred_across_ops() {
+    stream("two lanes, deferred across ops", |_| {}, 4000, true);
 }
 
 #[test]
 fn crash_two_lanes_op_stream_without_parity() {
-    stream("two lanes, no parity", |c| c.parity = false, 3000);
+    stream("two lanes, no parity", |c| c.parity = false, 3000, false);
 }
 
 #[test]
@@ -289,6 +307,7 @@ fn crash_two_lanes_op_stream_one_lane_copy() {
         "two lanes, one lane copy",
         |c| c.replicate_lanes = false,
         2000,
+        false,
     );
 }
 

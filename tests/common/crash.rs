@@ -1070,6 +1070,7 @@ impl Suite {
             root,
             model: Model::default(),
             rng: Rng::new(seed),
+            observe_copies: false,
         }
     }
 
@@ -1136,9 +1137,25 @@ pub struct Run<'s> {
     pub model: Model,
     /// The scenario's random numbers (seeded).
     pub rng: Rng,
+    /// Observe the pool before and after each op on a copy of its volatile image (a pool
+    /// opened on it, as after a crash that kept every pending word) instead of the live
+    /// pool, whose observation settles deferred records (`snapshot` freezes it): so that
+    /// a deferred record stays pending from one op into the next.
+    pub observe_copies: bool,
 }
 
 impl Run<'_> {
+    /// The state the checks compare crash images with: the live pool's, or a copy's
+    /// (`observe_copies`).
+    fn observe(&self) -> State {
+        if !self.observe_copies {
+            return snapshot(&self.pool);
+        }
+        let dev = CrashSim::from_image(&self.sim.volatile_image(), self.sim.len(), 0);
+        let pool = Pool::open_sim(&dev, LAYOUT).expect("open a copy of the live pool");
+        snapshot(&pool)
+    }
+
     /// Whether the suite reached its target.
     pub fn done(&self) -> bool {
         self.suite.done()
@@ -1186,7 +1203,7 @@ impl Run<'_> {
         unchanged: bool,
         f: impl FnOnce(&Pool, Oid<Root>, &mut Model, &mut Rng),
     ) {
-        let before = snapshot(&self.pool);
+        let before = self.observe();
         if let Err(e) = check_model(&before, &self.model) {
             panic!(
                 "[{} / {step}] live pool disagrees with the model before the op: {e}",
@@ -1203,7 +1220,7 @@ impl Run<'_> {
         self.sim.clear_fence_hook();
         let mut points = std::mem::take(&mut *points.lock().expect("hook sink"));
         points.push(self.sim.crash_point());
-        let after = snapshot(&self.pool);
+        let after = self.observe();
         if let Err(e) = check_model(&after, &self.model) {
             panic!(
                 "[{} / {step}] live pool disagrees with the model after the op: {e}",
