@@ -423,12 +423,12 @@ pub(crate) fn spawn(pool: Weak<super::pool::Inner>, every: u64) -> Option<Arc<Sc
                     }
                 }
                 let Some(inner) = pool.upgrade() else { return };
-                #[cfg(test)]
-                tests::hold();
                 let pool = Pool {
                     inner,
                     scrubber: None,
                 };
+                #[cfg(test)]
+                tests::hold(&pool);
                 let commits: u64 = pool
                     .inner
                     .eng
@@ -486,9 +486,10 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::{Duration, Instant};
 
-    /// Armed by a test: the next scrubber to wake holds its pool for a while, as a long
-    /// scrub would.
-    static ARMED: AtomicBool = AtomicBool::new(false);
+    /// Armed by a test with its pool's file: that pool's scrubber, when it next wakes,
+    /// holds the pool for a while, as a long scrub would (keyed by file, so that another
+    /// test's scrubber cannot take the turn).
+    static ARMED: parking_lot::Mutex<Option<std::path::PathBuf>> = parking_lot::Mutex::new(None);
     static HOLDING: AtomicBool = AtomicBool::new(false);
 
     /// Pools (by file) whose background scrubber's next passes fail, and how many.
@@ -505,8 +506,16 @@ mod tests {
         Some(crate::Error::Conflict { offset: 0 })
     }
 
-    pub(super) fn hold() {
-        if ARMED.swap(false, Ordering::AcqRel) {
+    pub(super) fn hold(pool: &Pool) {
+        let mine = {
+            let mut armed = ARMED.lock();
+            let mine = armed.as_deref() == Some(pool.inner.eng.media.path().as_path());
+            if mine {
+                *armed = None;
+            }
+            mine
+        };
+        if mine {
             HOLDING.store(true, Ordering::Release);
             std::thread::sleep(Duration::from_millis(300));
         }
@@ -546,7 +555,7 @@ mod tests {
         let cfg = Config::small("scrub-drop").verify(VerifyPolicy::Scrub { every_n_tx: 1 });
         let pool = Pool::create(&path, &cfg).unwrap();
         pool.tx(|tx| tx.alloc(7u64)).unwrap();
-        ARMED.store(true, Ordering::Release);
+        *ARMED.lock() = Some(path.clone());
         let t = Instant::now();
         while !HOLDING.load(Ordering::Acquire) {
             assert!(
