@@ -28,7 +28,7 @@ use super::format::{
 use super::policy::{bucket, ForcePolicy, LogStats, WINDOW_BUCKETS};
 use super::recovery::{self, RecoveryReport};
 use super::reservation::Reservation;
-use crate::persist::{CrashSim, FlushMode, Media};
+use crate::persist::{CrashSim, FileKind, FlushMode, Media};
 use crate::thread_token::thread_token;
 use crate::{Error, Result};
 use parking_lot::{Mutex, RwLock};
@@ -184,29 +184,12 @@ impl Log {
         let path = path.as_ref();
         let cap = config.area()?;
         let len = format::file_len(cap);
-        let media = Media::create_file(path, len, len, config.flush, config.preallocate)?;
-        // The file this call made (`create_new` succeeded): only it may be removed, and
-        // only while no other `Log` has opened it (the lock is taken before the format).
-        let made = file_id(path);
+        let (media, made) = Media::create_file(path, len, len, config.flush, config.preallocate)?;
+        // Locked before it is formatted: then only this call may remove it (see `NewFile`).
         media.lock_exclusive("log", ALREADY_OPEN)?;
         Self::format(&media, cap, config.policy)
             .and_then(|()| Self::from_media(media))
-            .map_err(|e| {
-                // Someone may have replaced the path meanwhile: then it is not ours.
-                if made.is_none() || file_id(path) != made || std::fs::remove_file(path).is_err()
-                {
-                    return e;
-                }
-                match e {
-                    // Not "reopen it": there is no log to reopen.
-                    Error::Io { path, source, .. } => Error::io(
-                        "the log was not created (its half-made file was removed; retry once                          the device works): writing its superline to",
-                        path,
-                        source,
-                    ),
-                    e => e,
-                }
-            })
+            .map_err(|e| made.abandon(FileKind::Log, e))
     }
 
     /// Opens the log at `path`, recovering it: the valid superline copy is chosen, records
@@ -993,21 +976,6 @@ fn backoff(spins: &mut u32) {
 fn write_superlines(media: &Media, cap: u64, first: usize, line: &Superline) -> Result<()> {
     write_superline(media, cap, first, line)?;
     write_superline(media, cap, 1 - first, line)
-}
-
-/// The device and inode of the file at `path` (`None` if it cannot be read).
-fn file_id(path: &Path) -> Option<(u64, u64)> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        std::fs::symlink_metadata(path)
-            .ok()
-            .map(|m| (m.dev(), m.ino()))
-    }
-    #[cfg(not(unix))]
-    {
-        std::fs::symlink_metadata(path).ok().map(|_| (0, 0))
-    }
 }
 
 /// Writes superline copy `copy`, durably.

@@ -9,6 +9,7 @@
 //! `fence` before anything that depends on it being durable.
 
 use super::flush::{flush_lines, sfence, stream_copy, FlushMode};
+use super::new_file::NewFile;
 use super::sim::CrashSim;
 use crate::{Error, Result};
 use memmap2::{MmapOptions, MmapRaw};
@@ -245,14 +246,15 @@ fn fully_allocated(file: &File) -> bool {
 
 impl Media {
     /// Creates a new file of `len` bytes, sparse or with its blocks allocated (see
-    /// [`allocate`]), and maps it.
+    /// [`allocate`]), and maps it; with it, the [`NewFile`] to remove if writing the pool
+    /// or log into it fails (lock the media first: see `NewFile`).
     pub(crate) fn create_file(
         path: &Path,
         len: u64,
         reserve: u64,
         mode: Option<FlushMode>,
         preallocate: bool,
-    ) -> Result<Media> {
+    ) -> Result<(Media, NewFile)> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -268,6 +270,7 @@ impl Media {
                     Error::io("create", path, e)
                 }
             })?;
+        let new_file = NewFile::new(&file, path);
         let made = (|| {
             file.set_len(len).map_err(|e| Error::io("size", path, e))?;
             if preallocate {
@@ -284,12 +287,12 @@ impl Media {
         let (map, reserve) = match made {
             Ok(m) => m,
             Err(e) => {
-                let _ = std::fs::remove_file(path);
+                let _ = new_file.remove();
                 return Err(e);
             }
         };
         let mode = Self::usable(mode).unwrap_or_else(|| Self::mode_for(&file, &map));
-        Ok(Media {
+        let media = Media {
             base: map.as_mut_ptr(),
             len: AtomicU64::new(len),
             reserve,
@@ -300,7 +303,8 @@ impl Media {
                 _map: map,
             },
             failed: AtomicI32::new(0),
-        })
+        };
+        Ok((media, new_file))
     }
 
     /// `mode` if this CPU has it, else none (the file's own is chosen): a mode asked for
@@ -789,7 +793,8 @@ mod tests {
     fn a_new_file_and_its_growth_own_their_blocks() {
         let path = crate::scratch_pool("media-allocate");
         let media = Media::create_file(&path, 1 << 20, 4 << 20, Some(FlushMode::None), true)
-            .expect("create");
+            .expect("create")
+            .0;
         assert!(
             allocated(&path) >= 1 << 20,
             "created sparse: {} bytes allocated",
@@ -809,7 +814,8 @@ mod tests {
     fn a_sparse_file_grows_sparse() {
         let path = crate::scratch_pool("media-sparse");
         let media = Media::create_file(&path, 1 << 20, 4 << 20, Some(FlushMode::None), false)
-            .expect("create");
+            .expect("create")
+            .0;
         media.grow(3 << 20).expect("grow");
         assert!(
             allocated(&path) < 1 << 20,

@@ -3,6 +3,7 @@
 
 mod flush;
 mod media;
+mod new_file;
 mod sim;
 
 pub use flush::FlushMode;

@@ -21,7 +21,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 impl Pool {
-    pub(super) fn format(media: &Media, geo: &Geometry, zones: u64, layout: &str, parity: bool) {
+    /// Writes both header copies of a new pool (everything else is zeros), durably.
+    pub(super) fn format(
+        media: &Media,
+        geo: &Geometry,
+        zones: u64,
+        layout: &str,
+        parity: bool,
+    ) -> Result<()> {
         let h = Header {
             version: FORMAT_VERSION,
             generation: 1,
@@ -41,6 +48,7 @@ impl Pool {
             media.flush(off, PAGE);
         }
         media.fence();
+        media.check()
     }
 
     /// Opens the pool on `media` with `config`; with `keep_modes`, zone parity and object

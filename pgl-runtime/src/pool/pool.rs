@@ -7,7 +7,7 @@ use super::config::Config;
 use super::header::{Header, FLAG_OPEN};
 use crate::geometry::PAGE;
 use crate::heap::layout::{ObjectHeader, HEADER_SIZE, ROOT_OFFSET};
-use crate::persist::{CrashSim, FlushMode, Media};
+use crate::persist::{CrashSim, FileKind, FlushMode, Media};
 use crate::persistent::{Oid, Persistent};
 use crate::stats::Stats;
 use crate::tx::{self, Engine, Mut, Ref, Tx, TypeInfo};
@@ -158,19 +158,23 @@ pub(super) fn new_uuid() -> [u8; 16] {
 impl Pool {
     /// Creates a new pool file at `path`. Fails with `Error::AlreadyExists` if a file is
     /// there. The file is sparse unless `config.preallocate`: a 1 GiB pool is created
-    /// without writing 1 GiB.
+    /// without writing 1 GiB. If writing the new pool fails (an I/O error of the device),
+    /// the file it created is removed again, so that the same call can be retried.
     pub fn create(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
         let path = path.as_ref();
         let (geo, zones) = config.validate()?;
-        let media = Media::create_file(
+        let (media, made) = Media::create_file(
             path,
             geo.pool_size(zones),
             config.max_size,
             config.flush_mode(),
             config.preallocate,
         )?;
-        Self::format(&media, &geo, zones, &config.layout, config.parity);
-        Self::from_media(media, Some(&config.layout), config, false)
+        // Locked before it is formatted: then only this call may remove it (see `NewFile`).
+        media.lock_exclusive("pool", ALREADY_OPEN)?;
+        Self::format(&media, &geo, zones, &config.layout, config.parity)
+            .and_then(|()| Self::from_media(media, Some(&config.layout), config, false))
+            .map_err(|e| made.abandon(FileKind::Pool, e))
     }
 
     /// Opens the pool at `path`, checking that it holds layout `layout`. Repairs a damaged
@@ -216,7 +220,7 @@ impl Pool {
         }
         let media = Media::sim_new(sim.clone(), "pool", ALREADY_OPEN)?;
         media.grow(size)?;
-        Self::format(&media, &geo, zones, &config.layout, config.parity);
+        Self::format(&media, &geo, zones, &config.layout, config.parity)?;
         Self::from_media(media, Some(&config.layout), config, false)
     }
 
