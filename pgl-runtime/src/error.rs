@@ -488,8 +488,10 @@ pub enum Error {
     LsnOutOfRange {
         /// The log file.
         path: PathBuf,
-        /// The operation ("force", "reclaim", "iter_from", or "iter": an iterator made by
-        /// `Log::iter_from` whose next record was reclaimed; resume from `first`).
+        /// The operation ("force", "reclaim", "iter_from", "iter": an iterator made by
+        /// `Log::iter_from` whose next record was reclaimed; resume from `first`, or
+        /// "inspect": `Inspection::records` met a record a live log has written over since
+        /// the inspection's scan, which found `first` to `next`).
         op: &'static str,
         /// The LSN given.
         lsn: u64,
@@ -686,6 +688,7 @@ fn stored_type(name: &Option<String>, id: u32) -> String {
 fn call(op: &str) -> String {
     match op {
         "iter" => "iterating".to_string(),
+        "inspect" => "inspecting".to_string(),
         _ => format!("Log::{op}"),
     }
 }
@@ -694,6 +697,10 @@ fn call(op: &str) -> String {
 /// `first`.
 fn lsn_advice(op: &str, lsn: u64, first: u64) -> &'static str {
     match op {
+        "inspect" => {
+            "the inspection's scan found it, but the live log has since reclaimed it and \
+             written over it: inspect the log again"
+        }
         "iter" => {
             "it was reclaimed before this iterator (Log::iter_from, which never skips a \
              record) reached it: resume with Log::iter_from at the first live LSN if the gap \

@@ -367,6 +367,29 @@ pub fn record_crc(h: &RecordHeader, area_off: u64, payload: &[u8]) -> u32 {
     s.finish()
 }
 
+/// [`record_crc`] fed the payload piece by piece: the same checksum, whatever the pieces.
+pub(crate) struct RecordCrc(Strong);
+
+impl RecordCrc {
+    /// The checksum of the record `h` at `area_off`, before any payload.
+    pub(crate) fn new(h: &RecordHeader, area_off: u64) -> RecordCrc {
+        let mut s = Strong::new();
+        s.update(&h.encode()[..RCRC_OFFSET]);
+        s.update(&area_off.to_le_bytes());
+        RecordCrc(s)
+    }
+
+    /// Feeds the next bytes of the payload.
+    pub(crate) fn update(&mut self, piece: &[u8]) {
+        self.0.update(piece);
+    }
+
+    /// The checksum.
+    pub(crate) fn finish(self) -> u32 {
+        self.0.finish()
+    }
+}
+
 /// `h` with its crc computed over `payload` at `area_off`.
 pub fn seal(mut h: RecordHeader, area_off: u64, payload: &[u8]) -> RecordHeader {
     h.crc = record_crc(&h, area_off, payload);
@@ -424,10 +447,29 @@ pub fn check_at(
     lsn: u64,
     rule: EpochRule,
 ) -> Result<RecordHeader, Invalid> {
-    if off % LINE != 0 || bytes.len() < HEADER_LEN as usize {
+    let Some(head) = bytes.get(..HEADER_LEN as usize) else {
+        return Err(Invalid::Absent);
+    };
+    let h = check_header(head, bytes.len() as u64, off, lsn, rule)?;
+    let p = HEADER_LEN as usize;
+    let payload = &bytes[p..p + h.len() as usize];
+    check_crc(h, record_crc(&h, off, payload))
+}
+
+/// Everything [`check_at`] checks but the checksum, from the record's header bytes
+/// `head` alone: `avail` is how many bytes the area has from area offset `off` on. A
+/// record that passes has `HEADER_LEN + len() <= avail`.
+pub(crate) fn check_header(
+    head: &[u8],
+    avail: u64,
+    off: u64,
+    lsn: u64,
+    rule: EpochRule,
+) -> Result<RecordHeader, Invalid> {
+    if off % LINE != 0 || avail < HEADER_LEN || head.len() < HEADER_LEN as usize {
         return Err(Invalid::Absent);
     }
-    let h = RecordHeader::decode(&bytes[..HEADER_LEN as usize]);
+    let h = RecordHeader::decode(&head[..HEADER_LEN as usize]);
     if h.lsn != lsn {
         return Err(Invalid::Absent);
     }
@@ -437,7 +479,7 @@ pub fn check_at(
             h.magic
         )));
     }
-    if h.len() > bytes.len() as u64 - HEADER_LEN {
+    if h.len() > avail - HEADER_LEN {
         return Err(Invalid::Damaged(format!(
             "length {} runs past the end of the record area",
             h.len()
@@ -449,9 +491,11 @@ pub fn check_at(
             h.epoch, rule.min_epoch, rule.epoch_lsn, rule.epoch
         )));
     }
-    let p = HEADER_LEN as usize;
-    let payload = &bytes[p..p + h.len() as usize];
-    let crc = record_crc(&h, off, payload);
+    Ok(h)
+}
+
+/// `h` if `crc`, computed over its bytes, is the one it stores.
+pub(crate) fn check_crc(h: RecordHeader, crc: u32) -> Result<RecordHeader, Invalid> {
     if crc != h.crc {
         return Err(Invalid::Damaged(format!(
             "checksum mismatch (stored {:#010x}, computed {crc:#010x})",
@@ -486,14 +530,23 @@ pub fn locate_in<'a>(
     lsn: u64,
     rule: EpochRule,
 ) -> Result<(u64, RecordHeader), (u64, Invalid)> {
+    locate_by(cap, |v| check_at(read(v), v % cap, lsn, rule), voff)
+}
+
+/// [`locate_in`] with `check(v)` checking the record expected at virtual offset `v`.
+pub(crate) fn locate_by(
+    cap: u64,
+    check: impl Fn(u64) -> Result<RecordHeader, Invalid>,
+    voff: u64,
+) -> Result<(u64, RecordHeader), (u64, Invalid)> {
     let p = voff % cap;
-    let here = match check_at(read(voff), p, lsn, rule) {
+    let here = match check(voff) {
         Ok(h) => return Ok((voff, h)),
         Err(e) => e,
     };
     if p != 0 {
         let skip = cap - p;
-        match check_at(read(voff + skip), 0, lsn, rule) {
+        match check(voff + skip) {
             // A record at 0 is this one only if it could not have fit at `p`.
             Ok(h) if record_size(h.len()) > skip => return Ok((voff + skip, h)),
             Ok(_) => {}

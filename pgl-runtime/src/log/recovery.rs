@@ -7,7 +7,9 @@
 //! panics, never reads outside the slices it is given) and never accepts more than one
 //! capacity's worth of records.
 
-use super::format::{self, locate, record_size, EpochRule, Invalid, Superline, SUPER_LEN};
+use super::format::{
+    self, locate, record_size, EpochRule, Invalid, RecordHeader, Superline, SUPER_LEN,
+};
 
 /// Where the scan stopped at a record that claimed the expected LSN but failed validation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,6 +54,8 @@ pub(crate) struct Scan {
     pub index: Vec<u64>,
     /// Virtual offset just past the last valid record (the tail).
     pub end_voff: u64,
+    /// Aborted records among the valid ones.
+    pub aborted: u64,
 }
 
 /// Decodes both copies and picks the valid one. `Err` holds both reasons.
@@ -72,12 +76,37 @@ pub(crate) fn choose(
 /// area's file offset (for reports); `want_index` asks for every record's virtual offset.
 pub(crate) fn scan(area: &[u8], sb: &Superline, area_offset: u64, want_index: bool) -> Scan {
     let cap = area.len() as u64;
+    scan_by(
+        cap,
+        |voff, lsn, rule| locate(area, voff, lsn, rule),
+        |p| {
+            let head = area.get(p as usize..)?.get(..format::HEADER_LEN as usize)?;
+            Some(format::RecordHeader::decode(head))
+        },
+        sb,
+        area_offset,
+        want_index,
+    )
+}
+
+/// [`scan`] of a `cap`-byte area read through `locate` (as [`locate`] finds a record) and
+/// `header_at(p)` (the header bytes at area offset `p`, if they lie in the area): the one
+/// walk `Log::open` runs over its mapping and `Inspection` over reads of the file.
+pub(crate) fn scan_by(
+    cap: u64,
+    mut locate: impl FnMut(u64, u64, EpochRule) -> Result<(u64, RecordHeader), (u64, Invalid)>,
+    mut header_at: impl FnMut(u64) -> Option<RecordHeader>,
+    sb: &Superline,
+    area_offset: u64,
+    want_index: bool,
+) -> Scan {
     let mut rule = EpochRule {
         epoch_lsn: sb.epoch_lsn,
         epoch: sb.epoch,
         min_epoch: sb.start_epoch,
     };
     let mut index = Vec::new();
+    let mut aborted = 0;
     let (mut voff, mut lsn) = (sb.start_voff, sb.start_lsn);
     let mut report = RecoveryReport {
         start_lsn: sb.start_lsn,
@@ -87,7 +116,7 @@ pub(crate) fn scan(area: &[u8], sb: &Superline, area_offset: u64, want_index: bo
     // Where the first record is (past the start offset if it wrapped).
     let mut first = sb.start_voff;
     loop {
-        match locate(area, voff, lsn, rule) {
+        match locate(voff, lsn, rule) {
             Ok((at, h)) => {
                 if lsn == sb.start_lsn {
                     // The first record may have wrapped past the start offset: the bytes it
@@ -104,6 +133,7 @@ pub(crate) fn scan(area: &[u8], sb: &Superline, area_offset: u64, want_index: bo
                     index.push(at);
                 }
                 report.records += 1;
+                aborted += u64::from(h.aborted());
                 rule = rule.after(h.epoch);
                 voff = end;
                 lsn += 1;
@@ -114,7 +144,8 @@ pub(crate) fn scan(area: &[u8], sb: &Superline, area_offset: u64, want_index: bo
                     offset: area_offset + at % cap,
                     reason,
                 });
-                report.dropped = 1 + count_after(area, at, lsn, rule, limit);
+                report.dropped =
+                    1 + count_after(cap, &mut locate, &mut header_at, at, lsn, rule, limit);
                 break;
             }
             Err((_, Invalid::Absent)) => break,
@@ -126,23 +157,29 @@ pub(crate) fn scan(area: &[u8], sb: &Superline, area_offset: u64, want_index: bo
         report,
         index,
         end_voff: voff,
+        aborted,
     }
 }
 
 /// Valid-looking records chained after a damaged one at `at` (if its length word can be
 /// trusted enough to find the next): what recovery drops beyond the damaged record.
-fn count_after(area: &[u8], at: u64, lsn: u64, mut rule: EpochRule, limit: u64) -> u64 {
-    let cap = area.len() as u64;
-    let p = (at % cap) as usize;
-    if p + format::HEADER_LEN as usize > area.len() {
+fn count_after(
+    cap: u64,
+    locate: &mut impl FnMut(u64, u64, EpochRule) -> Result<(u64, RecordHeader), (u64, Invalid)>,
+    header_at: &mut impl FnMut(u64) -> Option<RecordHeader>,
+    at: u64,
+    lsn: u64,
+    mut rule: EpochRule,
+    limit: u64,
+) -> u64 {
+    let Some(h) = header_at(at % cap) else {
         return 0;
-    }
-    let h = format::RecordHeader::decode(&area[p..]);
+    };
     let mut voff = at + record_size(h.len());
     let mut n = 0;
     let mut lsn = lsn + 1;
     while voff < limit {
-        match locate(area, voff, lsn, rule) {
+        match locate(voff, lsn, rule) {
             Ok((v, h)) => {
                 n += 1;
                 rule = rule.after(h.epoch);
@@ -191,11 +228,27 @@ fn file_bytes(media: &crate::persist::Media) -> &[u8] {
 /// (named `path` in errors): the one place `Log::open` and `Inspection::open` learn a
 /// log's shape.
 pub(crate) fn superlines_in(file: &[u8], path: &std::path::Path) -> crate::Result<Superlines> {
+    superlines_by(
+        file.len() as u64,
+        |off, buf| {
+            // Both copies lie inside the file (`superlines_by` checked its length).
+            buf.copy_from_slice(&file[off as usize..][..SUPER_LEN]);
+            Ok(())
+        },
+        path,
+    )
+}
+
+/// [`superlines_in`] of a file of `len` bytes whose bytes at `off` `read(off, buf)` reads.
+pub(crate) fn superlines_by(
+    len: u64,
+    mut read: impl FnMut(u64, &mut [u8; SUPER_LEN]) -> crate::Result<()>,
+    path: &std::path::Path,
+) -> crate::Result<Superlines> {
     let not_a_log = |reason: String| crate::Error::NotALog {
         path: path.to_owned(),
         reason,
     };
-    let len = file.len() as u64;
     if len < format::file_len(format::MIN_CAPACITY) {
         return Err(not_a_log(format!(
             "{len} bytes, shorter than the smallest log ({} bytes)",
@@ -205,9 +258,8 @@ pub(crate) fn superlines_in(file: &[u8], path: &std::path::Path) -> crate::Resul
     let cap = len - format::file_len(0);
     let mut raw = [[0u8; SUPER_LEN]; 2];
     // Both copies lie inside the file (len >= file_len(MIN_CAPACITY)).
-    let b = format::super_offset(1, cap) as usize;
-    raw[0].copy_from_slice(&file[..SUPER_LEN]);
-    raw[1].copy_from_slice(&file[b..b + SUPER_LEN]);
+    read(0, &mut raw[0])?;
+    read(format::super_offset(1, cap), &mut raw[1])?;
     let (line, copy, other) = choose(&raw[0], &raw[1]).map_err(|(ea, eb)| {
         if raw[0][..8] == crate::pool::MAGIC {
             return not_a_log("it is a pgl pool: inspect it with `pgl info` or `pgl check`".into());
@@ -245,16 +297,14 @@ impl Superlines {
     /// Scans the record area of the log on `media`, which the caller has to itself, from
     /// this superline (what recovery finds).
     pub(crate) fn scan(&self, media: &crate::persist::Media) -> Scan {
-        self.scan_in(file_bytes(media))
+        // The area lies inside the file: its length was checked against the capacity.
+        let area = &file_bytes(media)[format::AREA_OFFSET as usize..][..self.capacity as usize];
+        self.named(scan(area, &self.line, format::AREA_OFFSET, true))
     }
 
-    /// Scans the record area of the log file whose bytes are `file` (the file these
-    /// superlines were read from) from this superline, the report naming which copy was
-    /// used and why the other was not.
-    pub(crate) fn scan_in(&self, file: &[u8]) -> Scan {
-        // The area lies inside the file: its length was checked against the capacity.
-        let area = &file[format::AREA_OFFSET as usize..][..self.capacity as usize];
-        let mut s = scan(area, &self.line, format::AREA_OFFSET, true);
+    /// `s`, a scan from this superline, its report naming which copy was used and why the
+    /// other was not.
+    pub(crate) fn named(&self, mut s: Scan) -> Scan {
         s.report.superline_copy = self.copy;
         s.report.other_copy_invalid = self.other.clone();
         s
@@ -264,7 +314,7 @@ impl Superlines {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::format::{seal, RecordHeader};
+    use crate::log::format::seal;
 
     fn sb(cap: u64) -> Superline {
         Superline {

@@ -73,7 +73,7 @@ pub(crate) fn log_info(file: &Path) -> Result<String> {
         bytes(r.bytes),
         r.bytes as f64 * 100.0 / i.capacity as f64
     );
-    let aborted = i.records().filter(|x| x.aborted).count();
+    let aborted = i.aborted;
     let _ = writeln!(out, "  aborted {aborted}");
     let _ = writeln!(out, "next LSN  {}", r.next_lsn);
     let problems = log_problems(&i);
@@ -105,7 +105,11 @@ pub(crate) fn log_dump(file: &Path, from: Option<u64>, max: Option<usize>) -> Re
             r.next_lsn - 1
         );
     }
-    for (shown, rec) in i.records().filter(|r| r.lsn >= from).enumerate() {
+    let records = i
+        .records()
+        .filter(|r| r.as_ref().map_or(true, |r| r.lsn >= from));
+    for (shown, rec) in records.enumerate() {
+        let rec = rec?;
         if max.is_some_and(|m| shown >= m) {
             let _ = writeln!(out, "(more records not shown)");
             break;
