@@ -20,7 +20,8 @@
 //!    record) whose chunks meet it, and any of its commits if it owes none of the
 //!    record's write-backs.
 //! 3. whoever takes the lane (`Tx::begin`, `freeze`), before writing anything to it, and
-//!    the pool's close (`settle_all`).
+//!    the pool's close (`settle_all`). Other threads' owed entries of a closed pool are
+//!    dropped at their next fence (`Owing::drop_closed`).
 //!
 //! Invariant: a deferred record is replayed, or retired only once its write-backs are
 //! durable. Replaying it after a crash is harmless whatever came after: a later record of
@@ -41,6 +42,9 @@ use super::record::{self, RETIRED_OFFSET};
 use crate::stats::Counter;
 use crate::thread_token::thread_token;
 use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// A lane's deferred record (its write-back ranges are the lane's `record.flushes`).
 #[derive(Clone, Copy, Debug)]
@@ -55,7 +59,19 @@ pub(crate) struct Deferred {
 
 thread_local! {
     /// Write-backs this thread owes, issued before its next fence on their pool.
-    static OWED: RefCell<Vec<Owed>> = const { RefCell::new(Vec::new()) };
+    static OWED: RefCell<Owing> = const {
+        RefCell::new(Owing {
+            entries: Vec::new(),
+            closed_seen: 0,
+        })
+    };
+}
+
+/// A thread's owed write-backs.
+struct Owing {
+    entries: Vec<Owed>,
+    /// `CLOSED` when the entries were last cleared of closed pools' (`drop_closed`).
+    closed_seen: u64,
 }
 
 /// A byte range this thread must write back before its next fence on pool `eng`: part of
@@ -73,15 +89,67 @@ const NO_LANE: usize = usize::MAX;
 /// Past this many entries, a thread's retire-mark entries for other pools than the one it
 /// commits to are dropped (their lanes' generations make other commits flush those marks
 /// where it matters; the owner's own later commits still flush them, see
-/// `fence_with_retires`). A deferred record's entries are never dropped: at most one
-/// record per pool is owed at a time.
+/// `fence_with_retires`). A deferred record's entries are never dropped here: at most one
+/// record per open pool is owed at a time (a closed pool's go at the next fence, see
+/// `Owing::drop_closed`).
 const OWED_MAX: usize = 1024;
+
+/// The ids of the engines alive (open pools). Ids are never reused (`engine::NEXT_ID`; a
+/// pool reopened is a new engine), so an id gone from here never returns: an entry of a
+/// closed pool can never pass for a live pool's.
+static LIVE: Mutex<BTreeSet<u64>> = Mutex::new(BTreeSet::new());
+
+/// How many engines have been dropped: a thread looks for its entries of closed pools only
+/// when this moved since it last looked.
+static CLOSED: AtomicU64 = AtomicU64::new(0);
+
+/// Enters engine `id` among the live ones (the end of `Engine::new`).
+pub(crate) fn opened(id: u64) {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner()).insert(id);
+}
+
+/// Takes engine `id` out of the live ones (`Engine::drop`): other threads' entries of its
+/// pool are dropped at their next fence (`Owing::drop_closed`).
+pub(crate) fn closed(id: u64) {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+    // Release, after the removal: a thread that reads the new count finds the id gone.
+    CLOSED.fetch_add(1, Ordering::Release);
+}
+
+impl Owing {
+    /// Drops the entries of pools closed since this thread last looked. Without it, a
+    /// thread whose pools are closed by other threads (a worker of a server that opens a
+    /// pool per tenant) would keep their entries, one deferred record each, for its
+    /// lifetime, and walk them at every fence.
+    ///
+    /// What such an entry describes is durable already, or replayed. The engine is dropped
+    /// only once the pool's last handle is gone (no transaction runs, no thread adds to its
+    /// entries), after its close (`pool::Inner::drop`) settled every deferred record
+    /// (`settle_all`): a record entry's lane is still pending, and `settle` issues the
+    /// record's write-backs from the lane's own `record.flushes` and fences before writing
+    /// its mark, or it was settled earlier by a thread that did the same. Then the close
+    /// writes back every lane's retire marks and fences (a retire-mark entry). A close that
+    /// finds a failed write-back does neither and leaves the pool marked open; so does an
+    /// engine dropped without a clean close (an open that failed): the next open replays
+    /// every unretired record, which is harmless (module docs). And no one could issue
+    /// these entries any more: `flush_owed` issues only its own engine's.
+    fn drop_closed(&mut self) {
+        // Read before the registry: a close after this reading is looked for again.
+        let closed = CLOSED.load(Ordering::Acquire);
+        if closed == self.closed_seen {
+            return;
+        }
+        let live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+        self.entries.retain(|e| live.contains(&e.eng));
+        self.closed_seen = closed;
+    }
+}
 
 /// Adds `ranges` to this thread's owed write-backs; false if the list is gone (the thread
 /// is exiting, its thread-locals being destroyed), when nothing was added.
 fn owe(eng: u64, lane: usize, seq: u64, ranges: impl Iterator<Item = (u64, u64)>) -> bool {
     OWED.try_with(|o| {
-        let mut o = o.borrow_mut();
+        let o = &mut o.borrow_mut().entries;
         if o.len() > OWED_MAX {
             o.retain(|e| e.eng == eng || e.lane != NO_LANE);
         }
@@ -99,6 +167,7 @@ fn owe(eng: u64, lane: usize, seq: u64, ranges: impl Iterator<Item = (u64, u64)>
 fn owed_record(eng: u64) -> Option<(usize, u64)> {
     OWED.try_with(|o| {
         o.borrow()
+            .entries
             .iter()
             .find(|e| e.eng == eng && e.lane != NO_LANE)
             .map(|e| (e.lane, e.seq))
@@ -195,10 +264,10 @@ impl Engine {
         OWED.try_with(|o| {
             let mut o = o.borrow_mut();
             let mut record = None;
-            if o.is_empty() {
+            if o.entries.is_empty() {
                 return None;
             }
-            o.retain(|e| {
+            o.entries.retain(|e| {
                 if e.eng != self.id {
                     return true;
                 }
@@ -208,6 +277,10 @@ impl Engine {
                 }
                 false
             });
+            if !o.entries.is_empty() {
+                // Other pools' entries: a thread that commits to one pool has none here.
+                o.drop_closed();
+            }
             record
         })
         .ok()
@@ -304,5 +377,100 @@ impl Engine {
         if let Some((lane, seq)) = own {
             self.settle_owned(self.lanes.get(lane), seq);
         }
+    }
+}
+
+#[cfg(test)]
+fn owed_entries() -> Vec<u64> {
+    OWED.with(|o| o.borrow().entries.iter().map(|e| e.eng).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Config, CrashSim, Oid, Pool};
+    use std::sync::Arc;
+
+    type Root = [u64; 32];
+
+    /// A pool and its root, on a `CrashSim` of its own.
+    fn pool(name: &str) -> (Arc<CrashSim>, Config, Pool, Oid<Root>) {
+        let small = Config::small(name);
+        let max = small.max_size;
+        let cfg = small.size(max);
+        let sim = CrashSim::new(cfg.max_size);
+        let pool = Pool::create_sim(&sim, &cfg).unwrap();
+        let root = pool.root::<Root>().unwrap();
+        (sim, cfg, pool, root)
+    }
+
+    fn set(pool: &Pool, root: Oid<Root>, v: u64) {
+        pool.tx(|tx| {
+            tx.open(root)?.write_at(8, &v);
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    /// Commits overwrites to `pool` until this thread owes a deferred record's write-backs.
+    fn owe_a_record(pool: &Pool, root: Oid<Root>) {
+        set(pool, root, 1); // the lanes' first commits mark their zones dirty
+        set(pool, root, 2);
+        let before = pool.stats().deferred_applies;
+        set(pool, root, 3);
+        assert_eq!(pool.stats().deferred_applies, before + 1);
+        assert!(super::owed_entries().contains(&pool.engine().id));
+    }
+
+    fn close_on_another_thread(pool: Pool) {
+        std::thread::scope(|s| {
+            s.spawn(move || drop(pool));
+        });
+    }
+
+    #[test]
+    fn entries_of_a_pool_another_thread_closed_are_dropped_at_the_next_fence() {
+        // A worker that commits to one pool after another, each closed by another thread
+        // while the worker still owes its last record's write-backs (a server opening a
+        // pool per tenant). Found by review: the entries stayed for the thread's lifetime,
+        // and every fence walked them.
+        for i in 0..64 {
+            let (_sim, _cfg, pool, root) = pool(&format!("owed-closed-{i}"));
+            owe_a_record(&pool, root);
+            // The previous pool's entries went at this pool's fences.
+            let id = pool.engine().id;
+            let owed = super::owed_entries();
+            assert!(
+                owed.iter().all(|&e| e == id),
+                "pool {i}: {} entries of closed pools still owed",
+                owed.iter().filter(|&&e| e != id).count()
+            );
+            close_on_another_thread(pool);
+        }
+    }
+
+    #[test]
+    fn a_reopened_pool_never_takes_a_closed_ones_entries_for_its_own() {
+        // Reopening is a new engine with a new id: the closed engine's entries are not
+        // issued against the new one's media (nor kept as its own), but dropped.
+        let (sim, cfg, pool, root) = pool("owed-reopened");
+        let (_sim2, _cfg2, other, root2) = self::pool("owed-reopened-2");
+        owe_a_record(&other, root2);
+        owe_a_record(&pool, root);
+        let old = pool.engine().id;
+        close_on_another_thread(pool);
+        let again = Pool::open_sim_with(&sim, &cfg).unwrap();
+        assert_ne!(again.engine().id, old);
+        set(&again, root, 4);
+        let owed = super::owed_entries();
+        assert!(
+            !owed.contains(&old),
+            "a closed pool's entries survived its reopening"
+        );
+        assert!(
+            owed.contains(&other.engine().id),
+            "an open pool's entries were dropped"
+        );
+        drop(again);
+        drop(other);
     }
 }

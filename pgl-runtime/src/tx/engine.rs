@@ -9,6 +9,8 @@ use crate::heap::Heap;
 use crate::persist::Media;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Engine ids: unique for the process lifetime (a pool reopened is a new engine, with a new
+/// id), which thread-local state keyed by id relies on (`deferred.rs`).
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// How objects are verified on access. Chosen each time the pool is opened
@@ -110,7 +112,7 @@ impl Engine {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
-        Engine {
+        let eng = Engine {
             lanes: Lanes::new(geo.lanes as usize),
             media,
             geo,
@@ -131,7 +133,9 @@ impl Engine {
             root: AtomicU64::new(root),
             fault: std::sync::OnceLock::new(),
             fault_slot: std::sync::atomic::AtomicUsize::new(usize::MAX),
-        }
+        };
+        super::deferred::opened(id);
+        eng
     }
 
     /// The offset of the root word (in zone 0's metadata).
@@ -258,10 +262,12 @@ impl Engine {
 }
 
 impl Drop for Engine {
-    /// Unregisters from the media-error handler before the media and parity it points at
-    /// go away, and gives back access to pages still lost to emulated media errors (their
-    /// bytes stay destroyed), so that the memory can be unmapped or reused.
+    /// Leaves the live engines (`deferred::closed`). Unregisters from the media-error
+    /// handler before the media and parity it points at go away, and gives back access to
+    /// pages still lost to emulated media errors (their bytes stay destroyed), so that the
+    /// memory can be unmapped or reused.
     fn drop(&mut self) {
+        super::deferred::closed(self.id);
         let slot = self.fault_slot.load(Ordering::Acquire);
         if slot != usize::MAX {
             crate::integrity::handler::unregister(slot);
