@@ -133,6 +133,8 @@ impl Owing {
     /// engine dropped without a clean close (an open that failed): the next open replays
     /// every unretired record, which is harmless (module docs). And no one could issue
     /// these entries any more: `flush_owed` issues only its own engine's.
+    #[cold]
+    #[inline(never)]
     fn drop_closed(&mut self) {
         // Read before the registry: a close after this reading is looked for again.
         let closed = CLOSED.load(Ordering::Acquire);
@@ -259,6 +261,7 @@ impl Engine {
 
     /// Issues the write-backs this thread owes on this pool; returns the deferred record
     /// they complete, if any (lane, seq).
+    #[inline]
     pub(crate) fn flush_owed(&self) -> Option<(usize, u64)> {
         // An exiting thread owes nothing: it could not add to the list (`owe`).
         OWED.try_with(|o| {
