@@ -149,102 +149,108 @@ pub(crate) enum ReadSource<'tx> {
 /// (the copy would diverge from what those handles show) or freed until they are
 /// dropped, as a buffered object cannot while a `Read` borrows its buffer.
 ///
-/// A transaction usually holds a few such `Read`s at once (a tree walk holds one or two),
-/// so the first `INLINE` objects are kept in place, searched linearly; more spill into a
-/// map taken from the lane at the first spill and given back at the transaction's end
-/// (`Scratch::reads`).
+/// The counts ([`LiveReads`]) are taken from the lane at the transaction's first in-place
+/// read and given back at its end (`Scratch::reads`): a transaction that reads nothing in
+/// place, the usual writer, pays nothing for them, and the transaction itself stays small
+/// (it is moved as it starts).
 ///
 /// Invariant: a count is raised when an in-place `Read` is made and lowered when it is
 /// dropped (an entry goes at 0); a forgotten `Read` keeps its object borrowed until the
-/// transaction ends. An object is in the inline part or in the map, never both. The
-/// borrows of the inner cell never call out, so they never overlap.
+/// transaction ends. The borrows of the inner cell never call out, so they never overlap.
 #[derive(Default)]
-pub(crate) struct InPlaceReads(RefCell<LiveReads>);
+pub(crate) struct InPlaceReads(RefCell<Option<Box<LiveReads>>>);
 
 /// Objects borrowed inline: enough for the `Read`s a transaction usually holds at once.
 const INLINE: usize = 8;
 
-/// See [`InPlaceReads`].
+/// Live in-place `Read`s by object offset. A transaction usually holds a few at once (a
+/// tree walk holds one or two), so the first `INLINE` objects are kept in an array,
+/// searched linearly; more spill into a map.
+///
+/// Invariant: `inline[..n]` holds offsets with counts above 0; an object is in the inline
+/// part or in the map, never both.
 #[derive(Default)]
 pub(crate) struct LiveReads {
-    /// `inline[..n]`: offsets with their counts (all above 0).
     inline: [(u64, u32); INLINE],
     n: usize,
-    /// The objects past the first `INLINE`, if any spilled.
-    spill: Option<Box<ReadCounts>>,
+    spill: ReadCounts,
 }
 
 /// Live in-place `Read`s by object offset, past the inline ones.
-pub(crate) type ReadCounts = crate::smallmap::SmallMap<u64, u32>;
+type ReadCounts = crate::smallmap::SmallMap<u64, u32>;
 
 impl LiveReads {
     #[inline]
     fn position(&self, off: u64) -> Option<usize> {
         self.inline[..self.n].iter().position(|&(o, _)| o == off)
     }
-}
 
-impl InPlaceReads {
-    /// Gives the spill map back (emptied) for the lane's next transaction, if this one
-    /// took it.
-    pub(crate) fn take(&self) -> Option<Box<ReadCounts>> {
-        let mut map = self.0.borrow_mut().spill.take()?;
-        map.clear();
-        Some(map)
+    fn enter(&mut self, off: u64) {
+        if let Some(i) = self.position(off) {
+            self.inline[i].1 += 1;
+        } else if self.n < INLINE && (self.spill.is_empty() || self.spill.get(&off).is_none()) {
+            self.inline[self.n] = (off, 1);
+            self.n += 1;
+        } else {
+            *self.spill.entry_or_insert_with(off, || 0) += 1;
+        }
     }
 
-    /// Counts one more live in-place `Read` of the object at `off`; the first spill takes
-    /// the lane's map (`spare`), or a new one.
-    #[inline]
-    pub(crate) fn enter(&self, off: u64, spare: &mut Option<Box<ReadCounts>>) {
-        let mut cell = self.0.borrow_mut();
-        let live = &mut *cell;
-        if let Some(i) = live.position(off) {
-            live.inline[i].1 += 1;
-            return;
-        }
-        let spilled = live.spill.as_ref().is_some_and(|m| m.get(&off).is_some());
-        if !spilled && live.n < INLINE {
-            live.inline[live.n] = (off, 1);
-            live.n += 1;
-            return;
-        }
-        let map = live
-            .spill
-            .get_or_insert_with(|| spare.take().unwrap_or_default());
-        *map.entry_or_insert_with(off, || 0) += 1;
-    }
-
-    /// Counts one `Read` of the object at `off` fewer.
-    #[inline]
-    fn leave(&self, off: u64) {
-        let mut cell = self.0.borrow_mut();
-        let live = &mut *cell;
+    fn leave(&mut self, off: u64) {
         // Only live borrows are kept: a transaction that reads many objects in turn holds
         // an entry for each of the few it reads at once, not for all of them.
-        if let Some(i) = live.position(off) {
-            live.inline[i].1 -= 1;
-            if live.inline[i].1 == 0 {
-                live.n -= 1;
-                let last = live.n;
-                live.inline[i] = live.inline[last];
+        if let Some(i) = self.position(off) {
+            self.inline[i].1 -= 1;
+            if self.inline[i].1 == 0 {
+                self.n -= 1;
+                self.inline[i] = self.inline[self.n];
             }
-        } else if let Some(map) = live.spill.as_mut() {
-            map.update_or_remove(&off, |n| {
+        } else {
+            self.spill.update_or_remove(&off, |n| {
                 *n = n.saturating_sub(1);
                 *n == 0
             });
         }
     }
 
+    fn borrowed(&self, off: u64) -> bool {
+        self.position(off).is_some() || self.spill.get(&off).is_some_and(|&n| n > 0)
+    }
+}
+
+impl InPlaceReads {
+    /// Gives the counts back (emptied) for the lane's next transaction, if this one took
+    /// them.
+    pub(crate) fn take(&self) -> Option<Box<LiveReads>> {
+        let mut live = self.0.borrow_mut().take()?;
+        live.n = 0;
+        live.spill.clear();
+        Some(live)
+    }
+
+    /// Counts one more live in-place `Read` of the object at `off`; the first one takes
+    /// the lane's counts (`spare`), or new ones.
+    #[inline]
+    pub(crate) fn enter(&self, off: u64, spare: &mut Option<Box<LiveReads>>) {
+        let mut cell = self.0.borrow_mut();
+        cell.get_or_insert_with(|| spare.take().unwrap_or_default())
+            .enter(off);
+    }
+
+    /// Counts one `Read` of the object at `off` fewer.
+    #[inline]
+    fn leave(&self, off: u64) {
+        if let Some(live) = self.0.borrow_mut().as_mut() {
+            live.leave(off);
+        }
+    }
+
     /// Whether a live in-place `Read` borrows the object at `off`.
     pub(crate) fn borrowed(&self, off: u64) -> bool {
-        let live = self.0.borrow();
-        live.position(off).is_some()
-            || live
-                .spill
-                .as_ref()
-                .is_some_and(|map| map.get(&off).is_some_and(|&n| n > 0))
+        self.0
+            .borrow()
+            .as_ref()
+            .is_some_and(|live| live.borrowed(off))
     }
 }
 
@@ -330,6 +336,7 @@ mod tests {
         // Up to 20 objects borrowed at once (past the inline ones), counts up and down.
         let reads = InPlaceReads::default();
         let mut spare = None;
+        let mut spilled = false;
         let mut model: HashMap<u64, u32> = HashMap::new();
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for step in 0..20_000 {
@@ -356,14 +363,17 @@ mod tests {
                     "object {k} after step {step}"
                 );
             }
-            let live = reads.0.borrow();
+            let cell = reads.0.borrow();
+            let live = cell.as_ref().expect("taken at the first read");
             let inline = &live.inline[..live.n];
             assert!(inline
                 .iter()
-                .all(|&(o, n)| n > 0 && live.spill.as_ref().is_none_or(|m| m.get(&o).is_none())));
+                .all(|&(o, n)| n > 0 && live.spill.get(&o).is_none()));
+            spilled |= !live.spill.is_empty();
         }
-        // The spill map goes back to the lane emptied.
-        let map = reads.take().expect("more than INLINE were live at once");
-        assert!(map.is_empty());
+        assert!(spilled, "more than INLINE were live at once");
+        // The counts go back to the lane emptied.
+        let live = reads.take().expect("taken at the first read");
+        assert!(live.n == 0 && live.spill.is_empty());
     }
 }

@@ -53,7 +53,7 @@ pub(crate) struct Scratch {
     pub undo: Vec<HeapUndo>,
     pub frees: Vec<PendingFree>,
     /// The allocations of a transaction's `InPlaceReads` (lent to it while it runs).
-    pub reads: Option<Box<super::handle::ReadCounts>>,
+    pub reads: Option<Box<super::handle::LiveReads>>,
 }
 
 /// Reusable buffers of a logged commit: its record and its apply step.
