@@ -181,6 +181,44 @@ fn a_pool_open_already_is_not_opened_again() {
     std::fs::remove_file(&path).unwrap();
 }
 
+/// A child process another thread starts holds a copy of every descriptor from its fork
+/// until its exec closes it, the pool file's with its lock: a pool this program has just
+/// closed then still looks open for a moment (the media-error tests, which start child
+/// processes, failed their reopen now and then). Opening waits out such a short hold; a
+/// lock held for good is still refused.
+#[test]
+fn a_pool_closed_a_moment_ago_opens_while_a_copy_of_its_descriptor_goes() {
+    use std::os::fd::AsRawFd;
+    let path = tmp("lock-grace");
+    let cfg = Config::small("grace");
+    drop(Pool::create(&path, &cfg).unwrap());
+    // Another open of the file takes its lock, as the child's copy of the closed pool's
+    // descriptor still holds it, and lets go 50 ms later.
+    let holder = std::fs::File::open(&path).unwrap();
+    // SAFETY: flock on a descriptor `holder` owns; touches no memory of ours.
+    let rc = unsafe { libc::flock(holder.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    assert_eq!(rc, 0, "the test's lock");
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        drop(holder);
+    });
+    let reopened = Pool::open(&path, "grace");
+    release.join().unwrap();
+    assert!(reopened.is_ok(), "{:?}", reopened.err());
+    drop(reopened);
+    // Held for good, it is refused.
+    let holder = std::fs::File::open(&path).unwrap();
+    // SAFETY: as above.
+    let rc = unsafe { libc::flock(holder.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    assert_eq!(rc, 0, "the test's lock");
+    assert!(matches!(
+        Pool::open(&path, "grace"),
+        Err(Error::AlreadyOpen { .. })
+    ));
+    drop(holder);
+    std::fs::remove_file(&path).unwrap();
+}
+
 /// `grow` adds zones to a pool other threads are allocating from, writing to and freeing
 /// in: none of their objects is lost or damaged, the new zones take allocations, and
 /// parity and checksums verify after, and after reopening.

@@ -379,12 +379,24 @@ impl Media {
     /// handles of one process conflict too; `AlreadyOpen` says what to do (`instead`).
     /// A file system without locks (`ENOLCK`, `EOPNOTSUPP`) leaves the file unlocked.
     /// Simulated media is not locked.
+    ///
+    /// A lock held by someone else is waited for up to `LOCK_GRACE` before it is reported:
+    /// a child process another thread of this program is starting holds a copy of every
+    /// descriptor from its fork until its exec closes them (they are close-on-exec), so a
+    /// pool or log this process closed a moment ago can still look open.
     pub(crate) fn lock_exclusive(&self, what: &'static str, instead: &'static str) -> Result<()> {
         let Backing::File { file, path, .. } = &self.backing else {
             return Ok(());
         };
         if try_lock_file(file) {
             return Ok(());
+        }
+        let deadline = std::time::Instant::now() + LOCK_GRACE;
+        while std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            if try_lock_file(file) {
+                return Ok(());
+            }
         }
         Err(Error::AlreadyOpen {
             path: path.clone(),
@@ -751,6 +763,11 @@ impl Media {
         u64::from_le(unsafe { (self.ptr(off) as *const u64).read() })
     }
 }
+
+/// How long opening a file waits for a lock someone else holds before it reports
+/// `AlreadyOpen` (see `Media::lock_exclusive`): longer than a child process takes from its
+/// fork to its exec, short beside anything a second open of a file in use would do.
+const LOCK_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Takes `file`'s exclusive `flock` without waiting, for as long as the descriptor stays
 /// open; false if another open of the file holds it. A file system without locks
