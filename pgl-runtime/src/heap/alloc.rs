@@ -1221,6 +1221,44 @@ mod tests {
         }
     }
 
+    /// A transaction held open on another thread (see `hold_on_another_thread`).
+    struct Holder<T> {
+        thread: std::thread::JoinHandle<T>,
+        /// Lets the transaction end.
+        go: mpsc::Sender<()>,
+        /// Sent once it has ended.
+        gone: mpsc::Receiver<()>,
+    }
+
+    /// Runs `before` on another thread, then a transaction of that thread that runs
+    /// `during` (given `before`'s value) and holds its lane, and whatever `during` locked,
+    /// until `go` is sent. Returns once the transaction holds them; the thread ends with
+    /// `before`'s value.
+    fn hold_on_another_thread<T: Send + 'static>(
+        pool: &Pool,
+        before: impl FnOnce(&Pool) -> T + Send + 'static,
+        during: impl Fn(&crate::Tx<'_>, &T) -> crate::Result<()> + Send + 'static,
+    ) -> Holder<T> {
+        let (held_tx, held_rx) = mpsc::channel();
+        let (go, go_rx) = mpsc::channel::<()>();
+        let (gone_tx, gone) = mpsc::channel::<()>();
+        let pool = pool.clone();
+        let thread = std::thread::spawn(move || {
+            let value = before(&pool);
+            pool.tx(|tx| {
+                during(tx, &value)?;
+                held_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+                Ok(())
+            })
+            .unwrap();
+            let _ = gone_tx.send(());
+            value
+        });
+        held_rx.recv().unwrap();
+        Holder { thread, go, gone }
+    }
+
     fn word(file: &[u8], off: u64) -> u64 {
         u64::from_le_bytes(file[off as usize..off as usize + 8].try_into().unwrap())
     }
@@ -1858,27 +1896,16 @@ mod tests {
         // Another thread allocates one object (from its lane's run, committed), then
         // keeps that lane busy with a transaction that waits, so this thread fills the
         // pool from the other lane.
-        let (held_tx, held_rx) = mpsc::channel();
-        let (go_tx, go_rx) = mpsc::channel::<()>();
-        let other = {
-            let pool = pool.clone();
-            std::thread::spawn(move || {
-                let first = pool.tx(|tx| tx.alloc([1u64; 8])).unwrap();
-                pool.tx(|_| {
-                    held_tx.send(()).unwrap();
-                    go_rx.recv().unwrap();
-                    Ok(())
-                })
-                .unwrap();
-                first
-            })
-        };
-        held_rx.recv().unwrap();
+        let other = hold_on_another_thread(
+            &pool,
+            |pool| pool.tx(|tx| tx.alloc([1u64; 8])).unwrap(),
+            |_, _| Ok(()),
+        );
         let free_before = pool.free_bytes();
         let objs = fill_until_full(&pool, 2);
         let left = pool.free_bytes();
-        go_tx.send(()).unwrap();
-        let first = other.join().unwrap();
+        other.go.send(()).unwrap();
+        let first = other.thread.join().unwrap();
         let block = (std::mem::size_of::<Obj>() as u64 + HEADER_SIZE).next_power_of_two();
         assert!(
             left < block,
@@ -1898,22 +1925,14 @@ mod tests {
     #[test]
     fn a_full_pool_takes_the_chunk_of_another_lanes_empty_run() {
         let (path, pool) = small_pool("full-other-lanes-empty-run", 2, 1);
-        let (held_tx, held_rx) = mpsc::channel();
-        let (go_tx, go_rx) = mpsc::channel::<()>();
-        let other = {
-            let pool = pool.clone();
-            std::thread::spawn(move || {
+        let other = hold_on_another_thread(
+            &pool,
+            |pool| {
                 let o = pool.tx(|tx| tx.alloc([1u64; 8])).unwrap();
                 pool.tx(|tx| tx.free(o)).unwrap();
-                pool.tx(|_| {
-                    held_tx.send(()).unwrap();
-                    go_rx.recv().unwrap();
-                    Ok(())
-                })
-                .unwrap();
-            })
-        };
-        held_rx.recv().unwrap();
+            },
+            |_, _| Ok(()),
+        );
         // Objects of another class fill the pool.
         let mut big = Vec::new();
         loop {
@@ -1924,8 +1943,8 @@ mod tests {
             }
         }
         let left = pool.free_bytes();
-        go_tx.send(()).unwrap();
-        other.join().unwrap();
+        other.go.send(()).unwrap();
+        other.thread.join().unwrap();
         let chunk = pool.engine().geo.chunk_size;
         assert!(
             left < chunk,
@@ -1974,34 +1993,26 @@ mod tests {
     #[test]
     fn a_free_block_of_another_lanes_run_locked_for_now_is_a_conflict_not_a_full_pool() {
         let (path, pool) = small_pool("full-other-lanes-run-locked", 2, 1);
-        let (held_tx, held_rx) = mpsc::channel();
-        let (go_tx, go_rx) = mpsc::channel::<()>();
-        let (gone_tx, gone_rx) = mpsc::channel::<()>();
-        let other = {
-            let pool = pool.clone();
-            std::thread::spawn(move || {
+        let other = hold_on_another_thread(
+            &pool,
+            |pool| {
                 let first = pool.tx(|tx| tx.alloc([1u64; 8])).unwrap();
                 let second = pool.tx(|tx| tx.alloc([2u64; 8])).unwrap();
                 pool.tx(|tx| tx.free(second)).unwrap();
-                // The freed block's stripe, held (a read of the freed oid fails, its lock
-                // stays) until told.
-                pool.tx(|tx| {
-                    assert!(tx.get(second).is_err());
-                    held_tx.send(()).unwrap();
-                    go_rx.recv().unwrap();
-                    Ok(())
-                })
-                .unwrap();
-                let _ = gone_tx.send(());
-                first
-            })
-        };
-        held_rx.recv().unwrap();
+                (first, second)
+            },
+            // The freed block's stripe, held (a read of the freed oid fails, its lock
+            // stays) until told.
+            |tx, &(_, second)| {
+                assert!(tx.get(second).is_err());
+                Ok(())
+            },
+        );
         let objs = fill_until_full(&pool, 2);
         assert!(!objs.is_empty());
         // The lock goes once the next allocation has been retried.
-        let (r, runs) = alloc_released_on_retry(&pool, go_tx, gone_rx);
-        let first = other.join().unwrap();
+        let (r, runs) = alloc_released_on_retry(&pool, other.go, other.gone);
+        let (first, _) = other.thread.join().unwrap();
         assert!(
             r.is_ok(),
             "{r:?} (closure run {runs} time(s)): a free block, locked for a moment, made \
