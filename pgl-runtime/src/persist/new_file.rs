@@ -67,31 +67,30 @@ impl NewFile {
         let Error::Io { path, source, .. } = e else {
             return e;
         };
-        let op = match (kind, removal) {
-            (FileKind::Pool, Removal::Removed) => {
-                "the pool was not created (its half-made file was removed; retry once the \
-                 device works): writing it to"
-            }
-            (FileKind::Pool, Removal::NotOurs) => {
-                "the pool was not created (the file now at its path is not the one this call \
-                 made, and was left alone; retry once the device works): writing it to"
-            }
-            (FileKind::Pool, Removal::Failed) => {
-                "the pool was not created, and its half-made file could not be removed \
-                 (delete it, then retry once the device works): writing it to"
-            }
-            (FileKind::Log, Removal::Removed) => {
-                "the log was not created (its half-made file was removed; retry once the \
-                 device works): writing it to"
-            }
-            (FileKind::Log, Removal::NotOurs) => {
-                "the log was not created (the file now at its path is not the one this call \
-                 made, and was left alone; retry once the device works): writing it to"
-            }
-            (FileKind::Log, Removal::Failed) => {
-                "the log was not created, and its half-made file could not be removed \
-                 (delete it, then retry once the device works): writing it to"
-            }
+        // The wording for each removal, with the kind named: `Error::Io` takes a static
+        // text, so the two kinds are spelled out by the macro.
+        macro_rules! not_created {
+            ($what:literal) => {
+                match removal {
+                    Removal::Removed => concat!(
+                        "the ", $what, " was not created (its half-made file was removed; \
+                         retry once the device works): writing it to"
+                    ),
+                    Removal::NotOurs => concat!(
+                        "the ", $what, " was not created (the file now at its path is not \
+                         the one this call made, and was left alone; retry once the device \
+                         works): writing it to"
+                    ),
+                    Removal::Failed => concat!(
+                        "the ", $what, " was not created, and its half-made file could not be \
+                         removed (delete it, then retry once the device works): writing it to"
+                    ),
+                }
+            };
+        }
+        let op = match kind {
+            FileKind::Pool => not_created!("pool"),
+            FileKind::Log => not_created!("log"),
         };
         Error::io(op, path, source)
     }
