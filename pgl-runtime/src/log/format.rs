@@ -522,7 +522,7 @@ pub fn check_record(
 /// before the end of a `cap`-byte area, at the next multiple of `cap`. `read(v)` gives the
 /// bytes that may be read from virtual offset `v` on (up to the end of the area at most).
 /// Returns the record's virtual offset and header, or where and why there is none (damage
-/// found at either place wins over absence).
+/// found at either place wins over absence; an empty area holds none).
 pub fn locate_in<'a>(
     cap: u64,
     read: impl Fn(u64) -> &'a [u8],
@@ -539,6 +539,9 @@ pub(crate) fn locate_by(
     check: impl Fn(u64) -> Result<RecordHeader, Invalid>,
     voff: u64,
 ) -> Result<(u64, RecordHeader), (u64, Invalid)> {
+    if cap == 0 {
+        return Err((voff, Invalid::Absent));
+    }
     let p = voff % cap;
     let here = match check(voff) {
         Ok(h) => return Ok((voff, h)),
@@ -738,6 +741,16 @@ mod tests {
             check_record(&area, 4032, 1, RULE),
             Err(Invalid::Damaged(_))
         ));
+    }
+
+    #[test]
+    fn an_empty_area_holds_no_record_rather_than_panicking() {
+        // `cap % 0` panicked: a tool slicing the area of a file too short for one.
+        assert_eq!(locate(&[], 4032, 9, RULE), Err((4032, Invalid::Absent)));
+        assert_eq!(
+            locate_in(0, |_| &[][..], 0, 1, RULE),
+            Err((0, Invalid::Absent))
+        );
     }
 
     #[test]
