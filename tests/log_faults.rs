@@ -91,6 +91,16 @@ fn a_corrupt_record_stops_iteration_with_a_typed_error() {
     assert!(torn.reason.contains("checksum"), "{}", torn.reason);
     assert_eq!(r.dropped, 6, "record 5 and the five after it");
     assert_eq!(log.iter().count(), 4);
+    drop(log);
+
+    // Reported once: the next open finds the cut log whole, and so does an inspection.
+    let log = Log::open_with(&f.0, Some(FlushMode::None)).unwrap();
+    let r = log.recovery();
+    assert_eq!((r.torn.clone(), r.dropped, r.next_lsn), (None, 0, 5));
+    assert_eq!(log.iter().count(), 4);
+    drop(log);
+    let seen = pgl::log::Inspection::open(&f.0).unwrap();
+    assert_eq!((seen.report.torn.clone(), seen.report.dropped), (None, 0));
 }
 
 #[test]

@@ -298,6 +298,19 @@ impl Log {
         // epoch out again, reviving them.
         let new_copy = 1 - copy;
         write_superlines(&media, cap, new_copy, &new_line)?;
+        if let Some(torn) = &report.torn {
+            // The torn record's header, left as it is, would be found and reported again by
+            // every later open (and `pgl log check`) until its LSN is written again: zeroed,
+            // it reads as no record. Only once both superline copies name the new epoch:
+            // were this write lost, the old epoch it carries still rejects it. It is no live
+            // record's header (it claims the LSN after the last one kept).
+            // SAFETY: the header lies inside the record area (the scan read it there); the
+            // log is not shared yet, and nothing reads those bytes meanwhile.
+            unsafe { media.write_zeros(torn.offset, HEADER_LEN) };
+            media.flush(torn.offset, HEADER_LEN);
+            media.fence();
+            media.check()?;
+        }
 
         let slots: Box<[Slot]> = (0..RING)
             .map(|_| Slot {
