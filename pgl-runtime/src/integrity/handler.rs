@@ -284,6 +284,16 @@ impl FaultCtx {
             .any(|p| p.load(Ordering::Acquire) == page + 1)
     }
 
+    /// The pages with an emulated media error not yet repaired (a parity pass reads them
+    /// even where the file system holds a hole: that read is what repairs them).
+    pub(crate) fn poisoned_pages(&self) -> impl Iterator<Item = u64> + '_ {
+        self.poisoned
+            .iter()
+            .map(|p| p.load(Ordering::Acquire))
+            .filter(|&v| v != 0)
+            .map(|v| v - 1)
+    }
+
     /// Records that `page` has an emulated media error; false if too many are outstanding.
     pub(crate) fn poison(&self, page: u64) -> bool {
         self.is_poisoned(page)
@@ -348,9 +358,10 @@ impl FaultCtx {
         let parity = self.parity();
         if parity.enabled() && self.lost_overflow.load(Ordering::Acquire) {
             for z in (0..self.geo.zones_for(media.len())).filter(|&z| readable(z)) {
+                let data = super::parity::zone_extents(media, &self.geo, z);
                 // SAFETY: a zone inside the pool's length; every page is accessible again
                 // (above), and the pool is closing, so nothing writes the zone meanwhile.
-                unsafe { super::parity::recompute_zone(media, &self.geo, z) };
+                unsafe { super::parity::recompute_zone(media, &self.geo, z, &data) };
             }
         } else if parity.enabled() {
             let mut buf = Box::new([0u8; PAGE as usize]);

@@ -10,7 +10,7 @@ pub(crate) mod replica;
 pub mod stripe;
 pub mod xor;
 
-pub(crate) use parity::{recompute_zone, verify_zone, Parity};
+pub(crate) use parity::{recompute_zone, verify_zone, zone_extents, Parity};
 pub(crate) use rebuild::{parity_column_of, rebuild_range, rewrite_bitmap_word};
 pub(crate) use reconcile::{block_verifies, mix_pages, reconcile_zone, Reconciled};
 

@@ -21,7 +21,7 @@
 use super::stripe::StripeLock;
 use super::xor::{xor_delta_atomic, xor_delta_into, xor_into};
 use crate::geometry::{Geometry, ZoneMap, PAGE};
-use crate::persist::Media;
+use crate::persist::{DataExtents, Media};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Lock stripes over parity pages.
@@ -315,55 +315,102 @@ enum Then {
     Pending,
 }
 
+/// The data extents of zone `z` now (see `DataExtents`), for `recompute_zone` and
+/// `verify_zone`. Take them where nothing writes the zone until the pass is done; a caller
+/// that knows of lost pages adds them (reading one is what repairs it).
+pub(crate) fn zone_extents(media: &Media, geo: &Geometry, z: u64) -> DataExtents {
+    let at = geo.zone_offset(z);
+    media.data_extents(at, at + geo.zone_size())
+}
+
 /// Recomputes zone `z`'s parity row from its data rows and flushes it (durable at the
-/// caller's next fence).
+/// caller's next fence). `data` holds the zone's data extents (`zone_extents`): holes are
+/// not read, and a parity page that is a hole and would be all zeros is not written (it
+/// reads as zeros already; writing would allocate it).
 ///
 /// # Safety
-/// Zone `z` lies in the pool, and nothing writes it meanwhile.
-pub(crate) unsafe fn recompute_zone(media: &Media, geo: &Geometry, z: u64) {
+/// Zone `z` lies in the pool, and nothing writes it meanwhile (since `data` was taken too).
+pub(crate) unsafe fn recompute_zone(media: &Media, geo: &Geometry, z: u64, data: &DataExtents) {
     let at = geo.parity_offset(z);
     for col in (0..geo.row_size()).step_by(PAGE as usize) {
-        let page = xor_of_column(media, geo, z, col);
+        let page = xor_of_data(media, geo, z, col, data);
+        if !data.has_data(at + col, PAGE) && page == ZERO_PAGE {
+            continue;
+        }
         // SAFETY: the parity page lies in zone `z` (caller); no one else writes it.
         unsafe { media.write(at + col, &page) };
         media.flush(at + col, PAGE);
     }
 }
 
-/// The parity pages of zone `z` that disagree with its data rows (pool offsets).
+/// The parity pages of zone `z` that disagree with its data rows (pool offsets). `data`
+/// holds the zone's data extents (`zone_extents`): holes are taken as the zeros they read
+/// as, not read, so a column that is all holes agrees without a load.
 ///
 /// # Safety
 /// As `recompute_zone` (a concurrent commit could make a page disagree for a moment).
-pub(crate) unsafe fn verify_zone(media: &Media, geo: &Geometry, z: u64) -> Vec<u64> {
+pub(crate) unsafe fn verify_zone(
+    media: &Media,
+    geo: &Geometry,
+    z: u64,
+    data: &DataExtents,
+) -> Vec<u64> {
     let at = geo.parity_offset(z);
     (0..geo.row_size())
         .step_by(PAGE as usize)
         .filter(|&col| {
-            let want = xor_of_column(media, geo, z, col);
-            // SAFETY: the parity page lies in zone `z` (caller).
-            let have = unsafe {
-                std::slice::from_raw_parts(media.ptr(at + col) as *const u8, PAGE as usize)
-            };
-            want[..] != *have
+            let want = xor_of_data(media, geo, z, col, data);
+            // SAFETY: the parity page lies in zone `z` (caller), which nothing writes.
+            want[..] != *unsafe { parity_page(media, at + col, data) }
         })
         .map(|col| at + col)
         .collect()
 }
 
-/// The XOR of page column `col` (a byte offset within a row) over zone `z`'s data rows:
-/// one page at a time, so that memory stays bounded whatever the geometry.
-pub(super) fn xor_of_column(
+/// A page of zeros, what a hole reads as.
+const ZERO_PAGE: [u8; PAGE as usize] = [0; PAGE as usize];
+
+/// The parity page at `at` as it reads: the zeros of a hole, without a load (which would
+/// allocate it on tmpfs), where `data` holds one.
+///
+/// # Safety
+/// The page lies in the pool, and nothing writes it while the slice lives.
+pub(super) unsafe fn parity_page<'a>(media: &'a Media, at: u64, data: &DataExtents) -> &'a [u8] {
+    if !data.has_data(at, PAGE) {
+        return &ZERO_PAGE;
+    }
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts(media.ptr(at) as *const u8, PAGE as usize) }
+}
+
+/// The XOR of page column `col` (a byte offset within a row) over zone `z`'s data rows,
+/// one page at a time (memory stays bounded whatever the geometry), reading only the pages
+/// `data` holds as data: a hole reads as zeros, so it adds nothing, and a load from it
+/// would allocate it on tmpfs.
+pub(super) fn xor_of_data(
     media: &Media,
     geo: &Geometry,
     z: u64,
     col: u64,
+    data: &DataExtents,
 ) -> [u8; PAGE as usize] {
-    let mut page = [0u8; PAGE as usize];
-    xor_column_into(media, geo, z, col, &mut page);
-    page
+    let mut out = ZERO_PAGE;
+    for r in 0..geo.rows {
+        let off = geo.zone_offset(z) + r * geo.row_size() + col;
+        if !data.has_data(off, PAGE) {
+            continue;
+        }
+        // SAFETY: this page of row `r` of zone `z` lies in the pool (the caller's zone
+        // does).
+        let bytes =
+            unsafe { std::slice::from_raw_parts(media.ptr(off) as *const u8, PAGE as usize) };
+        xor_into(&mut out[..], bytes);
+    }
+    out
 }
 
-/// `xor_of_column` into `out`, allocating nothing (the media-error handler rebuilds a lost
+/// The XOR of page column `col` over zone `z`'s data rows, every page read, into `out`,
+/// allocating nothing and making no system call (the media-error handler rebuilds a lost
 /// parity page with it, into its preallocated buffer).
 pub(super) fn xor_column_into(
     media: &Media,

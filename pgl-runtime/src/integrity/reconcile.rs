@@ -14,7 +14,7 @@
 //! Invariant: when it returns (after the caller's fence), every page column of the zone
 //! agrees with its parity, and no object that verified before was changed.
 
-use super::parity::xor_of_column;
+use super::parity::{parity_page, xor_of_data, zone_extents};
 use super::rebuild::rebuild_range;
 use crate::geometry::{Geometry, PAGE};
 use crate::heap::layout::{object_checksum, ObjectHeader, HEADER_SIZE};
@@ -102,15 +102,14 @@ pub(crate) unsafe fn reconcile_zone(
     let mut out = Reconciled::default();
     let parity_at = geo.parity_offset(z);
     let mut checked = std::collections::HashSet::new();
+    // Holes are not read (see `zone_extents`); taken again after each repair, which may
+    // have written one.
+    let mut data = zone_extents(media, geo, z);
     for col in (0..geo.row_size()).step_by(PAGE as usize) {
-        let read_parity = || {
-            // SAFETY: the parity page lies in zone `z` (caller).
-            unsafe {
-                std::slice::from_raw_parts(media.ptr(parity_at + col) as *const u8, PAGE as usize)
-            }
-        };
-        let mut want = xor_of_column(media, geo, z, col);
-        if want[..] == *read_parity() {
+        let mut want = xor_of_data(media, geo, z, col, &data);
+        // SAFETY: the parity page lies in zone `z` (caller), which nothing else writes; the
+        // slice is dropped at once.
+        if want[..] == *unsafe { parity_page(media, parity_at + col, &data) } {
             continue;
         }
         let mut fixed = false;
@@ -167,9 +166,11 @@ pub(crate) unsafe fn reconcile_zone(
         if fixed {
             // The repaired bytes are durable before the parity they are recomputed into.
             media.fence();
-            want = xor_of_column(media, geo, z, col);
+            data = zone_extents(media, geo, z);
+            want = xor_of_data(media, geo, z, col, &data);
         }
-        if want[..] != *read_parity() {
+        // SAFETY: as above.
+        if want[..] != *unsafe { parity_page(media, parity_at + col, &data) } {
             // SAFETY: the parity page of zone `z`; nothing else runs.
             unsafe { media.write(parity_at + col, &want) };
             media.flush(parity_at + col, PAGE);

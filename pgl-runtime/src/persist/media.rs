@@ -8,6 +8,7 @@
 //! Invariant: every persistent store pgl makes is followed by `flush` of its bytes and a
 //! `fence` before anything that depends on it being durable.
 
+use super::extents::DataExtents;
 use super::flush::{flush_lines, sfence, stream_copy, FlushMode};
 use super::new_file::NewFile;
 use super::sim::CrashSim;
@@ -466,6 +467,16 @@ impl Media {
     #[inline]
     pub(crate) fn len(&self) -> u64 {
         self.len.load(Ordering::Acquire)
+    }
+
+    /// The data extents of `[from, to)` now (see [`DataExtents`]): a pass that would read
+    /// every page of the range skips the holes, which read as zeros (a load from one would
+    /// allocate it on tmpfs). Simulated media is all data.
+    pub(crate) fn data_extents(&self, from: u64, to: u64) -> DataExtents {
+        match &self.backing {
+            Backing::File { file, .. } => DataExtents::of_file(file, from, to),
+            Backing::Sim(_) => DataExtents::everything(),
+        }
     }
 
     /// Bytes of address space reserved (the largest the pool can grow to).

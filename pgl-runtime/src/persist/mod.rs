@@ -1,11 +1,13 @@
 //! The media layer: the mapping of a pool file and the only way pgl makes bytes durable
 //! (flush + fence). Nothing here knows about objects or transactions.
 
+mod extents;
 mod flush;
 mod media;
 mod new_file;
 mod sim;
 
+pub(crate) use extents::DataExtents;
 pub use flush::FlushMode;
 pub(crate) use media::try_lock_file;
 pub(crate) use media::FileKind;

@@ -58,8 +58,9 @@ pub(super) unsafe fn recompute(media: &Media, geo: &Geometry, zones: u64, parity
     );
     if parity {
         for z in 0..zones {
+            let data = crate::integrity::zone_extents(media, geo, z);
             // SAFETY: zone `z` lies in the pool; nothing else runs (caller).
-            unsafe { crate::integrity::recompute_zone(media, geo, z) };
+            unsafe { crate::integrity::recompute_zone(media, geo, z, &data) };
         }
     }
     changed.get()

@@ -548,9 +548,10 @@ fn reconcile_parity(
         .collect();
     if all {
         for &z in &dirty {
+            let data = crate::integrity::zone_extents(media, geo, z);
             // SAFETY: zone `z` lies in the pool (its size was checked above);
             // nothing else runs while the pool opens.
-            unsafe { crate::integrity::recompute_zone(media, geo, z) };
+            unsafe { crate::integrity::recompute_zone(media, geo, z, &data) };
         }
     } else if !dirty.is_empty() {
         // Without trusted checksums no object can be told damaged: the dirty

@@ -704,8 +704,9 @@ impl Pool {
                     eng.parity.quiet(),
                     "no commit runs, yet a stripe counts new objects in flight"
                 );
+                let data = eng.zone_extents(z);
                 // SAFETY: zone `z` lies in the pool; reads only, with no commit running.
-                unsafe { crate::integrity::verify_zone(&eng.media, &eng.geo, z) }
+                unsafe { crate::integrity::verify_zone(&eng.media, &eng.geo, z, &data) }
             });
             let Some(found) = found else {
                 return Err(Error::Conflict {

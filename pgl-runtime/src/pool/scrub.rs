@@ -124,8 +124,10 @@ impl Pool {
         };
         for _ in 0..2 {
             let r = eng.exclusive(|| {
+                // Taken frozen: no commit turns a hole into data before the pass is done.
+                let data = eng.zone_extents(z);
                 // SAFETY: zone `z` lies in the pool; the pool is held exclusively.
-                let bad = unsafe { crate::integrity::verify_zone(&eng.media, &eng.geo, z) };
+                let bad = unsafe { crate::integrity::verify_zone(&eng.media, &eng.geo, z, &data) };
                 let mut fixed = 0;
                 let mut late = Vec::new();
                 // Recomputed only when every object verified: without checksums nothing
@@ -137,8 +139,10 @@ impl Pool {
                     // is, to rebuild it.
                     late = self.damaged_in_zone(z);
                     if late.is_empty() {
+                        // Taken again: pages repaired since (lost ones, read above) are data now.
+                        let data = eng.zone_extents(z);
                         // SAFETY: as above.
-                        unsafe { crate::integrity::recompute_zone(&eng.media, &eng.geo, z) };
+                        unsafe { crate::integrity::recompute_zone(&eng.media, &eng.geo, z, &data) };
                         eng.media.fence();
                         // What disagreed was free space (every object verified): its bytes
                         // are now the parity's, so a sealed block may hold others than its
@@ -163,8 +167,9 @@ impl Pool {
         }
         // Damaged again while it was repaired: what disagrees now is left to the next scrub.
         let again = eng.exclusive(|| {
+            let data = eng.zone_extents(z);
             // SAFETY: as above.
-            unsafe { crate::integrity::verify_zone(&eng.media, &eng.geo, z) }.len() as u64
+            unsafe { crate::integrity::verify_zone(&eng.media, &eng.geo, z, &data) }.len() as u64
         });
         report.parity_columns_bad += again.ok_or_else(busy)?;
         Ok(())

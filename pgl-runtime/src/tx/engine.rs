@@ -191,6 +191,21 @@ impl Engine {
         })
     }
 
+    /// The data extents of zone `z` for a parity pass (`integrity::zone_extents`), the pages
+    /// the media-error handler holds as lost counted as data: reading one is what repairs
+    /// it. Take them with the pool frozen (`exclusive`), in the pass's frozen section.
+    pub(crate) fn zone_extents(&self, z: u64) -> crate::persist::DataExtents {
+        let mut data = crate::integrity::zone_extents(&self.media, &self.geo, z);
+        for page in self
+            .fault_ctx()
+            .into_iter()
+            .flat_map(|c| c.poisoned_pages())
+        {
+            data.add(page, crate::geometry::PAGE);
+        }
+        data
+    }
+
     /// The media-error handler's view of this pool, if it is registered with the handler.
     pub(crate) fn fault_ctx(&self) -> Option<&crate::integrity::handler::FaultCtx> {
         if self.fault_slot.load(Ordering::Acquire) == usize::MAX {
