@@ -7,7 +7,9 @@
 //! two and writes none. A change to a zone's metadata (chunk table, root, registry) always
 //! goes through the record: it is written to both copies with both checksums. The first
 //! commit of a lane to write a zone after the pool was opened takes one more fence, for the
-//! zone's dirty mark.
+//! zone's dirty mark. A commit whose new objects take over many empty runs' chunks first
+//! sets those chunks free on media with a record of its own (`free_guarded_chunks`), which
+//! changes no object and no free space: an empty run is as free as a free chunk.
 //!
 //! Invariant: when the log fence completes the transaction is committed (its sealed record
 //! replays after a crash); before it, NVMM holds nothing a recovery would act on.
@@ -50,6 +52,11 @@ pub(crate) struct Item {
     /// record carries it in the entry of the item before (`KIND_WRITE_SUM`).
     sum: bool,
 }
+
+/// A commit logs the guarded bytes of its new objects (see `Guard`) while they take at most
+/// this fraction of a lane; beyond, their chunks are set free on media first
+/// (`Tx::free_guarded_chunks`).
+const GUARDED_LOG_DIVISOR: u64 = 8;
 
 /// Zeros for the apply step of zero entries.
 static ZEROS: [u8; 4096] = [0; 4096];
@@ -382,6 +389,16 @@ impl Tx<'_> {
             }
         }
         let r: Result<()> = 'locked: {
+            // Before any word's new value is computed from its current one: a separate
+            // record may change chunk-table words first (`free_guarded_chunks`).
+            let mut guards = self.guards(&news);
+            let guarded: u64 = guards.iter().map(|g| g.len).sum();
+            if guarded > eng.geo.lane_size / GUARDED_LOG_DIVISOR {
+                if let Err(e) = self.free_guarded_chunks(lane, &guards) {
+                    break 'locked Err(e);
+                }
+                guards = self.guards(&news);
+            }
             for (off, ch) in lane.scratch.meta.iter() {
                 // SAFETY: heap metadata word inside the pool, protected by its metadata lock.
                 let cur = unsafe { eng.media.read_u64(off) };
@@ -437,7 +454,6 @@ impl Tx<'_> {
                     break 'locked Err(e);
                 }
             }
-            let guards = self.guards(&news);
             if items.is_empty() && fills.is_empty() && news.is_empty() && vals.len() <= 1 {
                 self.commit_direct(&vals, &touched)
             } else if items.is_empty() && fills.is_empty() && vals.len() == 1 && guards.is_empty() {
@@ -531,6 +547,73 @@ impl Tx<'_> {
             }
         }
         out
+    }
+
+    /// Sets free on media, by a record of its own committed before this commit's, the
+    /// chunk-table entries of the chunks `guards` lie in: entries that still name the
+    /// empty runs whose chunks the heap took back in DRAM only (`Guard`). Their bitmaps
+    /// then guard nothing, and the new objects over them are written like any other
+    /// instead of logged: however many empty runs a large object takes over, its record
+    /// stays as small as in a pool where those chunks were never runs. A crash after this
+    /// record and before the commit's leaves those chunks free, as the heap saw them.
+    ///
+    /// Call it under the metadata locks of the commit, before computing any word's new
+    /// value: it changes the entries and their zones' checksums. Only entries the commit
+    /// changes too are set (its new objects' chunks, this transaction's).
+    fn free_guarded_chunks(
+        &self,
+        lane: &mut super::lane::LaneState,
+        guards: &[Guard],
+    ) -> Result<()> {
+        use crate::heap::layout::CHUNK_TABLE_OFFSET;
+        let eng = self.eng;
+        let geo = &eng.geo;
+        let zones = eng.heap.zone_count();
+        let mut vals: Vec<(u64, u64)> = guards
+            .iter()
+            .filter_map(|g| geo.locate(g.off, zones))
+            .map(|p| {
+                (
+                    geo.chunk_offset(p.zone, 0) + CHUNK_TABLE_OFFSET + p.chunk * 8,
+                    0,
+                )
+            })
+            .collect();
+        vals.sort_unstable();
+        vals.dedup();
+        // Only entries this commit changes too, whose chunks are this transaction's (a
+        // guard elsewhere stays logged).
+        vals.retain(|&(off, _)| lane.scratch.meta.iter().any(|(o, _)| o == off));
+        if vals.is_empty() {
+            return Ok(());
+        }
+        self.replicate_meta(&mut vals);
+        let map = &eng.map;
+        let mut touched = Touched::default();
+        let mut dirty = lane.dirty;
+        for &(off, _) in &vals {
+            touched.add(off, 8, map.chunk_shift());
+            if let Some(zone) = map.zone_of(off) {
+                let (word, mask) = record::dirty_bit(zone);
+                dirty[word] |= mask;
+            }
+        }
+        if eng.parity.enabled() && dirty != lane.dirty {
+            self.mark_dirty_zones(&mut lane.dirty, dirty)?;
+        }
+        self.commit_logged(
+            &mut lane.record,
+            &mut lane.deferred,
+            &mut lane.hdrs,
+            Writes {
+                items: &[],
+                fills: &[],
+                news: &[],
+                vals: &vals,
+            },
+            &touched,
+            &[],
+        )
     }
 
     /// A commit with at most one 8-byte metadata word and no object changes: the word is
