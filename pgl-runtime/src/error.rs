@@ -148,8 +148,8 @@ pub enum Error {
         free: u64,
     },
 
-    /// An object larger than a zone's data area was requested.
-    #[error("object of {requested} bytes is larger than the largest possible object ({max} bytes); split it, or create the pool with larger zones (Config::rows / chunk_size)")]
+    /// An object larger than a zone's data area, or than 4 GiB - 1 bytes, was requested.
+    #[error("object of {requested} bytes is larger than the largest possible object ({max} bytes); {}", too_large_advice(*max))]
     ObjectTooLarge {
         /// Bytes requested.
         requested: u64,
@@ -664,6 +664,17 @@ fn at(pool_file: &Option<PathBuf>) -> String {
     match pool_file {
         Some(p) => format!("{}: ", p.display()),
         None => String::new(),
+    }
+}
+
+/// What to do about an `ObjectTooLarge` whose limit is `max`: larger zones help only
+/// while a zone's data area, not the 32-bit bound of every object, sets it.
+fn too_large_advice(max: u64) -> &'static str {
+    if max >= u64::from(u32::MAX) {
+        "split it: no object holds more than 4 GiB - 1 bytes, whatever the pool's zones \
+         (micro-buffers track changes with 32-bit offsets)"
+    } else {
+        "split it, or create the pool with larger zones (Config::rows / chunk_size)"
     }
 }
 

@@ -1263,6 +1263,37 @@ mod tests {
         u64::from_le_bytes(file[off as usize..off as usize + 8].try_into().unwrap())
     }
 
+    /// A pool whose zones hold more than 4 GiB still holds no object of 4 GiB: the error
+    /// says so, instead of sending the user to make the zones larger still.
+    #[test]
+    fn an_object_past_the_4_gib_bound_is_not_sent_to_larger_zones() {
+        let path = crate::scratch_pool("too-large-4g");
+        let mut c = Config::small("too-large");
+        c.chunk_size = 64 << 20;
+        c.rows = 66;
+        c.size = c.geometry().pool_size(1);
+        c.max_size = c.size;
+        // A sparse file: nothing of its zone is written.
+        let pool = Pool::create(&path, &c).unwrap();
+        let max = pool.engine().heap.max_object();
+        assert_eq!(max, u64::from(u32::MAX), "a zone's data area past 4 GiB");
+        let e = pool
+            .tx(|tx| tx.alloc_raw(max as usize + 1, 1, |_| unreachable!()))
+            .unwrap_err();
+        assert!(matches!(e, crate::Error::ObjectTooLarge { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(!msg.contains("larger zones"), "{msg}");
+        assert!(msg.contains("4 GiB - 1"), "{msg}");
+        // Below the bound, larger zones are the way out.
+        let small = crate::Error::ObjectTooLarge {
+            requested: 1 << 20,
+            max: 1 << 19,
+        };
+        assert!(small.to_string().contains("larger zones"));
+        drop(pool);
+        std::fs::remove_file(&path).unwrap();
+    }
+
     /// Chunks freed again and again (large objects, which take their chunks by scanning,
     /// not from the free stack) do not pile up on the free stack: it stays within about
     /// twice the pool's chunk count, and still yields every free chunk.
