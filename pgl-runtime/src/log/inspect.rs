@@ -127,6 +127,14 @@ impl Inspection {
     /// has reclaimed and written over since the inspection's scan (inspect it again); the
     /// records stop after an `Err`.
     pub fn records(&self) -> impl Iterator<Item = Result<RecordInfo>> + '_ {
+        self.records_from(0)
+    }
+
+    /// [`records`](Self::records) from LSN `from` on (all of them if `from` is the first
+    /// or before it). The records before `from` are stepped over by their headers alone:
+    /// their payloads are neither read nor checksummed again (the scan `open` ran verified
+    /// them), so starting far into a large log costs a header read per record skipped.
+    pub fn records_from(&self, from: u64) -> impl Iterator<Item = Result<RecordInfo>> + '_ {
         let sb = &self.superline;
         let cap = self.capacity;
         let mut rule = EpochRule {
@@ -135,9 +143,10 @@ impl Inspection {
             min_epoch: sb.start_epoch,
         };
         let (mut voff, mut lsn) = (sb.start_voff, sb.start_lsn);
+        let end = sb.start_lsn + self.report.records;
         let mut done = false;
-        (0..self.report.records).map_while(move |_| {
-            if done {
+        std::iter::from_fn(move || {
+            if done || lsn >= end {
                 return None;
             }
             let reader = Reader {
@@ -145,19 +154,36 @@ impl Inspection {
                 path: &self.path,
                 failed: RefCell::new(None),
             };
+            let gone = |lsn| Error::LsnOutOfRange {
+                path: self.path.clone(),
+                op: "inspect",
+                lsn,
+                first: self.report.start_lsn,
+                next: self.report.next_lsn,
+            };
+            while lsn < from.min(end) {
+                match reader.locate_header(cap, voff, lsn, rule) {
+                    Ok((at, h)) => {
+                        rule = rule.after(h.epoch);
+                        voff = at + record_size(h.len());
+                        lsn += 1;
+                    }
+                    Err(_) => {
+                        done = true;
+                        return Some(reader.failure().and(Err(gone(lsn))));
+                    }
+                }
+            }
+            if lsn >= end {
+                return None;
+            }
             let got = reader
                 .locate(cap, voff, lsn, rule)
                 .ok()
                 .and_then(|(at, h)| reader.record(cap, at, h).map(|payload| (at, h, payload)));
             let step = match (reader.failure(), got) {
                 (Err(e), _) => Err(e),
-                (Ok(()), None) => Err(Error::LsnOutOfRange {
-                    path: self.path.clone(),
-                    op: "inspect",
-                    lsn,
-                    first: self.report.start_lsn,
-                    next: self.report.next_lsn,
-                }),
+                (Ok(()), None) => Err(gone(lsn)),
                 (Ok(()), Some((at, h, payload))) => {
                     rule = rule.after(h.epoch);
                     voff = at + record_size(h.len());
@@ -257,6 +283,27 @@ impl Reader<'_> {
         rule: EpochRule,
     ) -> Result<(u64, RecordHeader), (u64, Invalid)> {
         locate_by(cap, |v| self.check(cap, v % cap, lsn, rule), voff)
+    }
+
+    /// `locate` by the header alone (its fields, not the payload's checksum): for stepping
+    /// over records a scan verified already.
+    fn locate_header(
+        &self,
+        cap: u64,
+        voff: u64,
+        lsn: u64,
+        rule: EpochRule,
+    ) -> Result<(u64, RecordHeader), (u64, Invalid)> {
+        locate_by(
+            cap,
+            |v| {
+                let p = v % cap;
+                let mut head = [0u8; HEADER_LEN as usize];
+                self.read(AREA_OFFSET + p, &mut head);
+                check_header(&head, cap.saturating_sub(p), p, lsn, rule)
+            },
+            voff,
+        )
     }
 
     /// The payload of record `h` at virtual offset `at`, read whole, if it still verifies

@@ -105,10 +105,7 @@ pub(crate) fn log_dump(file: &Path, from: Option<u64>, max: Option<usize>) -> Re
             r.next_lsn - 1
         );
     }
-    let records = i
-        .records()
-        .filter(|r| r.as_ref().map_or(true, |r| r.lsn >= from));
-    for (shown, rec) in records.enumerate() {
+    for (shown, rec) in i.records_from(from).enumerate() {
         let rec = rec?;
         if max.is_some_and(|m| shown >= m) {
             let _ = writeln!(out, "(more records not shown)");
