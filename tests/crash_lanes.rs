@@ -469,3 +469,115 @@ fn a_deferred_record_whose_object_another_lane_freed_never_voids_its_owners_reus
     }
     assert!(checked > 0);
 }
+
+#[test]
+fn a_large_object_over_many_empty_runs_beside_another_lanes_pending_records() {
+    // Worker 0 allocates a large object over many empty runs: its commit first sets their
+    // chunks free by a record of its own, then commits its own. Worker 1's lane holds,
+    // meanwhile, either a record over the same chunk table and checksums whose retire mark
+    // is not durable (a large object freed), or a deferred overwrite. Every crash image
+    // must open clean, with worker 1's commits in it, and the large object whole or absent.
+    type Tiny = [u64; 2];
+    const CHUNKS: usize = 30;
+    type Wide = [u8; CHUNKS * (64 << 10)];
+    type Mid = [u8; 2 * (64 << 10)];
+    let mut checked = 0;
+    for variant in 0..2u64 {
+        let mut rng = Rng::new(variant);
+        let mut cfg = pgl::Config::small(LAYOUT);
+        cfg.chunks_per_row = 16;
+        cfg.lane_size = 8 << 10;
+        cfg.lanes = 2;
+        cfg.size = cfg.geometry().pool_size(1);
+        cfg.max_size = cfg.size;
+        let sim = pgl::CrashSim::new(cfg.max_size);
+        let pool = Pool::create_sim(&sim, &cfg).expect("create");
+        let root = pool.root::<[u64; 4]>().expect("root");
+        let y: Oid<[u64; 8]> = pool.tx(|tx| tx.alloc([1u64; 8])).unwrap();
+        let mut tiny: Vec<Oid<Tiny>> = Vec::new();
+        loop {
+            match pool.tx(|tx| {
+                (0..100)
+                    .map(|i| tx.alloc([i; 2]))
+                    .collect::<pgl::Result<Vec<_>>>()
+            }) {
+                Ok(v) => tiny.extend(v),
+                Err(pgl::Error::PoolFull { .. }) => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        for batch in tiny.chunks(100) {
+            pool.tx(|tx| batch.iter().try_for_each(|&o| tx.free(o)))
+                .unwrap();
+        }
+        drop(pool);
+        let pool = Pool::open_sim(&sim, LAYOUT).unwrap();
+        let workers = [Worker::new(&pool), Worker::new(&pool)];
+        workers[1].run(move |pool| {
+            let m = pool.tx(|tx| tx.alloc_zeroed::<Mid>()).expect("mid");
+            if variant == 0 {
+                pool.tx(|tx| {
+                    tx.open(y)?[0] = 2;
+                    Ok(())
+                })
+                .expect("y");
+                pool.tx(|tx| tx.free(m)).expect("free mid");
+            } else {
+                pool.tx(|tx| tx.free(m)).expect("free mid");
+                pool.tx(|tx| {
+                    tx.open(y)?[0] = 2;
+                    Ok(())
+                })
+                .expect("y");
+            }
+        });
+        let free = pool.free_bytes();
+        let (wide, points) = crash_points_of(&sim, || {
+            workers[0].run(move |pool| {
+                pool.tx(|tx| {
+                    let o = tx.alloc_zeroed::<Wide>()?;
+                    tx.open(o)?[..8].copy_from_slice(&[0xa5; 8]);
+                    tx.open(root)?[1] = o.raw();
+                    Ok(o)
+                })
+                .expect("a large object over many empty runs")
+            })
+        });
+        assert!(points.len() >= 4, "two records: {}", points.len());
+        for cp in &points {
+            let n = cp.pending();
+            for _ in 0..60 {
+                let mask: Vec<bool> = (0..n).map(|_| rng.chance(500)).collect();
+                let dev = cp.device(sim.capacity(), |i| mask[i]);
+                let pool = Pool::open_sim(&dev, LAYOUT).expect("open a crash image");
+                let at = cp.fence();
+                let listing = pool.objects_with_damage().unwrap();
+                assert_eq!(listing.damaged_words(), Vec::<u64>::new(), "fence {at}");
+                assert_eq!(
+                    pool.verify_objects(|_, _| {}).unwrap().len(),
+                    0,
+                    "fence {at}"
+                );
+                assert_eq!(
+                    pool.get(y).unwrap()[0],
+                    2,
+                    "fence {at}: worker 1's overwrite"
+                );
+                let r = pool.get(root).unwrap()[1];
+                if r != 0 {
+                    assert_eq!(r, wide.raw());
+                    let got = pool.get(Oid::<Wide>::from_raw(r)).unwrap();
+                    assert_eq!(got[..8], [0xa5; 8]);
+                    assert!(got[8..].iter().all(|&b| b == 0), "fence {at}: whole");
+                } else {
+                    assert_eq!(pool.free_bytes(), free, "fence {at}");
+                    let o = pool.tx(|tx| tx.alloc_zeroed::<Wide>());
+                    assert!(o.is_ok(), "fence {at}: {o:?}");
+                }
+                checked += 1;
+            }
+        }
+        drop(workers);
+    }
+    assert!(checked > 0);
+}

@@ -190,3 +190,115 @@ fn a_large_object_over_many_empty_runs_fits_its_record_and_survives_a_crash() {
     }
     println!("crash images checked at {} fences", points.len());
 }
+
+/// The commit of a large object over many empty runs sets their chunks free on media by a
+/// record of its own, then fails on its own record (here: too large for the lane) and is
+/// rolled back: the chunks are free in DRAM and on media alike, the pool reopens clean at
+/// every fence of that commit, and the space holds the object afterwards.
+#[test]
+fn a_commit_that_fails_after_freeing_its_guarded_chunks_leaves_them_free() {
+    type Tiny = [u64; 2];
+    const CHUNKS: usize = 30;
+    type Wide = [u8; CHUNKS * (64 << 10)];
+    type Blob = [u8; 12 << 10];
+    let mut cfg = Config::small("reclaim-fail");
+    cfg.chunks_per_row = 16;
+    cfg.lane_size = 8 << 10;
+    cfg.size = cfg.geometry().pool_size(1);
+    cfg.max_size = cfg.size;
+    let sim = CrashSim::new(cfg.max_size);
+    let pool = Pool::create_sim(&sim, &cfg).unwrap();
+    let root = pool.root::<u64>().unwrap();
+    let blob: Oid<Blob> = pool.tx(|tx| tx.alloc_zeroed::<Blob>()).unwrap();
+    let fresh = pool.free_bytes();
+    let mut tiny: Vec<Oid<Tiny>> = Vec::new();
+    loop {
+        match pool.tx(|tx| {
+            (0..100)
+                .map(|i| tx.alloc([i; 2]))
+                .collect::<pgl::Result<Vec<_>>>()
+        }) {
+            Ok(v) => tiny.extend(v),
+            Err(pgl::Error::PoolFull { .. }) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    for batch in tiny.chunks(100) {
+        pool.tx(|tx| batch.iter().try_for_each(|&o| tx.free(o)))
+            .unwrap();
+    }
+    assert_eq!(pool.free_bytes(), fresh);
+    drop(pool);
+    let pool = Pool::open_sim(&sim, "reclaim-fail").unwrap();
+
+    let points: Arc<Mutex<Vec<CrashPoint>>> = Arc::default();
+    let sink = points.clone();
+    sim.set_fence_hook(move |s: &CrashSim| sink.lock().unwrap().push(s.crash_point()));
+    let r = pool.tx(|tx| {
+        let o = tx.alloc_zeroed::<Wide>()?;
+        tx.open(o)?[..8].copy_from_slice(&[0xa5; 8]);
+        *tx.open(root)? = o.raw();
+        tx.open(blob)?.fill(0x11);
+        Ok(o)
+    });
+    sim.clear_fence_hook();
+    assert!(
+        matches!(r, Err(pgl::Error::TxTooLarge { .. })),
+        "the commit fails on its own record: {r:?}"
+    );
+    // In this session: the space is free, and holds the object.
+    assert_eq!(pool.free_bytes(), fresh);
+    assert_eq!(*pool.get(root).unwrap(), 0);
+    let wide = pool
+        .tx(|tx| {
+            let o = tx.alloc_zeroed::<Wide>()?;
+            *tx.open(root)? = o.raw();
+            Ok(o)
+        })
+        .unwrap();
+    assert_eq!(pool.verify_objects(|_, _| {}).unwrap().len(), 0);
+    drop(pool);
+    let pool = Pool::open_sim(&sim, "reclaim-fail").unwrap();
+    assert_eq!(
+        pool.objects_with_damage().unwrap().damaged_words(),
+        Vec::<u64>::new()
+    );
+    assert_eq!(pool.verify_objects(|_, _| {}).unwrap().len(), 0);
+    assert_eq!(*pool.get(root).unwrap(), wide.raw());
+    drop(pool);
+
+    let geo = cfg.geometry();
+    let lanes = (geo.lane_offset(0, 0) / 8) as usize..(geo.header_offset(1) / 8) as usize;
+    let points = points.lock().unwrap().clone();
+    assert!(
+        points.len() >= 2,
+        "the first record's fences: {}",
+        points.len()
+    );
+    for cp in &points {
+        let (all, none) = (cp.image(|_| true), cp.image(|_| false));
+        let pending: Vec<usize> = (0..all.len()).filter(|&w| all[w] != none[w]).collect();
+        let picks: [&dyn Fn(usize) -> bool; 4] = [
+            &|_| true,
+            &|_| false,
+            &|i| !lanes.contains(&pending[i]),
+            &|i| lanes.contains(&pending[i]),
+        ];
+        for pick in picks {
+            let dev = cp.device(cfg.max_size, pick);
+            let pool = Pool::open_sim(&dev, "reclaim-fail").unwrap();
+            let listing = pool.objects_with_damage().unwrap();
+            assert_eq!(
+                listing.damaged_words(),
+                Vec::<u64>::new(),
+                "fence {}",
+                cp.fence()
+            );
+            assert_eq!(pool.verify_objects(|_, _| {}).unwrap().len(), 0);
+            assert_eq!(*pool.get(root).unwrap(), 0);
+            assert_eq!(pool.free_bytes(), fresh, "crash at fence {}", cp.fence());
+            let o = pool.tx(|tx| tx.alloc_zeroed::<Wide>());
+            assert!(o.is_ok(), "crash at fence {}: {o:?}", cp.fence());
+        }
+    }
+}
