@@ -1065,3 +1065,105 @@ fn an_init_that_upgrades_through_the_pool_is_refused_not_a_stack_overflow() {
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
+
+#[test]
+fn an_upgrade_that_fails_half_way_leaves_no_group_behind() {
+    // The upgrade allocates the missing groups before it relinks the base, which fails
+    // while the program holds a read handle of it. A program that takes that error in
+    // stride and commits must not leave the groups allocated and linked from nowhere.
+    use v2::NodeExtFields as _;
+    let (pool, path) = pool("half-upgrade");
+    let a = v0_node(&pool, 8, 80).cast::<v2::Node>();
+    let r = pool.tx(|tx| {
+        let base = tx.get(a)?;
+        let up = tx.ext(a).map(drop);
+        assert!(matches!(up, Err(Error::AlreadyBorrowed { .. })), "{up:?}");
+        drop(base);
+        Ok(())
+    });
+    assert!(
+        !matches!(r, Err(Error::AlreadyBorrowed { .. })),
+        "the closure did not return the error: {r:?}"
+    );
+    assert_eq!(
+        pool.objects().unwrap().len(),
+        1,
+        "the base alone: no group of the failed upgrade committed ({r:?})"
+    );
+    assert_eq!(pool.tx(|tx| tx.groups_present(a)).unwrap(), 0);
+    assert_eq!(
+        pool.tx(|tx| Ok(*tx.ext(a)?.key64())).unwrap(),
+        8 + (1 << 40)
+    );
+    assert_eq!(pool.objects().unwrap().len(), 3);
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+/// The object lock stripe of the object at `off` (`ObjectLocks::stripe`, copied: the
+/// test needs two objects that share one).
+fn lock_stripe(off: u64) -> u64 {
+    (off >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - 14)
+}
+
+#[test]
+fn a_free_that_fails_half_way_frees_neither_the_owner_nor_part_of_its_chain() {
+    // A `pool.get` handle this thread holds on an object that shares a lock stripe with
+    // an owner's group makes freeing the group fail (`LockedByThisThread`) after the
+    // owner's own free is recorded. A program that takes the error in stride and commits
+    // must not free the owner and leave its groups allocated, owned by no one.
+    use pgl::__private::Extendible;
+    let path = support::test_dir().join(format!("pgl-leds-half-free-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let pool = Pool::create(&path, &Config::new("half-free")).unwrap();
+    // Consecutive blocks spread over the stripes: enough of them meet every stripe.
+    let others: Vec<Oid<[u64; 2]>> = (0..20)
+        .flat_map(|_| {
+            pool.tx(|tx| {
+                (0..1000)
+                    .map(|i| tx.alloc([i, i]))
+                    .collect::<pgl::Result<Vec<_>>>()
+            })
+            .unwrap()
+        })
+        .collect();
+    let owners: Vec<Oid<v1::Node>> = (0..4).map(|k| v1_node(&pool, k, k, 0, "owner")).collect();
+    let found = owners.iter().find_map(|&o| {
+        let g1 = pool.tx(|tx| Ok(Extendible::__link(&*tx.get(o)?))).unwrap();
+        let x = others.iter().find(|x| {
+            lock_stripe(x.raw()) == lock_stripe(g1) && lock_stripe(x.raw()) != lock_stripe(o.raw())
+        })?;
+        Some((o, *x))
+    });
+    let (owner, other) = found.expect("an object sharing a stripe with an owner's group");
+    let before = pool.objects().unwrap().len();
+    let held = pool.get(other).unwrap();
+    let r = pool.tx(|tx| {
+        let freed = tx.free(owner);
+        assert!(
+            matches!(freed, Err(Error::LockedByThisThread { .. })),
+            "{freed:?}"
+        );
+        Ok(())
+    });
+    drop(held);
+    assert!(
+        !matches!(r, Err(Error::LockedByThisThread { .. })),
+        "the closure did not return the error: {r:?}"
+    );
+    assert_eq!(
+        pool.objects().unwrap().len(),
+        before,
+        "the failed free changed nothing ({r:?})"
+    );
+    use v1::NodeExtFields as _;
+    assert_eq!(
+        pool.tx(|tx| Ok(tx.ext(owner)?.name().as_str().to_owned()))
+            .unwrap(),
+        "owner"
+    );
+    pool.tx(|tx| tx.free(owner)).unwrap();
+    assert_eq!(pool.objects().unwrap().len(), before - 2);
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}

@@ -720,3 +720,71 @@ fn another_thread_cannot_add_a_group_to_an_old_object_while_it_is_migrated() {
     drop(pool);
     std::fs::remove_file(&p).unwrap();
 }
+
+#[test]
+fn a_chain_refused_during_a_migration_leaves_no_group_behind() {
+    // `alloc_ext` and `copy_ext` allocate an object's groups before its base, which a
+    // migration of its type on another thread refuses (`Error::Migrating`). A program
+    // that takes that error in stride (to try again once the migration is over) and
+    // commits must not leave the groups allocated, owned by no base.
+    use std::sync::mpsc;
+    let p = path("chain-during");
+    let pool = grouped_list(&p, &Config::small("retain"), 20);
+    let root = pool.root::<[u64; 4]>().unwrap();
+    let first: Oid<grouped::Node> = Oid::from_raw(pool.get(root).unwrap()[0]);
+    let group_id = pgl::type_keys::<grouped::Node>()[1].0;
+    let (to_writer, go) = mpsc::channel::<()>();
+    let (done, from_writer) = mpsc::channel::<()>();
+    let (alloc, copy) = std::thread::scope(|s| {
+        let pool = &pool;
+        let writer = s.spawn(move || {
+            go.recv().unwrap();
+            let refused = |r: pgl::Result<Oid<grouped::Node>>| {
+                assert!(matches!(r, Err(pgl::Error::Migrating { .. })), "{r:?}");
+            };
+            let alloc = pool.tx(|tx| {
+                refused(tx.alloc_ext(grouped::NodeData {
+                    key: 99,
+                    value: 0,
+                    next: Oid::NULL,
+                    triple: 1,
+                }));
+                Ok(())
+            });
+            let copy = pool.tx(|tx| {
+                refused(tx.copy_ext(first));
+                Ok(())
+            });
+            done.send(()).unwrap();
+            (alloc, copy)
+        });
+        let mut to_writer = Some(to_writer);
+        pool.migration()
+            .batch(1)
+            .convert_ext(|o, r| {
+                if let Some(tx) = to_writer.take() {
+                    tx.send(()).unwrap();
+                    from_writer
+                        .recv_timeout(std::time::Duration::from_secs(10))
+                        .unwrap();
+                }
+                flatten(o, r)
+            })
+            .run()
+            .unwrap();
+        writer.join().unwrap()
+    });
+    let left = pool
+        .objects()
+        .unwrap()
+        .iter()
+        .filter(|(_, h)| h.type_id == group_id || h.type_id == grouped::Node::TYPE_ID)
+        .count();
+    assert_eq!(
+        left, 0,
+        "the migration freed every old node with its group, and the refused chains left \
+         none (alloc_ext: {alloc:?}, copy_ext: {copy:?})"
+    );
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}

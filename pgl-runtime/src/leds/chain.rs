@@ -12,7 +12,7 @@
 use super::extendible::{Extendible, ExtendibleData, MAX_GROUPS};
 use super::link::ExtLink;
 use super::view::{Ext, ExtMut};
-use crate::persistent::{group_type_id, Oid};
+use crate::persistent::{group_type_id, Oid, Persistent};
 use crate::tx::{GroupScope, Tx};
 use crate::{Error, Result};
 
@@ -160,21 +160,24 @@ impl<'p> Tx<'p> {
         // only under their owner's write lock (see `GroupScope`).
         self.eng.migrating.check("change", T::TYPE_ID, oid.raw())?;
         self.write_lock(oid.raw())?;
-        self.with_groups(GroupScope::Write, || {
-            let base = self.get(oid)?;
-            for k in have + 1..=T::GROUPS {
-                chain.offs[k - 1] = T::__upgrade(self, k, &*base, &chain.offs[..k - 1])
-                    .map_err(|e| in_part::<T>(e, k))?;
-            }
-            drop(base);
-            for k in have + 1..T::GROUPS {
-                T::__set_next(self, k, chain.offs[k - 1], chain.offs[k])?;
-            }
-            if have == 0 {
-                self.set_link(oid, chain.offs[0])
-            } else {
-                T::__set_next(self, have, chain.offs[have - 1], chain.offs[have])
-            }
+        // Groups allocated and then left unlinked by a later step's error must not commit.
+        self.whole(|| {
+            self.with_groups(GroupScope::Write, || {
+                let base = self.get(oid)?;
+                for k in have + 1..=T::GROUPS {
+                    chain.offs[k - 1] = T::__upgrade(self, k, &*base, &chain.offs[..k - 1])
+                        .map_err(|e| in_part::<T>(e, k))?;
+                }
+                drop(base);
+                for k in have + 1..T::GROUPS {
+                    T::__set_next(self, k, chain.offs[k - 1], chain.offs[k])?;
+                }
+                if have == 0 {
+                    self.set_link(oid, chain.offs[0])
+                } else {
+                    T::__set_next(self, have, chain.offs[have - 1], chain.offs[have])
+                }
+            })
         })?;
         chain.present = T::GROUPS;
         self.note_upgrade();
@@ -239,8 +242,12 @@ impl<'p> Tx<'p> {
         if D::Struct::GROUPS > MAX_GROUPS {
             return Err(too_many_groups::<D::Struct>());
         }
+        // The groups are allocated before the base: a migration of its type (on another
+        // thread) refuses the base up front, before any group exists; a later error
+        // (a full pool) fails the transaction (`whole`), so no group is left unowned.
+        self.eng.migrating.check("create", D::Struct::TYPE_ID, 0)?;
         // New objects only: no owner's lock to hold.
-        self.with_groups(GroupScope::Write, || D::Struct::__alloc(self, data))
+        self.whole(|| self.with_groups(GroupScope::Write, || D::Struct::__alloc(self, data)))
             .map_err(in_own_part::<D::Struct>)
     }
 
@@ -251,16 +258,21 @@ impl<'p> Tx<'p> {
         let (_, base) = self.object_bytes(oid.raw())?;
         let link = crate::tx::link_at_end(&base).unwrap_or(0);
         let chain = self.tail(oid.raw(), T::TYPE_ID, link)?;
-        let mut next = 0;
-        for (_, type_id, mut bytes) in chain.into_iter().rev() {
-            ExtLink::set_at_end_of(&mut bytes, next);
-            next = self.alloc_raw(bytes.len(), type_id, |p| p.copy_from_slice(&bytes))?;
-        }
-        // The copy's link is pgl's from the start, like that of any base this transaction
-        // allocates: a handle of the copy opened in this transaction cannot relink it.
-        self.alloc_filled(base.len(), T::TYPE_ID, Some(next), |p| {
-            p.copy_from_slice(&base)
+        // The copied groups come first, as in `alloc_ext`.
+        self.eng.migrating.check("create", T::TYPE_ID, 0)?;
+        self.whole(|| {
+            let mut next = 0;
+            for (_, type_id, mut bytes) in chain.into_iter().rev() {
+                ExtLink::set_at_end_of(&mut bytes, next);
+                next = self.alloc_raw(bytes.len(), type_id, |p| p.copy_from_slice(&bytes))?;
+            }
+            // The copy's link is pgl's from the start, like that of any base this
+            // transaction allocates: a handle of the copy opened in this transaction cannot
+            // relink it.
+            self.alloc_filled(base.len(), T::TYPE_ID, Some(next), |p| {
+                p.copy_from_slice(&base)
+            })
+            .map(Oid::from_raw)
         })
-        .map(Oid::from_raw)
     }
 }

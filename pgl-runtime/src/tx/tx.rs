@@ -739,7 +739,9 @@ impl<'p> Tx<'p> {
             };
         }
         // The owner is vetted (and write-locked) first, its tail found next, and only then
-        // is anything freed: an error never leaves an owner linking freed groups.
+        // is anything freed: an error never leaves an owner linking freed groups. One met
+        // while freeing (a group's lock) fails the transaction: the owner must not go
+        // without its groups (`whole`).
         let (buffered, link) = {
             let mut guard = self.st.borrow_mut();
             let st = &mut *guard;
@@ -773,19 +775,21 @@ impl<'p> Tx<'p> {
                 self.tail(off, T::TYPE_ID, link)?
             }
         };
-        {
-            let mut guard = self.st.borrow_mut();
-            let st = &mut *guard;
-            match buffered {
-                // SAFETY: see `open`.
-                Some(mut b) => self.free_buffered(st, off, unsafe { b.as_mut() })?,
-                None => self.record_free(st, off, T::TYPE_ID)?,
+        self.whole(|| {
+            {
+                let mut guard = self.st.borrow_mut();
+                let st = &mut *guard;
+                match buffered {
+                    // SAFETY: see `open`.
+                    Some(mut b) => self.free_buffered(st, off, unsafe { b.as_mut() })?,
+                    None => self.record_free(st, off, T::TYPE_ID)?,
+                }
             }
-        }
-        for (group, _, _) in tail {
-            self.free_raw(group)?;
-        }
-        Ok(())
+            for (group, _, _) in tail {
+                self.free_raw(group)?;
+            }
+            Ok(())
+        })
     }
 
     /// The pool's root object as its committed root word names it (0: none yet: see
@@ -945,7 +949,17 @@ impl<'p> Tx<'p> {
         self.st.borrow_mut().lane.scratch.meta.set(off, value);
     }
 
-    /// Marks this transaction failed (by a nested transaction).
+    /// Runs `f`, a change made of several steps (an upgrade, a free of an owner with its
+    /// tail, the allocation of a chain); if it fails part way, the transaction fails with
+    /// it (poisoned: it cannot commit), so that half of it (groups allocated and linked
+    /// from nowhere, an owner freed without its groups) never becomes durable, even when
+    /// the closure goes on after the error.
+    pub(crate) fn whole<R>(&self, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        f().inspect_err(|e| self.poison(e))
+    }
+
+    /// Marks this transaction failed (by a nested transaction, or a change that failed
+    /// part way: `whole`).
     pub(crate) fn poison(&self, e: &Error) {
         let mut st = self.st.borrow_mut();
         if st.poison.is_none() {
