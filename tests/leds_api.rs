@@ -1167,3 +1167,104 @@ fn a_free_that_fails_half_way_frees_neither_the_owner_nor_part_of_its_chain() {
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
+
+/// An item whose group 1 `init` runs what `HIJACK` holds, through the pool it captured.
+mod hijack0 {
+    use pgl::{extendible, Persistent};
+    #[extendible]
+    #[derive(Persistent)]
+    #[pgl(id = 0x5eed_0041)]
+    #[repr(C)]
+    pub struct Item {
+        pub key: u32,
+        pub _pad: u32,
+    }
+}
+
+mod hijack1 {
+    use pgl::{extendible, Persistent};
+    #[extendible]
+    #[derive(Persistent)]
+    #[pgl(id = 0x5eed_0041)]
+    #[repr(C)]
+    pub struct Item {
+        pub key: u32,
+        pub _pad: u32,
+        #[extension(1, init = |old| super::hijack(old.key()))]
+        pub wide: u64,
+    }
+}
+
+/// What `hijack1`'s init does in the transaction of the upgrade.
+type Hijack = Box<dyn Fn(&pgl::Tx<'_>) -> pgl::Result<()>>;
+
+thread_local! {
+    static HIJACK: std::cell::RefCell<Option<(Pool, Hijack)>> = const { std::cell::RefCell::new(None) };
+}
+
+fn hijack(key: u32) -> u64 {
+    if let Some((pool, f)) = HIJACK.with(|h| h.borrow_mut().take()) {
+        // Its failure fails the upgrade's transaction (a nested `pool.tx`).
+        let _ = pool.tx(|tx| f(tx));
+    }
+    u64::from(key)
+}
+
+#[test]
+fn an_init_cannot_change_a_group_under_a_reader_of_its_owner() {
+    // `tx.ext` reads an object's groups in place under the owner's lock alone: no one
+    // writes a group without its owner's write lock. An `init` runs inside an upgrade of
+    // another object; through a captured pool it must not be able to open the groups of
+    // an owner it does not hold.
+    use pgl::__private::{ExtGroups, Extendible};
+    use std::sync::mpsc;
+    use v1::NodeExtFields as _;
+    let (pool, path) = pool("init-hijack");
+    let owner = v1_node(&pool, 3, 30, 0, "owner");
+    let item = pool
+        .tx(|tx| tx.alloc_ext(hijack0::ItemData { key: 7, _pad: 0 }))
+        .unwrap()
+        .cast::<hijack1::Item>();
+    let group = pool
+        .tx(|tx| {
+            let v = tx.ext(owner)?;
+            Ok(oid_as(ExtGroups::__groups(&v).g1, Extendible::__link(&*v)))
+        })
+        .unwrap();
+    let (go, wait) = mpsc::channel::<()>();
+    let (done, upgraded) = mpsc::channel::<String>();
+    let seen = std::thread::scope(|s| {
+        let pool2 = pool.clone();
+        s.spawn(move || {
+            wait.recv().unwrap();
+            let f: Hijack = Box::new(move |tx| {
+                tx.open(group)?.name = PStr::truncating("hijacked");
+                Ok(())
+            });
+            HIJACK.with(|h| *h.borrow_mut() = Some((pool2.clone(), f)));
+            let r = pool2.tx(|tx| tx.ext(item).map(drop));
+            done.send(format!("{r:?}")).unwrap();
+        });
+        pool.tx(|tx| {
+            let v = tx.ext(owner)?;
+            let before = v.name().as_str().to_owned();
+            go.send(()).unwrap();
+            let upgrade = upgraded.recv().unwrap();
+            let after = v.name().as_str().to_owned();
+            Ok((before, after, upgrade))
+        })
+        .unwrap()
+    });
+    let (before, after, upgrade) = seen;
+    assert_eq!(
+        before, after,
+        "a group changed under a reader that holds its owner locked (the upgrade: {upgrade})"
+    );
+    assert_eq!(
+        pool.tx(|tx| Ok(tx.ext(owner)?.name().as_str().to_owned()))
+            .unwrap(),
+        "owner"
+    );
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}

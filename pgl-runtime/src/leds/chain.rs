@@ -136,11 +136,10 @@ impl<'p> Tx<'p> {
         if have == T::GROUPS {
             return Ok(false);
         }
-        // Inside the glue's write scope already: an `init` (which runs there) reached the
-        // pool through a captured `Pool`, whose `pool.tx` joins this transaction, and
-        // asked for an upgrade; of the same object, it would recurse until the stack
-        // overflows.
-        if self.group_scope() == GroupScope::Write {
+        // Inside an upgrade's inits already: an `init` reached the pool through a captured
+        // `Pool`, whose `pool.tx` joins this transaction, and asked for an upgrade; of the
+        // same object, it would recurse until the stack overflows.
+        if self.group_scope() == GroupScope::Init {
             return Err(Error::InTransaction {
                 what: "an upgrade (tx.ext, tx.ext_mut or tx.upgrade) from an extension \
                        group's init",
@@ -162,13 +161,18 @@ impl<'p> Tx<'p> {
         self.write_lock(oid.raw())?;
         // Groups allocated and then left unlinked by a later step's error must not commit.
         self.whole(|| {
+            // The inits are the program's code: not in the write scope, where they could
+            // open groups of owners this transaction does not hold (`GroupScope::Init`).
+            let base = self.get(oid)?;
+            for k in have + 1..=T::GROUPS {
+                chain.offs[k - 1] = self
+                    .with_groups(GroupScope::Init, || {
+                        T::__upgrade(self, k, &*base, &chain.offs[..k - 1])
+                    })
+                    .map_err(|e| in_part::<T>(e, k))?;
+            }
+            drop(base);
             self.with_groups(GroupScope::Write, || {
-                let base = self.get(oid)?;
-                for k in have + 1..=T::GROUPS {
-                    chain.offs[k - 1] = T::__upgrade(self, k, &*base, &chain.offs[..k - 1])
-                        .map_err(|e| in_part::<T>(e, k))?;
-                }
-                drop(base);
                 for k in have + 1..T::GROUPS {
                     T::__set_next(self, k, chain.offs[k - 1], chain.offs[k])?;
                 }

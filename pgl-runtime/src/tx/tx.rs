@@ -65,8 +65,13 @@ pub(crate) enum GroupScope {
     /// Following the chain of an owner this transaction holds locked (`Tx::ext`).
     Read,
     /// Reading, creating or changing the chain of an owner this transaction holds
-    /// write-locked (`Tx::ext_mut`, the upgrade, `Tx::alloc_ext`).
+    /// write-locked (`Tx::ext_mut`, the upgrade, `Tx::alloc_ext`). Only the glue runs in
+    /// it, never the program's code: that could open any group there.
     Write,
+    /// Running the `init`s of an upgrade (the program's code, which may reach the pool:
+    /// a captured `Pool`'s `pool.tx` joins the transaction): groups are refused as
+    /// [`GroupScope::Outside`] refuses them, and so is an upgrade (`leds::chain`).
+    Init,
 }
 
 /// Puts the previous [`GroupScope`] back when dropped, even if the glue panics.
