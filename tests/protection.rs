@@ -506,3 +506,29 @@ fn a_zeroed_zone_metadata_copy_is_not_taken_for_the_good_one() {
     drop(pool);
     std::fs::remove_file(&p).unwrap();
 }
+
+#[test]
+fn both_zone_metadata_copies_rebuilt_on_open_count_as_two_repairs() {
+    // `Stats::metadata_repairs` counts copies rewritten, as a scrub counts them: an open
+    // that rebuilds both copies of a zone from parity rewrote two, not one.
+    let p = path("meta-both-open");
+    let cfg = Config::small("meta").size(Config::small("meta").geometry().pool_size(2));
+    let pool = Pool::create(&p, &cfg).unwrap();
+    let big = pool.tx(|tx| tx.alloc([9u8; 40_000])).unwrap();
+    for copy in [0, 1] {
+        pool.inject(&Fault::MetadataScribble {
+            zone: 0,
+            at: table_at(&pool, copy),
+            len: 8,
+            seed: 60 + copy,
+        })
+        .unwrap();
+    }
+    drop(pool);
+    let pool = Pool::open_with(&p, &cfg).unwrap();
+    assert_eq!(pool.stats().metadata_repairs, 2, "both copies rewritten");
+    assert_eq!(pool.get(big).unwrap()[39_999], 9);
+    assert!(pool.scrub(false, |_, _| {}).unwrap().is_clean());
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}

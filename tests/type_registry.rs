@@ -215,8 +215,8 @@ fn a_damaged_registry_entry_is_repaired_from_the_other_copy_or_refused() {
     let pool = Pool::open(&path, "reg").unwrap();
     assert_eq!(
         pool.stats().metadata_repairs,
-        1,
-        "one zone, both copies rebuilt"
+        2,
+        "both copies of the zone rebuilt"
     );
     assert_eq!(pool.types().unwrap().len(), 1);
     drop(pool);

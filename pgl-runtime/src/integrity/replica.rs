@@ -153,10 +153,10 @@ pub(crate) fn both_bad(geo: &Geometry, z: u64) -> Error {
 }
 
 /// Verifies both metadata copies of every zone and rewrites a damaged one from the other
-/// (flushed; durable at the caller's next fence); returns the zones it rewrote one in.
-/// Their parity is the caller's to reconcile: a commit over a damaged word computed its
-/// parity update from the damaged bytes. `Error::Corrupt` if both copies of a zone are
-/// damaged.
+/// (flushed; durable at the caller's next fence); returns the zones it rewrote a copy in
+/// and how many copies it rewrote (two where both were rebuilt from parity). Their parity
+/// is the caller's to reconcile: a commit over a damaged word computed its parity update
+/// from the damaged bytes. `Error::Corrupt` if both copies of a zone are damaged.
 ///
 /// # Safety
 /// The zones lie in the pool and nothing else reads or writes it meanwhile (it opens).
@@ -165,17 +165,19 @@ pub(crate) unsafe fn check_zones(
     geo: &Geometry,
     zones: u64,
     parity: bool,
-) -> Result<Vec<u64>> {
-    let mut repaired = Vec::new();
+) -> Result<(Vec<u64>, u64)> {
+    let (mut repaired, mut copies) = (Vec::new(), 0);
     for z in 0..zones {
         // SAFETY: the caller's contract.
-        match unsafe { check_zone(media, geo, z, true, parity) } {
-            Copies::Sound => {}
-            Copies::OneBad { .. } | Copies::BothRebuilt => repaired.push(z),
+        copies += match unsafe { check_zone(media, geo, z, true, parity) } {
+            Copies::Sound => continue,
+            Copies::OneBad { .. } => 1,
+            Copies::BothRebuilt => 2,
             Copies::BothBad => return Err(both_bad(geo, z)),
-        }
+        };
+        repaired.push(z);
     }
-    Ok(repaired)
+    Ok((repaired, copies))
 }
 
 /// Makes copy B of every zone a copy of A and writes both checksums (a pool of a format

@@ -134,8 +134,7 @@ impl Pool {
         // damage in). A pool of an older format gets its copies B made from A, after its
         // header says durably that its parity is not kept (so it is recomputed below, and
         // again if a crash cuts this short). Zones whose copy was repaired are reconciled.
-        let meta_repaired = check_metadata(&media, &geo, &mut header)?;
-        let metadata_repairs = meta_repaired.len() as u64;
+        let (meta_repaired, metadata_repairs) = check_metadata(&media, &geo, &mut header)?;
         // Allocation-bitmap words that do not verify are rebuilt from parity before
         // anything below recomputes parity from the rows (which would bake the damage in)
         // or walks the objects through them; only where parity on media can be trusted for
@@ -465,9 +464,9 @@ fn read_header(media: &Media, path: &Path) -> Result<(Header, HeaderFixes)> {
 /// Checks the zone metadata replicas (now that replay has written its records to both
 /// copies) and rewrites a damaged copy from the other, or from parity; a pool of a format
 /// before replicas gets its copies B made from A. Returns the zones whose copy was
-/// repaired.
-fn check_metadata(media: &Media, geo: &Geometry, header: &mut Header) -> Result<Vec<u64>> {
-    let mut meta_repaired = Vec::new();
+/// repaired, and how many copies were rewritten.
+fn check_metadata(media: &Media, geo: &Geometry, header: &mut Header) -> Result<(Vec<u64>, u64)> {
+    let mut meta_repaired = (Vec::new(), 0);
     if header.version < 4 {
         Pool::check_registry_fits(media, geo, header.zones)?;
         if header.flags & FLAG_PARITY != 0 {
@@ -487,7 +486,7 @@ fn check_metadata(media: &Media, geo: &Geometry, header: &mut Header) -> Result<
         // SAFETY: as above.
         meta_repaired =
             unsafe { crate::integrity::replica::check_zones(media, geo, header.zones, kept)? };
-        if !meta_repaired.is_empty() {
+        if !meta_repaired.0.is_empty() {
             media.fence();
             media.check()?;
         }
