@@ -352,9 +352,9 @@ fn fault_campaign() {
         // Reopen: damaged header, lane and metadata copies are rewritten from the good ones.
         let lane_faults = lanes_hit.len();
         drop(pool);
-        // The clean close has just rewritten both header copies, erasing this round's header
-        // scribbles without the open ever seeing them: damage the same copy once more, in
-        // the closed file, so that the open must find it and rewrite it from the other.
+        // The close left this round's damaged header copy as it is (it rewrites no header
+        // copy while one is damaged): damage the same copy once more, in the closed file,
+        // so that the open must find it and rewrite it from the other.
         let header_fault = {
             use std::os::unix::fs::FileExt;
             let len = rng.range(8, 65);

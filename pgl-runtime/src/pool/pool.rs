@@ -78,23 +78,39 @@ impl Drop for Inner {
         if media.check().is_err() {
             return;
         }
+        // Opening left both copies valid, and every header update since wrote both whole:
+        // a copy that no longer decodes was damaged behind pgl's back (a stray write, or
+        // `Pool::inject`). Then the header is left as it is, OPEN set: writing the damaged
+        // copy would hide the damage from the next open (and from `pgl check`), which
+        // reports it and rewrites it from the other; rewriting the good copy alone in
+        // place, a crash tearing it would leave no copy that opens. The lanes are retired
+        // and parity agrees with the rows (durable above), as a clean close says: the
+        // dirty-zone marks go, so that the next open, recovering as after a crash, still
+        // trusts the zones' parity to rebuild damage.
+        let offs = [0, self.eng.geo.header_offset(1)];
+        if offs.iter().any(|&off| !header_decodes(media, off)) {
+            if self.eng.parity.enabled() {
+                tx::clear_dirty_zones(media, &self.eng.geo);
+                media.fence();
+            }
+            return;
+        }
         let mut h = self.header.lock().clone();
         h.flags &= !FLAG_OPEN;
         h.generation += 1;
-        // Opening left both copies valid, and every header update since wrote both whole:
-        // a copy that no longer decodes was damaged behind pgl's back (a stray write, or
-        // `Pool::inject`). Writing it whole would hide the damage from the next open (and
-        // from `pgl check`), which reports the copy and rewrites it from the other.
-        for off in [0, self.eng.geo.header_offset(1)] {
-            let mut page = vec![0u8; PAGE as usize];
-            // SAFETY: a header page inside the pool; the last handle is gone, so nothing
-            // else writes it.
-            unsafe { media.read(off, &mut page) };
-            if Header::decode(&page).is_ok() {
-                Pool::write_header_copy(media, off, &h);
-            }
+        for off in offs {
+            Pool::write_header_copy(media, off, &h);
         }
     }
+}
+
+/// Whether the header copy at `off` decodes. Only while the caller is the one writer of
+/// the header pages (the grow lock, or the pool closing).
+fn header_decodes(media: &Media, off: u64) -> bool {
+    let mut page = vec![0u8; PAGE as usize];
+    // SAFETY: a header page inside the pool, which only the caller writes.
+    unsafe { media.read(off, &mut page) };
+    Header::decode(&page).is_ok()
 }
 
 /// A summary of a pool for `pgl info`.
@@ -458,8 +474,13 @@ impl Pool {
             .grow_from(header.pool_size(), eng.geo.pool_size(zones))?;
         header.zones = zones;
         header.generation += 1;
-        Self::write_header_copy(&eng.media, 0, &header);
-        Self::write_header_copy(&eng.media, eng.geo.header_offset(1), &header);
+        // A copy damaged since the pool opened is written first: a crash tearing the
+        // write of the other, the one good copy, would leave no copy that opens.
+        let mut offs = [0, eng.geo.header_offset(1)];
+        offs.sort_by_key(|&off| header_decodes(&eng.media, off));
+        for off in offs {
+            Self::write_header_copy(&eng.media, off, &header);
+        }
         // The new zones are usable only if the headers that name them are durable.
         eng.media.check()?;
         eng.heap
