@@ -389,6 +389,24 @@ impl Heap {
             && pos.within / 8 < u64::from(self.classes.bitmap_words(class, true))
     }
 
+    /// Whether the page at `page` holds words of a plain run's bitmap, as the volatile
+    /// chunk kinds say: no check guards them, so the page zeroed would free the run's
+    /// objects unnoticed.
+    pub(crate) fn holds_plain_bitmap(&self, page: u64) -> bool {
+        let Some(pos) = self.place_of(page) else {
+            return false;
+        };
+        let Some(zone) = self.zone(pos.zone) else {
+            return false;
+        };
+        let e = zone.kinds[pos.chunk as usize].load(Ordering::Acquire);
+        let class = entry_class(e);
+        entry_kind(e) == KIND_RUN
+            && !entry_checked(e)
+            && (class as usize) < self.classes.len()
+            && pos.within < u64::from(self.classes.bitmap_words(class, false)) * 8
+    }
+
     /// Takes the run whose bitmap holds the word at `off` out of service: a word that
     /// neither verifies nor can be rebuilt would make every allocation that picks one of
     /// its blocks fail. Its live objects stay readable; nothing is allocated from it.

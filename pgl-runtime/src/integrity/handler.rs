@@ -32,7 +32,9 @@
 //! column from being rebuilt from the parity that no longer agrees with it; when the pool
 //! closes, that parity is recomputed (`unprotect_all`). A page still lost (unread) when the
 //! pool closes is zeroed with its column's parity left intact: the next session rebuilds
-//! it like any single damaged page (a lost parity page is recomputed from its data rows). Once `lost_pages` is full, a loss it cannot record
+//! it like any single damaged page (a lost parity page is recomputed from its data rows;
+//! a page whose damage the next session could not see, a plain run bitmap's, is rebuilt
+//! from parity at the close instead). Once `lost_pages` is full, a loss it cannot record
 //! sets `lost_overflow`: from then on every column may hold an unrecorded zero-filled page,
 //! so the handler rebuilds nothing more (each lost page is reported lost) and the close
 //! recomputes the parity of every zone (pages still lost then are lost for good too).
@@ -315,7 +317,37 @@ impl FaultCtx {
     /// that still holds the zeroed pages' old bytes. If the handler zero-filled more pages
     /// than it could record, the parity of every zone is recomputed. Called with the pool
     /// closing (and unregistered), so that nothing else accesses it.
-    pub(crate) fn unprotect_all(&self, media: &Media) {
+    ///
+    /// Pages for which `undetectable` holds are rebuilt from parity instead, as a load
+    /// would have rebuilt them, where the handler would (their column has no other loss):
+    /// the next session would not know them damaged (a plain run bitmap zeroed reads as
+    /// free blocks, and its objects would be allocated over).
+    pub(crate) fn unprotect_all(&self, media: &Media, undetectable: impl Fn(u64) -> bool) {
+        // First, while every lost page still counts as lost in its column.
+        let parity = self.parity();
+        let mut buf = Box::new([0u8; PAGE as usize]);
+        let mut rebuilt = Vec::new();
+        for page in self.poisoned_pages() {
+            if !parity.enabled() || !undetectable(page) || self.column_has_other_loss(page) {
+                continue;
+            }
+            // SAFETY: a page-aligned page of the mapping, protected by `destroy`; the pool
+            // is closing, so nothing else accesses it.
+            if unsafe { set_access(media, page, true) }.is_err() {
+                continue;
+            }
+            // SAFETY: the page lies in a zone of the pool; no other page of its column is
+            // lost (so none is protected), and nothing writes them (the pool is closing).
+            if unsafe { rebuild_page_into(media, &self.geo, page, &mut buf) } {
+                // SAFETY: the page is accessible again (above), and nobody else's.
+                unsafe { media.write(page, &buf[..]) };
+                media.flush(page, PAGE);
+                rebuilt.push(page);
+            }
+        }
+        for page in rebuilt {
+            self.unpoison(page);
+        }
         let mut zeroed: Vec<u64> = self
             .lost_pages
             .iter()
@@ -355,7 +387,6 @@ impl FaultCtx {
         };
         let readable = |zone: u64| stuck.iter().all(|&p| zone_of(p) != Some(zone));
         zeroed.retain(|&p| zone_of(p).is_some_and(readable));
-        let parity = self.parity();
         if parity.enabled() && self.lost_overflow.load(Ordering::Acquire) {
             for z in (0..self.geo.zones_for(media.len())).filter(|&z| readable(z)) {
                 let data = super::parity::zone_extents(media, &self.geo, z);
@@ -364,7 +395,6 @@ impl FaultCtx {
                 unsafe { super::parity::recompute_zone(media, &self.geo, z, &data) };
             }
         } else if parity.enabled() {
-            let mut buf = Box::new([0u8; PAGE as usize]);
             for page in zeroed {
                 let column_parity = match parity_column_of(&self.geo, page) {
                     Some(_) => Some(page),
@@ -982,8 +1012,9 @@ mod tests {
         // What the handler does for a machine check on that page.
         ctx.repair(page, false).expect("mprotect works");
         assert_eq!(ctx.lost.load(Ordering::Relaxed), 1);
-        let closed =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ctx.unprotect_all(&media)));
+        let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ctx.unprotect_all(&media, |_| false)
+        }));
         drop(media);
         std::fs::remove_file(&path).expect("remove");
         assert!(closed.is_ok(), "the close panicked");

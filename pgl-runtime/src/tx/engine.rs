@@ -288,7 +288,7 @@ impl Drop for Engine {
             crate::integrity::handler::unregister(slot);
         }
         if let Some(ctx) = self.fault.get() {
-            ctx.unprotect_all(&self.media);
+            ctx.unprotect_all(&self.media, |page| self.heap.holds_plain_bitmap(page));
         }
     }
 }
