@@ -628,3 +628,27 @@ fn a_plain_run_bitmap_page_still_lost_at_close_does_not_free_its_objects() {
     drop(pool);
     std::fs::remove_file(&p).unwrap();
 }
+
+#[test]
+fn without_checksums_a_page_still_lost_at_close_is_rebuilt_not_zeroed() {
+    // Nothing would tell the next session the page was lost: zeroed, its objects would
+    // read back as zeros, though parity could rebuild them.
+    let p = path("no-sums");
+    let mut cfg = Config::new("media");
+    cfg.checksums = false;
+    let pool = Pool::create(&p, &cfg).unwrap();
+    let objs: Vec<Oid<Obj>> = (0..20)
+        .map(|i| pool.tx(|tx| tx.alloc(value(i))).unwrap())
+        .collect();
+    pool.inject(&Fault::MediaError {
+        offset: objs[7].raw() + 100,
+    })
+    .unwrap();
+    drop(pool);
+    let pool = Pool::open_with(&p, &cfg).unwrap();
+    for (i, o) in objs.iter().enumerate() {
+        assert_eq!(*pool.get(*o).unwrap(), value(i as u64), "object {i}");
+    }
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}

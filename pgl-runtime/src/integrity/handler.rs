@@ -33,8 +33,8 @@
 //! closes, that parity is recomputed (`unprotect_all`). A page still lost (unread) when the
 //! pool closes is zeroed with its column's parity left intact: the next session rebuilds
 //! it like any single damaged page (a lost parity page is recomputed from its data rows;
-//! a page whose damage the next session could not see, a plain run bitmap's, is rebuilt
-//! from parity at the close instead). Once `lost_pages` is full, a loss it cannot record
+//! a page whose damage the next session could not see, a plain run bitmap's or any page
+//! of a pool without object checksums, is rebuilt from parity at the close instead). Once `lost_pages` is full, a loss it cannot record
 //! sets `lost_overflow`: from then on every column may hold an unrecorded zero-filled page,
 //! so the handler rebuilds nothing more (each lost page is reported lost) and the close
 //! recomputes the parity of every zone (pages still lost then are lost for good too).
@@ -321,7 +321,8 @@ impl FaultCtx {
     /// Pages for which `undetectable` holds are rebuilt from parity instead, as a load
     /// would have rebuilt them, where the handler would (their column has no other loss):
     /// the next session would not know them damaged (a plain run bitmap zeroed reads as
-    /// free blocks, and its objects would be allocated over).
+    /// free blocks, and its objects would be allocated over; without checksums, objects
+    /// read back as zeros).
     pub(crate) fn unprotect_all(&self, media: &Media, undetectable: impl Fn(u64) -> bool) {
         // First, while every lost page still counts as lost in its column.
         let parity = self.parity();

@@ -288,7 +288,10 @@ impl Drop for Engine {
             crate::integrity::handler::unregister(slot);
         }
         if let Some(ctx) = self.fault.get() {
-            ctx.unprotect_all(&self.media, |page| self.heap.holds_plain_bitmap(page));
+            // What the next session could not see damaged: without checksums, any page.
+            ctx.unprotect_all(&self.media, |page| {
+                !self.checksums || self.heap.holds_plain_bitmap(page)
+            });
         }
     }
 }
