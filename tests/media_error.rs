@@ -652,3 +652,47 @@ fn without_checksums_a_page_still_lost_at_close_is_rebuilt_not_zeroed() {
     drop(pool);
     std::fs::remove_file(&p).unwrap();
 }
+
+#[test]
+fn write_backs_owed_to_a_page_lost_since_do_not_hang_a_commit_of_new_objects() {
+    // An overwrite-only commit leaves its write-backs owed by its thread until its next
+    // fence. The page is lost meanwhile (its record settled by the injection's freeze).
+    // The thread's next commit creates an object with a page in the same column, counted
+    // pending in the column's stripe, then issues the owed write-backs at its fence: the
+    // simulated device reads the lost page there (as clwb checks access like a load), and
+    // the repair must not wait for this very thread's pending bytes.
+    type Big = [u8; 60_000];
+    let cfg = Config::small("media");
+    let geo = cfg.geometry();
+    let sim = pgl::CrashSim::new(cfg.max_size);
+    let pool = Pool::create_sim(&sim, &cfg).unwrap();
+    let o: Oid<Obj> = pool.tx(|tx| tx.alloc(value(3))).unwrap();
+    let (send, recv) = std::sync::mpsc::channel();
+    let p2 = pool.clone();
+    std::thread::spawn(move || {
+        let r = (|| {
+            p2.tx(|tx| {
+                tx.open(o)?[5] = 55;
+                Ok(())
+            })?;
+            p2.inject(&Fault::MediaError { offset: o.raw() })?;
+            p2.tx(|tx| tx.alloc([7u8; 60_000]))
+        })();
+        let _ = send.send(r);
+    });
+    let Ok(big) = recv.recv_timeout(std::time::Duration::from_secs(30)) else {
+        std::mem::forget(pool);
+        panic!("the commit hung on the lost page");
+    };
+    let big: Oid<Big> = big.unwrap();
+    let column = |off: u64| (off - geo.zones_offset()) % geo.row_size() / 4096;
+    assert!(
+        (column(big.raw())..=column(big.raw() + 59_999)).contains(&column(o.raw())),
+        "the new object has a page in the lost page's column"
+    );
+    let mut want = value(3);
+    want[5] = 55;
+    assert_eq!(*pool.get(o).unwrap(), want);
+    assert_eq!(pool.get(big).unwrap()[59_999], 7);
+    assert_eq!(pool.verify_parity().unwrap(), Vec::<u64>::new());
+}

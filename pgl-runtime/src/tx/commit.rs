@@ -715,7 +715,11 @@ impl Tx<'_> {
     /// each wait for pending write-backs like a fence.
     fn new_objects_parity(&self, news: &[NonNull<Buffer>], hdrs: &[[u8; 16]], guards: &[Guard]) {
         let eng = self.eng;
-        // Every page first, before any piece counts as pending (see `Parity::touch`).
+        // Every page first, before any piece counts as pending (see `Parity::touch`), and
+        // every page of the write-backs this thread owes, which its fence issues.
+        if !news.is_empty() {
+            eng.touch_owed();
+        }
         for (b, h) in news.iter().zip(hdrs) {
             // SAFETY: buffers live until release.
             let buf = unsafe { b.as_ref() };

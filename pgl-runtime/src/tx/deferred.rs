@@ -290,6 +290,30 @@ impl Engine {
         .flatten()
     }
 
+    /// Loads a byte of every line of the deferred-record write-backs this thread owes on
+    /// this pool (see `Parity::touch`). A commit calls it before it counts new objects
+    /// pending: the owed write-backs are issued at its fence (`flush_owed`), and one of a
+    /// page lost since (an injection's freeze settled the record, then the page was lost)
+    /// faults there like a load (clwb; the simulated device reads the line), where the
+    /// handler would wait for this thread's own pending bytes, forever. Faulting here, the
+    /// page is rebuilt first.
+    pub(crate) fn touch_owed(&self) {
+        let _ = OWED.try_with(|o| {
+            let o = o.borrow();
+            for e in o
+                .entries
+                .iter()
+                .filter(|e| e.eng == self.id && e.lane != NO_LANE)
+            {
+                // SAFETY: bytes of the pool its record wrote in place.
+                unsafe {
+                    self.parity
+                        .touch(&self.media, e.range.0, e.range.1 - e.range.0)
+                };
+            }
+        });
+    }
+
     /// Settles every lane (at close: no transaction runs).
     pub(crate) fn settle_all(&self) {
         for lane in self.lanes.iter() {
