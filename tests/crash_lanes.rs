@@ -6,7 +6,9 @@
 //! blocks the older record wrote. Each op is explored as in `tests/crash_suite.rs`.
 //!
 //! `PGL_CRASH_STATES` raises the number of crash images checked (default 10,000).
+
 mod common;
+mod support;
 
 use common::crash::*;
 use pgl::{Oid, Pool};
@@ -477,7 +479,6 @@ fn a_large_object_over_many_empty_runs_beside_another_lanes_pending_records() {
     // meanwhile, either a record over the same chunk table and checksums whose retire mark
     // is not durable (a large object freed), or a deferred overwrite. Every crash image
     // must open clean, with worker 1's commits in it, and the large object whole or absent.
-    type Tiny = [u64; 2];
     const CHUNKS: usize = 30;
     type Wide = [u8; CHUNKS * (64 << 10)];
     type Mid = [u8; 2 * (64 << 10)];
@@ -494,22 +495,7 @@ fn a_large_object_over_many_empty_runs_beside_another_lanes_pending_records() {
         let pool = Pool::create_sim(&sim, &cfg).expect("create");
         let root = pool.root::<[u64; 4]>().expect("root");
         let y: Oid<[u64; 8]> = pool.tx(|tx| tx.alloc([1u64; 8])).unwrap();
-        let mut tiny: Vec<Oid<Tiny>> = Vec::new();
-        loop {
-            match pool.tx(|tx| {
-                (0..100)
-                    .map(|i| tx.alloc([i; 2]))
-                    .collect::<pgl::Result<Vec<_>>>()
-            }) {
-                Ok(v) => tiny.extend(v),
-                Err(pgl::Error::PoolFull { .. }) => break,
-                Err(e) => panic!("{e}"),
-            }
-        }
-        for batch in tiny.chunks(100) {
-            pool.tx(|tx| batch.iter().try_for_each(|&o| tx.free(o)))
-                .unwrap();
-        }
+        support::churn_smallest_runs(&pool);
         drop(pool);
         let pool = Pool::open_sim(&sim, LAYOUT).unwrap();
         let workers = [Worker::new(&pool), Worker::new(&pool)];

@@ -5,6 +5,8 @@
 //! run with its bitmap intact or the committed large object, never a run whose bitmap is
 //! the new object's header (found by the kill -9 test: `kill9.rs`).
 
+mod support;
+
 use pgl::{Config, CrashPoint, CrashSim, Oid, Pool};
 use std::sync::{Arc, Mutex};
 
@@ -101,7 +103,6 @@ fn a_large_object_over_an_empty_run_never_clobbers_its_bitmap_in_a_crash() {
 /// the object fits again after reopening.
 #[test]
 fn a_large_object_over_many_empty_runs_fits_its_record_and_survives_a_crash() {
-    type Tiny = [u64; 2];
     const CHUNKS: usize = 30;
     type Wide = [u8; CHUNKS * (64 << 10)];
     let mut cfg = Config::small("reclaim-many");
@@ -114,22 +115,7 @@ fn a_large_object_over_many_empty_runs_fits_its_record_and_survives_a_crash() {
     let root = pool.root::<u64>().unwrap();
     let fresh = pool.free_bytes();
     // Every chunk a run of the smallest blocks (the largest bitmaps), then all empty.
-    let mut tiny: Vec<Oid<Tiny>> = Vec::new();
-    loop {
-        match pool.tx(|tx| {
-            (0..100)
-                .map(|i| tx.alloc([i; 2]))
-                .collect::<pgl::Result<Vec<_>>>()
-        }) {
-            Ok(v) => tiny.extend(v),
-            Err(pgl::Error::PoolFull { .. }) => break,
-            Err(e) => panic!("{e}"),
-        }
-    }
-    for batch in tiny.chunks(100) {
-        pool.tx(|tx| batch.iter().try_for_each(|&o| tx.free(o)))
-            .unwrap();
-    }
+    support::churn_smallest_runs(&pool);
     assert_eq!(pool.free_bytes(), fresh);
     drop(pool);
     let pool = Pool::open_sim(&sim, "reclaim-many").unwrap();
@@ -197,7 +183,6 @@ fn a_large_object_over_many_empty_runs_fits_its_record_and_survives_a_crash() {
 /// every fence of that commit, and the space holds the object afterwards.
 #[test]
 fn a_commit_that_fails_after_freeing_its_guarded_chunks_leaves_them_free() {
-    type Tiny = [u64; 2];
     const CHUNKS: usize = 30;
     type Wide = [u8; CHUNKS * (64 << 10)];
     type Blob = [u8; 12 << 10];
@@ -211,22 +196,7 @@ fn a_commit_that_fails_after_freeing_its_guarded_chunks_leaves_them_free() {
     let root = pool.root::<u64>().unwrap();
     let blob: Oid<Blob> = pool.tx(|tx| tx.alloc_zeroed::<Blob>()).unwrap();
     let fresh = pool.free_bytes();
-    let mut tiny: Vec<Oid<Tiny>> = Vec::new();
-    loop {
-        match pool.tx(|tx| {
-            (0..100)
-                .map(|i| tx.alloc([i; 2]))
-                .collect::<pgl::Result<Vec<_>>>()
-        }) {
-            Ok(v) => tiny.extend(v),
-            Err(pgl::Error::PoolFull { .. }) => break,
-            Err(e) => panic!("{e}"),
-        }
-    }
-    for batch in tiny.chunks(100) {
-        pool.tx(|tx| batch.iter().try_for_each(|&o| tx.free(o)))
-            .unwrap();
-    }
+    support::churn_smallest_runs(&pool);
     assert_eq!(pool.free_bytes(), fresh);
     drop(pool);
     let pool = Pool::open_sim(&sim, "reclaim-fail").unwrap();

@@ -123,3 +123,26 @@ impl Reports {
         (rest, self.err.join().expect("stderr reader"))
     }
 }
+
+/// Makes every chunk of `pool` a run of its smallest blocks (the largest bitmaps) by
+/// allocating 16-byte objects until the pool is full, then frees them all: the chunks
+/// stay empty runs on media. Returns how many objects it allocated.
+pub fn churn_smallest_runs(pool: &pgl::Pool) -> usize {
+    let mut tiny: Vec<pgl::Oid<[u64; 2]>> = Vec::new();
+    loop {
+        match pool.tx(|tx| {
+            (0..100)
+                .map(|i| tx.alloc([i; 2]))
+                .collect::<pgl::Result<Vec<_>>>()
+        }) {
+            Ok(v) => tiny.extend(v),
+            Err(pgl::Error::PoolFull { .. }) => break,
+            Err(e) => panic!("filling the pool with 16-byte objects: {e}"),
+        }
+    }
+    for batch in tiny.chunks(100) {
+        pool.tx(|tx| batch.iter().try_for_each(|&o| tx.free(o)))
+            .expect("freeing the 16-byte objects");
+    }
+    tiny.len()
+}
