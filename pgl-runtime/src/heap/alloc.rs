@@ -374,37 +374,32 @@ impl Heap {
     /// chunk kinds say (a walk that read the chunk table before the chunk changed hands
     /// may take other bytes for one).
     pub(crate) fn is_checked_bitmap_word(&self, off: u64) -> bool {
-        let Some(pos) = self.place_of(off) else {
-            return false;
-        };
-        let Some(zone) = self.zone(pos.zone) else {
-            return false;
-        };
-        let e = zone.kinds[pos.chunk as usize].load(Ordering::Acquire);
-        let class = entry_class(e);
-        entry_kind(e) == KIND_RUN
-            && entry_checked(e)
-            && (class as usize) < self.classes.len()
-            && pos.within % 8 == 0
-            && pos.within / 8 < u64::from(self.classes.bitmap_words(class, true))
+        self.run_bitmap_at(off)
+            .is_some_and(|(checked, within, words)| {
+                checked && within % 8 == 0 && within / 8 < words
+            })
     }
 
     /// Whether the page at `page` holds words of a plain run's bitmap, as the volatile
     /// chunk kinds say: no check guards them, so the page zeroed would free the run's
     /// objects unnoticed.
     pub(crate) fn holds_plain_bitmap(&self, page: u64) -> bool {
-        let Some(pos) = self.place_of(page) else {
-            return false;
-        };
-        let Some(zone) = self.zone(pos.zone) else {
-            return false;
-        };
+        self.run_bitmap_at(page)
+            .is_some_and(|(checked, within, words)| !checked && within < words * 8)
+    }
+
+    /// For `off` in a chunk the volatile chunk kinds say is a run of a known class:
+    /// whether the run's bitmap is checked, `off`'s offset in the chunk, and how many
+    /// words the bitmap has (it starts the chunk).
+    fn run_bitmap_at(&self, off: u64) -> Option<(bool, u64, u64)> {
+        let pos = self.place_of(off)?;
+        let zone = self.zone(pos.zone)?;
         let e = zone.kinds[pos.chunk as usize].load(Ordering::Acquire);
-        let class = entry_class(e);
-        entry_kind(e) == KIND_RUN
-            && !entry_checked(e)
-            && (class as usize) < self.classes.len()
-            && pos.within < u64::from(self.classes.bitmap_words(class, false)) * 8
+        let (class, checked) = (entry_class(e), entry_checked(e));
+        (entry_kind(e) == KIND_RUN && (class as usize) < self.classes.len()).then(|| {
+            let words = u64::from(self.classes.bitmap_words(class, checked));
+            (checked, pos.within, words)
+        })
     }
 
     /// Takes the run whose bitmap holds the word at `off` out of service: a word that
