@@ -860,7 +860,9 @@ impl<'p> Tx<'p> {
         }
         // The header is read after the lock and the allocation check: its line (often not
         // cached, a free being the object's last use) is on its way meanwhile.
-        self.eng.media.prefetch(off.saturating_sub(HEADER_SIZE), HEADER_SIZE);
+        self.eng
+            .media
+            .prefetch(off.saturating_sub(HEADER_SIZE), HEADER_SIZE);
         self.lock(st, off, Held::Write)?;
         let place = self.eng.heap.locate(off)?;
         let type_id = check(&self.header(off), place.capacity)?;
