@@ -19,6 +19,51 @@ fn chunk_of(geo: &pgl::geometry::Geometry, off: u64) -> (u64, u64) {
     (p.zone, p.chunk)
 }
 
+/// Opens four images of each crash point — every pending line on media, none, all but the
+/// redo lanes' (a new object's lines without its record), only the lanes' — checks that
+/// each opens with no destroyed bitmap word and every object verifying, then hands it to
+/// `check`. Returns how many images it opened.
+fn each_image(
+    cfg: &Config,
+    layout: &str,
+    points: &[CrashPoint],
+    check: impl Fn(&Pool, &CrashPoint),
+) -> usize {
+    let geo = cfg.geometry();
+    let lanes = (geo.lane_offset(0, 0) / 8) as usize..(geo.header_offset(1) / 8) as usize;
+    assert!(!points.is_empty());
+    let mut images = 0;
+    for cp in points {
+        let (all, none) = (cp.image(|_| true), cp.image(|_| false));
+        let pending: Vec<usize> = (0..all.len()).filter(|&w| all[w] != none[w]).collect();
+        let picks: [&dyn Fn(usize) -> bool; 4] = [
+            &|_| true,
+            &|_| false,
+            &|i| !lanes.contains(&pending[i]),
+            &|i| lanes.contains(&pending[i]),
+        ];
+        for pick in picks {
+            images += 1;
+            let dev = cp.device(cfg.max_size, pick);
+            let pool = Pool::open_sim(&dev, layout).unwrap();
+            assert_eq!(
+                pool.objects_with_damage().unwrap().damaged_words(),
+                Vec::<u64>::new(),
+                "crash at fence {}: a bitmap word was destroyed",
+                cp.fence()
+            );
+            assert_eq!(
+                pool.verify_objects(|_, _| {}).unwrap().len(),
+                0,
+                "crash at fence {}",
+                cp.fence()
+            );
+            check(&pool, cp);
+        }
+    }
+    images
+}
+
 #[test]
 fn a_large_object_over_an_empty_run_never_clobbers_its_bitmap_in_a_crash() {
     let cfg = Config::small("reclaim");
@@ -58,40 +103,15 @@ fn a_large_object_over_an_empty_run_never_clobbers_its_bitmap_in_a_crash() {
     let (large, fill) = landed.expect("a large object took the empty run's chunk (the scenario)");
     drop(pool);
 
-    let lanes = (geo.lane_offset(0, 0) / 8) as usize..(geo.header_offset(1) / 8) as usize;
     let points = points.lock().unwrap().clone();
-    assert!(!points.is_empty());
-    let mut images = 0;
-    for cp in &points {
-        let (all, none) = (cp.image(|_| true), cp.image(|_| false));
-        let pending: Vec<usize> = (0..all.len()).filter(|&w| all[w] != none[w]).collect();
-        let picks: [&dyn Fn(usize) -> bool; 4] = [
-            &|_| true,
-            &|_| false,
-            // The new object's lines on media, its record's not.
-            &|i| !lanes.contains(&pending[i]),
-            &|i| lanes.contains(&pending[i]),
-        ];
-        for pick in picks {
-            images += 1;
-            let dev = cp.device(cfg.max_size, pick);
-            let pool = Pool::open_sim(&dev, "reclaim").unwrap();
-            let listing = pool.objects_with_damage().unwrap();
-            assert_eq!(
-                listing.damaged_words(),
-                Vec::<u64>::new(),
-                "crash at fence {}: a bitmap word was destroyed",
-                cp.fence()
-            );
-            assert_eq!(pool.verify_objects(|_, _| {}).unwrap().len(), 0);
-            let r = pool.get(root).unwrap()[0];
-            if r != 0 {
-                assert_eq!(r, large.raw());
-                let got = *pool.get(Oid::<Large>::from_raw(r)).unwrap();
-                assert!(got.iter().all(|&w| w == fill), "the large object is whole");
-            }
+    let images = each_image(&cfg, "reclaim", &points, |pool, _| {
+        let r = pool.get(root).unwrap()[0];
+        if r != 0 {
+            assert_eq!(r, large.raw());
+            let got = *pool.get(Oid::<Large>::from_raw(r)).unwrap();
+            assert!(got.iter().all(|&w| w == fill), "the large object is whole");
         }
-    }
+    });
     println!("crash images checked: {images} at {} fences", points.len());
 }
 
@@ -134,46 +154,23 @@ fn a_large_object_over_many_empty_runs_fits_its_record_and_survives_a_crash() {
     sim.clear_fence_hook();
     drop(pool);
 
-    let geo = cfg.geometry();
-    let lanes = (geo.lane_offset(0, 0) / 8) as usize..(geo.header_offset(1) / 8) as usize;
     let points = points.lock().unwrap().clone();
-    assert!(!points.is_empty());
-    for cp in &points {
-        let (all, none) = (cp.image(|_| true), cp.image(|_| false));
-        let pending: Vec<usize> = (0..all.len()).filter(|&w| all[w] != none[w]).collect();
-        let picks: [&dyn Fn(usize) -> bool; 4] = [
-            &|_| true,
-            &|_| false,
-            &|i| !lanes.contains(&pending[i]),
-            &|i| lanes.contains(&pending[i]),
-        ];
-        for pick in picks {
-            let dev = cp.device(cfg.max_size, pick);
-            let pool = Pool::open_sim(&dev, "reclaim-many").unwrap();
-            let listing = pool.objects_with_damage().unwrap();
-            assert_eq!(
-                listing.damaged_words(),
-                Vec::<u64>::new(),
-                "crash at fence {}: a bitmap word was destroyed",
-                cp.fence()
+    each_image(&cfg, "reclaim-many", &points, |pool, cp| {
+        let r = *pool.get(root).unwrap();
+        if r != 0 {
+            assert_eq!(r, wide.raw());
+            let got = pool.get(Oid::<Wide>::from_raw(r)).unwrap();
+            assert_eq!(got[..8], [0xa5; 8]);
+            assert!(
+                got[8..].iter().all(|&b| b == 0),
+                "the large object is whole"
             );
-            assert_eq!(pool.verify_objects(|_, _| {}).unwrap().len(), 0);
-            let r = *pool.get(root).unwrap();
-            if r != 0 {
-                assert_eq!(r, wide.raw());
-                let got = pool.get(Oid::<Wide>::from_raw(r)).unwrap();
-                assert_eq!(got[..8], [0xa5; 8]);
-                assert!(
-                    got[8..].iter().all(|&b| b == 0),
-                    "the large object is whole"
-                );
-            } else {
-                assert_eq!(pool.free_bytes(), fresh, "crash at fence {}", cp.fence());
-                let o = pool.tx(|tx| tx.alloc_zeroed::<Wide>());
-                assert!(o.is_ok(), "crash at fence {}: {o:?}", cp.fence());
-            }
+        } else {
+            assert_eq!(pool.free_bytes(), fresh, "crash at fence {}", cp.fence());
+            let o = pool.tx(|tx| tx.alloc_zeroed::<Wide>());
+            assert!(o.is_ok(), "crash at fence {}: {o:?}", cp.fence());
         }
-    }
+    });
     println!("crash images checked at {} fences", points.len());
 }
 
@@ -237,38 +234,16 @@ fn a_commit_that_fails_after_freeing_its_guarded_chunks_leaves_them_free() {
     assert_eq!(*pool.get(root).unwrap(), wide.raw());
     drop(pool);
 
-    let geo = cfg.geometry();
-    let lanes = (geo.lane_offset(0, 0) / 8) as usize..(geo.header_offset(1) / 8) as usize;
     let points = points.lock().unwrap().clone();
     assert!(
         points.len() >= 2,
         "the first record's fences: {}",
         points.len()
     );
-    for cp in &points {
-        let (all, none) = (cp.image(|_| true), cp.image(|_| false));
-        let pending: Vec<usize> = (0..all.len()).filter(|&w| all[w] != none[w]).collect();
-        let picks: [&dyn Fn(usize) -> bool; 4] = [
-            &|_| true,
-            &|_| false,
-            &|i| !lanes.contains(&pending[i]),
-            &|i| lanes.contains(&pending[i]),
-        ];
-        for pick in picks {
-            let dev = cp.device(cfg.max_size, pick);
-            let pool = Pool::open_sim(&dev, "reclaim-fail").unwrap();
-            let listing = pool.objects_with_damage().unwrap();
-            assert_eq!(
-                listing.damaged_words(),
-                Vec::<u64>::new(),
-                "fence {}",
-                cp.fence()
-            );
-            assert_eq!(pool.verify_objects(|_, _| {}).unwrap().len(), 0);
-            assert_eq!(*pool.get(root).unwrap(), 0);
-            assert_eq!(pool.free_bytes(), fresh, "crash at fence {}", cp.fence());
-            let o = pool.tx(|tx| tx.alloc_zeroed::<Wide>());
-            assert!(o.is_ok(), "crash at fence {}: {o:?}", cp.fence());
-        }
-    }
+    each_image(&cfg, "reclaim-fail", &points, |pool, cp| {
+        assert_eq!(*pool.get(root).unwrap(), 0);
+        assert_eq!(pool.free_bytes(), fresh, "crash at fence {}", cp.fence());
+        let o = pool.tx(|tx| tx.alloc_zeroed::<Wide>());
+        assert!(o.is_ok(), "crash at fence {}: {o:?}", cp.fence());
+    });
 }
