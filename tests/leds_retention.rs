@@ -477,6 +477,38 @@ fn flatten(o: &pgl::Ext<'_, grouped::Node>, r: &pgl::Remap) -> new::Node {
     }
 }
 
+/// Runs `during` on another thread while a migration of `pool`'s grouped nodes into
+/// `new::Node` (one object a batch) stands between its first and second batch; returns
+/// what `during` returned once the migration is over.
+fn while_migrating<R: Send>(pool: &Pool, during: impl FnOnce(&Pool) -> R + Send) -> R {
+    use std::sync::mpsc;
+    let (to_writer, go) = mpsc::channel::<()>();
+    let (done, from_writer) = mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let writer = s.spawn(move || {
+            go.recv().unwrap();
+            let r = during(pool);
+            done.send(()).unwrap();
+            r
+        });
+        let mut to_writer = Some(to_writer);
+        pool.migration()
+            .batch(1)
+            .convert_ext(|o, r| {
+                if let Some(tx) = to_writer.take() {
+                    tx.send(()).unwrap();
+                    from_writer
+                        .recv_timeout(std::time::Duration::from_secs(10))
+                        .unwrap();
+                }
+                flatten(o, r)
+            })
+            .run()
+            .unwrap();
+        writer.join().unwrap()
+    })
+}
+
 #[test]
 fn convert_ext_converts_a_damaged_extension_group_as_parity_rebuilds_it() {
     // As for a base: a group copied as it is would come out of the migration with a fresh,
@@ -681,36 +713,12 @@ fn reset_on_mismatch_discards_a_pool_whose_types_changed() {
 fn another_thread_cannot_add_a_group_to_an_old_object_while_it_is_migrated() {
     // The upgrade to `grouped2` relinks group 1 and leaves the base's bytes as they are:
     // it is refused all the same (the migration would free the new group unread).
-    use std::sync::mpsc;
     let p = path("upgrade-during");
     let pool = grouped_list(&p, &Config::small("retain"), 20);
     let root = pool.root::<[u64; 4]>().unwrap();
     let first: Oid<grouped::Node> = Oid::from_raw(pool.get(root).unwrap()[0]);
-    let (to_writer, go) = mpsc::channel::<()>();
-    let (done, from_writer) = mpsc::channel::<()>();
-    let upgrade = std::thread::scope(|s| {
-        let pool = &pool;
-        let writer = s.spawn(move || {
-            go.recv().unwrap();
-            let r = pool.tx(|tx| tx.upgrade(first.cast::<grouped2::Node>()));
-            done.send(()).unwrap();
-            r
-        });
-        let mut to_writer = Some(to_writer);
-        pool.migration()
-            .batch(1)
-            .convert_ext(|o, r| {
-                if let Some(tx) = to_writer.take() {
-                    tx.send(()).unwrap();
-                    from_writer
-                        .recv_timeout(std::time::Duration::from_secs(10))
-                        .unwrap();
-                }
-                flatten(o, r)
-            })
-            .run()
-            .unwrap();
-        writer.join().unwrap()
+    let upgrade = while_migrating(&pool, |pool| {
+        pool.tx(|tx| tx.upgrade(first.cast::<grouped2::Node>()))
     });
     match upgrade {
         Err(e @ pgl::Error::Migrating { .. }) => assert!(e.to_string().contains("change"), "{e}"),
@@ -727,52 +735,29 @@ fn a_chain_refused_during_a_migration_leaves_no_group_behind() {
     // migration of its type on another thread refuses (`Error::Migrating`). A program
     // that takes that error in stride (to try again once the migration is over) and
     // commits must not leave the groups allocated, owned by no base.
-    use std::sync::mpsc;
     let p = path("chain-during");
     let pool = grouped_list(&p, &Config::small("retain"), 20);
     let root = pool.root::<[u64; 4]>().unwrap();
     let first: Oid<grouped::Node> = Oid::from_raw(pool.get(root).unwrap()[0]);
     let group_id = pgl::type_keys::<grouped::Node>()[1].0;
-    let (to_writer, go) = mpsc::channel::<()>();
-    let (done, from_writer) = mpsc::channel::<()>();
-    let (alloc, copy) = std::thread::scope(|s| {
-        let pool = &pool;
-        let writer = s.spawn(move || {
-            go.recv().unwrap();
-            let refused = |r: pgl::Result<Oid<grouped::Node>>| {
-                assert!(matches!(r, Err(pgl::Error::Migrating { .. })), "{r:?}");
-            };
-            let alloc = pool.tx(|tx| {
-                refused(tx.alloc_ext(grouped::NodeData {
-                    key: 99,
-                    value: 0,
-                    next: Oid::NULL,
-                    triple: 1,
-                }));
-                Ok(())
-            });
-            let copy = pool.tx(|tx| {
-                refused(tx.copy_ext(first));
-                Ok(())
-            });
-            done.send(()).unwrap();
-            (alloc, copy)
+    let (alloc, copy) = while_migrating(&pool, |pool| {
+        let refused = |r: pgl::Result<Oid<grouped::Node>>| {
+            assert!(matches!(r, Err(pgl::Error::Migrating { .. })), "{r:?}");
+        };
+        let alloc = pool.tx(|tx| {
+            refused(tx.alloc_ext(grouped::NodeData {
+                key: 99,
+                value: 0,
+                next: Oid::NULL,
+                triple: 1,
+            }));
+            Ok(())
         });
-        let mut to_writer = Some(to_writer);
-        pool.migration()
-            .batch(1)
-            .convert_ext(|o, r| {
-                if let Some(tx) = to_writer.take() {
-                    tx.send(()).unwrap();
-                    from_writer
-                        .recv_timeout(std::time::Duration::from_secs(10))
-                        .unwrap();
-                }
-                flatten(o, r)
-            })
-            .run()
-            .unwrap();
-        writer.join().unwrap()
+        let copy = pool.tx(|tx| {
+            refused(tx.copy_ext(first));
+            Ok(())
+        });
+        (alloc, copy)
     });
     let left = pool
         .objects()
