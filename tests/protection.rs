@@ -532,3 +532,39 @@ fn both_zone_metadata_copies_rebuilt_on_open_count_as_two_repairs() {
     drop(pool);
     std::fs::remove_file(&p).unwrap();
 }
+
+#[test]
+fn turning_parity_back_on_counts_the_columns_it_recomputes() {
+    let p = path("parity-back");
+    let cfg = Config::small("parity-back");
+    let pool = Pool::create(&p, &cfg).unwrap();
+    let objs: Vec<Oid<[u8; 4096]>> = (0..8)
+        .map(|_| pool.tx(|tx| tx.alloc_zeroed::<[u8; 4096]>()).unwrap())
+        .collect();
+    drop(pool);
+    let pool = Pool::open_with(&p, &cfg).unwrap();
+    assert_eq!(pool.stats().parity_columns_recomputed, 0, "parity was kept");
+    drop(pool);
+    // A session without parity changes the objects' bytes, each in its own page column
+    // or more: their parity no longer agrees.
+    let mut no_parity = cfg.clone();
+    no_parity.parity = false;
+    let pool = Pool::open_with(&p, &no_parity).unwrap();
+    for (i, &o) in objs.iter().enumerate() {
+        pool.tx(|tx| {
+            tx.open(o)?.fill(i as u8 + 1);
+            Ok(())
+        })
+        .unwrap();
+    }
+    drop(pool);
+    let pool = Pool::open_with(&p, &cfg).unwrap();
+    let n = pool.stats().parity_columns_recomputed;
+    assert!(n >= 2, "the changed columns are counted: {n}");
+    assert!(pool.scrub(false, |_, _| {}).unwrap().is_clean());
+    drop(pool);
+    let pool = Pool::open_with(&p, &cfg).unwrap();
+    assert_eq!(pool.stats().parity_columns_recomputed, 0);
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}

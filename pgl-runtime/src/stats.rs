@@ -67,8 +67,9 @@ pub struct Stats {
     /// counted once however many reads and scrubs meet it (a new object at its offset
     /// counts anew).
     pub objects_unrecoverable: u64,
-    /// Page columns whose parity was recomputed when the pool was opened (after a crash,
-    /// the columns the last commits left disagreeing with their parity).
+    /// Page columns whose parity was recomputed when the pool was opened: after a crash,
+    /// the columns the last commits left disagreeing with their parity; after a session
+    /// without parity (`Config::parity` off), every column its writes changed.
     pub parity_columns_recomputed: u64,
     /// Pages lost to media errors that the fault handler rebuilt from parity (the loads
     /// that hit them completed normally).

@@ -323,24 +323,42 @@ pub(crate) fn zone_extents(media: &Media, geo: &Geometry, z: u64) -> DataExtents
     media.data_extents(at, at + geo.zone_size())
 }
 
-/// Recomputes zone `z`'s parity row from its data rows and flushes it (durable at the
-/// caller's next fence). `data` holds the zone's data extents (`zone_extents`): holes are
-/// not read, and a parity page that is a hole and would be all zeros is not written (it
-/// reads as zeros already; writing would allocate it).
+/// Recomputes zone `z`'s parity row from its data rows and flushes what changed (durable
+/// at the caller's next fence); returns how many parity pages disagreed with their column
+/// (the ones written). `data` holds the zone's data extents (`zone_extents`): holes are
+/// not read, and a parity page that is a hole reads as the zeros it holds (writing zeros
+/// would allocate it).
 ///
 /// # Safety
 /// Zone `z` lies in the pool, and nothing writes it meanwhile (since `data` was taken too).
-pub(crate) unsafe fn recompute_zone(media: &Media, geo: &Geometry, z: u64, data: &DataExtents) {
+pub(crate) unsafe fn recompute_zone(
+    media: &Media,
+    geo: &Geometry,
+    z: u64,
+    data: &DataExtents,
+) -> u64 {
     let at = geo.parity_offset(z);
+    let mut changed = 0;
     for col in (0..geo.row_size()).step_by(PAGE as usize) {
         let page = xor_of_data(media, geo, z, col, data);
-        if !data.has_data(at + col, PAGE) && page == ZERO_PAGE {
+        let agrees = if data.has_data(at + col, PAGE) {
+            // SAFETY: the parity page lies in zone `z` (caller), which nothing writes.
+            let have = unsafe {
+                std::slice::from_raw_parts(media.ptr(at + col) as *const u8, PAGE as usize)
+            };
+            page[..] == *have
+        } else {
+            page == ZERO_PAGE
+        };
+        if agrees {
             continue;
         }
         // SAFETY: the parity page lies in zone `z` (caller); no one else writes it.
         unsafe { media.write(at + col, &page) };
         media.flush(at + col, PAGE);
+        changed += 1;
     }
+    changed
 }
 
 /// The parity pages of zone `z` that disagree with its data rows (pool offsets). `data`

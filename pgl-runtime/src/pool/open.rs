@@ -550,7 +550,7 @@ fn reconcile_parity(
             let data = crate::integrity::zone_extents(media, geo, z);
             // SAFETY: zone `z` lies in the pool (its size was checked above);
             // nothing else runs while the pool opens.
-            unsafe { crate::integrity::recompute_zone(media, geo, z, &data) };
+            reconciled.columns += unsafe { crate::integrity::recompute_zone(media, geo, z, &data) };
         }
     } else if !dirty.is_empty() {
         // Without trusted checksums no object can be told damaged: the dirty
