@@ -11,6 +11,9 @@
 #               <= 1.0 at 4 KiB)
 #   throughput  pmemlog/pgl = pgl's throughput in multiples of pmemlog's (higher is
 #               better; target >= 1.8 for freq-8 on 2 threads)
+#   append-floor  the same records' bytes streamed into a ring with one sfence each and
+#               nothing else (benches/log.rs, `floor`): floor/pmemlog is the least
+#               pgl/pmemlog any log with one ordering point per append can reach here
 #   recovery    GB/s of verified records (target >= 1)
 # Environment: PGL_BENCH_N (default 100000), PGL_BENCH_RUNS (default 5), PGL_BENCH_SIZES
 # (default "64 256 1024 4096"), PGL_BENCH_THREADS (default "1 2 4"), PGL_BENCH_LOG_SIZE
@@ -74,8 +77,13 @@ for r in pgl:
         print(f"| recovery | {c} | {s >> 20} MiB | {t} | {v / 1e6:.1f} ms | - | {s / v:.2f} GB/s (log bytes / time) |")
         continue
     p = peer.get(s)
+    floor = statistics.median(runs[("append-floor", c, s, t)]) if ("append-floor", c, s, t) in runs else None
     if b == "append":
         ratio = f"{v / p:.2f} (pgl/pmemlog latency)" if p else "-"
+        if floor:
+            ratio += f"; pgl/floor {v / floor:.2f}"
+    elif b == "append-floor":
+        ratio = f"{v / p:.2f} (floor/pmemlog: no log with one fence per append gets below it)" if p else "-"
     else:
         ratio = f"{p / v:.2f}x pmemlog throughput" if p else "-"
     print(f"| {b} | {c} | {s} | {t} | {v:.0f} | {p:.0f} |" if p else f"| {b} | {c} | {s} | {t} | {v:.0f} | - |", ratio, "|")

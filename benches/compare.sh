@@ -12,7 +12,9 @@
 # PEER_KIT (path to run.sh), PGL_COMPARE_ROUNDS (default 3: pgl and pmemobj run in turn
 # that many times, and each figure is the median of its rounds, so that a slow phase of a
 # shared machine hits both sides). Output: the combined CSV on stdout (every round), then
-# a markdown table of ratios, one row per pgl configuration.
+# a markdown table of ratios, one row per pgl configuration; overwrite rows also give the
+# protocol's floor (benches/support/floor.rs: the memory work of a fully protected commit
+# alone) and floor/pmemobj, the least pgl/pmemobj any implementation could reach here.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -55,16 +57,19 @@ for f in sys.argv[1:]:
         key = (r["bench"], r["system"], config, r["size"], r["threads"])
         runs.setdefault(key, []).append(float(r["ns_per_op"]))
 rows = {k: statistics.median(v) for k, v in runs.items()}
+floors = {(b, z, t): v for (b, sy, c, z, t), v in rows.items() if sy == "floor"}
 order = {"pangolin": 0, "ML": 1, "MLP": 2, "MLPC": 3}
 keys = sorted({(b, c, z, t) for (b, sy, c, z, t) in rows if sy == "pgl"},
               key=lambda k: (k[0], int(k[2]), int(k[3]), order.get(k[1], 9)))
-print("\n| bench | size | threads | config | pgl ns | pmemobj ns | pgl/pmemobj | pmemobj-R ns | pgl/pmemobj-R |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("\n| bench | size | threads | config | pgl ns | pmemobj ns | pgl/pmemobj | pmemobj-R ns | pgl/pmemobj-R | floor ns | floor/pmemobj |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for b, c, z, t in keys:
     p = rows[(b, "pgl", c, z, t)]
     o = rows.get((b, "pmemobj", "", z, t))
     r = rows.get((b, "pmemobj-R", "", z, t))
     fmt = lambda v: f"{v:.0f}" if v else "-"
     rat = lambda v: f"{p / v:.2f}" if v else "-"
-    print(f"| {b} | {z} | {t} | {c} | {p:.0f} | {fmt(o)} | {rat(o)} | {fmt(r)} | {rat(r)} |")
+    f = floors.get((b, z, t))
+    fo = f"{f / o:.2f}" if f and o else "-"
+    print(f"| {b} | {z} | {t} | {c} | {p:.0f} | {fmt(o)} | {rat(o)} | {fmt(r)} | {rat(r)} | {fmt(f)} | {fo} |")
 PY

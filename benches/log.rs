@@ -4,6 +4,9 @@
 //!   `../shared/peers/pmdk/run.sh` measures for pmemlog (`PEER_SUITES=log`);
 //! - `throughput`: records per second as ns per record (wall time / total records) for the
 //!   policies `sync`, `group-128`, `freq-8`, `group-256`, `freq-16` on 1, 2 and 4 threads;
+//! - `append-floor` (system `floor`): the same appends' bytes streamed into a ring file
+//!   with one `sfence` each and nothing else: what no log with one ordering point per
+//!   append can beat on this machine (`support/floor.rs`);
 //! - `recovery`: `Log::open` plus a pass over every record of a full log, by log size
 //!   (`size` is the log's bytes, `n` 1, `ns_per_op` the whole recovery; the table on stderr
 //!   gives GB/s of verified records).
@@ -22,6 +25,9 @@
 //! (default "1 2 4"), `PGL_BENCH_LOG_SIZE` (throughput record size, default 64),
 //! `PGL_BENCH_LOG_MIB` (recovery log sizes in MiB, default "16 64 256"),
 //! `PGL_BENCH_LOG_BENCHES` (default "append throughput recovery").
+
+#[path = "support/floor.rs"]
+mod floor;
 
 use pgl::log::{ForcePolicy, Log, LogConfig};
 use std::sync::Barrier;
@@ -182,6 +188,10 @@ fn main() {
             let v = bench(&dir, ForcePolicy::Sync, s, n, runs, 1);
             println!("log,append,pgl,sync,{s},1,{n},{v:.0}");
             table.push(format!("| append | sync | {s} | 1 | {v:.0} ns |"));
+            if let Some(v) = floor::log_append(&dir, s, n, runs) {
+                println!("log,append-floor,floor,sync,{s},1,{n},{v:.0}");
+                table.push(format!("| append-floor | sync | {s} | 1 | {v:.0} ns |"));
+            }
         }
     }
     if benches.contains("throughput") {

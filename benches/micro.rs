@@ -23,8 +23,15 @@
 //!
 //! (The pool header is always replicated; zone metadata is covered by parity.)
 //!
+//! With one thread it also prints `system=floor` for overwrite: the memory work alone of a
+//! fully protected commit of the same objects (copies, checksums, durable bytes, one
+//! ordering point; `support/floor.rs`), what no implementation of the protocol can beat.
+//!
 //! Pools are created preallocated (`Config::preallocate`), as PMDK's `pmemobj_create`
 //! allocates its file: no timed transaction faults a page in from the file system.
+
+#[path = "support/floor.rs"]
+mod floor;
 
 use pgl::{Config, Oid, Persistent, Pool};
 use std::sync::{Arc, Barrier};
@@ -227,6 +234,13 @@ fn main() {
                 ] {
                     println!("fig3,{bench},pgl,{config},{s},{t},{n},{v:.0}");
                     rows.push((bench, config.clone(), s, t, v));
+                }
+            }
+            // The protocol's floor (`support/floor.rs`), one thread.
+            if t == 1 && [64, 256, 1024, 4096].contains(&s) {
+                if let Some(v) = floor::overwrite(&dir, s, n, runs) {
+                    println!("fig3,overwrite,floor,MLPC,{s},1,{n},{v:.0}");
+                    rows.push(("overwrite", "floor".into(), s, t, v));
                 }
             }
         }
