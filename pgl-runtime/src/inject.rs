@@ -106,7 +106,7 @@ pub enum Fault {
 }
 
 /// What the fault does and where, offsets and oids in hex as `pgl info` and errors print
-/// them: `8 random bytes at byte 20 of object 0x340150 (seed 3)`.
+/// them: `8 random bytes at byte 20 of object 0x340150 (from its header; seed 3)`.
 impl core::fmt::Display for Fault {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match *self {
