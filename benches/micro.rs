@@ -21,7 +21,7 @@
 //! | `MLP` | yes | yes | no |
 //! | `MLPC` | yes | yes | yes (`Config::new`, the default) |
 //!
-//! (The pool header is always replicated; zone metadata is covered by parity.)
+//! (The pool header and each zone's metadata are kept twice in every configuration.)
 //!
 //! With one thread it also prints `system=floor` for overwrite: the memory work alone of a
 //! fully protected commit of the same objects (copies, checksums, durable bytes, one
