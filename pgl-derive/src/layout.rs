@@ -183,7 +183,9 @@ impl<'a> Layout<'a> {
     }
 
     /// The body of `LAYOUT`: the generic layout checks, then a hash of the struct's size and
-    /// alignment and of each field's name, type layout, offset and size.
+    /// alignment and of each field's name, type layout, offset and size. Its local is named
+    /// `__pgl_h`: a `let` pattern resolves to a constant (or const parameter) of the same
+    /// name in the user's scope, whatever its span.
     pub(crate) fn fingerprint(&self) -> TokenStream {
         let checks = if self.cont.is_generic() {
             self.generic_checks()
@@ -201,9 +203,12 @@ impl<'a> Layout<'a> {
                 let name = LitByteStr::new(field.name.as_bytes(), Span::call_site());
                 let layout = quote_spanned!(Site::of(ty).first=> <#ty as #tr>::LAYOUT);
                 quote! {
-                    let h = ::pgl::__private::mix64(h, ::pgl::__private::fnv1a64(#name, #layout));
-                    let h = ::pgl::__private::mix64(
-                        h,
+                    let __pgl_h = ::pgl::__private::mix64(
+                        __pgl_h,
+                        ::pgl::__private::fnv1a64(#name, #layout),
+                    );
+                    let __pgl_h = ::pgl::__private::mix64(
+                        __pgl_h,
                         ::pgl::__private::mix64(
                             ::core::mem::offset_of!(Self, #member) as u64,
                             ::core::mem::size_of::<#ty>() as u64,
@@ -213,13 +218,14 @@ impl<'a> Layout<'a> {
             });
         quote! {
             #checks
-            let h: u64 = ::pgl::__private::fnv1a64(
+            let __pgl_h: u64 = ::pgl::__private::fnv1a64(
                 b"pgl::struct",
                 ::core::mem::size_of::<Self>() as u64,
             );
-            let h = ::pgl::__private::mix64(h, ::core::mem::align_of::<Self>() as u64);
+            let __pgl_h =
+                ::pgl::__private::mix64(__pgl_h, ::core::mem::align_of::<Self>() as u64);
             #(#terms)*
-            h
+            __pgl_h
         }
     }
 

@@ -122,7 +122,8 @@ fn expand(
 
 /// `TYPE_ID`: the explicit `#[pgl(id = N)]`, or a hash of `module_path!()::Name`. A generic
 /// struct mixes in the ids of its type arguments and the values of its const arguments,
-/// so that each instantiation has its own id.
+/// so that each instantiation has its own id. The local is `__pgl_h`, a name no user
+/// constant or const parameter has (a `let` pattern would resolve to it).
 fn type_id(cont: &Container<'_>) -> TokenStream {
     let path_hash = || {
         let suffix = format!("::{}", cont.name);
@@ -158,22 +159,22 @@ fn type_id(cont: &Container<'_>) -> TokenStream {
         GenericParam::Type(t) => {
             let t = &t.ident;
             Some(quote! {
-                let h = ::pgl::__private::mix64(
-                    h,
+                let __pgl_h = ::pgl::__private::mix64(
+                    __pgl_h,
                     <#t as ::pgl::__private::Persistent>::TYPE_ID as u64,
                 );
             })
         }
         GenericParam::Const(c) => {
             let c = &c.ident;
-            Some(quote!(let h = ::pgl::__private::mix64(h, #c as u64);))
+            Some(quote!(let __pgl_h = ::pgl::__private::mix64(__pgl_h, #c as u64);))
         }
         GenericParam::Lifetime(_) => None,
     });
     quote! {{
-        let h: u64 = #seed;
+        let __pgl_h: u64 = #seed;
         #(#mixes)*
-        ::pgl::__private::fold_type_id(h)
+        ::pgl::__private::fold_type_id(__pgl_h)
     }}
 }
 
