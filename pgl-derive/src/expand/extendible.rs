@@ -144,6 +144,19 @@ impl<'m, 'a> Gen<'m, 'a> {
         format_ident!("g{}", k)
     }
 
+    /// The local that holds group `k`'s handle or oid in the glue's bodies. Not `g{k}`: a
+    /// `let` pattern resolves to a constant or unit struct of that name in the user's
+    /// scope, whatever its span.
+    fn g_local(k: usize) -> Ident {
+        format_ident!("__pgl_g{}", k)
+    }
+
+    /// The local that holds the value of current field `i` of `<Struct>Data` in `__alloc`
+    /// (for the same reason, not the field's own name).
+    fn data_local(i: usize) -> Ident {
+        format_ident!("__pgl_d{}", i)
+    }
+
     fn field_ty(&self, loc: Loc) -> &'a Type {
         &self.m.field(loc).ty
     }
@@ -362,7 +375,13 @@ impl<'m, 'a> Gen<'m, 'a> {
         let res = quote!(::pgl::__private::Result);
         let oid = quote!(::pgl::__private::Oid);
         let link = quote!(::pgl::__private::ExtLink);
+        // Paths, not the prelude's names: the user's scope may hold other `Ok`, `Some` or
+        // `None` (a glob import of an enum's variants), or no prelude at all.
+        let ok = quote!(::core::result::Result::Ok);
+        let some = quote!(::core::option::Option::Some);
+        let none = quote!(::core::option::Option::None);
         let gs: Vec<_> = (1..=n).map(Self::g).collect();
+        let locals: Vec<_> = (1..=n).map(Self::g_local).collect();
         let tys: Vec<_> = (1..=n).map(|k| self.group_ty(k)).collect();
         let ks: Vec<_> = (1..=n).collect();
 
@@ -385,8 +404,8 @@ impl<'m, 'a> Gen<'m, 'a> {
         let (mk_reads, mk_muts, mk_refs_r, mk_refs_m, mk_places) = if n == 0 {
             let unit = quote!(());
             (
-                quote!(Ok(Some(()))),
-                quote!(Ok(Some(()))),
+                quote!(#ok(#some(()))),
+                quote!(#ok(#some(()))),
                 unit.clone(),
                 unit.clone(),
                 unit,
@@ -405,13 +424,13 @@ impl<'m, 'a> Gen<'m, 'a> {
                 quote! {
                     #(
                         if __pgl_link == 0 {
-                            return Ok(None);
+                            return #ok(#none);
                         }
-                        let #gs = __pgl_tx.#method(#oid::<#tys>::from_raw(__pgl_link))?;
-                        let __pgl_link = #gs.__pgl_next.get();
+                        let #locals = __pgl_tx.#method(#oid::<#tys>::from_raw(__pgl_link))?;
+                        let __pgl_link = #locals.__pgl_next.get();
                     )*
                     let _ = __pgl_link;
-                    Ok(Some(#handles { #(#gs,)* }))
+                    #ok(#some(#handles { #(#gs: #locals,)* }))
                 }
             };
             (
@@ -427,6 +446,7 @@ impl<'m, 'a> Gen<'m, 'a> {
         let upgrades = (1..=n).map(|k| {
             let view = self.view_ty(k - 1);
             let prev: Vec<_> = (1..k).map(Self::g).collect();
+            let prev_locals: Vec<_> = (1..k).map(Self::g_local).collect();
             let prev_tys: Vec<_> = (1..k).map(|j| self.group_ty(j)).collect();
             let prev_at: Vec<_> = (0..k - 1)
                 .map(|i| quote!(__pgl_groups.get(#i).copied().unwrap_or(0)))
@@ -439,10 +459,10 @@ impl<'m, 'a> Gen<'m, 'a> {
             });
             quote! {
                 #k => {
-                    #(let #prev = __pgl_tx.get(#oid::<#prev_tys>::from_raw(#prev_at))?;)*
-                    let __pgl_old = #view { base: __pgl_base, #(#prev: &*#prev,)* };
+                    #(let #prev_locals = __pgl_tx.get(#oid::<#prev_tys>::from_raw(#prev_at))?;)*
+                    let __pgl_old = #view { base: __pgl_base, #(#prev: &*#prev_locals,)* };
                     let __pgl_value = #ty { #(#fields,)* __pgl_next: #link::NULL };
-                    Ok(__pgl_tx.alloc(__pgl_value)?.raw())
+                    #ok(__pgl_tx.alloc(__pgl_value)?.raw())
                 }
             }
         });
@@ -450,13 +470,15 @@ impl<'m, 'a> Gen<'m, 'a> {
         // A new object: groups from the last to the first, each linked to the next.
         let current: Vec<Loc> = self.current().collect();
         let data_fields: Vec<&Ident> = current.iter().map(|l| self.field_ident(*l)).collect();
+        let data_locals: Vec<Ident> = (0..current.len()).map(Self::data_local).collect();
+        let data_local = |loc: Loc| current.iter().position(|l| *l == loc).map(Self::data_local);
         let allocs = (1..=n).rev().map(|k| {
             let ty = self.group_ty(k);
-            let g = Self::g(k);
+            let g = Self::g_local(k);
             let fields = self.m.groups[k - 1].iter().enumerate().map(|(i, f)| {
                 let fi = f.ident;
-                if current.contains(&Loc::Group { group: k, field: i }) {
-                    quote!(#fi)
+                if let Some(local) = data_local(Loc::Group { group: k, field: i }) {
+                    quote!(#fi: #local)
                 } else {
                     let fty = &f.field.ty;
                     quote!(#fi: ::pgl::__private::zeroed::<#fty>())
@@ -469,8 +491,8 @@ impl<'m, 'a> Gen<'m, 'a> {
         });
         let base_fields = self.m.base.iter().enumerate().map(|(i, f)| {
             let fi = f.ident.as_ref().expect("named");
-            if current.contains(&Loc::Base(i)) {
-                quote!(#fi)
+            if let Some(local) = data_local(Loc::Base(i)) {
+                quote!(#fi: #local)
             } else {
                 let fty = &f.ty;
                 quote!(#fi: ::pgl::__private::zeroed::<#fty>())
@@ -500,8 +522,8 @@ impl<'m, 'a> Gen<'m, 'a> {
 
                 fn __next(__pgl_tx: &#tx, __pgl_k: usize, __pgl_off: u64) -> #res<u64> {
                     match __pgl_k {
-                        #(#ks => Ok(__pgl_tx.get(#oid::<#tys>::from_raw(__pgl_off))?.__pgl_next.get()),)*
-                        _ => Ok(0),
+                        #(#ks => #ok(__pgl_tx.get(#oid::<#tys>::from_raw(__pgl_off))?.__pgl_next.get()),)*
+                        _ => #ok(0),
                     }
                 }
 
@@ -514,7 +536,7 @@ impl<'m, 'a> Gen<'m, 'a> {
                     let _ = (__pgl_base, __pgl_groups);
                     match __pgl_k {
                         #(#upgrades)*
-                        _ => Ok(0),
+                        _ => #ok(0),
                     }
                 }
 
@@ -530,14 +552,14 @@ impl<'m, 'a> Gen<'m, 'a> {
                             ::pgl::__private::AsPlace::place(&mut __pgl_m)
                                 .project(|__pgl_w| &__pgl_w.__pgl_next)
                                 .set(#link::new(__pgl_to));
-                            Ok(())
+                            #ok(())
                         })*
-                        _ => Ok(()),
+                        _ => #ok(()),
                     }
                 }
 
                 fn __alloc(__pgl_tx: &#tx, __pgl_data: #data) -> #res<#oid<Self>> {
-                    let #data { #(#data_fields,)* } = __pgl_data;
+                    let #data { #(#data_fields: #data_locals,)* } = __pgl_data;
                     let __pgl_next = #link::NULL;
                     #(#allocs)*
                     __pgl_tx.__alloc_linked(#ident { #(#base_fields,)* __pgl_ext: __pgl_next })
