@@ -11,6 +11,18 @@ use syn::{Expr, Field, Ident, ItemStruct, LitInt, Meta, Token};
 
 use crate::ctxt::Ctxt;
 
+/// The prefix of the names of the links `#[extendible]` appends (`__pgl_ext`,
+/// `__pgl_next`): no field of the user's may begin with it.
+pub(crate) const RESERVED_PREFIX: &str = "__pgl";
+
+/// The error for a user's field named `name`, which begins with [`RESERVED_PREFIX`].
+pub(crate) fn reserved_name_message(name: &str) -> String {
+    format!(
+        "field names beginning with `{RESERVED_PREFIX}` are reserved for the links \
+         `#[extendible]` adds: rename `{name}`"
+    )
+}
+
 /// `#[extendible(...)]`'s arguments.
 #[derive(Default)]
 pub(crate) struct Args {
@@ -155,6 +167,16 @@ impl<'a> Model<'a> {
         let mut last_group = 0usize;
         for field in &fields.named {
             let Some(ident) = &field.ident else { continue };
+            // Reported here, not by the derive on the rewritten structs: a user's `__pgl_ext`
+            // or `__pgl_next` would clash with the link appended after it. The field is left
+            // out of the model, so the structs emitted compile without it.
+            if crate::ast::unraw(ident).starts_with(RESERVED_PREFIX) {
+                let mut shown = field.clone();
+                shown.attrs.clear();
+                shown.vis = syn::Visibility::Inherited;
+                cx.error_spanned_by(shown, reserved_name_message(&crate::ast::unraw(ident)));
+                continue;
+            }
             let attrs: Vec<_> = field
                 .attrs
                 .iter()

@@ -84,7 +84,12 @@ pub(crate) fn check(cx: &Ctxt, cont: &Container<'_>, fields: &[Field<'_>]) {
         "__pgl_view".to_owned(),
         "(pgl's own `__pgl_view`)".to_owned(),
     );
-    for field in accessible(cont, fields) {
+    // A field named `__pgl…` is reported as reserved (`expand::persistent`): once.
+    let reserved = |f: &&Field<'_>| f.name.starts_with(crate::extension::RESERVED_PREFIX);
+    for field in accessible(cont, fields)
+        .into_iter()
+        .filter(|f| !reserved(f))
+    {
         for name in method_names(field) {
             let key = name.unraw().to_string();
             if let Some(other) = seen.get(&key) {

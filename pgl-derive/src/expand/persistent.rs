@@ -14,6 +14,7 @@ use crate::ast::{Container, Data, Field};
 use crate::check::{self, Verdict};
 use crate::ctxt::Ctxt;
 use crate::expand::handle;
+use crate::extension::{reserved_name_message, RESERVED_PREFIX};
 use crate::fallback;
 use crate::layout::Layout;
 
@@ -40,15 +41,19 @@ pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
         // field of the same name could have the type id and fingerprint of an
         // `#[extendible]` base or group, open its objects and write their links (which the
         // runtime keeps only through the generated types), sharing another object's groups.
-        if !cont.attrs.extendible && cont.attrs.group_of.is_none() {
-            for f in fields.iter().filter(|f| f.name.starts_with("__pgl")) {
-                cx.error_spanned_by(
-                    f.tokens(),
-                    format!(
-                        "field names beginning with `__pgl` are reserved for the links                          `#[extendible]` adds: rename `{}`",
-                        f.name
-                    ),
-                );
+        // Only the link `#[extendible]` appended (the last field of a base or group) may
+        // have such a name; the user's own fields of those structs are checked too.
+        let link = if cont.attrs.extendible {
+            Some("__pgl_ext")
+        } else if cont.attrs.group_of.is_some() {
+            Some("__pgl_next")
+        } else {
+            None
+        };
+        for (i, f) in fields.iter().enumerate() {
+            let is_link = i + 1 == fields.len() && link == Some(f.name.as_str());
+            if f.name.starts_with(RESERVED_PREFIX) && !is_link {
+                cx.error_spanned_by(f.tokens(), reserved_name_message(&f.name));
             }
         }
     }
