@@ -1,0 +1,8 @@
+use pgl::{extendible, Persistent};
+
+#[extendible]
+#[derive(Persistent)]
+#[repr(C)]
+pub struct Node(pub u64);
+
+fn main() {}

@@ -1,0 +1,12 @@
+use pgl::{extendible, Persistent};
+
+#[extendible]
+#[derive(Persistent)]
+#[repr(C)]
+pub struct Node {
+    pub key: u64,
+    #[extension]
+    pub added: u64,
+}
+
+fn main() {}

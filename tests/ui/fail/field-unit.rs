@@ -1,0 +1,11 @@
+// `()` stores nothing.
+use pgl::Persistent;
+
+#[derive(Persistent)]
+#[repr(C)]
+pub struct Record {
+    id: u64,
+    nothing: (),
+}
+
+fn main() {}
