@@ -24,12 +24,19 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
     let item: ItemStruct = match syn::parse2(input.clone()) {
         Ok(item) => item,
         Err(_) => {
-            let span = input.into_iter().next().map(|t| t.span());
+            // The item is emitted as written, so that its uses elsewhere cause no errors.
+            let span = match syn::parse2::<syn::Item>(input.clone()) {
+                Ok(syn::Item::Enum(e)) => Some(e.enum_token.span),
+                Ok(syn::Item::Union(u)) => Some(u.union_token.span),
+                _ => input.clone().into_iter().next().map(|t| t.span()),
+            }
+            .unwrap_or_else(proc_macro2::Span::call_site);
             let e = syn::Error::new(
-                span.unwrap_or_else(proc_macro2::Span::call_site),
+                span,
                 "`#[extendible]` applies to a `#[derive(Persistent)]` struct",
-            );
-            return e.into_compile_error();
+            )
+            .into_compile_error();
+            return quote!(#e #input);
         }
     };
     let cx = Ctxt::new();
