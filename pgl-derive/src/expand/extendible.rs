@@ -48,7 +48,8 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
              types, one per struct; make a non-generic struct for each use",
         );
     }
-    if !derives_persistent(&item) {
+    let derived = derives_persistent(&item);
+    if !derived {
         cx.error_spanned_by(
             &item.ident,
             "`#[extendible]` needs `#[derive(Persistent)]` (and `#[repr(C)]`) below it on the \
@@ -59,7 +60,7 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
     match cx.into_error() {
         Some(e) => {
             let e = e.into_compile_error();
-            let base = base_struct(&model);
+            let base = base_struct(&model, derived);
             quote!(#e #base)
         }
         None => Gen::new(&model).all(args),
@@ -88,27 +89,33 @@ fn strip(field: &syn::Field) -> syn::Field {
 }
 
 /// The base struct: the fields without `#[extension]` (those a group replaced become
-/// private and accessor-less) and the link to group 1.
-fn base_struct(model: &Model<'_>) -> TokenStream {
+/// private and accessor-less) and the link to group 1. Without `derived` (the struct does
+/// not derive `Persistent`, an error already reported) it carries no `#[pgl]` attributes,
+/// which only the derive declares.
+fn base_struct(model: &Model<'_>, derived: bool) -> TokenStream {
     let item = model.item;
     let attrs = &item.attrs;
     let vis = &item.vis;
     let ident = &item.ident;
+    let no_accessors = derived.then(|| quote!(#[pgl(__no_accessors)]));
     let fields = model.base.iter().enumerate().map(|(i, f)| {
         let mut f = strip(f);
         if !model.is_current(Loc::Base(i)) && model.names.len() > 1 {
             f.vis = Visibility::Inherited;
-            f.attrs.push(syn::parse_quote!(#[pgl(__no_accessors)]));
+            if derived {
+                f.attrs.push(syn::parse_quote!(#[pgl(__no_accessors)]));
+            }
             f.attrs.push(syn::parse_quote!(#[doc(hidden)]));
         }
         f
     });
+    let extendible = derived.then(|| quote!(#[pgl(__extendible)]));
     quote! {
         #(#attrs)*
-        #[pgl(__extendible)]
+        #extendible
         #vis struct #ident {
             #(#fields,)*
-            #[pgl(__no_accessors)]
+            #no_accessors
             #[doc(hidden)]
             __pgl_ext: ::pgl::__private::ExtLink,
         }
@@ -185,7 +192,7 @@ impl<'m, 'a> Gen<'m, 'a> {
     }
 
     fn all(&self, args: Args) -> TokenStream {
-        let base = base_struct(self.m);
+        let base = base_struct(self.m, true);
         let data = self.data_struct();
         let ext_fields = self.ext_fields();
         let groups = (1..=self.groups).map(|k| self.group_struct(k));
