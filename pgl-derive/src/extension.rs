@@ -111,6 +111,11 @@ fn parse_ext_attr(cx: &Ctxt, attr: &syn::Attribute) -> ExtAttr {
     let parsed = list.parse_args_with(|input: syn::parse::ParseStream<'_>| {
         let n: LitInt = input.parse()?;
         match n.base10_parse::<usize>() {
+            // `base10_parse` ignores a suffix: `1x` would silently be group 1.
+            Ok(_) if !n.suffix().is_empty() => cx.error_spanned_by(
+                &n,
+                "expected the group number without a suffix, as in `#[extension(1, …)]`",
+            ),
             Ok(0) => cx.error_spanned_by(&n, "extension groups are numbered from 1"),
             Ok(v) => out.group = Some((v, n.span())),
             Err(_) => {
