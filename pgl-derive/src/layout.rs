@@ -517,20 +517,31 @@ impl<'a> Layout<'a> {
     }
 }
 
-/// The field's type with every bare `Self` replaced by the struct's own type, spanned at
-/// the `Self` it replaces.
 /// The struct's where clause with `Self` replaced by the struct's own type, for items
-/// outside the impl (where `Self` would mean something else).
+/// outside the impl (where `Self` would mean something else), plus `T: Persistent` (pgl's)
+/// for each type parameter, as the impl of `Persistent` has it (see
+/// `expand::persistent::persistent_params`).
 pub(crate) fn where_clause_without_self(cont: &Container<'_>) -> Option<syn::WhereClause> {
-    let mut wc = cont.generics.where_clause.clone()?;
+    let mut wc = cont
+        .generics
+        .where_clause
+        .clone()
+        .unwrap_or_else(|| syn::parse_quote!(where));
     for pred in wc.predicates.iter_mut() {
         if let syn::WherePredicate::Type(p) = pred {
             p.bounded_ty = replace_self(&p.bounded_ty, cont);
         }
     }
-    Some(wc)
+    for param in cont.generics.type_params() {
+        let ident = &param.ident;
+        wc.predicates
+            .push(syn::parse_quote!(#ident: ::pgl::__private::Persistent));
+    }
+    (!wc.predicates.is_empty()).then_some(wc)
 }
 
+/// The field's type with every bare `Self` replaced by the struct's own type, spanned at
+/// the `Self` it replaces.
 fn replace_self(ty: &Type, cont: &Container<'_>) -> Type {
     struct ReplaceSelf<'c> {
         ident: &'c syn::Ident,

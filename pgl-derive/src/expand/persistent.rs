@@ -83,7 +83,7 @@ fn expand(
     let (impl_generics, ty_generics, where_clause) = cont.generics.split_for_impl();
     let where_clause = match &error {
         Some(_) => fallback::deferred_where_clause(cont),
-        None => where_clause.to_token_stream(),
+        None => persistent_params(cont, where_clause),
     };
     let type_id = type_id(cont);
     let fingerprint = layout.fingerprint();
@@ -122,6 +122,26 @@ fn expand(
             }
         };
         #accessors
+    }
+}
+
+/// The impl's where clause: the struct's, plus `T: Persistent` (pgl's) for each type
+/// parameter. `check` accepts any bound whose path ends in `Persistent`, which may be
+/// another trait of that name: the impl then still holds only where the fields are
+/// persistent, instead of failing with errors about `'static` and `Send`.
+fn persistent_params(cont: &Container<'_>, where_clause: Option<&syn::WhereClause>) -> TokenStream {
+    let params = cont.generics.params.iter().filter_map(|p| match p {
+        GenericParam::Type(t) => Some(&t.ident),
+        _ => None,
+    });
+    let predicates = where_clause.map(|w| {
+        let p = w.predicates.iter();
+        quote!(#(#p,)*)
+    });
+    quote! {
+        where
+            #predicates
+            #(#params: ::pgl::__private::Persistent,)*
     }
 }
 
