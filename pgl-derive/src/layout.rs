@@ -229,6 +229,26 @@ impl<'a> Layout<'a> {
         }
     }
 
+    /// The field trailing padding is reported after: the last field, or the one before it
+    /// when the last is the link `#[extendible]` appended (a base's `__pgl_ext`, a group's
+    /// `__pgl_next`). A link has alignment 1 and directly follows that field, so padding
+    /// added before the link removes the trailing padding, and the link itself is not the
+    /// user's to change.
+    fn trailing_padding_blame(&self) -> Option<&Field<'a>> {
+        let attrs = &self.cont.attrs;
+        let link = if attrs.extendible {
+            Some("__pgl_ext")
+        } else if attrs.group_of.is_some() {
+            Some("__pgl_next")
+        } else {
+            None
+        };
+        match self.fields {
+            [.., before, last] if link == Some(last.name.as_str()) => Some(before),
+            _ => self.fields.last(),
+        }
+    }
+
     /// Where struct-wide alignment errors point: `align(N)` if written, else the name.
     fn align_site(&self) -> Site {
         match &self.cont.attrs.repr.align {
@@ -244,7 +264,7 @@ impl<'a> Layout<'a> {
             return TokenStream::new();
         }
         let ident = self.cont.ident;
-        let name = &self.cont.name;
+        let name = self.cont.display_name();
         let mut out = TokenStream::new();
         let prefix = self.checked_prefix();
 
@@ -261,7 +281,7 @@ impl<'a> Layout<'a> {
                     ok_args: quote!(0),
                     diagnostic: diagnostic(
                         format!(
-                            "`{name}` has {{N}} byte(s) of padding after field `{}`",
+                            "{name} has {{N}} byte(s) of padding after field `{}`",
                             a.name
                         ),
                         "{N} byte(s) of padding follow this field",
@@ -289,6 +309,7 @@ impl<'a> Layout<'a> {
             if let Some(last) = self.fields.last().filter(|_| self.checks_padding()) {
                 let ml = &last.member;
                 let ty = self.field_tys.last().map(ToTokens::to_token_stream);
+                let blamed = self.trailing_padding_blame().unwrap_or(last);
                 out.extend(
                     StaticCheck {
                         name: format_ident!("__PglTrailingPadding"),
@@ -297,9 +318,9 @@ impl<'a> Layout<'a> {
                         ok_args: quote!(0),
                         diagnostic: diagnostic(
                             format!(
-                                "`{name}` has {{N}} byte(s) of padding at its end, after field \
+                                "{name} has {{N}} byte(s) of padding at its end, after field \
                                  `{}`",
-                                last.name
+                                blamed.name
                             ),
                             "{N} byte(s) of padding follow this field",
                             &[
@@ -307,11 +328,11 @@ impl<'a> Layout<'a> {
                                 format!(
                                     "add an explicit field `_pad: [u8; {{N}}]` after `{}`, or \
                                      order the fields from the largest alignment to the smallest",
-                                    last.name
+                                    blamed.name
                                 ),
                             ],
                         ),
-                        site: Site::of(last.tokens()),
+                        site: Site::of(blamed.tokens()),
                         args: quote! {{
                             ::core::mem::size_of::<#ident>()
                                 - ::core::mem::offset_of!(#ident, #ml)
@@ -329,7 +350,7 @@ impl<'a> Layout<'a> {
                     impl_params: quote!(),
                     ok_args: quote!(false),
                     diagnostic: diagnostic(
-                        format!("`{name}` is zero-sized"),
+                        format!("{name} is zero-sized"),
                         "this struct occupies no bytes",
                         &[
                             "a persistent object must occupy at least one byte: add a field of \
@@ -351,7 +372,7 @@ impl<'a> Layout<'a> {
                     ok_args: quote!(ALIGN, MAX, false),
                     diagnostic: diagnostic(
                         format!(
-                            "`{name}` is aligned to {{ALIGN}} bytes, but a pool aligns objects \
+                            "{name} is aligned to {{ALIGN}} bytes, but a pool aligns objects \
                              to at most {{MAX}}"
                         ),
                         "aligned to {ALIGN} bytes",
@@ -385,7 +406,7 @@ impl<'a> Layout<'a> {
                         ok_args: quote!(OFFSET, ALIGN, 0),
                         diagnostic: diagnostic(
                             format!(
-                                "field `{}` of packed struct `{name}` is at offset {{OFFSET}}, \
+                                "field `{}` of packed struct {name} is at offset {{OFFSET}}, \
                                  which is not a multiple of its alignment {{ALIGN}}",
                                 field.name
                             ),
@@ -419,7 +440,7 @@ impl<'a> Layout<'a> {
     /// The checks of a generic struct, as statements at the start of `LAYOUT`: each panics
     /// during const evaluation, with a message that names the struct and the field.
     fn generic_checks(&self) -> TokenStream {
-        let name = &self.cont.name;
+        let name = self.cont.display_name();
         let mut out = TokenStream::new();
         let prefix = self.checked_prefix();
         let panic_at = |site: Site, message: String| site.respan(quote!(::core::panic!(#message)));
@@ -431,7 +452,7 @@ impl<'a> Layout<'a> {
             let panic = panic_at(
                 Site::of(a.tokens()),
                 format!(
-                    "`{name}` has padding after field `{0}` with these type arguments: add an \
+                    "{name} has padding after field `{0}` with these type arguments: add an \
                      explicit padding field after `{0}`, or order the fields from the largest \
                      alignment to the smallest",
                     a.name
@@ -453,7 +474,7 @@ impl<'a> Layout<'a> {
                 let panic = panic_at(
                     Site::of(last.tokens()),
                     format!(
-                        "`{name}` has padding at its end, after field `{0}`, with these type \
+                        "{name} has padding at its end, after field `{0}`, with these type \
                          arguments: add an explicit padding field after `{0}`, or order the \
                          fields from the largest alignment to the smallest",
                         last.name
@@ -470,7 +491,7 @@ impl<'a> Layout<'a> {
             let panic = panic_at(
                 Site::of(self.cont.ident),
                 format!(
-                    "`{name}` is zero-sized with these type arguments, but a persistent object \
+                    "{name} is zero-sized with these type arguments, but a persistent object \
                      must occupy at least one byte"
                 ),
             );
@@ -482,7 +503,7 @@ impl<'a> Layout<'a> {
             let panic = panic_at(
                 self.align_site(),
                 format!(
-                    "`{name}` is aligned to more than `pgl::MAX_ALIGN` bytes with these type \
+                    "{name} is aligned to more than `pgl::MAX_ALIGN` bytes with these type \
                      arguments, more than a pool aligns objects to"
                 ),
             );
@@ -501,7 +522,7 @@ impl<'a> Layout<'a> {
                 let panic = panic_at(
                     Site::of(field.tokens()),
                     format!(
-                        "field `{}` of packed struct `{name}` is not aligned with these type \
+                        "field `{}` of packed struct {name} is not aligned with these type \
                          arguments: move it to an aligned offset, or remove `packed`",
                         field.name
                     ),
