@@ -517,7 +517,13 @@ impl<'m, 'a> Gen<'m, 'a> {
             impl ::pgl::__private::ExtendibleData for #data {
                 type Struct = #ident;
             }
-            impl ::pgl::__private::Extendible for #ident {
+            // The glue keeps `Extendible`'s safety contract: the struct ends with the link
+            // `base_struct` appended, each group with `__pgl_next`; `__muts` opens the
+            // groups of the chain from the link it is given, `__set_next` group `k` at the
+            // offset it is given, `__alloc` the groups it has just allocated, and
+            // `__upgrade` only reads groups (`get`) and allocates the new one.
+            #[automatically_derived]
+            unsafe impl ::pgl::__private::Extendible for #ident {
                 type Data = #data;
                 type Reads<'__pgl_a> = #reads;
                 type Muts<'__pgl_a> = #muts;

@@ -21,7 +21,24 @@ pub const MAX_GROUPS: usize = 32;
 /// the group first uses an object written by one that did not.
 ///
 /// Implemented by `#[extendible]`; the `__` items are its generated glue, not an API.
-pub trait Extendible: Persistent {
+///
+/// # Safety
+///
+/// `leds::chain` runs the glue in the group scope `tx::GroupScope::Write`, where
+/// `Tx::open` accepts an extension group (`Persistent::__GROUP`) under its owner's write
+/// lock alone, and groups are read in place by holders of that lock (see `GroupScope`).
+/// An implementor guarantees that:
+/// - the struct's last field is the [`ExtLink`](super::ExtLink) to group 1, which
+///   `__link` reads, and each group ends with the link to the next (the module's
+///   invariant);
+/// - `__muts` opens only the groups of the chain that starts at `first`, `__set_next`
+///   only group `k` at `off`, `__alloc` only the groups it allocates itself, and
+///   `__upgrade` opens no group: none of them changes a group of an owner the caller
+///   does not hold write-locked.
+///
+/// A hand-written impl could open another owner's group there and change it under that
+/// owner's readers, whose references into the pool would see it change.
+pub unsafe trait Extendible: Persistent {
     /// Every field of the struct as this build defines it (the base fields, replaced ones
     /// excepted, and every extension field): what [`Tx::alloc_ext`] takes.
     type Data: ExtendibleData<Struct = Self>;
