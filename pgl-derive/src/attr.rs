@@ -57,8 +57,8 @@ pub(crate) struct Container {
     /// extension group `k`: the type id is derived from the base's.
     pub(crate) group_of: Option<(syn::Path, LitInt)>,
     /// `#[pgl(__extendible)]`, which `#[extendible]` puts on the base struct: its objects
-    /// own their chain of groups (`Persistent::__OWNS_TAIL`).
-    pub(crate) extendible: bool,
+    /// own their chain of groups (`Persistent::__OWNS_TAIL`). The attribute, for spans.
+    pub(crate) extendible: Option<Attribute>,
 }
 
 impl Container {
@@ -75,7 +75,7 @@ impl Container {
                     continue;
                 }
                 if is_hidden_key(attr, EXTENDIBLE) {
-                    out.extendible = true;
+                    out.extendible = Some(attr.clone());
                     continue;
                 }
                 parse_pgl(cx, attr, &mut out.id, &mut seen_id);

@@ -236,7 +236,7 @@ impl<'a> Layout<'a> {
     /// user's to change.
     fn trailing_padding_blame(&self) -> Option<&Field<'a>> {
         let attrs = &self.cont.attrs;
-        let link = if attrs.extendible {
+        let link = if attrs.extendible.is_some() {
             Some("__pgl_ext")
         } else if attrs.group_of.is_some() {
             Some("__pgl_next")

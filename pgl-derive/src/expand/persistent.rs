@@ -29,9 +29,9 @@ pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
         // The hidden key makes `Tx::free` follow the last 8 bytes as a link: only the
         // struct `#[extendible]` rewrote (which ends with its link) may carry it.
         let linked = fields.last().is_some_and(|f| f.name == "__pgl_ext");
-        if cont.attrs.extendible && !linked {
+        if let Some(attr) = cont.attrs.extendible.as_ref().filter(|_| !linked) {
             cx.error_spanned_by(
-                cont.ident,
+                attr,
                 "`#[pgl(__extendible)]` is set by `#[extendible]`, not by hand: remove it, \
                  and put `#[extendible]` above `#[derive(Persistent)]` if the struct is to \
                  gain fields later",
@@ -43,7 +43,7 @@ pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
         // runtime keeps only through the generated types), sharing another object's groups.
         // Only the link `#[extendible]` appended (the last field of a base or group) may
         // have such a name; the user's own fields of those structs are checked too.
-        let link = if cont.attrs.extendible {
+        let link = if cont.attrs.extendible.is_some() {
             Some("__pgl_ext")
         } else if cont.attrs.group_of.is_some() {
             Some("__pgl_next")
@@ -93,7 +93,7 @@ fn expand(
         None => handle::expand(cont, fields, &layout.field_tys),
         Some(_) => TokenStream::new(),
     };
-    let owns_tail = cont.attrs.extendible.then(|| {
+    let owns_tail = cont.attrs.extendible.is_some().then(|| {
         quote!(
             const __OWNS_TAIL: bool = true;
         )
