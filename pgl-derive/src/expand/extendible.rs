@@ -53,7 +53,7 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
         cx.error_spanned_by(
             &item.ident,
             "`#[extendible]` needs `#[derive(Persistent)]` (and `#[repr(C)]`) below it on the \
-             same struct",
+             same struct; a derive above `#[extendible]` goes below it",
         );
     }
     let model = Model::new(&cx, &item);

@@ -21,6 +21,20 @@ use crate::layout::Layout;
 /// Expands `#[derive(Persistent)]` on `input`: the generated items, or the errors (all of
 /// them) followed by a stub.
 pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
+    if let Some(attr) = extendible_after_derive(input) {
+        // `#[extendible]` below the derive rewrites the struct after the derive saw it: any
+        // code generated from the fields as written would not match the struct. One error,
+        // and the stub (the `#[extension]` attributes are not reported again).
+        let discarded = Ctxt::new();
+        let cont = Container::from_ast(&discarded, input);
+        drop(discarded.into_error());
+        let error = syn::Error::new_spanned(
+            attr,
+            "`#[extendible]` must come before `#[derive(Persistent)]`: it rewrites the struct \
+             that the derive then reads; move `#[extendible]` above the derive",
+        );
+        return fallback::expand(&cont, error);
+    }
     let cx = Ctxt::new();
     let cont = Container::from_ast(&cx, input);
     let verdict = check::check(&cx, &cont);
@@ -69,6 +83,17 @@ pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
         ),
     };
     quote!(#guard #body)
+}
+
+/// An `#[extendible]` attribute among the derive's input attributes: it was written below
+/// `#[derive(Persistent)]` (above it, it would have run first and removed itself).
+fn extendible_after_derive(input: &DeriveInput) -> Option<&syn::Attribute> {
+    input.attrs.iter().find(|a| {
+        a.path()
+            .segments
+            .last()
+            .is_some_and(|s| s.ident == "extendible")
+    })
 }
 
 fn expand(
