@@ -358,7 +358,8 @@ impl<'m, 'a> Gen<'m, 'a> {
     }
 
     /// The value of extension field `f` of group `k` for an object of version `k - 1`,
-    /// with the old view bound to `__pgl_old`.
+    /// with the old view bound to `__pgl_old`. The user's `init` always runs inside a
+    /// closure, so no `return` or `?` in it leaves the generated upgrade.
     fn init_value(&self, k: usize, i: usize) -> TokenStream {
         let f = &self.m.groups[k - 1][i];
         let ty = &f.field.ty;
@@ -377,7 +378,12 @@ impl<'m, 'a> Gen<'m, 'a> {
                 }
                 quote!(::pgl::__private::run_init(&__pgl_old, #c))
             }
-            e => quote_spanned!(e.span()=> { let __pgl_v: #ty = #e; __pgl_v }),
+            // A closure too: spliced into `__upgrade` as it stands, a `return Ok(off)` (or
+            // `?`) in the expression would leave the upgrade with any offset as the new
+            // group's, and the runtime would link another object's group to this one.
+            e => {
+                quote_spanned!(e.span()=> ::pgl::__private::run_init(&__pgl_old, |_| -> #ty { #e }))
+            }
         }
     }
 
