@@ -527,7 +527,8 @@ impl<'m, 'a> Gen<'m, 'a> {
             // `base_struct` appended, each group with `__pgl_next`; `__muts` opens the
             // groups of the chain from the link it is given, `__set_next` group `k` at the
             // offset it is given, `__alloc` the groups it has just allocated, and
-            // `__upgrade` only reads groups (`get`) and allocates the new one.
+            // `__upgrade` only reads groups (`get`) and returns the offset of the one it
+            // allocates (the inits run in closures: no `return` leaves it).
             #[automatically_derived]
             unsafe impl ::pgl::__private::Extendible for #ident {
                 type Data = #data;

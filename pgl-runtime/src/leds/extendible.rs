@@ -34,7 +34,9 @@ pub const MAX_GROUPS: usize = 32;
 /// - `__muts` opens only the groups of the chain that starts at `first`, `__set_next`
 ///   only group `k` at `off`, `__alloc` only the groups it allocates itself, and
 ///   `__upgrade` opens no group: none of them changes a group of an owner the caller
-///   does not hold write-locked.
+///   does not hold write-locked;
+/// - `__upgrade` returns the offset of the group it allocated (the caller links it to the
+///   object: any other offset would give that group a second owner).
 ///
 /// A hand-written impl could open another owner's group there and change it under that
 /// owner's readers, whose references into the pool would see it change.
