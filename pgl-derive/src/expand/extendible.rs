@@ -57,6 +57,7 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
         );
     }
     let model = Model::new(&cx, &item);
+    check_accessor_names(&cx, &model);
     match cx.into_error() {
         Some(e) => {
             let e = e.into_compile_error();
@@ -64,6 +65,53 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
             quote!(#e #base)
         }
         None => Gen::new(&model).all(args),
+    }
+}
+
+/// Reports two current fields whose accessors would have the same name, where at least
+/// one of them is an extension field (`<Struct>ExtFields`): two base fields are the
+/// derive's to report (`handle::check`), on the base struct. A clash inside
+/// `<Struct>ExtFields` would be rustc's "defined multiple times", one between it and
+/// `<Struct>Fields` an ambiguity at every call.
+fn check_accessor_names(cx: &Ctxt, model: &Model<'_>) {
+    let Some(names) = model.names.last() else {
+        return;
+    };
+    // `<Struct>Fields` has no accessors for a packed struct (see `handle`).
+    let packed = crate::attr::Container::from_ast(&Ctxt::new(), &model.item.attrs)
+        .repr
+        .packed
+        .is_some();
+    let mut seen: std::collections::BTreeMap<String, (String, bool)> = Default::default();
+    for (name, loc) in names {
+        let field = model.field(*loc);
+        let in_group = matches!(loc, Loc::Group { .. });
+        if !handle::visible_enough(&field.vis, &model.item.vis) || (!in_group && packed) {
+            continue;
+        }
+        let bare = syn::ext::IdentExt::unraw(name).to_string();
+        let mut methods = vec![bare.clone(), format!("set_{bare}"), format!("{bare}_mut")];
+        if !in_group && matches!(field.ty, Type::Array(_)) {
+            methods.extend([format!("{bare}_at"), format!("set_{bare}_at")]);
+        }
+        for method in methods {
+            match seen.get(&method) {
+                Some((other, other_in_group)) if in_group || *other_in_group => {
+                    cx.error_spanned_by(
+                        strip(field),
+                        format!(
+                            "fields `{other}` and `{bare}` would both have an accessor named \
+                             `{method}` (in `{0}Fields` or `{0}ExtFields`): rename one of them",
+                            crate::ast::unraw(&model.item.ident)
+                        ),
+                    );
+                }
+                Some(_) => {}
+                None => {
+                    seen.insert(method, (bare.clone(), in_group));
+                }
+            }
+        }
     }
 }
 
