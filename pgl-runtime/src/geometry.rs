@@ -19,6 +19,8 @@
 pub const PAGE: u64 = 4096;
 /// Bytes in a cache line, the unit of flushing.
 pub const LINE: u64 = 64;
+/// The most zones a pool has: a header naming more is refused, and no pool grows past it.
+pub const MAX_ZONES: u64 = 1 << 20;
 
 /// The fixed shape of a pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

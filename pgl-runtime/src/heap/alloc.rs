@@ -79,6 +79,53 @@ impl Zone {
     }
 }
 
+/// Zones per segment of a [`ZoneTable`].
+const ZONE_SEGMENT: u64 = 1024;
+
+/// `ZONE_SEGMENT` zone slots.
+type ZoneSegment = Box<[OnceLock<Zone>]>;
+
+/// The volatile state of every zone a pool has or may grow to, indexed by zone without a
+/// lock. Segments of `ZONE_SEGMENT` slots are allocated when a zone in them is loaded, so
+/// the table costs memory for the zones a pool has, not for every zone its mapping could
+/// hold (a pool of tiny zones opened with the default 1 TiB `max_size` could hold 22
+/// million: a 1.6 GB table for an 80 KB file, found by a crafted pool).
+///
+/// Invariant: slot `z` is set at most once and never cleared, so a `&Zone` lives as long
+/// as the table.
+struct ZoneTable {
+    segments: Box<[OnceLock<ZoneSegment>]>,
+    /// Zones the table has room for.
+    len: u64,
+}
+
+impl ZoneTable {
+    /// A table with room for `len` zones (at most `MAX_ZONES`) and no segment yet.
+    fn new(len: u64) -> ZoneTable {
+        let len = len.min(crate::geometry::MAX_ZONES);
+        ZoneTable {
+            segments: (0..len.div_ceil(ZONE_SEGMENT))
+                .map(|_| OnceLock::new())
+                .collect(),
+            len,
+        }
+    }
+
+    fn get(&self, z: u64) -> Option<&Zone> {
+        let seg = self.segments.get((z / ZONE_SEGMENT) as usize)?.get()?;
+        seg.get((z % ZONE_SEGMENT) as usize)?.get()
+    }
+
+    /// Sets zone `z` (below `len`); `false` if it was set already.
+    fn set(&self, z: u64, zone: Zone) -> bool {
+        let Some(seg) = self.segments.get((z / ZONE_SEGMENT) as usize) else {
+            return false;
+        };
+        let seg = seg.get_or_init(|| (0..ZONE_SEGMENT).map(|_| OnceLock::new()).collect());
+        seg[(z % ZONE_SEGMENT) as usize].set(zone).is_ok()
+    }
+}
+
 /// The run a lane allocates from, per class.
 #[derive(Default)]
 pub(crate) struct Arena {
@@ -139,7 +186,7 @@ pub(crate) struct Heap {
     geo: Geometry,
     map: ZoneMap,
     classes: SizeClasses,
-    zones: Box<[OnceLock<Zone>]>,
+    zones: ZoneTable,
     grow_lock: Mutex<()>,
     zone_count: AtomicU64,
     /// Guards chunk claims; holds a stack of chunks believed free (checked when popped).
@@ -181,9 +228,7 @@ impl Heap {
             shapes,
             slab_words,
             classes,
-            zones: (0..geo.zones_for(media.reserve()).max(zones))
-                .map(|_| OnceLock::new())
-                .collect(),
+            zones: ZoneTable::new(geo.zones_for(media.reserve()).max(zones)),
             grow_lock: Mutex::new(()),
             zone_count: AtomicU64::new(0),
             chunk_lock: Mutex::new(Vec::new()),
@@ -213,10 +258,10 @@ impl Heap {
     /// `load_run`; the pool's open rebuilds what parity can before).
     pub(crate) fn add_zones(&self, media: &Media, total: u64) -> Result<()> {
         let _g = self.grow_lock.lock();
-        if total > self.zones.len() as u64 {
+        if total > self.zones.len {
             return Err(Error::config(format!(
                 "{total} zones exceed the {} the mapping can hold (raise Config::max_size)",
-                self.zones.len()
+                self.zones.len
             )));
         }
         let n = self.geo.chunks_per_zone();
@@ -281,7 +326,7 @@ impl Heap {
                 }
             }
             let zone = Zone::new(kinds, runs);
-            if self.zones[z as usize].set(zone).is_err() {
+            if !self.zones.set(z, zone) {
                 return Err(Error::config("zone loaded twice"));
             }
         }
@@ -360,7 +405,7 @@ impl Heap {
         if z >= self.zone_count() {
             return None;
         }
-        self.zones.get(z as usize)?.get()
+        self.zones.get(z)
     }
 
     /// The largest payload one object can have.

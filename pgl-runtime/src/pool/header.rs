@@ -30,7 +30,7 @@
 //! (every region fits, no arithmetic overflows).
 
 use crate::checksum::strong;
-use crate::geometry::{Geometry, PAGE};
+use crate::geometry::{Geometry, MAX_ZONES, PAGE};
 
 /// Header magic.
 pub const MAGIC: [u8; 8] = *b"PGLPOOL\0";
@@ -321,7 +321,7 @@ fn check_geometry_of(g: &Geometry, zones: u64, replicated: bool) -> Result<(), S
     }
     // Zone 0 holds the root word and the type registry: a pool always has it, and a header
     // naming no zone would send every access to them past the end of the pool.
-    if !(1..=1 << 20).contains(&zones) {
+    if !(1..=MAX_ZONES).contains(&zones) {
         return Err(format!("{zones} zones: a pool has 1 to 2^20"));
     }
     if zones.checked_mul(g.zone_size()).is_none_or(|v| v > 1 << 50) {

@@ -339,7 +339,7 @@ fn interrupted_update(
     let (version, flags) = (u64_at(1) as u32, (u64_at(1) >> 32) as u32);
     let plausible = (super::header::OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version)
         && flags & !(FLAG_OPEN | FLAG_PARITY | FLAG_NO_CHECKSUMS) == 0
-        && (1..=1 << 20).contains(&u64_at(18));
+        && (1..=crate::geometry::MAX_ZONES).contains(&u64_at(18));
     only_updated
         && match other {
             Ok(o) => a_newer && o.generation.checked_add(1) == Some(g),
