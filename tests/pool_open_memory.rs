@@ -2,7 +2,9 @@
 //! its mapping could hold or to a size a crafted field claims: a small hostile file must not
 //! make `Pool::open` allocate gigabytes (with overcommit that is an OOM kill later; under a
 //! memory limit, an abort on allocation failure, not a typed error). Its own binary: it
-//! counts, with a global allocator, the bytes each thread has allocated and not freed.
+//! counts, with a global allocator, the bytes each thread has allocated and not freed, and
+//! refuses any single allocation over `ALLOC_CAP` (as a memory limit would: the process
+//! aborts), so that a test that would allocate gigabytes dies without touching them.
 
 mod support;
 
@@ -15,6 +17,9 @@ use std::path::{Path, PathBuf};
 
 /// Counts, per thread, the bytes allocated and not yet freed, and their peak.
 struct Counting;
+
+/// The largest single allocation this binary grants.
+const ALLOC_CAP: usize = 1 << 30;
 
 thread_local! {
     static LIVE: Cell<u64> = const { Cell::new(0) };
@@ -33,11 +38,17 @@ fn count(delta: i64) {
 // thread-local cells with no destructor, which allocate nothing.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        if l.size() > ALLOC_CAP {
+            return std::ptr::null_mut();
+        }
         count(l.size() as i64);
         // SAFETY: the caller's contract, passed on.
         unsafe { System.alloc(l) }
     }
     unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        if l.size() > ALLOC_CAP {
+            return std::ptr::null_mut();
+        }
         count(l.size() as i64);
         // SAFETY: the caller's contract, passed on.
         unsafe { System.alloc_zeroed(l) }
@@ -48,6 +59,9 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        if new > ALLOC_CAP {
+            return std::ptr::null_mut();
+        }
         count(new as i64 - l.size() as i64);
         // SAFETY: the caller's contract, passed on.
         unsafe { System.realloc(p, l, new) }
@@ -104,7 +118,7 @@ fn tiny_zones() -> Geometry {
 /// Writes at `path` a pool of `zones` zones of `geo`: both header copies (well
 /// checksummed, parity kept, closed cleanly) in a sparse file of zeros, which is a valid
 /// empty pool.
-fn craft(path: &Path, geo: Geometry, zones: u64) {
+fn craft(path: &Path, geo: Geometry, zones: u64) -> std::fs::File {
     let h = Header {
         version: pgl::FORMAT_VERSION,
         generation: 1,
@@ -121,6 +135,32 @@ fn craft(path: &Path, geo: Geometry, zones: u64) {
     for copy in 0..2 {
         f.seek(SeekFrom::Start(geo.header_offset(copy))).unwrap();
         f.write_all(&enc).unwrap();
+    }
+    f
+}
+
+/// Bytes of zone 0's metadata copies in a pool of `geo` (`heap::layout::meta_len`): root
+/// word, checksum, chunk table, and the type registry's room.
+fn meta_len_zone0(geo: &Geometry) -> usize {
+    let table_end = 1024 + geo.rows * geo.chunks_per_row * 8;
+    let registry = table_end.div_ceil(64) * 64;
+    let room = ((geo.chunk_size / 2 - registry - 64) / 64).min(1024);
+    (registry + 64 * (1 + room)) as usize
+}
+
+/// Sets chunk-table entry `chunk` of zone 0 to `entry` in both metadata copies, each
+/// with the checksum that makes it verify (`integrity::replica::stored_sum`).
+fn set_zone0_entry(f: &mut std::fs::File, geo: &Geometry, chunk: u64, entry: u64) {
+    let len = meta_len_zone0(geo);
+    let mut copy = vec![0u8; len];
+    let at = 1024 + 8 * chunk as usize;
+    copy[at..at + 8].copy_from_slice(&entry.to_le_bytes());
+    let zero_sum = (((len % 65_521) as u32) << 16) | 1;
+    let sum = u64::from(pgl::checksum::adler32(&copy) ^ zero_sum);
+    copy[8..16].copy_from_slice(&sum.to_le_bytes());
+    for off in [0, geo.chunk_size / 2] {
+        f.seek(SeekFrom::Start(geo.zone_offset(0) + off)).unwrap();
+        f.write_all(&copy).unwrap();
     }
 }
 
@@ -139,4 +179,42 @@ fn a_pool_of_tiny_zones_takes_memory_for_its_zones_not_its_mapping() {
         peak < 16 << 20,
         "opening an 80 KiB pool allocated {peak} bytes at once"
     );
+}
+
+/// A chunk-table entry claiming a large object of more chunks than the largest object
+/// (`u32::MAX` bytes) takes: the pool opened, and the object's capacity, 4.4 GiB of a
+/// sparse file, went whole into a buffer when it was read (`pgl dump`, `read_object`),
+/// repaired or reconciled after a crash (a table entry of a zone of terabytes asks for
+/// terabytes: an abort). The entry is refused when the heap loads.
+#[test]
+fn a_large_object_beyond_the_largest_allocation_is_corrupt() {
+    let p = TmpPath::new("huge-large");
+    // 64 MiB chunks, 80 data rows: a 5 GiB zone. No allocation takes more than 65 chunks.
+    let geo = Geometry {
+        chunk_size: 64 << 20,
+        rows: 80,
+        ..tiny_zones()
+    };
+    let mut f = craft(&p, geo, 1);
+    let chunks = 70u64;
+    set_zone0_entry(&mut f, &geo, 1, 2 | chunks << 32);
+    // The object's header claims all of it.
+    let hdr = geo.chunk_offset(0, 1);
+    let size = chunks * geo.chunk_size - 16;
+    f.seek(SeekFrom::Start(hdr)).unwrap();
+    f.write_all(&size.to_le_bytes()).unwrap();
+    drop(f);
+    let r = Pool::open_any(&*p).and_then(|pool| pool.read_object(hdr + 16).map(|(h, _)| h));
+    match r {
+        Err(e @ pgl::Error::Corrupt { what, offset, .. }) => {
+            assert_eq!(what, "chunk table entry");
+            assert_eq!(offset, geo.zone_offset(0) + 1024 + 8);
+            let msg = e.to_string();
+            assert!(
+                msg.contains(&*p.to_string_lossy()) && msg.contains("70 chunks"),
+                "{msg}"
+            );
+        }
+        other => panic!("expected the entry to be refused, got {other:?}"),
+    }
 }

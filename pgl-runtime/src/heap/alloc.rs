@@ -304,6 +304,13 @@ impl Heap {
                         if len == 0 || c + len > n {
                             return Err(corrupt(format!("large object of {len} chunks")));
                         }
+                        let max = max_large_chunks(&self.geo);
+                        if len > max {
+                            return Err(corrupt(format!(
+                                "large object of {len} chunks, but the largest object takes \
+                                 {max}"
+                            )));
+                        }
                         kinds[c as usize].store(e, Ordering::Relaxed);
                         for k in c + 1..c + len {
                             kinds[k as usize].store(cont_entry(), Ordering::Relaxed);
@@ -408,11 +415,9 @@ impl Heap {
         self.zones.get(z)
     }
 
-    /// The largest payload one object can have.
-    /// The largest payload: what one zone's data chunks hold, and at most `u32::MAX` bytes
-    /// (micro-buffers track modified ranges with 32-bit offsets).
+    /// The largest payload one object can have (`layout::max_object`).
     pub(crate) fn max_object(&self) -> u64 {
-        ((self.geo.chunks_per_zone() - 1) * self.geo.chunk_size - HEADER_SIZE).min(u32::MAX as u64)
+        max_object(&self.geo)
     }
 
     /// Whether `off` is a word of the persistent bitmap of a checked run, as the volatile

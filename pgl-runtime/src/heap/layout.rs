@@ -101,6 +101,25 @@ pub const fn registry_capacity(geo: &crate::geometry::Geometry) -> u64 {
         REGISTRY_MAX_TYPES
     }
 }
+/// The largest payload one object can have in a pool of this geometry: what one zone's
+/// data chunks hold, and at most `u32::MAX` bytes (micro-buffers track modified ranges
+/// with 32-bit offsets).
+pub const fn max_object(geo: &crate::geometry::Geometry) -> u64 {
+    let zone = (geo.chunks_per_zone() - 1) * geo.chunk_size - HEADER_SIZE;
+    if zone < u32::MAX as u64 {
+        zone
+    } else {
+        u32::MAX as u64
+    }
+}
+
+/// The most chunks a large object spans: those of the largest object. A chunk-table entry
+/// claiming more is damage (or forged): its capacity could be a whole zone, terabytes of
+/// a sparse file, which whoever reads the object whole would allocate.
+pub const fn max_large_chunks(geo: &crate::geometry::Geometry) -> u64 {
+    (max_object(geo) + HEADER_SIZE).div_ceil(geo.chunk_size)
+}
+
 /// Offset of the chunk table in a zone's metadata chunk.
 pub const CHUNK_TABLE_OFFSET: u64 = 1024;
 

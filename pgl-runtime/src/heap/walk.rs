@@ -73,10 +73,10 @@ pub(crate) fn walk_blocks(
                 }
                 KIND_LARGE => {
                     let len = entry_arg(e).max(1);
-                    if len > n - c {
-                        // Past the zone: not an entry pgl writes (damage in a pool too old
-                        // to checksum its metadata; the heap's load refuses it). Nothing
-                        // here is trusted to be an object.
+                    if len > n - c || len > max_large_chunks(geo) {
+                        // Past the zone or longer than any object: not an entry pgl writes
+                        // (damage in a pool too old to checksum its metadata; the heap's
+                        // load refuses it). Nothing here is trusted to be an object.
                         c += 1;
                         continue;
                     }
