@@ -218,3 +218,41 @@ fn a_large_object_beyond_the_largest_allocation_is_corrupt() {
         other => panic!("expected the entry to be refused, got {other:?}"),
     }
 }
+
+/// A sealed redo record naming a new object of 1.5 GiB (a forged one: no allocation makes
+/// an object of a chunk's run overlap a write of the same record) with a write inside
+/// it: recovery checked the object as the record leaves it on a copy of all of it, so the
+/// size a record claims (up to 4 GiB; of the whole pool in a format-5 verify entry) went
+/// into one allocation.
+#[test]
+fn a_new_object_a_record_names_is_checked_without_copying_it() {
+    let p = TmpPath::new("record-new");
+    let geo = Geometry {
+        chunk_size: 64 << 20,
+        rows: 80,
+        ..tiny_zones()
+    };
+    let mut f = craft(&p, geo, 1);
+    let hdr = geo.chunk_offset(0, 1);
+    let size: u32 = 3 << 29;
+    let mut new = [0u8; 8];
+    new[..4].copy_from_slice(&size.to_le_bytes());
+    let mut lane = vec![0u8; geo.lane_size as usize];
+    assert!(support::forge_record(
+        &mut lane,
+        9,
+        &[(hdr + 64, 0, &[1u8; 8]), (hdr, 3, &new)]
+    ));
+    f.seek(SeekFrom::Start(geo.lane_offset(0, 0))).unwrap();
+    f.write_all(&lane).unwrap();
+    drop(f);
+    let (peak, pool) = peak_during(|| Pool::open_any(&*p));
+    // The object's crc does not match: the record was never committed.
+    let pool = pool.expect("the pool opens");
+    assert_eq!(pool.stats().records_replayed, 0);
+    drop(pool);
+    assert!(
+        peak < 16 << 20,
+        "recovery allocated {peak} bytes at once for a record's new object"
+    );
+}

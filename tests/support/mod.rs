@@ -146,3 +146,32 @@ pub fn churn_smallest_runs(pool: &pgl::Pool) -> usize {
     }
     tiny.len()
 }
+
+/// Writes into `lane` (one whole lane copy) a redo record sealed with sequence number
+/// `seq` (`tx::record`), whose entries are `(pool offset, kind, data)`: what a forger
+/// who read the format can put in a pool file. Returns false if they do not fit.
+pub fn forge_record(lane: &mut [u8], seq: u64, entries: &[(u64, u32, &[u8])]) -> bool {
+    const ENTRIES: usize = 128;
+    let mut pos = ENTRIES;
+    for &(off, kind, data) in entries {
+        let size = 16 + data.len().div_ceil(8) * 8;
+        if pos + size > lane.len() {
+            return false;
+        }
+        lane[pos..pos + 8].copy_from_slice(&off.to_le_bytes());
+        lane[pos + 8..pos + 12].copy_from_slice(&(data.len() as u32).to_le_bytes());
+        lane[pos + 12..pos + 16].copy_from_slice(&kind.to_le_bytes());
+        lane[pos + 16..pos + 16 + data.len()].copy_from_slice(data);
+        lane[pos + 16 + data.len()..pos + size].fill(0);
+        pos += size;
+    }
+    let len = (pos - ENTRIES) as u64;
+    lane[64..ENTRIES].fill(0);
+    lane[68..72].copy_from_slice(b"PGLR");
+    lane[72..76].copy_from_slice(&(entries.len() as u32).to_le_bytes());
+    lane[80..88].copy_from_slice(&seq.to_le_bytes());
+    lane[88..96].copy_from_slice(&len.to_le_bytes());
+    let crc = pgl::checksum::strong(&lane[68..pos]);
+    lane[64..68].copy_from_slice(&crc.to_le_bytes());
+    true
+}

@@ -138,6 +138,12 @@ fn check_target(geo: &Geometry, pool_len: u64, lane: u64, dst: u64, len: u64) ->
 }
 
 /// Whether every object the record created is on media as the record describes it.
+///
+/// In time and memory linear in the record (whatever its entries say, short of the bytes
+/// of the objects themselves, which are hashed in place, never copied): the writes that
+/// land in new objects are gathered once (`Overlay`), and new objects must be disjoint, as
+/// the blocks a commit allocates are, so each byte of the pool is hashed at most once. A
+/// record whose new objects overlap or leave the heap is no commit's: it does not verify.
 fn new_objects_verify(
     media: &Media,
     geo: &Geometry,
@@ -145,48 +151,135 @@ fn new_objects_verify(
     lane: &[u8],
     rec: &record::Record,
 ) -> bool {
+    // (header offset, end, crc, header copy of a format-5 verify entry)
+    let mut news = Vec::new();
     for e in record::entries(lane, rec) {
         let Some(e) = e else { return false };
-        let record::Op::New {
+        if let record::Op::New {
             hdr,
             size,
             crc,
             header,
         } = e.op()
-        else {
-            continue;
-        };
-        let end = hdr.checked_add(16).and_then(|v| v.checked_add(size));
-        if hdr < geo.zones_offset() || end.is_none_or(|v| v > pool_len) {
-            return false;
-        }
-        // SAFETY: the object's range lies inside the heap (checked above); recovery runs
-        // alone.
-        let on_media =
-            unsafe { std::slice::from_raw_parts(media.ptr(hdr) as *const u8, 16 + size as usize) };
-        // The object as the record leaves it: bytes of its space that were not free on
-        // media before the commit (an empty run's bitmap, see `commit::Guard`) are in the
-        // record's writes, not yet applied.
-        let mut overlaid = None;
-        for w in record::entries(lane, rec) {
-            let Some(record::Op::Write { off, data, .. }) = w.map(|w| w.op()) else {
-                continue;
-            };
-            let end = hdr + 16 + size;
-            // Saturating: only a forged record that still verifies could end past 2^64.
-            let (a, z) = (off.max(hdr), off.saturating_add(data.len() as u64).min(end));
-            if a < z {
-                let buf = overlaid.get_or_insert_with(|| on_media.to_vec());
-                buf[(a - hdr) as usize..(z - hdr) as usize]
-                    .copy_from_slice(&data[(a - off) as usize..(z - off) as usize]);
+        {
+            let end = hdr.checked_add(16).and_then(|v| v.checked_add(size));
+            match end {
+                Some(end) if hdr >= geo.zones_offset() && end <= pool_len => {
+                    news.push((hdr, end, crc, header))
+                }
+                _ => return false,
             }
         }
-        let found = overlaid.as_deref().unwrap_or(on_media);
-        if header.is_some_and(|h| found[..16] != h) || crate::checksum::strong(found) != crc {
+    }
+    if news.is_empty() {
+        return true;
+    }
+    news.sort_unstable_by_key(|n| n.0);
+    if news.windows(2).any(|w| w[0].1 > w[1].0) {
+        return false;
+    }
+    // The record's writes, in entry order (a later one wins), where they land in a new
+    // object: bytes of its space that were not free on media before the commit (an empty
+    // run's bitmap, see `commit::Guard`) are in the record's writes, not yet applied.
+    let mut overlay = Overlay::default();
+    for w in record::entries(lane, rec) {
+        let Some(record::Op::Write { off, data, .. }) = w.map(|w| w.op()) else {
+            continue;
+        };
+        // Saturating: only a forged record that still verifies could end past 2^64.
+        let end = off.saturating_add(data.len() as u64);
+        // The new objects it meets: those ending past `off`, from the first on, while
+        // they start before `end`.
+        let from = news.partition_point(|n| n.1 <= off);
+        for &(hdr, obj_end, ..) in news[from..].iter().take_while(|n| n.0 < end) {
+            let (a, z) = (off.max(hdr), end.min(obj_end));
+            overlay.put(a, &data[(a - off) as usize..(z - off) as usize]);
+        }
+    }
+    for &(hdr, end, crc, header) in &news {
+        // SAFETY: the object's range lies inside the heap (checked above); recovery runs
+        // alone.
+        let on_media = unsafe {
+            std::slice::from_raw_parts(media.ptr(hdr) as *const u8, (end - hdr) as usize)
+        };
+        let mut sum = crate::checksum::Strong::new();
+        let mut first = [0u8; 16];
+        let mut at = hdr;
+        overlay.read(hdr, on_media, |piece| {
+            if at < hdr + 16 {
+                let n = piece.len().min((hdr + 16 - at) as usize);
+                let i = (at - hdr) as usize;
+                first[i..i + n].copy_from_slice(&piece[..n]);
+            }
+            at += piece.len() as u64;
+            sum.update(piece);
+        });
+        if header.is_some_and(|h| first != h) || sum.finish() != crc {
             return false;
         }
     }
     true
+}
+
+/// Bytes written over the pool, as disjoint pieces by start offset: a piece put later
+/// wins where it overlaps earlier ones. Each `put` adds at most three pieces and removes
+/// those it covers, so `n` puts take `O(n log n)` time and `O(n)` pieces.
+#[derive(Default)]
+struct Overlay<'a> {
+    pieces: std::collections::BTreeMap<u64, &'a [u8]>,
+}
+
+impl<'a> Overlay<'a> {
+    /// Lays `data` over the pool at `off`.
+    fn put(&mut self, off: u64, data: &'a [u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let end = off + data.len() as u64;
+        // A piece starting before `off` keeps its bytes before `off` (and after `end`).
+        if let Some((&s, &d)) = self.pieces.range(..off).next_back() {
+            let e = s + d.len() as u64;
+            if e > off {
+                self.pieces.insert(s, &d[..(off - s) as usize]);
+                if e > end {
+                    self.pieces.insert(end, &d[(end - s) as usize..]);
+                }
+            }
+        }
+        // Pieces starting within `[off, end)` keep only their bytes after `end`.
+        while let Some((&s, &d)) = self.pieces.range(off..end).next() {
+            self.pieces.remove(&s);
+            let e = s + d.len() as u64;
+            if e > end {
+                self.pieces.insert(end, &d[(end - s) as usize..]);
+            }
+        }
+        self.pieces.insert(off, data);
+    }
+
+    /// Hands `f` the bytes of `[at, at + under.len())` in order, as pieces: those laid
+    /// over, else `under`'s.
+    fn read(&self, at: u64, under: &[u8], mut f: impl FnMut(&[u8])) {
+        let end = at + under.len() as u64;
+        let mut pos = at;
+        let before = self.pieces.range(..at).next_back();
+        for (&s, &d) in before.into_iter().chain(self.pieces.range(at..end)) {
+            let e = s + d.len() as u64;
+            if e <= pos {
+                continue;
+            }
+            if s > pos {
+                f(&under[(pos - at) as usize..(s - at) as usize]);
+                pos = s;
+            }
+            let z = e.min(end);
+            f(&d[(pos - s) as usize..(z - s) as usize]);
+            pos = z;
+        }
+        if pos < end {
+            f(&under[(pos - at) as usize..]);
+        }
+    }
 }
 
 /// Makes the two copies of every lane equal again, rewriting a copy that differs (a
@@ -375,6 +468,39 @@ mod tests {
         assert!(w.push(off, &v.to_le_bytes()));
         w.seal(seq);
         lane
+    }
+
+    #[test]
+    fn an_overlay_reads_as_its_puts_applied_in_order() {
+        // Against a byte array the same puts are copied into, in the same order.
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        let mut next = |n: u64| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (seed >> 33) % n
+        };
+        let src: Vec<u8> = (0..=255).collect();
+        for round in 0..200 {
+            let mut overlay = Overlay::default();
+            let under = vec![0xeeu8; 96];
+            let mut want = under.clone();
+            for _ in 0..next(12) {
+                let (off, len) = (next(100), next(40) as usize);
+                let start = next(200) as usize;
+                let data = &src[start..start + len];
+                overlay.put(1000 + off, data);
+                for (i, &b) in data.iter().enumerate() {
+                    if let Some(w) = want.get_mut(off as usize + i) {
+                        *w = b;
+                    }
+                }
+            }
+            let mut got = Vec::new();
+            overlay.read(1000, &under, |piece| got.extend_from_slice(piece));
+            assert_eq!(got, want, "round {round}");
+            let mut tail = Vec::new();
+            overlay.read(1040, &under[40..], |piece| tail.extend_from_slice(piece));
+            assert_eq!(tail, want[40..], "round {round}, from the middle");
+        }
     }
 
     #[test]
