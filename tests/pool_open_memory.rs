@@ -1,6 +1,6 @@
-//! Opening a pool takes memory in proportion to what its file holds and says, never to what
-//! its mapping could hold or to a size a crafted field claims: a small hostile file must not
-//! make `Pool::open` allocate gigabytes (with overcommit that is an OOM kill later; under a
+//! Opening and reading a pool takes memory in proportion to what its file holds, never to
+//! what its mapping could hold or to a size or count a crafted field claims: a small
+//! hostile file must not make `Pool::open` (or a read of what it holds) allocate gigabytes (with overcommit that is an OOM kill later; under a
 //! memory limit, an abort on allocation failure, not a typed error). Its own binary: it
 //! counts, with a global allocator, the bytes each thread has allocated and not freed, and
 //! refuses any single allocation over `ALLOC_CAP` (as a memory limit would: the process
@@ -254,5 +254,96 @@ fn a_new_object_a_record_names_is_checked_without_copying_it() {
     assert!(
         peak < 16 << 20,
         "recovery allocated {peak} bytes at once for a record's new object"
+    );
+}
+
+#[derive(pgl::Persistent, Clone, Copy)]
+#[pgl(id = 0x0e3a_0001)]
+#[repr(C)]
+struct Item {
+    value: u64,
+}
+
+#[derive(pgl::Persistent, Clone, Copy)]
+#[pgl(id = 0x0e3a_0002)]
+#[repr(C)]
+struct ItemWide {
+    value: u64,
+    extra: u64,
+}
+
+/// Sets word `word` of the object whose payload is at `payload` in the pool file at `path`
+/// to `value`, and its header's checksum to match (`heap::layout::object_checksum`).
+fn set_object_word(path: &Path, payload: u64, word: usize, value: u64) {
+    let mut b = std::fs::read(path).unwrap();
+    let hdr = (payload - 16) as usize;
+    let size = u64::from_le_bytes(b[hdr..hdr + 8].try_into().unwrap());
+    let type_id = u32::from_le_bytes(b[hdr + 8..hdr + 12].try_into().unwrap());
+    let at = payload as usize + 8 * word;
+    b[at..at + 8].copy_from_slice(&value.to_le_bytes());
+    let mut prefix = [0u8; 20];
+    prefix[..8].copy_from_slice(&payload.to_le_bytes());
+    prefix[8..16].copy_from_slice(&size.to_le_bytes());
+    prefix[16..].copy_from_slice(&type_id.to_le_bytes());
+    let body = &b[payload as usize..payload as usize + size as usize];
+    let sum = pgl::checksum::adler32_continue(pgl::checksum::adler32(&prefix), body);
+    b[hdr + 12..hdr + 16].copy_from_slice(&sum.to_le_bytes());
+    std::fs::write(path, b).unwrap();
+}
+
+/// The journal of an interrupted Manual migration whose pair page names itself as the
+/// next, and whose head claims 2^40 pairs: reading it (`pending_migration`, `pgl info`,
+/// the next `Migration::run`) followed the loop, 255 more pairs in memory each time
+/// round, until it had them all (16 TiB) or the allocation failed.
+#[test]
+fn a_migration_journal_whose_pages_loop_is_corrupt() {
+    let p = TmpPath::new("journal-loop");
+    let mut cfg = pgl::Config::small("journal");
+    cfg.max_size = cfg.size;
+    let pool = Pool::create(&*p, &cfg).unwrap();
+    let root = pool.root::<[u64; 8]>().unwrap();
+    pool.tx(|tx| {
+        for i in 0..8 {
+            tx.open(root)?[i] = tx.alloc(Item { value: i as u64 })?.raw();
+        }
+        Ok(())
+    })
+    .unwrap();
+    // Interrupted after its first batch: the converter fails on the third object.
+    let mut calls = 0;
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        pool.migration()
+            .batch(2)
+            .convert(|i: &Item, _| {
+                calls += 1;
+                assert!(calls < 3, "interrupted");
+                ItemWide {
+                    value: i.value,
+                    extra: 0,
+                }
+            })
+            .run()
+    }));
+    assert!(run.is_err());
+    assert!(pool.pending_migration().unwrap().is_some());
+    drop(pool);
+    let geo = cfg.geometry();
+    let head = support::file_word(&p, geo.chunk_offset(0, 0) + 16);
+    let page = support::file_word(&p, head + 8 * 4);
+    assert_ne!(page, 0, "the journal has a pair page");
+    set_object_word(&p, page, 0, page);
+    set_object_word(&p, head, 2, 1 << 40);
+
+    let pool = Pool::open(&*p, "journal").unwrap();
+    let (peak, r) = peak_during(|| pool.pending_migration());
+    match r {
+        Err(e @ pgl::Error::Corrupt { .. }) => {
+            assert!(e.to_string().contains("loop"), "{e}");
+        }
+        other => panic!("expected the journal to be corrupt, got {other:?}"),
+    }
+    assert!(
+        peak < 64 << 20,
+        "reading the journal allocated {peak} bytes"
     );
 }

@@ -133,11 +133,23 @@ impl Journal {
         drop(h);
         let mut pages = Vec::new();
         let mut pairs = Vec::with_capacity(count.min(1 << 20));
+        // Pages seen: a chain that comes back to one would be followed until `count`
+        // (any number the head says) were read, the pairs of each lap kept in memory.
+        let mut seen = std::collections::HashSet::new();
         while next != 0 {
             if pages.len() * PER_PAGE >= count {
                 return Err(corrupt(
                     head,
                     format!("more pages than its {count} pairs need"),
+                ));
+            }
+            if next == head || !seen.insert(next) {
+                return Err(corrupt(
+                    head,
+                    format!(
+                        "its chain of pair pages loops back to page {next:#x} after {} pages",
+                        pages.len()
+                    ),
                 ));
             }
             let p = Oid::<JournalPage>::from_raw(next);
