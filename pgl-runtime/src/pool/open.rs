@@ -554,27 +554,27 @@ fn reconcile_parity(
         }
     } else if !dirty.is_empty() {
         // Without trusted checksums no object can be told damaged: the dirty
-        // zones' disagreeing columns are recomputed from the rows as they are.
-        let mut objects = vec![Vec::new(); header.zones as usize];
-        crate::heap::walk(
-            geo,
-            &crate::heap::SizeClasses::new(geo.chunk_size),
-            0..header.zones,
-            // SAFETY: heap metadata words inside the pool (the walk stays within
-            // the zones); nothing else runs while the pool opens.
-            |off| unsafe { media.read_u64(off) },
-            |hdr, cap| {
-                if let Some(z) = geo.locate(hdr, header.zones).map(|p| p.zone) {
-                    if sums_valid {
-                        objects[z as usize].push((hdr, cap));
-                    }
-                }
-            },
-        );
+        // zones' disagreeing columns are recomputed from the rows as they are. The
+        // objects are listed one dirty zone at a time: a list of the whole pool's would
+        // take 16 bytes per object of every zone (a pool of small objects, or runs whose
+        // bitmaps say so, in a sparse file: gigabytes).
+        let classes = crate::heap::SizeClasses::new(geo.chunk_size);
         for &z in &dirty {
-            // SAFETY: as above.
-            let r =
-                unsafe { crate::integrity::reconcile_zone(media, geo, z, &objects[z as usize]) };
+            let mut objects = Vec::new();
+            if sums_valid {
+                crate::heap::walk(
+                    geo,
+                    &classes,
+                    z..z + 1,
+                    // SAFETY: heap metadata words inside the pool (the walk stays within
+                    // the zone); nothing else runs while the pool opens.
+                    |off| unsafe { media.read_u64(off) },
+                    |hdr, cap| objects.push((hdr, cap)),
+                );
+            }
+            // SAFETY: zone `z` lies in the pool (its size was checked above); nothing
+            // else runs while the pool opens.
+            let r = unsafe { crate::integrity::reconcile_zone(media, geo, z, &objects) };
             reconciled.columns += r.columns;
             reconciled.repaired += r.repaired;
             reconciled.unrecoverable += r.unrecoverable;
