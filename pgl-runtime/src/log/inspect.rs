@@ -34,8 +34,11 @@ pub struct RecordInfo {
     pub epoch: u32,
     /// Whether it was aborted (dropped before `complete`; readers skip it).
     pub aborted: bool,
-    /// Its payload, as read (and verified) when the record was handed out.
+    /// Its payload, as read (and verified) when the record was handed out: all of it, or
+    /// its first bytes ([`Inspection::record_heads_from`]).
     pub payload: Vec<u8>,
+    /// Bytes of its payload (`payload` may hold fewer).
+    pub len: u64,
 }
 
 /// What a log file holds, read without changing it.
@@ -135,6 +138,27 @@ impl Inspection {
     /// their payloads are neither read nor checksummed again (the scan `open` ran verified
     /// them), so starting far into a large log costs a header read per record skipped.
     pub fn records_from(&self, from: u64) -> impl Iterator<Item = Result<RecordInfo>> + '_ {
+        self.records_keeping(from, usize::MAX)
+    }
+
+    /// [`records_from`](Self::records_from), each payload cut to its first `keep` bytes
+    /// (its length in [`RecordInfo::len`]): every payload is still read and verified
+    /// whole, but in pieces, so that memory does not grow with a record's size (up to
+    /// 2 GiB each). For tools that show records (`pgl log dump`).
+    pub fn record_heads_from(
+        &self,
+        from: u64,
+        keep: usize,
+    ) -> impl Iterator<Item = Result<RecordInfo>> + '_ {
+        self.records_keeping(from, keep)
+    }
+
+    /// The records from LSN `from` on, keeping the first `keep` bytes of each payload.
+    fn records_keeping(
+        &self,
+        from: u64,
+        keep: usize,
+    ) -> impl Iterator<Item = Result<RecordInfo>> + '_ {
         let sb = &self.superline;
         let cap = self.capacity;
         let mut rule = EpochRule {
@@ -180,7 +204,11 @@ impl Inspection {
             let got = reader
                 .locate(cap, voff, lsn, rule)
                 .ok()
-                .and_then(|(at, h)| reader.record(cap, at, h).map(|payload| (at, h, payload)));
+                .and_then(|(at, h)| {
+                    reader
+                        .record(cap, at, h, keep)
+                        .map(|payload| (at, h, payload))
+                });
             let step = match (reader.failure(), got) {
                 (Err(e), _) => Err(e),
                 (Ok(()), None) => Err(gone(lsn)),
@@ -193,6 +221,7 @@ impl Inspection {
                         epoch: h.epoch,
                         aborted: h.aborted(),
                         payload,
+                        len: h.len(),
                     })
                 }
             };
@@ -306,22 +335,34 @@ impl Reader<'_> {
         )
     }
 
-    /// The payload of record `h` at virtual offset `at`, read whole, if it still verifies
-    /// (a live log may have written over it since `locate` checked it).
-    fn record(&self, cap: u64, at: u64, h: RecordHeader) -> Option<Vec<u8>> {
+    /// The first `keep` bytes of the payload of record `h` at virtual offset `at`, if the
+    /// record still verifies (a live log may have written over it since `locate` checked
+    /// it): its payload is read in pieces, then its header again, which must still be `h`.
+    fn record(&self, cap: u64, at: u64, h: RecordHeader, keep: usize) -> Option<Vec<u8>> {
         let p = at % cap;
-        let mut payload = vec![0u8; h.len() as usize];
-        self.read(AREA_OFFSET + p + HEADER_LEN, &mut payload);
+        let len = h.len() as usize;
+        let mut crc = RecordCrc::new(&h, p);
+        let mut kept = Vec::with_capacity(len.min(keep));
+        let mut piece = vec![0u8; len.min(PIECE)];
+        let (mut off, end) = (
+            AREA_OFFSET + p + HEADER_LEN,
+            AREA_OFFSET + p + HEADER_LEN + h.len(),
+        );
+        while off < end {
+            let n = ((end - off) as usize).min(PIECE);
+            self.read(off, &mut piece[..n]);
+            crc.update(&piece[..n]);
+            let k = n.min(keep - kept.len());
+            kept.extend_from_slice(&piece[..k]);
+            off += n as u64;
+        }
         let mut head = [0u8; HEADER_LEN as usize];
         self.read(AREA_OFFSET + p, &mut head);
         let now = RecordHeader::decode(&head);
-        let mut crc = RecordCrc::new(&now, p);
-        crc.update(&payload);
-        (now == h && check_crc(h, crc.finish()).is_ok()).then_some(payload)
+        (now == h && check_crc(h, crc.finish()).is_ok()).then_some(kept)
     }
 }
 
-/// The log file at `path`, opened to read, and its length.
 fn open_file(path: &Path) -> Result<(File, u64)> {
     let op = "open log";
     let file = File::open(path).map_err(|e| Error::io(op, path, e))?;
@@ -377,6 +418,27 @@ mod tests {
             })
             .collect();
         assert_eq!(got, want);
+        // The same records with their payloads cut, their lengths told.
+        let heads: Vec<(u64, u64, bool, Vec<u8>, u64)> = seen
+            .record_heads_from(0, 5)
+            .map(|r| {
+                let r = r.expect("record");
+                (r.lsn, r.offset, r.aborted, r.payload, r.len)
+            })
+            .collect();
+        let cut: Vec<(u64, u64, bool, Vec<u8>, u64)> = want
+            .into_iter()
+            .map(|(lsn, off, aborted, p)| {
+                (
+                    lsn,
+                    off,
+                    aborted,
+                    p[..p.len().min(5)].to_vec(),
+                    p.len() as u64,
+                )
+            })
+            .collect();
+        assert_eq!(heads, cut);
     }
 
     #[test]

@@ -105,7 +105,8 @@ pub(crate) fn log_dump(file: &Path, from: Option<u64>, max: Option<usize>) -> Re
             r.next_lsn - 1
         );
     }
-    for (shown, rec) in i.records_from(from).enumerate() {
+    // Only the first 16 bytes of a payload are shown (and kept: a record may be 2 GiB).
+    for (shown, rec) in i.record_heads_from(from, 16).enumerate() {
         let rec = rec?;
         if max.is_some_and(|m| shown >= m) {
             let _ = writeln!(out, "(more records not shown)");
@@ -134,7 +135,7 @@ pub(crate) fn log_dump(file: &Path, from: Option<u64>, max: Option<usize>) -> Re
             "{:>10}  {:>#10x}  {:>8}  {:>5}  {}{} |{text}|{}",
             rec.lsn,
             rec.offset,
-            rec.payload.len(),
+            rec.len,
             rec.epoch,
             head.join(" "),
             "   ".repeat(16 - head.len()),
