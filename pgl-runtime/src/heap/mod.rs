@@ -12,4 +12,4 @@ mod walk;
 pub(crate) use alloc::{bitmap_mismatch, Arena, Heap, HeapUndo, PendingFree};
 pub use class::SizeClasses;
 pub(crate) use meta::MetaOps;
-pub(crate) use walk::{walk_blocks, walk_objects as walk};
+pub(crate) use walk::{walk_blocks, walk_each, walk_objects as walk};

@@ -31,10 +31,28 @@ pub(crate) fn walk_blocks(
     classes: &SizeClasses,
     zones: std::ops::Range<u64>,
     read_word: impl Fn(u64) -> u64,
-    mut f: impl FnMut(u64, u64),
-    mut unknown: impl FnMut(u64, u64),
+    f: impl FnMut(u64, u64),
+    unknown: impl FnMut(u64, u64),
 ) -> Vec<(u64, u64)> {
     let mut damaged = Vec::new();
+    walk_each(geo, classes, zones, read_word, f, unknown, |at, word| {
+        damaged.push((at, word))
+    });
+    damaged
+}
+
+/// `walk_blocks`, handing each damaged word to `damaged(offset, value)` as it is found
+/// instead of listing them: a run's worth of words is a 1/256 of its chunk, and a chunk
+/// table may declare runs over holes, whose words are all damage (zeros do not verify).
+pub(crate) fn walk_each(
+    geo: &Geometry,
+    classes: &SizeClasses,
+    zones: std::ops::Range<u64>,
+    read_word: impl Fn(u64) -> u64,
+    mut f: impl FnMut(u64, u64),
+    mut unknown: impl FnMut(u64, u64),
+    mut damaged: impl FnMut(u64, u64),
+) {
     let n = geo.chunks_per_zone();
     for z in zones {
         let table = geo.chunk_offset(z, 0) + CHUNK_TABLE_OFFSET;
@@ -55,7 +73,7 @@ pub(crate) fn walk_blocks(
                             let word = read_word(at);
                             let bits = word_bits(at, word, checked);
                             if bits.is_none() {
-                                damaged.push((at, word));
+                                damaged(at, word);
                             }
                             for i in w * per..((w + 1) * per).min(nb) {
                                 let block = (
@@ -89,5 +107,4 @@ pub(crate) fn walk_blocks(
             c += 1;
         }
     }
-    damaged
 }

@@ -508,21 +508,25 @@ fn repair_bitmap_words(media: &Media, geo: &Geometry, header: &Header) -> Result
                 .is_some_and(|p| !(crashed && tx::zone_is_dirty(&dirty_marks, p.zone)))
     };
     let mut bitmap_repairs = 0u64;
-    let damaged_words = crate::heap::walk(
+    // Each damaged word is rebuilt as the walk finds it (the walk has read it and goes on
+    // to the next): a list of them could be as long as a 1/256 of the pool's chunks,
+    // which a chunk table declaring runs over holes makes all damage.
+    crate::heap::walk_each(
         geo,
         &crate::heap::SizeClasses::new(geo.chunk_size),
         0..header.zones,
         // SAFETY: heap metadata words inside the pool; nothing else runs while it opens.
         |off| unsafe { media.read_u64(off) },
         |_, _| {},
+        |_, _| {},
+        |off, _| {
+            // SAFETY: a heap metadata word of a zone of the pool; nothing else runs while
+            // the pool opens, and the walk does not read the word again.
+            bitmap_repairs += u64::from(
+                trusted(off) && unsafe { crate::integrity::rewrite_bitmap_word(media, geo, off) },
+            );
+        },
     );
-    for off in damaged_words {
-        // SAFETY: a heap metadata word of a zone of the pool; nothing else runs while
-        // the pool opens.
-        bitmap_repairs += u64::from(
-            trusted(off) && unsafe { crate::integrity::rewrite_bitmap_word(media, geo, off) },
-        );
-    }
     if bitmap_repairs > 0 {
         media.fence();
         media.check()?;
