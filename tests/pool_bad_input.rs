@@ -632,6 +632,55 @@ fn a_record_of_many_new_objects_replays_in_linear_time() {
     }
 }
 
+/// A sealed redo record (a forged one) whose zero entry covers 255 MiB of a sparse pool:
+/// replay stored that many zero bytes, which a file system must allocate (a record naming
+/// a terabyte pool's whole heap would fill the disk, or memory on tmpfs, before the pool
+/// opened). A commit zeroes with one entry a new run's bitmap, which lies in one chunk:
+/// an entry crossing a chunk is refused.
+#[test]
+fn a_record_zeroing_more_than_a_chunk_is_corrupt() {
+    use std::os::unix::fs::MetadataExt;
+    // On tmpfs where there is one: every page stored there takes memory.
+    let p = TmpPath(
+        support::test_dir().join(format!("pgl-bad-input-{}-zero-entry", std::process::id())),
+    );
+    let mut cfg = Config::small("bad-input");
+    cfg.chunk_size = 64 << 20;
+    cfg.rows = 8;
+    cfg.size = cfg.geometry().pool_size(1);
+    cfg.max_size = cfg.size;
+    cfg.preallocate = false;
+    drop(Pool::create(&*p, &cfg).unwrap());
+    let g = cfg.geometry();
+    let mut lane = vec![0u8; g.lane_size as usize];
+    let len: u64 = (4 << 26) - 4096;
+    assert!(support::forge_record(
+        &mut lane,
+        1 << 40,
+        &[(g.chunk_offset(0, 1) + 4096, 4, &len.to_le_bytes())]
+    ));
+    {
+        // Written in place: the rest of the file stays sparse.
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = std::fs::OpenOptions::new().write(true).open(&*p).unwrap();
+        f.seek(SeekFrom::Start(g.lane_offset(0, 0))).unwrap();
+        f.write_all(&lane).unwrap();
+    }
+    let before = std::fs::metadata(&*p).unwrap().blocks();
+    let r = Pool::open(&*p, "bad-input").map(|pool| pool.stats().records_replayed);
+    let grew = (std::fs::metadata(&*p).unwrap().blocks() - before) * 512;
+    match r {
+        Err(Error::Corrupt { what, detail, .. }) => {
+            assert_eq!(what, "redo record");
+            assert!(detail.contains("chunk"), "{detail}");
+        }
+        other => {
+            panic!("expected the record to be refused, got {other:?} ({grew} bytes allocated)")
+        }
+    }
+    assert!(grew < 1 << 20, "opening allocated {grew} bytes of the file");
+}
+
 // ---- the mutation loop ----
 
 /// Where to aim a mutation.

@@ -78,6 +78,21 @@ pub(crate) fn recover(media: &Media, geo: &Geometry, pool_len: u64) -> Result<Re
                 } => (dst, data, sum),
                 record::Op::Zero { off: dst, len } => {
                     check_target(geo, pool_len, off, dst, len)?;
+                    // A commit zeroes a new run's bitmap, inside its chunk. The record's
+                    // own size does not bound this entry's: one naming a whole sparse pool
+                    // would have it all written (allocated) before the pool opened.
+                    if dst % geo.chunk_size + len > geo.chunk_size {
+                        return Err(Error::Corrupt {
+                            what: "redo record",
+                            offset: off,
+                            detail: format!(
+                                "an entry zeroes {dst:#x}+{len}, across a chunk boundary (a \
+                                 commit zeroes only a run's bitmap, inside its chunk); the \
+                                 record verifies, so this is a bug or a deliberate forgery"
+                            ),
+                            pool_file: None,
+                        });
+                    }
                     // SAFETY: the target range lies inside the heap (checked above);
                     // recovery runs alone.
                     unsafe { media.write_zeros(dst, len) };
