@@ -390,20 +390,16 @@ fn reconciling_after_a_crash_lists_the_objects_of_the_dirty_zones_only() {
     );
 }
 
-/// A chunk table whose 7 entries each declare a run of 32-byte blocks with a checked
-/// bitmap, over chunks of 64 MiB that are holes: 458,000 bitmap words, all zero, none of
-/// which verifies. Opening listed every one of them (16 bytes each, then 8 again) before
-/// rebuilding any from parity: 56 bytes of chunk table asked for 12 MB, and a terabyte of
-/// holes would ask for 24 GB. The words are rebuilt as the walk finds them.
-#[test]
-fn damaged_bitmap_words_are_rebuilt_as_found_not_listed() {
-    let p = TmpPath::new("bitmap-holes");
+/// A pool of one zone of 64 MiB chunks whose chunk table's 7 entries each declare a run
+/// of 32-byte blocks with a checked bitmap, over chunks that are holes: 458,000 bitmap
+/// words, all zero, none of which verifies; the header's flags are `flags`.
+fn runs_over_holes(path: &Path, flags: u32) -> Geometry {
     let geo = Geometry {
         chunk_size: 64 << 20,
         rows: 8,
         ..tiny_zones()
     };
-    let mut f = craft(&p, geo, 1);
+    let mut f = craft(path, geo, 1);
     let len = meta_len(&geo, 0);
     let mut copy = vec![0u8; len];
     for c in 1..8usize {
@@ -418,12 +414,45 @@ fn damaged_bitmap_words_are_rebuilt_as_found_not_listed() {
         f.seek(SeekFrom::Start(geo.zone_offset(0) + off)).unwrap();
         f.write_all(&copy).unwrap();
     }
-    drop(f);
+    let mut h = Header::decode(&std::fs::read(path).unwrap()[..4096]).unwrap();
+    h.flags = flags;
+    let enc = h.encode();
+    for copy in 0..2 {
+        f.seek(SeekFrom::Start(geo.header_offset(copy))).unwrap();
+        f.write_all(&enc).unwrap();
+    }
+    geo
+}
+
+/// `runs_over_holes`: opening listed every damaged word (16 bytes each, then 8 again)
+/// before rebuilding any from parity: 56 bytes of chunk table asked for 12 MB, and a
+/// terabyte of holes would ask for 24 GB. The words are rebuilt as the walk finds them.
+#[test]
+fn damaged_bitmap_words_are_rebuilt_as_found_not_listed() {
+    let p = TmpPath::new("bitmap-holes");
+    runs_over_holes(&p, 2);
     let (peak, pool) = peak_during(|| Pool::open_any(&*p));
     let pool = pool.expect("the pool opens, its runs out of service");
     assert_eq!(pool.stats().runs_quarantined, 7);
     drop(pool);
     // The heap keeps a 256 KiB bitmap slab per run: 1.8 MB for these 7.
+    assert!(
+        peak < 6 << 20,
+        "opening allocated {peak} bytes at once for a 56-byte chunk table"
+    );
+}
+
+/// `runs_over_holes` in a pool that ran without object checksums: opening it with them
+/// recomputes every object's, and listed the damaged words on the way (it does not use
+/// them).
+#[test]
+fn recomputing_checksums_does_not_list_damaged_bitmap_words() {
+    let p = TmpPath::new("bitmap-holes-sums");
+    runs_over_holes(&p, 2 | 4);
+    let (peak, pool) = peak_during(|| Pool::open(&*p, "hostile"));
+    let pool = pool.expect("the pool opens, its runs out of service");
+    assert_eq!(pool.stats().runs_quarantined, 7);
+    drop(pool);
     assert!(
         peak < 6 << 20,
         "opening allocated {peak} bytes at once for a 56-byte chunk table"

@@ -47,7 +47,9 @@ pub(super) unsafe fn recompute(media: &Media, geo: &Geometry, zones: u64, parity
             changed.set(changed.get() + 1);
         }
     };
-    crate::heap::walk_blocks(
+    // The damaged words are not kept: their blocks are `fix`ed all the same, and a list
+    // of them grows with the runs a chunk table declares (over holes, all their words).
+    crate::heap::walk_each(
         geo,
         &crate::heap::SizeClasses::new(geo.chunk_size),
         0..zones,
@@ -55,6 +57,7 @@ pub(super) unsafe fn recompute(media: &Media, geo: &Geometry, zones: u64, parity
         |off| unsafe { media.read_u64(off) },
         fix,
         fix,
+        |_, _| {},
     );
     if parity {
         for z in 0..zones {
