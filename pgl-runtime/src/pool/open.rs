@@ -508,6 +508,32 @@ fn repair_bitmap_words(media: &Media, geo: &Geometry, header: &Header) -> Result
                 .is_some_and(|p| !(crashed && tx::zone_is_dirty(&dirty_marks, p.zone)))
     };
     let mut bitmap_repairs = 0u64;
+    // Whether a word's page column is holes in every row and in parity (then the word
+    // rebuilds as zero, which never verifies: no need to read it), for the last column
+    // asked about: the words of a page come one after the other. (A chunk table may
+    // declare runs over holes, all of whose words are damage.)
+    let mut extents: Option<(u64, crate::persist::DataExtents)> = None;
+    let mut last_column: Option<(u64, u64, bool)> = None;
+    let mut column_is_holes = |off: u64| -> bool {
+        let Some(pos) = geo.locate(off, zones) else {
+            return false;
+        };
+        let (z, page) = (pos.zone, (off - geo.zone_offset(pos.zone)) / PAGE);
+        let col = page % (geo.row_size() / PAGE);
+        if let Some((lz, lc, holes)) = last_column {
+            if (lz, lc) == (z, col) {
+                return holes;
+            }
+        }
+        if extents.as_ref().is_none_or(|(ez, _)| *ez != z) {
+            extents = Some((z, crate::integrity::zone_extents(media, geo, z)));
+        }
+        let data = &extents.as_ref().expect("just set").1;
+        let holes = (0..=geo.rows)
+            .all(|r| !data.has_data(geo.zone_offset(z) + r * geo.row_size() + col * PAGE, PAGE));
+        last_column = Some((z, col, holes));
+        holes
+    };
     // Each damaged word is rebuilt as the walk finds it (the walk has read it and goes on
     // to the next): a list of them could be as long as a 1/256 of the pool's chunks,
     // which a chunk table declaring runs over holes makes all damage.
@@ -523,7 +549,9 @@ fn repair_bitmap_words(media: &Media, geo: &Geometry, header: &Header) -> Result
             // SAFETY: a heap metadata word of a zone of the pool; nothing else runs while
             // the pool opens, and the walk does not read the word again.
             bitmap_repairs += u64::from(
-                trusted(off) && unsafe { crate::integrity::rewrite_bitmap_word(media, geo, off) },
+                trusted(off)
+                    && !column_is_holes(off)
+                    && unsafe { crate::integrity::rewrite_bitmap_word(media, geo, off) },
             );
         },
     );
