@@ -4,8 +4,8 @@
 //!
 //! Invariant: a view holds a handle of the base and one of each group (read handles or
 //! micro-buffers), so every byte it shows is covered by the transaction's locks and borrow
-//! flags like any other handle (a group's by its owner's lock: see `tx::GroupScope`); it
-//! has no `DerefMut`, so the links cannot be overwritten through it.
+//! flags like any other handle (a group's by its own lock and its owner's: see
+//! `tx::GroupScope`); it has no `DerefMut`, so the links cannot be overwritten through it.
 
 use super::extendible::{ExtGroups, ExtPlaces, Extendible};
 use crate::persistent::Oid;

@@ -48,16 +48,17 @@ pub(crate) struct TxState<'p> {
 /// Invariant: a group's bytes change only in a transaction that holds its owner's write
 /// lock (`open` refuses a group outside [`GroupScope::Write`], which only holders of that
 /// lock enter; `free` always refuses one: a group goes with its owner's `free`), in a
-/// repair (the pool frozen: no transaction in flight), and in recovery. So a transaction
+/// repair (the pool frozen: no transaction in flight), and in recovery. A transaction
 /// that holds the owner's lock, read or write, and made no buffer of a group, reads the
-/// group in place without the group's own lock: no one can be writing it.
+/// group in place.
 ///
-/// That rests on each group having one owner, which pgl keeps (a link is pgl's: `tail`).
-/// Damage that made an owner's link name another owner's group of the same type, and that
-/// no checksum caught (reads do not verify under the default policy), could let such a
-/// read overlap that other owner's writer: it would see torn bytes of a plain-data group
-/// (no pointers; any bytes are a valid value), as any read of damaged data sees wrong
-/// ones. The paths that act on a link (free, copy, upgrade) verify its holder first.
+/// Such a read still takes the group's own read lock: one owner per group is pgl's rule
+/// (a link is pgl's: `tail`), but damage that made an owner's link name another owner's
+/// group of the same type, and that no checksum caught (reads do not verify under the
+/// default policy; a pool may keep no checksums), would otherwise let the read overlap
+/// that other owner's writer, whose commit changes bytes under the reader's `&`
+/// references: a data race. The paths that act on a link (free, copy, upgrade) verify its
+/// holder first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum GroupScope {
     /// Not inside the glue: groups are refused as [`Tx::open`] says.
@@ -410,26 +411,29 @@ impl<'p> Tx<'p> {
         Ok(self.eng.media.ptr(off) as *const T)
     }
 
-    /// An extension group read in place, without its own lock, for `Tx::ext` (which holds
-    /// the owner locked: see [`GroupScope`]); `None` if this transaction made a buffer of
-    /// a group, which `get` then looks for.
+    /// An extension group read in place for `Tx::ext` (which holds the owner locked: see
+    /// [`GroupScope`]), under the group's own read lock; `None` if this transaction made a
+    /// buffer of a group, which `get` then looks for.
     fn group_in_place<T: Persistent>(&self, oid: Oid<T>) -> Result<Option<Read<'_, T>>> {
         self.check_layout::<T>(false)?;
-        if self.st.borrow().group_bufs {
+        let mut st = self.st.borrow_mut();
+        if st.group_bufs {
             return Ok(None);
         }
-        let p = self.vet_in_place::<T>(oid.raw())?;
-        self.reads
-            .enter(oid.raw(), &mut self.st.borrow_mut().lane.scratch.reads);
+        let off = oid.raw();
+        // The owner's lock alone would cover a group with one owner, but a damaged link
+        // (unverified: reads in place check no checksum) can name another owner's group,
+        // which that owner's writer changes under the group's write lock alone.
+        self.lock(&mut st, off, Held::Read)?;
+        let p = self.vet_in_place::<T>(off)?;
+        self.reads.enter(off, &mut st.lane.scratch.reads);
         // SAFETY: a live object of type T (checked), 16-byte aligned in the mapping, its
-        // borrow counted just above. No one
-        // writes it until the transaction ends: it is a group, whose writers hold its
-        // owner's write lock (or have the pool frozen, which waits for this transaction),
-        // and this transaction holds the owner's lock until it ends (`GroupScope::Read`;
-        // one owner per group, short of undetected damage: see there); this transaction
-        // has no buffer of it to read instead (`group_bufs`).
+        // borrow counted just above, under its read lock, which this transaction holds
+        // until it ends: no commit changes it meanwhile (its writers take the write lock
+        // in `open`; a repair freezes the pool, which waits for this transaction); this
+        // transaction has no buffer of it to read instead (`group_bufs`).
         Ok(Some(unsafe {
-            Read::new(p, ReadSource::InPlace(&self.reads, oid.raw()))
+            Read::new(p, ReadSource::InPlace(&self.reads, off))
         }))
     }
 
