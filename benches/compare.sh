@@ -8,7 +8,7 @@
 # Needs ../shared/peers/pmdk/run.sh (the peer kit; it installs PMDK's Debian packages).
 # Environment: PGL_BENCH_N (ops per thread, default 100000), PGL_BENCH_RUNS (default 5),
 # PGL_BENCH_SIZES, PGL_BENCH_THREADS, PGL_BENCH_CONFIGS (pgl's protection configurations,
-# default "pangolin ML MLP MLPC"; see benches/micro.rs), PGL_BENCH_DIR (default /dev/shm),
+# default "pangolin ML MLP MLC MLPC"; see benches/micro.rs), PGL_BENCH_DIR (default /dev/shm),
 # PEER_KIT (path to run.sh), PGL_COMPARE_ROUNDS (default 3: pgl and pmemobj run in turn
 # that many times, and each figure is the median of its rounds, so that a slow phase of a
 # shared machine hits both sides). Output: the combined CSV on stdout (every round), then
@@ -24,7 +24,7 @@ runs=${PGL_BENCH_RUNS:-5}
 sizes=${PGL_BENCH_SIZES:-64 256 1024 4096}
 threads=${PGL_BENCH_THREADS:-1 2}
 dir=${PGL_BENCH_DIR:-/dev/shm}
-configs=${PGL_BENCH_CONFIGS:-pangolin ML MLP MLPC}
+configs=${PGL_BENCH_CONFIGS:-pangolin ML MLP MLC MLPC}
 rounds=${PGL_COMPARE_ROUNDS:-3}
 out=$(mktemp -d)
 # shellcheck source=rounds.sh
@@ -58,7 +58,7 @@ for f in sys.argv[1:]:
         runs.setdefault(key, []).append(float(r["ns_per_op"]))
 rows = {k: statistics.median(v) for k, v in runs.items()}
 floors = {(b, z, t): v for (b, sy, c, z, t), v in rows.items() if sy == "floor"}
-order = {"pangolin": 0, "ML": 1, "MLP": 2, "MLPC": 3}
+order = {"pangolin": 0, "ML": 1, "MLP": 2, "MLC": 3, "MLPC": 4}
 keys = sorted({(b, c, z, t) for (b, sy, c, z, t) in rows if sy == "pgl"},
               key=lambda k: (k[0], int(k[2]), int(k[3]), order.get(k[1], 9)))
 print("\n| bench | size | threads | config | pgl ns | pmemobj ns | pgl/pmemobj | pmemobj-R ns | pgl/pmemobj-R | floor ns | floor/pmemobj |")

@@ -12,13 +12,15 @@
 //! Environment: `PGL_BENCH_DIR` (default /dev/shm), `PGL_BENCH_N` (default 100000),
 //! `PGL_BENCH_RUNS` (timed runs after one warm-up, median; default 5), `PGL_BENCH_SIZES`,
 //! `PGL_BENCH_THREADS`, `PGL_BENCH_CONFIGS` (default `MLPC`): the Pangolin paper's
-//! protection configurations, each printed in the config column:
+//! protection configurations, and `MLC` (the core issue's: "checksums and replicated lanes
+//! on", before zone parity), each printed in the config column:
 //!
 //! | config | lane replication | zone parity | object checksums |
 //! |---|---|---|---|
 //! | `pangolin` | no | no | no (micro-buffering only) |
 //! | `ML` | yes | no | no |
 //! | `MLP` | yes | yes | no |
+//! | `MLC` | yes | no | yes |
 //! | `MLPC` | yes | yes | yes (`Config::new`, the default) |
 //!
 //! (The pool header and each zone's metadata are kept twice in every configuration.)
@@ -143,6 +145,7 @@ fn protection(name: &str, cfg: Config) -> Option<Config> {
         "pangolin" => (false, false, false),
         "ML" => (true, false, false),
         "MLP" => (true, true, false),
+        "MLC" => (true, false, true),
         "MLPC" => (true, true, true),
         _ => return None,
     };
@@ -206,7 +209,7 @@ fn main() {
         .iter()
         .find(|c| protection(c, Config::new("x")).is_none())
     {
-        eprintln!("unknown config {bad:?} in PGL_BENCH_CONFIGS (pangolin ML MLP MLPC)");
+        eprintln!("unknown config {bad:?} in PGL_BENCH_CONFIGS (pangolin ML MLP MLC MLPC)");
         std::process::exit(2);
     }
     println!("suite,bench,system,config,size,threads,n,ns_per_op");
