@@ -6,6 +6,7 @@
 mod support;
 
 use pgl::{Config, CrashSim, Error, Oid, Pool};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 fn tmp(name: &str) -> std::path::PathBuf {
     let d = support::test_dir().join(format!("pgl-test-{}-{name}", std::process::id()));
@@ -430,4 +431,98 @@ fn a_grow_over_a_device_tail_that_is_not_zeros_starts_from_zeros() {
     let pool = Pool::open_sim(&dev, "grow-tail-sim").unwrap();
     assert_eq!(pool.size(), geo.pool_size(3));
     assert_holds(&pool, &objs, true);
+}
+
+/// The heap's zone table is allocated in segments of 1024 zones as zones load: a pool
+/// grown zone by zone from 1020 zones to 1032, while another thread allocates, frees and
+/// reads objects, takes objects in zones on both sides of the segment boundary, and every
+/// object reads back before and after reopening.
+#[test]
+fn zones_past_the_first_zone_table_segment_take_objects_while_the_pool_grows() {
+    type Small = [u64; 4];
+    /// One 16 KiB chunk: a large object.
+    type Chunk = [u64; 2000];
+    let path = tmp("grow-segment");
+    let mut cfg = Config::small("grow-segment");
+    cfg.chunk_size = 16 << 10;
+    cfg.chunks_per_row = 2;
+    cfg.rows = 2;
+    cfg.lane_size = 8 << 10;
+    let geo = cfg.geometry();
+    cfg.size = geo.pool_size(1020);
+    cfg.max_size = geo.pool_size(1032);
+    let pool = Pool::create(&path, &cfg).unwrap();
+    let done = AtomicBool::new(false);
+    let txs = AtomicU64::new(0);
+    let smalls: Vec<(Oid<Small>, u64)> = std::thread::scope(|s| {
+        let worker = s.spawn(|| {
+            let mut kept: Vec<(Oid<Small>, u64)> = Vec::new();
+            let mut tag = 0u64;
+            while !done.load(Ordering::Acquire) {
+                tag += 1;
+                let o = pool.tx(|tx| tx.alloc([tag; 4])).unwrap();
+                kept.push((o, tag));
+                if tag % 3 == 0 {
+                    let (gone, _) = kept.swap_remove((tag as usize / 3) % kept.len());
+                    pool.tx(|tx| tx.free(gone)).unwrap();
+                }
+                let (o, t) = kept[tag as usize % kept.len()];
+                assert_eq!(*pool.get(o).unwrap(), [t; 4]);
+                txs.fetch_add(1, Ordering::Release);
+            }
+            kept
+        });
+        for zones in 1021..=1032 {
+            // A grow between transactions of the other thread (without sleeping: it
+            // goes on until told to stop, unless it failed).
+            let seen = txs.load(Ordering::Acquire);
+            while txs.load(Ordering::Acquire) < seen + 4 && !worker.is_finished() {
+                std::thread::yield_now();
+            }
+            pool.grow(geo.pool_size(zones)).unwrap();
+        }
+        done.store(true, Ordering::Release);
+        worker.join().unwrap()
+    });
+    assert_eq!(pool.info().header.zones, 1032);
+    // Every zone's free chunks, one large object each.
+    let mut chunks: Vec<(Oid<Chunk>, u64)> = Vec::new();
+    loop {
+        let tag = 1 << 40 | chunks.len() as u64;
+        match pool.tx(|tx| {
+            let o = tx.alloc_zeroed::<Chunk>()?;
+            let mut v = tx.open(o)?;
+            v[0] = tag;
+            v[1999] = !tag;
+            Ok(o)
+        }) {
+            Ok(o) => chunks.push((o, tag)),
+            Err(Error::PoolFull { .. }) => break,
+            Err(e) => panic!("alloc: {e}"),
+        }
+    }
+    let zones: std::collections::BTreeSet<u64> = (chunks.iter().map(|(o, _)| o.raw()))
+        .chain(smalls.iter().map(|(o, _)| o.raw()))
+        .map(|o| zone_of(&pool, o))
+        .collect();
+    for z in [0, 1019, 1020, 1023, 1024, 1025, 1031] {
+        assert!(zones.contains(&z), "no object in zone {z}");
+    }
+    let check = |pool: &Pool| {
+        for &(o, t) in &smalls {
+            assert_eq!(*pool.get(o).unwrap(), [t; 4], "small object {:#x}", o.raw());
+        }
+        for &(o, t) in &chunks {
+            let v = pool.get(o).unwrap();
+            assert_eq!((v[0], v[1999]), (t, !t), "large object {:#x}", o.raw());
+        }
+        assert_eq!(pool.verify_objects(|_, _| {}).unwrap().len(), 0);
+    };
+    check(&pool);
+    drop(pool);
+    let pool = Pool::open(&path, "grow-segment").unwrap();
+    assert_eq!(pool.info().header.zones, 1032);
+    check(&pool);
+    drop(pool);
+    let _ = std::fs::remove_file(&path);
 }
