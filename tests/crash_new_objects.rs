@@ -1,12 +1,12 @@
 //! One commit that creates many objects of every shape recovery checks before it replays
 //! a record: blocks side by side in one new run (new objects that touch), a new run over a
 //! chunk a freed large object left its bytes in (the record zeroes the run's bitmap), an
-//! object allocated and freed before another is allocated, and a large object that
-//! may land over an empty run (writes of the record that land in a new object). Recovery
-//! takes such a record for committed only if its new objects are disjoint and each zero
-//! entry stays inside its chunk: a crash at any fence of the commit, with any of its
-//! pending lines on media, must reopen to the state before or after it, in geometries of
-//! 64 KiB and of 16 KiB chunks (where a bitmap takes more of its chunk).
+//! object allocated and freed before another is allocated, and a large object over an
+//! empty run (writes of the record land in the new object, over the run's bitmap).
+//! Recovery takes such a record for committed only if its new objects, with the record's
+//! writes laid over them, verify, are disjoint, and its zero entries stay inside their
+//! chunks: a crash at any fence of the commit, with any of its pending lines on media,
+//! must reopen to the state before or after it, with 64 KiB, 16 KiB and 512 KiB chunks.
 
 mod support;
 
@@ -32,11 +32,13 @@ fn tiny(i: u64) -> Tiny {
     [i, !i.rotate_left(17)]
 }
 
-/// Runs the commit under test in a pool of `cfg`, then opens every crash image of its
-/// fences (all pending words, none, and two halves) and checks each is the state before
-/// or after it. Returns whether the tiny objects' run took the freed large object's chunk.
+/// Runs the commit under test in a pool of `cfg`, then opens crash images of each of its
+/// fences and checks each is the state before or after it. `big_first`: the commit makes
+/// its large object before its tiny ones, else after. Returns whether the tiny objects'
+/// run took the freed large object's chunk, and whether the large object took the empty
+/// run's chunk (so that writes of the record land in it: its bytes over the run's bitmap).
 /// The object freed before it is `[u8; OLD]`: a large object in `cfg`'s geometry.
-fn many_new_objects_in_one_commit<const OLD: usize>(cfg: &Config) -> bool
+fn many_new_objects_in_one_commit<const OLD: usize>(cfg: &Config, big_first: bool) -> (bool, bool)
 where
     [u8; OLD]: pgl::Persistent,
 {
@@ -45,6 +47,11 @@ where
     let pool = Pool::create_sim(&sim, cfg).unwrap();
     let geo = pool.info().header.geo;
     let root = pool.root::<Root>().unwrap();
+    // An empty run: one object allocated, then freed (and no lane allocates from its run
+    // once the pool is reopened).
+    let e = pool.tx(|tx| tx.alloc([5u64; 64])).unwrap();
+    let empty_chunk = chunk_of(&geo, e.raw());
+    pool.tx(|tx| tx.free(e)).unwrap();
     // A large object whose bytes (its header at the chunk's start) stay once it is freed.
     let old = pool
         .tx(|tx| {
@@ -65,6 +72,17 @@ where
     let made = pool
         .tx(|tx| {
             let mut made = [0u64; 16];
+            let big = |tx: &pgl::Tx<'_>, made: &mut [u64; 16]| -> pgl::Result<()> {
+                let big = tx.alloc_zeroed::<Big>()?;
+                let mut b = tx.open(big)?;
+                b[0] = 0xb16;
+                b[2559] = !0xb16;
+                made[11] = big.raw();
+                Ok(())
+            };
+            if big_first {
+                big(tx, &mut made)?;
+            }
             for (i, m) in made.iter_mut().enumerate().take(10) {
                 *m = tx.alloc(tiny(i as u64 + 1))?.raw();
             }
@@ -72,19 +90,16 @@ where
             let gone = tx.alloc(tiny(99))?;
             tx.free(gone)?;
             made[10] = tx.alloc(tiny(11))?.raw();
-            let big = tx.alloc_zeroed::<Big>()?;
-            {
-                let mut b = tx.open(big)?;
-                b[0] = 0xb16;
-                b[2559] = !0xb16;
+            if !big_first {
+                big(tx, &mut made)?;
             }
-            made[11] = big.raw();
             *tx.open(root)? = made;
             Ok(made)
         })
         .unwrap();
     sim.clear_fence_hook();
     let reused = chunk_of(&geo, made[0]) == old_chunk;
+    let landed = chunk_of(&geo, made[11] - 16) == empty_chunk;
     drop(pool);
 
     let points = points.lock().unwrap().clone();
@@ -150,15 +165,16 @@ where
         }
     }
     println!("{layout}: {images} crash images at {} fences", points.len());
-    reused
+    (reused, landed)
 }
 
 #[test]
 fn many_new_objects_in_one_commit_survive_a_crash_with_64k_chunks() {
     let cfg = Config::small("new-objects-64k");
-    assert!(
-        many_new_objects_in_one_commit::<20_480>(&cfg),
-        "the new run took the freed large object's chunk"
+    assert_eq!(
+        many_new_objects_in_one_commit::<20_480>(&cfg, true),
+        (true, true),
+        "the tiny objects' run over the freed object, the large one over the empty run"
     );
 }
 
@@ -169,10 +185,8 @@ fn many_new_objects_in_one_commit_survive_a_crash_with_16k_chunks() {
     cfg.chunks_per_row = 8;
     cfg.size = cfg.geometry().pool_size(1);
     cfg.max_size = cfg.size;
-    assert!(
-        many_new_objects_in_one_commit::<5_000>(&cfg),
-        "the new run took the freed large object's chunk"
-    );
+    let (_, landed) = many_new_objects_in_one_commit::<5_000>(&cfg, true);
+    assert!(landed, "the large object over the empty run");
 }
 
 /// 512 KiB chunks and 8 KiB lanes: the smallest class's runs have plain bitmaps, so the
@@ -186,8 +200,9 @@ fn many_new_objects_in_one_commit_survive_a_crash_with_a_zero_entry() {
     cfg.lane_size = 8 << 10;
     cfg.size = cfg.geometry().pool_size(1);
     cfg.max_size = cfg.size;
+    let (reused, _) = many_new_objects_in_one_commit::<200_000>(&cfg, false);
     assert!(
-        many_new_objects_in_one_commit::<200_000>(&cfg),
-        "the new run took the freed large object's chunk (the scenario: a zero entry)"
+        reused,
+        "the tiny objects' run over the freed object (the scenario: a zero entry)"
     );
 }
