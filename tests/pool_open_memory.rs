@@ -432,17 +432,7 @@ fn runs_over_holes(path: &Path, rows: u64, flags: u32) -> Geometry {
 /// terabyte of holes would ask for 24 GB. The words are rebuilt as the walk finds them.
 #[test]
 fn damaged_bitmap_words_are_rebuilt_as_found_not_listed() {
-    let p = TmpPath::new("bitmap-holes");
-    runs_over_holes(&p, 8, 2);
-    let (peak, pool) = peak_during(|| Pool::open_any(&*p));
-    let pool = pool.expect("the pool opens, its runs out of service");
-    assert_eq!(pool.stats().runs_quarantined, 7);
-    drop(pool);
-    // The heap keeps a 256 KiB bitmap slab per run: 1.8 MB for these 7.
-    assert!(
-        peak < 6 << 20,
-        "opening allocated {peak} bytes at once for a 56-byte chunk table"
-    );
+    open_seven_runs_over_holes("bitmap-holes", 2, |p| Pool::open_any(p));
 }
 
 /// `runs_over_holes` in a pool that ran without object checksums: opening it with them
@@ -450,12 +440,23 @@ fn damaged_bitmap_words_are_rebuilt_as_found_not_listed() {
 /// them).
 #[test]
 fn recomputing_checksums_does_not_list_damaged_bitmap_words() {
-    let p = TmpPath::new("bitmap-holes-sums");
-    runs_over_holes(&p, 8, 2 | 4);
-    let (peak, pool) = peak_during(|| Pool::open(&*p, "hostile"));
+    open_seven_runs_over_holes("bitmap-holes-sums", 2 | 4, |p| Pool::open(p, "hostile"));
+}
+
+/// Opens (with `open`) a pool of `runs_over_holes` with 8 rows (7 runs) and header flags
+/// `flags`: its runs go out of service, and opening never holds more than a few MB at once.
+fn open_seven_runs_over_holes(
+    name: &str,
+    flags: u32,
+    open: impl FnOnce(&Path) -> pgl::Result<Pool>,
+) {
+    let p = TmpPath::new(name);
+    runs_over_holes(&p, 8, flags);
+    let (peak, pool) = peak_during(|| open(&p));
     let pool = pool.expect("the pool opens, its runs out of service");
     assert_eq!(pool.stats().runs_quarantined, 7);
     drop(pool);
+    // The heap keeps a 256 KiB bitmap slab per run: 1.8 MB for these 7.
     assert!(
         peak < 6 << 20,
         "opening allocated {peak} bytes at once for a 56-byte chunk table"

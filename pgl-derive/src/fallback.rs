@@ -40,10 +40,7 @@ pub(crate) fn expand(cont: &Container<'_>, error: syn::Error) -> TokenStream {
 pub(crate) fn deferred_where_clause(cont: &Container<'_>) -> TokenStream {
     let ident = cont.ident;
     let (_, ty_generics, where_clause) = cont.generics.split_for_impl();
-    let predicates = where_clause.map(|w| {
-        let p = w.predicates.iter();
-        quote!(#(#p,)*)
-    });
+    let predicates = where_predicates(where_clause);
     quote! {
         where
             #predicates
@@ -52,4 +49,13 @@ pub(crate) fn deferred_where_clause(cont: &Container<'_>) -> TokenStream {
                 + ::core::marker::Sized
                 + 'static,
     }
+}
+
+/// The predicates of `where_clause`, each followed by a comma, to start a where clause
+/// that adds more (nothing without one).
+pub(crate) fn where_predicates(where_clause: Option<&syn::WhereClause>) -> Option<TokenStream> {
+    where_clause.map(|w| {
+        let p = w.predicates.iter();
+        quote!(#(#p,)*)
+    })
 }

@@ -159,10 +159,7 @@ fn persistent_params(cont: &Container<'_>, where_clause: Option<&syn::WhereClaus
         GenericParam::Type(t) => Some(&t.ident),
         _ => None,
     });
-    let predicates = where_clause.map(|w| {
-        let p = w.predicates.iter();
-        quote!(#(#p,)*)
-    });
+    let predicates = crate::fallback::where_predicates(where_clause);
     quote! {
         where
             #predicates
