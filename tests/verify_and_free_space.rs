@@ -1,4 +1,6 @@
-//! Probes from a user review (kv_review example).
+//! What the book promises a user about verification and free space: which reads verify under
+//! the default policy, what damage to freed blocks costs until a scrub, and that an older
+//! build frees the extension groups it does not know (found by a user-perspective review).
 use pgl::prelude::*;
 use pgl::{Fault, VerifyPolicy};
 
