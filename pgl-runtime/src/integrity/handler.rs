@@ -882,9 +882,9 @@ mod tests {
     fn scratch_media(name: &str) -> (std::path::PathBuf, Media) {
         let path = crate::scratch_pool(name);
         let len = GEO.pool_size(1);
-        let media = Media::create_file(&path, len, len, Some(FlushMode::None), false)
-            .expect("create")
-            .0;
+        let (media, mut made) =
+            Media::create_file(&path, len, len, Some(FlushMode::None), false).expect("create");
+        made.publish().expect("publish");
         (path, media)
     }
 

@@ -177,19 +177,24 @@ impl std::fmt::Debug for Log {
 }
 
 impl Log {
-    /// Creates a log file at `path` (it must not exist) and opens it. If writing the new
-    /// log fails (an I/O error of the device), the file it created is removed again, so
-    /// that the same call can be retried.
+    /// Creates a log file at `path` (it must not exist) and opens it. The log is written
+    /// under a hidden temporary name beside `path` and renamed into place once whole, so
+    /// that a crash while creating never leaves a half-made file at `path`. If writing the
+    /// new log fails (an I/O error of the device), the file it created is removed again,
+    /// so that the same call can be retried.
     pub fn create(path: impl AsRef<Path>, config: LogConfig) -> Result<Log> {
         let path = path.as_ref();
         let cap = config.area()?;
         let len = format::file_len(cap);
-        let (media, made) = Media::create_file(path, len, len, config.flush, config.preallocate)?;
+        let (media, mut made) =
+            Media::create_file(path, len, len, config.flush, config.preallocate)?;
         // Locked before it is formatted: then only this call may remove it (see `NewFile`).
         media.lock_exclusive("log", ALREADY_OPEN)?;
-        Self::format(&media, cap, config.policy)
-            .and_then(|()| Self::from_media(media))
-            .map_err(|e| made.abandon(FileKind::Log, e))
+        // At `path` only once whole: a crash before leaves no half-made log there.
+        if let Err(e) = Self::format(&media, cap, config.policy).and_then(|()| made.publish()) {
+            return Err(made.abandon(FileKind::Log, e));
+        }
+        Self::from_media(media).map_err(|e| made.abandon(FileKind::Log, e))
     }
 
     /// Opens the log at `path`, recovering it: the valid superline copy is chosen, records

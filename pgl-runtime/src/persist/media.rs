@@ -246,9 +246,11 @@ fn fully_allocated(file: &File) -> bool {
 }
 
 impl Media {
-    /// Creates a new file of `len` bytes, sparse or with its blocks allocated (see
-    /// [`allocate`]), and maps it; with it, the [`NewFile`] to remove if writing the pool
-    /// or log into it fails (lock the media first: see `NewFile`).
+    /// Creates a new file of `len` bytes for `path`, sparse or with its blocks allocated
+    /// (see [`allocate`]), and maps it; with it, the [`NewFile`] to publish at `path` once
+    /// formatted, or to remove if writing the pool or log into it fails (lock the media
+    /// first: see `NewFile`). Until published the file lies under a temporary name beside
+    /// `path`; errors name `path`.
     pub(crate) fn create_file(
         path: &Path,
         len: u64,
@@ -256,22 +258,21 @@ impl Media {
         mode: Option<FlushMode>,
         preallocate: bool,
     ) -> Result<(Media, NewFile)> {
+        // Refused at once if the path is taken (publishing refuses it again, atomically).
+        if std::fs::symlink_metadata(path).is_ok() {
+            return Err(Error::AlreadyExists {
+                path: path.to_owned(),
+                directory: path.is_dir(),
+            });
+        }
+        let temp = super::new_file::temp_path(path);
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
-            .open(path)
-            .map_err(|e| {
-                if e.kind() == std::io::ErrorKind::AlreadyExists {
-                    Error::AlreadyExists {
-                        path: path.to_owned(),
-                        directory: path.is_dir(),
-                    }
-                } else {
-                    Error::io("create", path, e)
-                }
-            })?;
-        let new_file = NewFile::new(&file, path);
+            .open(&temp)
+            .map_err(|e| Error::io("create", path, e))?;
+        let new_file = NewFile::new(&file, &temp, path);
         let made = (|| {
             file.set_len(len).map_err(|e| Error::io("size", path, e))?;
             if preallocate {
@@ -820,9 +821,10 @@ mod tests {
     #[test]
     fn a_new_file_and_its_growth_own_their_blocks() {
         let path = crate::scratch_pool("media-allocate");
-        let media = Media::create_file(&path, 1 << 20, 4 << 20, Some(FlushMode::None), true)
-            .expect("create")
-            .0;
+        let (media, mut made) =
+            Media::create_file(&path, 1 << 20, 4 << 20, Some(FlushMode::None), true)
+                .expect("create");
+        made.publish().expect("publish");
         assert!(
             allocated(&path) >= 1 << 20,
             "created sparse: {} bytes allocated",
@@ -841,9 +843,10 @@ mod tests {
     #[test]
     fn a_sparse_file_grows_sparse() {
         let path = crate::scratch_pool("media-sparse");
-        let media = Media::create_file(&path, 1 << 20, 4 << 20, Some(FlushMode::None), false)
-            .expect("create")
-            .0;
+        let (media, mut made) =
+            Media::create_file(&path, 1 << 20, 4 << 20, Some(FlushMode::None), false)
+                .expect("create");
+        made.publish().expect("publish");
         media.grow(3 << 20).expect("grow");
         assert!(
             allocated(&path) < 1 << 20,

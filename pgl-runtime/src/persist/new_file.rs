@@ -1,11 +1,17 @@
-//! `NewFile`: the file `Media::create_file` made for a new pool or log, removed again if
-//! writing the pool or log into it fails, so that the same create can be retried.
+//! `NewFile`: the file `Media::create_file` made for a new pool or log. It is made under a
+//! temporary name beside the path asked for (`temp_path`), formatted there, and only then
+//! published at its path (`publish`: a rename that never replaces, or a link), so that a
+//! crash while creating — a kill, a power loss — never leaves a half-made file at the
+//! path (which no `open` would take and every `create` would refuse), at most a hidden
+//! temporary file beside it. If writing the pool or log into it fails, it is removed
+//! again, so that the same create can be retried.
 //!
-//! Invariant: only the file the create made is ever removed — the one still at its path
-//! with the same device and inode — and only while this process holds a descriptor of it,
-//! and so the lock its creator took (`Media::lock_exclusive`) before formatting it: no
-//! other `Pool` or `Log` can have opened it meanwhile. A file that was at the path before
-//! is never touched (`create_new` refused it).
+//! Invariant: only the file the create made is ever removed — the one still at its
+//! current name with the same device and inode — and only while this process holds a
+//! descriptor of it, and so the lock its creator took (`Media::lock_exclusive`) before
+//! formatting it: no other `Pool` or `Log` can have opened it meanwhile. A file that was at
+//! either name before is never touched (both the temporary file's creation and the
+//! publication refuse an existing file).
 
 use super::media::FileKind;
 use crate::Error;
@@ -14,7 +20,10 @@ use std::path::{Path, PathBuf};
 
 /// A file a create made; see the module docs.
 pub(crate) struct NewFile {
+    /// Where the file is now: its temporary name until published, then `target`.
     path: PathBuf,
+    /// The path the create was asked for.
+    target: PathBuf,
     /// A second descriptor of the created file's open file description: its `flock` (held
     /// by the description) outlives the `Media` until the removal is done. `None` if the
     /// descriptor could not be duplicated.
@@ -36,12 +45,41 @@ pub(crate) enum Removal {
 }
 
 impl NewFile {
-    /// The file `file` just created at `path`.
-    pub(super) fn new(file: &File, path: &Path) -> NewFile {
+    /// The file `file` just created at `temp`, for `target`.
+    pub(super) fn new(file: &File, temp: &Path, target: &Path) -> NewFile {
         NewFile {
-            path: path.to_owned(),
+            path: temp.to_owned(),
+            target: target.to_owned(),
             _held: file.try_clone().ok(),
             id: file.metadata().ok().map(|m| id_of(&m)),
+        }
+    }
+
+    /// Moves the formatted file from its temporary name to the path the create was asked
+    /// for, atomically and never over another file (`AlreadyExists` if one took the path
+    /// meanwhile: the temporary file is then left for `abandon`), and syncs the directory.
+    pub(crate) fn publish(&mut self) -> Result<(), Error> {
+        if self.path == self.target {
+            return Ok(());
+        }
+        match rename_noreplace(&self.path, &self.target) {
+            Ok(()) => {
+                self.path = self.target.clone();
+                // The new name durable too: a create that returned survives a power loss.
+                let dir = self
+                    .target
+                    .parent()
+                    .filter(|d| !d.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."));
+                File::open(dir)
+                    .and_then(|d| d.sync_all())
+                    .map_err(|e| Error::io("sync the directory of", &self.target, e))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Error::AlreadyExists {
+                path: self.target.clone(),
+                directory: self.target.is_dir(),
+            }),
+            Err(e) => Err(Error::io("publish (rename into place)", &self.target, e)),
         }
     }
 
@@ -96,6 +134,59 @@ impl NewFile {
     }
 }
 
+/// The temporary name a new file for `target` is made under: hidden, in the same
+/// directory (so that publishing it is a rename within one file system), unique to this
+/// process and call.
+pub(super) fn temp_path(target: &Path) -> PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    target.with_file_name(format!(".{name}.pgl-new-{}-{n}", std::process::id()))
+}
+
+/// Renames `from` to `to` unless `to` exists (`AlreadyExists` then), atomically:
+/// `renameat2(RENAME_NOREPLACE)` on Linux; where the file system or system lacks it, a hard
+/// link (which refuses an existing name too) and the removal of the old name.
+fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::ffi::CString;
+        use std::os::unix::ffi::OsStrExt;
+        let c = |p: &Path| {
+            CString::new(p.as_os_str().as_bytes())
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+        };
+        let (f, t) = (c(from)?, c(to)?);
+        // SAFETY: two NUL-terminated paths that live across the call; renameat2 reads
+        // them and touches no memory of ours.
+        let rc = unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                f.as_ptr(),
+                libc::AT_FDCWD,
+                t.as_ptr(),
+                libc::RENAME_NOREPLACE,
+            )
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINVAL) | Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP) => {}
+            _ => return Err(e),
+        }
+    }
+    std::fs::hard_link(from, to)?;
+    // The file is at `to` now; the temporary name is only a second link to it.
+    let _ = std::fs::remove_file(from);
+    Ok(())
+}
+
 /// The device and inode of a file.
 fn id_of(m: &std::fs::Metadata) -> (u64, u64) {
     #[cfg(unix)]
@@ -119,12 +210,62 @@ mod tests {
         Error::io("msync", path, std::io::Error::from_raw_os_error(libc::EIO))
     }
 
+    /// The files beside `path` whose names start with `path`'s hidden temporary prefix.
+    fn temporaries(path: &Path) -> Vec<PathBuf> {
+        let prefix = format!(".{}.pgl-new-", path.file_name().unwrap().to_string_lossy());
+        std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_new_file_reaches_its_path_only_when_published() {
+        // Found by review: a create killed while formatting left a full-size file with no
+        // header at the path, which every open then refused and every create too.
+        let path = crate::scratch_pool("new-file-published");
+        let (media, mut made) =
+            Media::create_file(&path, 1 << 16, 1 << 16, Some(FlushMode::None), false)
+                .expect("create");
+        assert!(
+            !path.exists(),
+            "the path holds the file before it is published"
+        );
+        assert_eq!(temporaries(&path).len(), 1, "made under one temporary name");
+        made.publish().expect("publish");
+        assert!(path.exists());
+        assert!(temporaries(&path).is_empty(), "the temporary name stayed");
+        drop(media);
+        std::fs::remove_file(&path).expect("remove");
+    }
+
+    #[test]
+    fn publishing_never_replaces_a_file_that_took_the_path() {
+        let path = crate::scratch_pool("new-file-raced");
+        let (media, mut made) =
+            Media::create_file(&path, 1 << 16, 1 << 16, Some(FlushMode::None), false)
+                .expect("create");
+        std::fs::write(&path, b"someone else's").expect("write");
+        let e = made.publish().expect_err("published over another file");
+        assert!(matches!(e, Error::AlreadyExists { .. }), "{e}");
+        drop(media);
+        let _ = made.abandon(FileKind::Pool, e);
+        assert_eq!(std::fs::read(&path).expect("read"), b"someone else's");
+        assert!(temporaries(&path).is_empty(), "the temporary file stayed");
+        std::fs::remove_file(&path).expect("remove");
+    }
+
     #[test]
     fn the_file_made_is_removed_and_the_error_says_so() {
         let path = crate::scratch_pool("new-file-removed");
-        let (media, made) =
+        let (media, mut made) =
             Media::create_file(&path, 1 << 16, 1 << 16, Some(FlushMode::None), false)
                 .expect("create");
+        made.publish().expect("publish");
         drop(media);
         let m = made.abandon(FileKind::Pool, failure(&path)).to_string();
         assert!(!path.exists(), "{m}");
@@ -137,9 +278,10 @@ mod tests {
     #[test]
     fn a_file_that_took_the_path_since_is_left_alone() {
         let path = crate::scratch_pool("new-file-replaced");
-        let (media, made) =
+        let (media, mut made) =
             Media::create_file(&path, 1 << 16, 1 << 16, Some(FlushMode::None), false)
                 .expect("create");
+        made.publish().expect("publish");
         drop(media);
         // (The made file's inode cannot be reused meanwhile: `made` holds it open.)
         std::fs::remove_file(&path).expect("remove");

@@ -174,12 +174,15 @@ pub(super) fn new_uuid() -> [u8; 16] {
 impl Pool {
     /// Creates a new pool file at `path`. Fails with `Error::AlreadyExists` if a file is
     /// there. The file is sparse unless `config.preallocate`: a 1 GiB pool is created
-    /// without writing 1 GiB. If writing the new pool fails (an I/O error of the device),
-    /// the file it created is removed again, so that the same call can be retried.
+    /// without writing 1 GiB. The pool is written under a hidden temporary name beside
+    /// `path` and renamed into place once whole, so that a crash while creating never
+    /// leaves a half-made file at `path` (at most the temporary file, which may be
+    /// deleted). If writing the new pool fails (an I/O error of the device), the file it
+    /// created is removed again, so that the same call can be retried.
     pub fn create(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
         let path = path.as_ref();
         let (geo, zones) = config.validate()?;
-        let (media, made) = Media::create_file(
+        let (media, mut made) = Media::create_file(
             path,
             geo.pool_size(zones),
             config.max_size,
@@ -188,8 +191,13 @@ impl Pool {
         )?;
         // Locked before it is formatted: then only this call may remove it (see `NewFile`).
         media.lock_exclusive("pool", ALREADY_OPEN)?;
-        Self::format(&media, &geo, zones, &config.layout, config.parity)
-            .and_then(|()| Self::from_media(media, Some(&config.layout), config, false))
+        // At `path` only once whole: a crash before leaves no half-made pool there.
+        if let Err(e) = Self::format(&media, &geo, zones, &config.layout, config.parity)
+            .and_then(|()| made.publish())
+        {
+            return Err(made.abandon(FileKind::Pool, e));
+        }
+        Self::from_media(media, Some(&config.layout), config, false)
             .map_err(|e| made.abandon(FileKind::Pool, e))
     }
 
