@@ -82,12 +82,9 @@ fn an_older_build_frees_the_groups_it_does_not_know() {
     let _ = std::fs::remove_file(&path);
 }
 
-/// The book's "Fault tolerance": damage to free space is damage to its page column; a
-/// second damage in the column is not rebuilt until a repairing scrub recomputes parity.
-#[test]
-fn free_space_damage_costs_its_column_until_a_scrub() {
-    let path = scratch("free-space");
-    let pool = Pool::create(&path, &Config::new("probe")).unwrap();
+/// Damages free space: frees one of two objects in the same page column, one chunk
+/// apart (another row), and scribbles over its freed block. Returns the other, live one.
+fn damaged_free_block_in_the_column_of(pool: &Pool) -> Oid<[u64; 4]> {
     let chunk = pool.info().header.geo.chunk_size;
     let mut all = Vec::new();
     while all.len() < 2 * (chunk as usize / 48) + 100 {
@@ -107,14 +104,17 @@ fn free_space_damage_costs_its_column_until_a_scrub() {
         .find_map(|a| set.get(&(a.raw() + chunk)).map(|b| (*a, *b)))
         .expect("two objects one chunk apart");
     pool.tx(|tx| tx.free(a)).unwrap();
-    // Free space damaged: the freed block of `a`.
     pool.inject(&Fault::Scribble {
         offset: a.raw(),
         len: 32,
         seed: 5,
     })
     .unwrap();
-    // One live object damaged, in another row of the same column.
+    b
+}
+
+/// Scribbles over live object `b`'s payload.
+fn scribble(pool: &Pool, b: Oid<[u64; 4]>) {
     pool.inject(&Fault::ObjectScribble {
         oid: b.raw(),
         at: 16,
@@ -122,6 +122,16 @@ fn free_space_damage_costs_its_column_until_a_scrub() {
         seed: 6,
     })
     .unwrap();
+}
+
+/// The book's "Fault tolerance": damage to free space is damage to its page column; a
+/// second damage in the column is not rebuilt until a repairing scrub recomputes parity.
+#[test]
+fn free_space_damage_costs_its_column_until_a_scrub() {
+    let path = scratch("free-space");
+    let pool = Pool::create(&path, &Config::new("probe")).unwrap();
+    let b = damaged_free_block_in_the_column_of(&pool);
+    scribble(&pool, b);
     let r = pool.tx(|tx| Ok(tx.open(b)?[0]));
     assert!(matches!(r, Err(Error::ChecksumMismatch { .. })), "{r:?}");
     assert_eq!(pool.stats().objects_unrecoverable, 1);
@@ -129,30 +139,18 @@ fn free_space_damage_costs_its_column_until_a_scrub() {
     let _ = std::fs::remove_file(&path);
 }
 
-/// The same free-space damage, scrubbed before the second damage: repaired.
+/// The same free-space damage, scrubbed before the second damage in the column: the live
+/// object is repaired (without the scrub it is not: the test above).
 #[test]
 fn free_space_damage_scrubbed_then_object_repaired() {
     let path = scratch("free-space-scrub");
     let pool = Pool::create(&path, &Config::new("probe")).unwrap();
-    let a = pool.tx(|tx| tx.alloc([1u64; 4])).unwrap();
-    let b = pool.tx(|tx| tx.alloc([2u64; 4])).unwrap();
-    pool.tx(|tx| tx.free(a)).unwrap();
-    pool.inject(&Fault::Scribble {
-        offset: a.raw(),
-        len: 32,
-        seed: 5,
-    })
-    .unwrap();
+    let b = damaged_free_block_in_the_column_of(&pool);
+    let want = *pool.get(b).unwrap();
     assert!(!pool.verify_parity().unwrap().is_empty());
     assert!(pool.scrub(true, |_, _| {}).unwrap().is_clean());
-    pool.inject(&Fault::ObjectScribble {
-        oid: b.raw(),
-        at: 16,
-        len: 32,
-        seed: 6,
-    })
-    .unwrap();
-    assert_eq!(pool.tx(|tx| Ok(*tx.open(b)?)).unwrap(), [2; 4]);
+    scribble(&pool, b);
+    assert_eq!(pool.tx(|tx| Ok(*tx.open(b)?)).unwrap(), want);
     drop(pool);
     let _ = std::fs::remove_file(&path);
 }
