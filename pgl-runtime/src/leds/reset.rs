@@ -11,8 +11,8 @@ impl Pool {
     /// The Reset model: removes the pool file at `path` (if any) and creates a new, empty
     /// pool there. Every object is lost; use it when the data can be rebuilt. A pool that
     /// is open (in another process, or as a `Pool` of this one) is refused with
-    /// `Error::Io`, and left alone: its owner would go on committing to a file no longer
-    /// there. A file that is not a pool (no pool header magic) is refused with
+    /// `Error::AlreadyOpen`, and left alone: its owner would go on committing to a file no
+    /// longer there. A file that is not a pool (no pool header magic) is refused with
     /// `Error::NotAPool` and left alone too.
     pub fn reset(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
         let path = path.as_ref();
