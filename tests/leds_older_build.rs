@@ -84,6 +84,15 @@ fn fresh(name: &str) -> std::path::PathBuf {
 /// Root of the extendible pool: raw oids, the same type in every version.
 type Root = [u64; 3];
 
+fn set_root(pool: &Pool, i: usize, raw: u64) {
+    let root = pool.root::<Root>().unwrap();
+    pool.tx(|tx| {
+        tx.open(root)?[i] = raw;
+        Ok(())
+    })
+    .unwrap();
+}
+
 #[test]
 fn an_older_build_works_on_objects_a_newer_build_upgraded_and_keeps_their_groups() {
     let path = fresh("ext");
@@ -99,7 +108,7 @@ fn an_older_build_works_on_objects_a_newer_build_upgraded_and_keeps_their_groups
             })
         })
         .unwrap();
-    pool.tx(|tx| Ok(tx.open(root)?[0] = a.raw())).unwrap();
+    set_root(&pool, 0, a.raw());
     drop(pool);
 
     // Version 2 upgrades it (group 2), widens its key and creates a node of its own.
@@ -107,7 +116,11 @@ fn an_older_build_works_on_objects_a_newer_build_upgraded_and_keeps_their_groups
     {
         use v2::NodeExtFields as _;
         let a2: Oid<v2::Node> = a.cast();
-        pool.tx(|tx| Ok(tx.ext_mut(a2)?.set_key(1 << 40))).unwrap();
+        pool.tx(|tx| {
+            tx.ext_mut(a2)?.set_key(1 << 40);
+            Ok(())
+        })
+        .unwrap();
         let b = pool
             .tx(|tx| {
                 tx.alloc_ext(v2::NodeData {
@@ -117,7 +130,7 @@ fn an_older_build_works_on_objects_a_newer_build_upgraded_and_keeps_their_groups
                 })
             })
             .unwrap();
-        pool.tx(|tx| Ok(tx.open(root)?[1] = b.raw())).unwrap();
+        set_root(&pool, 1, b.raw());
     }
     drop(pool);
 
@@ -145,7 +158,7 @@ fn an_older_build_works_on_objects_a_newer_build_upgraded_and_keeps_their_groups
         })
         .unwrap();
         let c = pool.tx(|tx| tx.copy_ext(b1)).unwrap();
-        pool.tx(|tx| Ok(tx.open(root)?[2] = c.raw())).unwrap();
+        set_root(&pool, 2, c.raw());
         assert_eq!(pool.stats().upgrades, 0, "version 1 upgraded nothing");
     }
     drop(pool);
