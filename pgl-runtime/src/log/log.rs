@@ -105,7 +105,8 @@ const ALREADY_OPEN: &str = "share one `Log` between threads (by reference or in 
 ///
 /// `reserve` hands out an LSN and the record's bytes in place, `complete` seals the
 /// record, `force(lsn)` returns once every record up to `lsn` is complete and durable;
-/// `append` does all of that. Only `reserve` and `force` serialise. Opening a log recovers
+/// `append` does all of that. Only `reserve` and `force` serialise. Dropping the `Log`
+/// forces every record completed by then (whatever the policy). Opening a log recovers
 /// it: every forced record comes back, nothing after a hole does.
 ///
 /// ```
@@ -162,6 +163,20 @@ struct Slot {
     /// The `thread_token` of the thread that reserved the slot's newest LSN: written before
     /// the LSN is handed out, so whoever sees the LSN reserved sees its maker.
     maker: AtomicU64,
+}
+
+/// Closing a log forces what was completed: a program that appends under a batch policy
+/// and exits cleanly loses nothing to a crash that comes after.
+impl Drop for Log {
+    fn drop(&mut self) {
+        // Every reservation borrows the log, so none is open now: the completed records are
+        // all there will be, and forcing them waits for no one. An error (the device failed
+        // a flush) cannot be returned from here: `force` before the drop reports it.
+        let done = self.completed_lsn();
+        if done > self.durable_lsn() {
+            let _ = self.force(done);
+        }
+    }
 }
 
 impl std::fmt::Debug for Log {
