@@ -321,7 +321,18 @@ fn an_older_build_meets_a_manual_migration_before_and_after_its_switch() {
     // The older build after the switch: a clear error, not old bytes.
     let pool = Pool::open(&path, "older-build-manual").unwrap();
     match pool.root::<old::Item>() {
-        Err(Error::RootType { found, .. }) => assert_eq!(found, 0x01de_b011),
+        Err(e @ Error::RootType { found, .. }) => {
+            assert_eq!(found, 0x01de_b011);
+            // Both types are called `Item`: the message tells them apart by their paths,
+            // and points at the migration as a reason.
+            let msg = e.to_string();
+            assert!(
+                msg.contains("`leds_older_build::new::Item`")
+                    && msg.contains("not `leds_older_build::old::Item`")
+                    && msg.contains("migration"),
+                "{msg}"
+            );
+        }
         other => panic!("expected RootType, got {:?}", other.map(drop)),
     }
     drop(pool);

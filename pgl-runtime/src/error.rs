@@ -404,12 +404,12 @@ pub enum Error {
     },
 
     /// The root object exists with another type.
-    #[error("{}the pool's root holds {} of {found_size} bytes, not `{type_name}`; open the pool with the program that created it", at(pool_file), stored_type(found_name, *found))]
+    #[error("{}the pool's root holds {} of {found_size} bytes, not `{type_name}`; open the pool with the program that created it (a Manual migration replaces the root's type: after one, only a build that knows the new type reads it)", at(pool_file), stored_type(found_name, *found))]
     RootType {
         /// The pool file, once the error has left the pool's API (`pool.tx`, `pool.get`,
         /// ...); `None` while a transaction's closure still holds it.
         pool_file: Option<PathBuf>,
-        /// The type asked for.
+        /// The type asked for (its path, as `std::any::type_name` gives it).
         type_name: &'static str,
         /// Type id found.
         found: u32,

@@ -374,7 +374,8 @@ impl Pool {
             Err(Error::TypeMismatch {
                 found, found_size, ..
             }) => Error::RootType {
-                type_name: T::TYPE_NAME,
+                // The path, as the registry names the type found: the two may share a name.
+                type_name: core::any::type_name::<T>(),
                 found,
                 found_size,
                 found_name: None,
