@@ -60,6 +60,89 @@ fn nested_transactions_join_and_an_inner_error_aborts_the_outer() {
     std::fs::remove_file(path).unwrap();
 }
 
+/// The caller's own error, to abort transactions with.
+#[derive(Debug, PartialEq)]
+struct Overdrawn {
+    short: u64,
+}
+
+impl std::fmt::Display for Overdrawn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "overdrawn by {}", self.short)
+    }
+}
+
+impl std::error::Error for Overdrawn {}
+
+#[test]
+fn a_caller_error_aborts_the_transaction_and_comes_back_downcastable() {
+    let (pool, path) = pool("user-abort");
+    let root = pool.root::<[u64; 2]>().unwrap();
+    let free0 = pool.free_bytes();
+    let r: pgl::Result<()> = pool.tx(|tx| {
+        tx.open(root)?[0] = 7;
+        let o = tx.alloc(5u64)?;
+        tx.open(root)?[1] = o.raw();
+        Err(Error::abort(Overdrawn { short: 3 }))
+    });
+    let e = r.unwrap_err();
+    assert_eq!(e.downcast_ref::<Overdrawn>(), Some(&Overdrawn { short: 3 }));
+    assert!(e.downcast_ref::<std::io::Error>().is_none());
+    match &e {
+        Error::Abort { error } => assert_eq!(
+            error.downcast_ref::<Overdrawn>(),
+            Some(&Overdrawn { short: 3 })
+        ),
+        other => panic!("not an Abort: {other:?}"),
+    }
+    assert!(e.to_string().contains("overdrawn by 3"), "{e}");
+    assert_eq!(*pool.get(root).unwrap(), [0, 0]);
+    assert_eq!(pool.free_bytes(), free0, "the allocation was rolled back");
+    // A plain message will do too.
+    let r: pgl::Result<()> = pool.tx(|_| Err(Error::abort("changed my mind")));
+    assert!(
+        matches!(&r, Err(Error::Abort { error }) if error.to_string() == "changed my mind"),
+        "{r:?}"
+    );
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn a_nested_caller_error_is_the_outer_transactions_error_even_when_swallowed() {
+    let (pool, path) = pool("user-abort-nested");
+    let root = pool.root::<[u64; 2]>().unwrap();
+    // Propagated with `?`.
+    let r: pgl::Result<()> = pool.tx(|tx| {
+        tx.open(root)?[0] = 10;
+        pool.tx(|inner| -> pgl::Result<()> {
+            inner.open(root)?[1] = 20;
+            Err(Error::abort(Overdrawn { short: 1 }))
+        })
+    });
+    let e = r.unwrap_err();
+    assert_eq!(e.downcast_ref::<Overdrawn>(), Some(&Overdrawn { short: 1 }));
+    assert_eq!(*pool.get(root).unwrap(), [0, 0]);
+    // Swallowed by the outer closure: the outer transaction still aborts, with the
+    // caller's error (not a text of it).
+    let r: pgl::Result<()> = pool.tx(|tx| {
+        tx.open(root)?[0] = 10;
+        let inner = pool.tx(|inner| -> pgl::Result<()> {
+            inner.open(root)?[1] = 20;
+            Err(Error::abort(Overdrawn { short: 2 }))
+        });
+        assert!(inner.is_err());
+        Ok(())
+    });
+    let e = r.unwrap_err();
+    assert_eq!(
+        e.downcast_ref::<Overdrawn>(),
+        Some(&Overdrawn { short: 2 }),
+        "{e:?}"
+    );
+    assert_eq!(*pool.get(root).unwrap(), [0, 0]);
+    std::fs::remove_file(path).unwrap();
+}
+
 #[test]
 fn open_mut_commits_one_object_atomically_and_drop_discards() {
     let (pool, path) = pool("openmut");

@@ -3,6 +3,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// `Result` with pgl's [`Error`].
 pub type Result<T, E = Error> = core::result::Result<T, E>;
@@ -370,11 +371,23 @@ pub enum Error {
         offset: u64,
     },
 
-    /// The transaction was aborted by a nested transaction's error.
+    /// The transaction was aborted by a nested transaction's error (a pgl error; a nested
+    /// [`Error::Abort`] aborts the outer transaction with that same `Abort`).
     #[error("transaction aborted: a nested transaction failed: {reason}")]
     Aborted {
         /// The nested error, as text.
         reason: String,
+    },
+
+    /// A transaction's closure aborted it with an error of the caller's own, made by
+    /// [`Error::abort`]: the transaction rolled back, and the error comes back as it was
+    /// given (get it with [`Error::downcast_ref`], or match `error`). Its message is part of
+    /// this error's message, so `source()` gives the caller's error's own source.
+    #[error("transaction aborted by its closure: {error}")]
+    Abort {
+        /// The caller's error. Shared (an `Arc`): a nested transaction's `Abort` is also the
+        /// error of the outer transaction it aborts, even when the outer closure swallows it.
+        error: Arc<dyn std::error::Error + Send + Sync + 'static>,
     },
 
     /// Persistent metadata is inconsistent in a way pgl cannot repair.
@@ -586,6 +599,25 @@ impl Error {
     pub(crate) fn config(reason: impl Into<String>) -> Self {
         Error::InvalidConfig {
             reason: reason.into(),
+        }
+    }
+
+    /// An error that aborts a transaction with `error`, the caller's own: return it from a
+    /// `pool.tx` closure (`Err(Error::abort(e))?`) and the transaction rolls back, and
+    /// `pool.tx` returns it; [`Error::downcast_ref`] gives `error` back. Anything that
+    /// converts into a boxed error will do: a type implementing `std::error::Error`, a
+    /// `String` or a `&str`.
+    pub fn abort(error: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> Self {
+        Error::Abort {
+            error: Arc::from(error.into()),
+        }
+    }
+
+    /// The caller's error this [`Error::Abort`] carries, if it is one of type `E`.
+    pub fn downcast_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        match self {
+            Error::Abort { error } => error.downcast_ref::<E>(),
+            _ => None,
         }
     }
 

@@ -21,6 +21,7 @@ use crate::{Error, Result};
 use parking_lot::MutexGuard;
 use std::cell::{Cell, RefCell};
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 pub(crate) struct TxState<'p> {
     /// The lane, with the transaction's containers (`lane.scratch`, kept there: a
@@ -979,6 +980,10 @@ impl<'p> Tx<'p> {
         if st.poison.is_none() {
             st.poison = Some(match e {
                 Error::Conflict { offset } => Error::Conflict { offset: *offset },
+                // The caller's own error: the outer transaction fails with it, not a text.
+                Error::Abort { error } => Error::Abort {
+                    error: Arc::clone(error),
+                },
                 other => Error::Aborted {
                     reason: other.to_string(),
                 },
