@@ -125,3 +125,60 @@ fn a_create_killed_at_any_moment_leaves_nothing_or_a_whole_file() {
         "no kill landed inside a create (spans too short?)"
     );
 }
+
+/// A stale temporary file of `path`'s creates, as a create by process `pid` names it.
+fn temporary(path: &Path, pid: u32, n: u64) -> PathBuf {
+    let name = path.file_name().unwrap().to_string_lossy();
+    path.with_file_name(format!(".{name}.pgl-new-{pid}-{n}"))
+}
+
+#[test]
+fn the_next_create_removes_the_temporaries_of_dead_creators_only() {
+    // Found by a user review: a create killed before publishing left its temporary file
+    // (as large as the pool) beside the path for ever.
+    let dir = support::test_dir();
+    // A pid that is gone: a child that has exited and been reaped.
+    let mut dead = Command::new("true").spawn().expect("spawn true");
+    let dead_pid = dead.id();
+    dead.wait().expect("wait");
+    // A pid that is alive: a child blocked reading its stdin until we close it.
+    let mut live = Command::new("cat")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn cat");
+    let live_pid = live.id();
+    let me = std::process::id();
+    for kind in ["pool", "log"] {
+        let path = dir.join(format!("pgl-create-stale-{me}-{kind}"));
+        let other = dir.join(format!("pgl-create-stale-{me}-{kind}-other"));
+        let stale = temporary(&path, dead_pid, 0);
+        let kept = [
+            temporary(&path, live_pid, 0),
+            temporary(&path, me, 1 << 40),
+            // Another path's, though its creator is dead too.
+            temporary(&other, dead_pid, 0),
+            // Not a name a create makes.
+            path.with_file_name(format!(
+                ".{}.pgl-new-{dead_pid}-x",
+                path.file_name().unwrap().to_string_lossy()
+            )),
+        ];
+        for t in kept.iter().chain([&stale]) {
+            std::fs::write(t, b"half a pool").unwrap();
+        }
+        create(kind, &path);
+        assert!(
+            !stale.exists(),
+            "the {kind} create left the temporary file of a dead creator"
+        );
+        for t in &kept {
+            assert!(t.exists(), "the {kind} create removed {}", t.display());
+            std::fs::remove_file(t).unwrap();
+        }
+        opens(kind, &path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+    }
+    drop(live.stdin.take());
+    live.wait().expect("wait");
+}

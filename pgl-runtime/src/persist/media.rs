@@ -265,6 +265,8 @@ impl Media {
                 directory: path.is_dir(),
             });
         }
+        // What creates of this path killed before publishing left: not for ever.
+        super::new_file::remove_stale_temps(path);
         let temp = super::new_file::temp_path(path);
         let file = OpenOptions::new()
             .read(true)

@@ -3,15 +3,18 @@
 //! published at its path (`publish`: a rename that never replaces, or a link), so that a
 //! crash while creating — a kill, a power loss — never leaves a half-made file at the
 //! path (which no `open` would take and every `create` would refuse), at most a hidden
-//! temporary file beside it. If writing the pool or log into it fails, it is removed
-//! again, so that the same create can be retried.
+//! temporary file beside it, which the next create of the same path removes
+//! (`remove_stale_temps`, once its creator is gone). If writing the pool or log into it
+//! fails, it is removed again, so that the same create can be retried.
 //!
 //! Invariant: only the file the create made is ever removed — the one still at its
 //! current name with the same device and inode — and only while this process holds a
 //! descriptor of it, and so the lock its creator took (`Media::lock_exclusive`) before
 //! formatting it: no other `Pool` or `Log` can have opened it meanwhile. A file that was at
 //! either name before is never touched (both the temporary file's creation and the
-//! publication refuse an existing file).
+//! publication refuse an existing file). The one exception is a stale temporary file:
+//! named as this module names them for the same path, made by a process that no longer
+//! exists, and unlocked.
 
 use super::media::FileKind;
 use crate::Error;
@@ -146,6 +149,91 @@ pub(super) fn temp_path(target: &Path) -> PathBuf {
         .unwrap_or_default();
     let n = N.fetch_add(1, Ordering::Relaxed);
     target.with_file_name(format!(".{name}.pgl-new-{}-{n}", std::process::id()))
+}
+
+/// Removes the temporary files that earlier creates of `target` left beside it when their
+/// process died before publishing (a kill, a power loss): files named exactly as
+/// [`temp_path`] names them for `target`, whose creating process is provably gone (its pid
+/// answers `ESRCH`) and whose `flock` nobody holds. Anything else is kept: a file of this
+/// process (another create may be writing it), of a live pid (possibly a reused one: kept
+/// all the same), one whose pid cannot be asked about, or one locked. Best effort: a file
+/// that cannot be removed stays, and the create goes on.
+pub(super) fn remove_stale_temps(target: &Path) {
+    let Some(name) = target.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+        return;
+    };
+    let prefix = format!(".{name}.pgl-new-");
+    let dir = target
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(pid) = file_name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(creator_pid)
+        else {
+            continue;
+        };
+        if pid != std::process::id() && process_is_gone(pid) {
+            remove_if_unlocked(&entry.path());
+        }
+    }
+}
+
+/// The creator's pid in the tail `<pid>-<n>` of a temporary name (after its prefix);
+/// `None` for any other tail.
+fn creator_pid(tail: &str) -> Option<u32> {
+    let (pid, n) = tail.split_once('-')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(pid) || !digits(n) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// Whether no process has the pid `pid` (only a definite "no such process" counts).
+fn process_is_gone(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        let Ok(pid) = libc::pid_t::try_from(pid) else {
+            return false;
+        };
+        if pid <= 0 {
+            return false;
+        }
+        // SAFETY: signal 0 sends nothing: kill only checks that the process exists (and
+        // that we may signal it); it touches no memory of ours.
+        let rc = unsafe { libc::kill(pid, 0) };
+        rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        false
+    }
+}
+
+/// Removes the file at `path` if nobody holds its `flock` (a live creator locks the file
+/// it formats: `Media::lock_exclusive`), and if it is still the file that was locked.
+fn remove_if_unlocked(path: &Path) {
+    let Ok(file) = std::fs::OpenOptions::new().read(true).open(path) else {
+        return;
+    };
+    if !super::media::try_lock_file(&file) {
+        return;
+    }
+    let same = match (file.metadata(), std::fs::symlink_metadata(path)) {
+        (Ok(a), Ok(b)) => id_of(&a) == id_of(&b),
+        _ => false,
+    };
+    if same {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 /// Renames `from` to `to` unless `to` exists (`AlreadyExists` then), atomically:
