@@ -59,9 +59,11 @@ pub struct Stats {
     /// open; their objects stay readable. Scrubs, `pool.verify_objects` and `pgl check`
     /// report the words.
     pub runs_quarantined: u64,
-    /// Damaged objects rebuilt from zone parity and written back (online repair).
+    /// Damaged objects rebuilt from zone parity and written back (online repair, a
+    /// scrub's, or while the pool opened after a crash).
     pub objects_repaired: u64,
-    /// Pages whose bytes online repair changed.
+    /// Pool pages (4 KiB) whose bytes those repairs changed: an object damaged on two of
+    /// its pages counts two.
     pub pages_rebuilt: u64,
     /// Damaged objects parity could not rebuild (reported to the caller as errors), each
     /// counted once however many reads and scrubs meet it (a new object at its offset

@@ -12,7 +12,7 @@ pub mod xor;
 
 pub(crate) use parity::{recompute_zone, verify_zone, zone_extents, Parity};
 pub(crate) use rebuild::{parity_column_of, rebuild_range, rewrite_bitmap_word};
-pub(crate) use reconcile::{block_verifies, mix_pages, reconcile_zone, Reconciled};
+pub(crate) use reconcile::{block_verifies, changed_pages, mix_pages, reconcile_zone, Reconciled};
 
 /// The default of `Config::parity_atomic_max`: parity updates of changed ranges up to this
 /// many bytes take their stripe lock shared and XOR with one atomic 8-byte `fetch_xor` per

@@ -27,6 +27,8 @@ pub(crate) struct Reconciled {
     pub columns: u64,
     /// Damaged objects rebuilt from parity and written back.
     pub repaired: u64,
+    /// Pool pages whose bytes those repairs changed.
+    pub pages: u64,
     /// Damaged objects parity could not rebuild (left as they are; reads report them).
     pub unrecoverable: u64,
     /// Those objects, as online repair knows them (`RepairCounters::beyond_repair`), so
@@ -44,6 +46,26 @@ pub(crate) fn block_verifies(hdr: u64, capacity: u64, bytes: &[u8]) -> bool {
             h.type_id,
             &bytes[16..16 + h.size as usize],
         ) == h.checksum
+}
+
+/// How many pool pages hold a byte that differs between `now` and `rebuilt`, two versions
+/// of the bytes at pool offset `start`: the pages a repair writing `rebuilt` changes.
+pub(crate) fn changed_pages(start: u64, now: &[u8], rebuilt: &[u8]) -> u64 {
+    let mut pages = 0;
+    let mut last = None;
+    for (i, _) in now
+        .iter()
+        .zip(rebuilt)
+        .enumerate()
+        .filter(|(_, (a, b))| a != b)
+    {
+        let page = (start + i as u64) / PAGE;
+        if last != Some(page) {
+            pages += 1;
+            last = Some(page);
+        }
+    }
+    pages
 }
 
 /// Pages of a block whose rebuilt bytes differ from the current ones, up to which
@@ -153,6 +175,7 @@ pub(crate) unsafe fn reconcile_zone(
                             }
                         }
                         out.repaired += 1;
+                        out.pages += changed_pages(hdr, &now, &new);
                         fixed = true;
                     }
                     _ => {

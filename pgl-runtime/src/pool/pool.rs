@@ -527,7 +527,7 @@ impl Pool {
         s.runs_quarantined = self.inner.eng.heap.quarantined();
         let opened = &self.inner.reconciled;
         s.objects_repaired = r.repaired.load(Ordering::Relaxed) + opened.repaired;
-        s.pages_rebuilt = r.pages.load(Ordering::Relaxed);
+        s.pages_rebuilt = r.pages.load(Ordering::Relaxed) + opened.pages;
         // (Those found opening are in it: `open` counts them there, once.)
         s.objects_unrecoverable = r.unrecoverable.load(Ordering::Relaxed);
         s.parity_columns_recomputed = opened.columns;

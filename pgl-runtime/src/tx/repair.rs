@@ -314,17 +314,7 @@ impl Engine {
                 _ => runs.push((i, i + 1)),
             }
         }
-        let pages = {
-            let mut p: Vec<u64> = runs
-                .iter()
-                .flat_map(|&(a, z)| {
-                    (start + a as u64) / crate::geometry::PAGE
-                        ..=(start + z as u64 - 1) / crate::geometry::PAGE
-                })
-                .collect();
-            p.dedup();
-            p.len() as u64
-        };
+        let pages = crate::integrity::changed_pages(start, &now, &rebuilt);
         self.write_back(frozen, start, &rebuilt, &runs)?;
         Ok(Outcome::Repaired { pages })
     }
