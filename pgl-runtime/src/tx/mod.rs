@@ -1,5 +1,6 @@
 //! Transactions: micro-buffers, redo lanes, lock tables, commit, recovery.
 
+mod backoff;
 mod buffer;
 mod commit;
 mod deferred;

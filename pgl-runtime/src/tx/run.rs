@@ -1,6 +1,7 @@
 //! `run`: a closure as a transaction — joining this thread's open one, retrying after
 //! conflicts with backoff, and after damage parity can repair.
 
+use super::backoff::backoff;
 use super::engine::Engine;
 use super::thread::{active, Active};
 use super::tx::Tx;
@@ -112,17 +113,4 @@ pub(crate) fn try_repair(eng: &Engine, e: &Error) -> bool {
         },
         _ => false,
     })
-}
-
-pub(super) fn backoff(attempt: u32) {
-    if attempt < 4 {
-        for _ in 0..(1 << attempt) * 32 {
-            std::hint::spin_loop();
-        }
-    } else if attempt < 16 {
-        std::thread::yield_now();
-    } else {
-        let us = 1u64 << (attempt.min(26) / 2);
-        std::thread::sleep(std::time::Duration::from_micros(us.min(2000)));
-    }
 }
