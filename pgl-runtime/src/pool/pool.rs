@@ -268,9 +268,10 @@ impl Pool {
 
     /// Runs `f` as one transaction: every change it makes through `tx` becomes durable
     /// atomically when it returns `Ok`, and none does when it returns `Err` (the error is
-    /// returned). A conflict with another thread's transaction re-runs `f`, so `f` may run
-    /// more than once and should have no other side effects. Inside `f`, `pool.tx` joins the
-    /// same transaction.
+    /// returned). To abort with an error `e` of your own, return `Err(Error::abort(e))`
+    /// ([`Error::abort`]): `pool.tx` returns it, and [`Error::downcast_ref`] gives `e` back. A conflict with another thread's transaction
+    /// re-runs `f`, so `f` may run more than once and should have no other side effects.
+    /// Inside `f`, `pool.tx` joins the same transaction.
     pub fn tx<R>(&self, f: impl FnMut(&Tx<'_>) -> Result<R>) -> Result<R> {
         tx::run(&self.inner.eng, f).map_err(|e| self.inner.eng.named(e))
     }
