@@ -15,7 +15,7 @@ pub enum Error {
     /// An operating-system call on the pool or log file failed.
     #[error("{op} {path}: {source}{}", io_advice(op, source))]
     Io {
-        /// What pgl was doing ("open", "open log", "map", "grow", ...).
+        /// What pgl was doing ("open", "open read-only", "open log", "map", "grow", ...).
         op: &'static str,
         /// The file concerned.
         path: PathBuf,
@@ -75,6 +75,19 @@ pub enum Error {
         what: &'static str,
         /// What to do instead.
         instead: &'static str,
+    },
+
+    /// The pool was opened read-only ([`Pool::open_read_only`](crate::Pool::open_read_only),
+    /// for inspection), and the call would change it: a transaction that changes, creates
+    /// or frees an object (creating the root included), `grow`, `inject`, or a scrub with
+    /// repair. Nothing was changed. Repairs an inspection makes while opening and reading
+    /// stay in its private copy of the bytes; the file is never written.
+    #[error("{path}: the pool is open read-only (for inspection): {what} would change it, and a read-only open never writes the file; open it with Pool::open (or `pgl scrub --repair`) to change it")]
+    ReadOnly {
+        /// The pool file.
+        path: PathBuf,
+        /// What was refused: "a transaction that changes the pool", "pool.grow", ...
+        what: &'static str,
     },
 
     /// The file is not a pgl pool (no pool header in either copy).
@@ -791,8 +804,19 @@ fn io_advice(op: &str, source: &io::Error) -> &'static str {
         io::ErrorKind::NotFound if op == "open" => {
             "; check the path, or create the pool (Pool::create, `pgl create`)"
         }
+        io::ErrorKind::NotFound if op == "open read-only" => {
+            "; check the path, or create the pool (Pool::create, `pgl create`)"
+        }
         io::ErrorKind::PermissionDenied if op == "open" => {
-            "; a pool is opened for reading and writing: this user needs both permissions"
+            "; a pool is opened for reading and writing: this user needs both permissions \
+             (Pool::open_read_only, and `pgl info`, `check` and `dump`, need only read \
+             permission)"
+        }
+        io::ErrorKind::PermissionDenied if op == "open read-only" => {
+            "; inspecting a pool needs read permission for this user"
+        }
+        io::ErrorKind::IsADirectory if op == "open read-only" => {
+            "; give the path of a pool file, not of a directory"
         }
         io::ErrorKind::NotFound if op == "open log" => {
             "; check the path, or create the log (Log::create)"

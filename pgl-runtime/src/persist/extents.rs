@@ -64,6 +64,28 @@ impl DataExtents {
         *ranges = merged;
     }
 
+    /// Counts every range of `more` as data too, merging once (`add` per range would be
+    /// quadratic in a long list).
+    pub(crate) fn add_all(&mut self, more: impl IntoIterator<Item = (u64, u64)>) {
+        let Some(ranges) = &mut self.ranges else {
+            return;
+        };
+        let before = ranges.len();
+        ranges.extend(more.into_iter().filter(|&(s, e)| s < e));
+        if ranges.len() == before {
+            return;
+        }
+        ranges.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+        for &(s, e) in ranges.iter() {
+            match merged.last_mut() {
+                Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                _ => merged.push((s, e)),
+            }
+        }
+        *ranges = merged;
+    }
+
     /// Whether any byte of `[off, off + len)` is data (a page partly data is data).
     pub(crate) fn has_data(&self, off: u64, len: u64) -> bool {
         let Some(ranges) = &self.ranges else {
@@ -174,6 +196,16 @@ mod tests {
         assert_eq!(d.data_bytes(), Some(20480 + 4096));
         let mut all = DataExtents::everything();
         all.add(0, 4096);
+        assert_eq!(all, DataExtents::everything());
+    }
+
+    #[test]
+    fn ranges_added_at_once_merge_like_one_by_one() {
+        let mut d = of(&[(4096, 8192), (16384, 20480)]);
+        d.add_all([(40960, 45056), (12288, 16384), (0, 4096), (5000, 5000)]);
+        assert_eq!(d, of(&[(0, 8192), (12288, 20480), (40960, 45056)]));
+        let mut all = DataExtents::everything();
+        all.add_all([(0, 4096)]);
         assert_eq!(all, DataExtents::everything());
     }
 

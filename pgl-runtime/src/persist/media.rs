@@ -13,7 +13,7 @@ use super::flush::{flush_lines, sfence, stream_copy, FlushMode};
 use super::new_file::NewFile;
 use super::sim::CrashSim;
 use crate::{Error, Result};
-use memmap2::{MmapOptions, MmapRaw};
+use memmap2::{MmapMut, MmapOptions, MmapRaw};
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
@@ -49,10 +49,18 @@ impl Drop for SimLease {
     }
 }
 
-/// A file's mapping: memmap2's, or one made with `MAP_SYNC`, which memmap2 cannot make.
+/// A file's mapping: memmap2's, one made with `MAP_SYNC`, which memmap2 cannot make, or
+/// a private (copy-on-write) one of a file opened read-only, whose stores never reach the
+/// file (`Media::open_private`).
 enum Mapping {
     Plain(MmapRaw),
     Sync(SyncMap),
+    Private {
+        /// Held for its `Drop` (the unmap).
+        _map: MmapMut,
+        /// Its first byte, taken from `&mut` when it was made.
+        ptr: *mut u8,
+    },
 }
 
 impl Mapping {
@@ -60,6 +68,7 @@ impl Mapping {
         match self {
             Mapping::Plain(m) => m.as_mut_ptr(),
             Mapping::Sync(m) => m.ptr,
+            Mapping::Private { ptr, .. } => *ptr,
         }
     }
 }
@@ -136,6 +145,10 @@ pub struct Media {
     /// The OS error of the first failed write-back (0: none). Once set, nothing written
     /// since the last good fence is known durable, and commits are refused (see `check`).
     failed: AtomicI32,
+    /// For a private mapping (`open_private`): the ranges flushed so far, which hold bytes
+    /// of this process where the file may have holes (see `data_extents`). `None` for
+    /// every other media.
+    written: Option<parking_lot::Mutex<Vec<(u64, u64)>>>,
 }
 
 // SAFETY: `base` points into a mapping (or CrashSim allocation) owned by `backing`, which
@@ -307,6 +320,7 @@ impl Media {
                 _map: map,
             },
             failed: AtomicI32::new(0),
+            written: None,
         };
         Ok((media, new_file))
     }
@@ -370,7 +384,102 @@ impl Media {
                 _map: map,
             },
             failed: AtomicI32::new(0),
+            written: None,
         })
+    }
+
+    /// Opens the existing file at `path` read-only and maps it privately (copy-on-write,
+    /// `MAP_PRIVATE`), for a read-only open of a pool: every store pgl makes (crash
+    /// recovery, repairs) lands in this process's copy of the page and never reaches the
+    /// file, whatever the code above does; flushes and fences do nothing but remember
+    /// what was written (see `data_extents`). The file cannot grow (`grow` fails), and is
+    /// locked shared (`lock_shared`), not exclusive. Its errors name the file as a `kind`.
+    pub(crate) fn open_private(path: &Path, kind: FileKind) -> Result<Media> {
+        let file = OpenOptions::new()
+            .read(true)
+            .open(path)
+            .map_err(|e| Error::io("open read-only", path, e))?;
+        let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;
+        if meta.is_dir() {
+            // Opened for reading, a directory opens: say what a writable open would.
+            let e = std::io::Error::from_raw_os_error(libc::EISDIR);
+            return Err(Error::io("open read-only", path, e));
+        }
+        if !meta.is_file() {
+            let reason = "not a regular file".to_owned();
+            let path = path.to_owned();
+            return Err(match kind {
+                FileKind::Pool => Error::NotAPool { path, reason },
+                FileKind::Log => Error::NotALog { path, reason },
+            });
+        }
+        let len = meta.len();
+        let reserve = len.div_ceil(4096).max(1) * 4096;
+        let map_len =
+            usize::try_from(reserve).map_err(|_| Error::config("the file overflows usize"))?;
+        // SAFETY: a private mapping: no store through it reaches the file, so nothing this
+        // process does changes the file under another mapping of it. Another process may
+        // still change the file (the shared lock the caller takes keeps pgl writers from
+        // it); the bytes are only ever accessed through raw pointers, as for every other
+        // mapping of a pool, never as Rust references that assume them unchanging.
+        // `no_reserve_swap`: a copy-on-write mapping of a large sparse pool would
+        // otherwise charge its whole length against the commit limit.
+        let mut map = unsafe {
+            MmapOptions::new()
+                .len(map_len)
+                .no_reserve_swap()
+                .map_copy(&file)
+        }
+        .map_err(|e| Error::io("map", path, e))?;
+        let ptr = map.as_mut_ptr();
+        Ok(Media {
+            base: ptr,
+            len: AtomicU64::new(len),
+            reserve,
+            mode: FlushMode::None,
+            backing: Backing::File {
+                file,
+                path: path.to_owned(),
+                _map: Mapping::Private { _map: map, ptr },
+            },
+            failed: AtomicI32::new(0),
+            written: Some(parking_lot::Mutex::new(Vec::new())),
+        })
+    }
+
+    /// Whether this media is a private mapping of a file opened read-only
+    /// (`open_private`): nothing written to it reaches the file.
+    pub(crate) fn is_private(&self) -> bool {
+        self.written.is_some()
+    }
+
+    /// Takes a shared lock (`flock`) on the file for as long as this `Media` lives: any
+    /// number of read-only opens (`open_private`) hold it together, and none while a
+    /// `Pool` (or `Log`) that may write the file holds its exclusive lock, nor the other
+    /// way round. A read-only open must not run beside a writer: its mapping, private as
+    /// it is, shows the writer's stores in the pages it has not written itself, so it
+    /// would read commits half made, take the pool for crashed and report damage that is
+    /// not there. `AlreadyOpen` (after `LOCK_GRACE`) says what to do (`instead`). As for
+    /// `lock_exclusive`, a file system without locks leaves the file unlocked, and
+    /// simulated media is not locked.
+    pub(crate) fn lock_shared(&self, what: &'static str, instead: &'static str) -> Result<()> {
+        let Backing::File { file, path, .. } = &self.backing else {
+            return Ok(());
+        };
+        let deadline = std::time::Instant::now() + LOCK_GRACE;
+        loop {
+            if lock_file(file, false) {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(Error::AlreadyOpen {
+                    path: path.clone(),
+                    what,
+                    instead,
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     /// Takes an exclusive lock (`flock`) on the file for as long as this `Media` lives, so
@@ -441,6 +550,7 @@ impl Media {
             mode: FlushMode::None,
             backing: Backing::Sim(sim),
             failed: AtomicI32::new(0),
+            written: None,
         })
     }
 
@@ -477,7 +587,20 @@ impl Media {
     /// allocate it on tmpfs). Simulated media is all data.
     pub(crate) fn data_extents(&self, from: u64, to: u64) -> DataExtents {
         match &self.backing {
-            Backing::File { file, .. } => DataExtents::of_file(file, from, to),
+            Backing::File { file, .. } => {
+                let mut data = DataExtents::of_file(file, from, to);
+                // A private mapping holds what was written to it where the file may have
+                // holes (a replayed record's bytes, a rebuilt page): data too.
+                if let Some(written) = &self.written {
+                    let written = written.lock();
+                    let inside = written
+                        .iter()
+                        .filter(|&&(s, e)| s < to && e > from)
+                        .map(|&(s, e)| (s.max(from), e.min(to)));
+                    data.add_all(inside);
+                }
+                data
+            }
             Backing::Sim(_) => DataExtents::everything(),
         }
     }
@@ -499,6 +622,7 @@ impl Media {
     pub(crate) fn mode_name(&self) -> &'static str {
         match self.backing {
             Backing::Sim(_) => "sim",
+            Backing::File { .. } if self.is_private() => "read-only",
             Backing::File { .. } => self.mode.name(),
         }
     }
@@ -513,6 +637,12 @@ impl Media {
     /// leaves one, and opening accepts it) is first cut back to `end`, so that no byte it
     /// held past the pool is taken for part of a new zone.
     pub(crate) fn grow_from(&self, end: u64, new_len: u64) -> Result<()> {
+        if self.is_private() {
+            return Err(Error::ReadOnly {
+                path: self.path(),
+                what: "growing it",
+            });
+        }
         if new_len > self.reserve {
             return Err(Error::config(format!(
                 "cannot grow to {new_len} bytes: the mapping reserves {} bytes (raise Config::max_size)",
@@ -622,7 +752,11 @@ impl Media {
                         self.record_failure(std::io::Error::last_os_error().raw_os_error());
                     }
                 }
-                FlushMode::None => {}
+                FlushMode::None => {
+                    if let Some(written) = &self.written {
+                        record_written(&mut written.lock(), off, len);
+                    }
+                }
             },
         }
     }
@@ -783,17 +917,44 @@ impl Media {
 /// fork to its exec, short beside anything a second open of a file in use would do.
 const LOCK_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 
+/// Adds `[off, off + len)` to the ranges a private mapping was written at, merged into
+/// the last one when it touches it (stores come in runs: a record replayed, a zone's
+/// parity recomputed page after page).
+fn record_written(ranges: &mut Vec<(u64, u64)>, off: u64, len: u64) {
+    if len == 0 {
+        return;
+    }
+    let end = off.saturating_add(len);
+    match ranges.last_mut() {
+        Some(last) if off <= last.1 && end >= last.0 => {
+            last.0 = last.0.min(off);
+            last.1 = last.1.max(end);
+        }
+        _ => ranges.push((off, end)),
+    }
+}
+
 /// Takes `file`'s exclusive `flock` without waiting, for as long as the descriptor stays
 /// open; false if another open of the file holds it. A file system without locks
 /// (`ENOLCK`, `EOPNOTSUPP`) leaves the file unlocked and counts as taken.
 pub(crate) fn try_lock_file(file: &File) -> bool {
+    lock_file(file, true)
+}
+
+/// Takes `file`'s `flock`, exclusive or shared, without waiting, as `try_lock_file` says.
+fn lock_file(file: &File, exclusive: bool) -> bool {
     #[cfg(unix)]
     loop {
         use std::os::fd::AsRawFd;
+        let how = if exclusive {
+            libc::LOCK_EX
+        } else {
+            libc::LOCK_SH
+        };
         // SAFETY: flock takes a descriptor and flags and touches no memory of ours; the
         // descriptor is owned by `file`, which outlives the call. The lock goes with the
         // descriptor: it is released when `file` is closed.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        let rc = unsafe { libc::flock(file.as_raw_fd(), how | libc::LOCK_NB) };
         if rc == 0 {
             return true;
         }
@@ -805,7 +966,7 @@ pub(crate) fn try_lock_file(file: &File) -> bool {
     }
     #[cfg(not(unix))]
     {
-        let _ = file;
+        let _ = (file, exclusive);
         true
     }
 }

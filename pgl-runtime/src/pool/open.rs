@@ -3,13 +3,15 @@
 //! in line, then the volatile heap and the transaction engine.
 //!
 //! Invariant: `Pool::load` returns a pool only once every repair it made is durable and
-//! the header says the pool is open (so that a crash from here on is recovered again).
+//! the header says the pool is open (so that a crash from here on is recovered again); on
+//! a private mapping (`Pool::open_read_only`) the same steps run in the process's own copy
+//! of the bytes, and the header is left as read.
 
 use super::config::Config;
 use super::header::{
     Header, HeaderFault, FLAG_NO_CHECKSUMS, FLAG_OPEN, FLAG_PARITY, FORMAT_VERSION,
 };
-use super::pool::{new_uuid, now_secs, Inner, Pool, ALREADY_OPEN};
+use super::pool::{new_uuid, now_secs, Inner, Pool, ALREADY_OPEN, ALREADY_OPEN_READ_ONLY};
 use crate::geometry::{Geometry, PAGE};
 use crate::heap::Heap;
 use crate::persist::Media;
@@ -65,8 +67,14 @@ impl Pool {
 
     /// `from_media`, its errors not yet naming the file.
     fn load(media: Media, layout: Option<&str>, config: &Config, keep_modes: bool) -> Result<Pool> {
-        // Before anything is read: another `Pool` on this file could be changing it.
-        media.lock_exclusive("pool", ALREADY_OPEN)?;
+        // Before anything is read: another `Pool` on this file could be changing it. A
+        // read-only open writes only its private copy, and shares the file with others.
+        let read_only = media.is_private();
+        if read_only {
+            media.lock_shared("pool", ALREADY_OPEN_READ_ONLY)?;
+        } else {
+            media.lock_exclusive("pool", ALREADY_OPEN)?;
+        }
         let path = media.path();
         let len = media.len();
         if len < 2 * PAGE {
@@ -182,15 +190,18 @@ impl Pool {
             media.fence();
             media.check()?;
         }
-        // NO_CHECKSUMS is durable before any commit leaves a checksum stale.
-        header.flags = FLAG_OPEN
-            | if parity { FLAG_PARITY } else { 0 }
-            | if checksums { 0 } else { FLAG_NO_CHECKSUMS };
-        header.version = FORMAT_VERSION;
-        header.generation += 1;
-        Self::write_header_copy(&media, 0, &header);
-        Self::write_header_copy(&media, geo.header_offset(1), &header);
-        media.check()?;
+        // NO_CHECKSUMS is durable before any commit leaves a checksum stale. (A read-only
+        // open commits nothing: its header stays the one the file holds, for `info`.)
+        if !read_only {
+            header.flags = FLAG_OPEN
+                | if parity { FLAG_PARITY } else { 0 }
+                | if checksums { 0 } else { FLAG_NO_CHECKSUMS };
+            header.version = FORMAT_VERSION;
+            header.generation += 1;
+            Self::write_header_copy(&media, 0, &header);
+            Self::write_header_copy(&media, geo.header_offset(1), &header);
+            media.check()?;
+        }
         // Runs with bitmap words still damaged (beyond parity) load out of service.
         let heap = Heap::open(&media, geo, header.zones)?;
         let next_seq = rec.max_seq.checked_add(1).ok_or_else(|| Error::Corrupt {

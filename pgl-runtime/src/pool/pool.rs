@@ -63,7 +63,8 @@ impl Drop for Inner {
     /// next open must repair.
     fn drop(&mut self) {
         let media = &self.eng.media;
-        if media.check().is_err() {
+        // A read-only open closes as it opened: its repairs were in its private copy.
+        if media.check().is_err() || media.is_private() {
             return;
         }
         // Deferred records are settled; the last retire mark of each lane was written
@@ -127,8 +128,12 @@ pub struct PoolInfo {
     pub heap_capacity: u64,
     /// Bytes free for allocation.
     pub free: u64,
-    /// The durability back-end in use.
+    /// The durability back-end in use (`read-only` for a pool opened with
+    /// [`Pool::open_read_only`]).
     pub flush: &'static str,
+    /// Whether the pool was opened with [`Pool::open_read_only`]: what opening and reading
+    /// it repaired (see [`Pool::stats`]) was repaired in memory only, not in the file.
+    pub read_only: bool,
 }
 
 impl std::fmt::Debug for Pool {
@@ -147,7 +152,15 @@ const ROOT_IN_TX_WAIT: std::time::Duration = std::time::Duration::from_micros(20
 
 /// What to do instead of opening a pool that is open already (`Error::AlreadyOpen`).
 pub(super) const ALREADY_OPEN: &str =
-    "share one `Pool` (clone it) instead of opening the file twice, or close the other first";
+    "within one program, share one `Pool` (clone it) instead of opening the file twice; if \
+     another program (or a `pgl` command inspecting it) has it open, wait for it to close \
+     the pool, or stop it";
+
+/// What to do instead of opening read-only a pool a writer has open (`Error::AlreadyOpen`).
+pub(super) const ALREADY_OPEN_READ_ONLY: &str =
+    "a pool is inspected only while no program has it open to write (its commits would \
+     change the bytes under the inspection): wait for the program that has it open to close \
+     it, or stop that program, then inspect it again";
 
 pub(super) fn now_secs() -> u64 {
     std::time::SystemTime::now()
@@ -230,6 +243,52 @@ impl Pool {
         let config = Config::new("any");
         let media = Self::pool_media(path.as_ref(), &config)?;
         Self::from_media(media, None, &config, true)
+    }
+
+    /// Opens the pool at `path` whatever its layout for inspection, without ever writing
+    /// the file: `pgl info`, `dump` and `check` open pools so. The file is opened
+    /// read-only and mapped privately (copy-on-write), so it may be a read-only file (mode
+    /// 0444, a mounted backup, an evidence copy). Opening runs everything [`Pool::open`]
+    /// runs (a damaged header copy rewritten from the other, committed transactions a
+    /// crash interrupted replayed, zone metadata, allocation bitmaps and parity repaired,
+    /// and reads that find damage rebuild the object from parity), but in this process's
+    /// private copy of the bytes: the caller sees the pool as the next writable open will
+    /// make it, while the file keeps its damage. [`Pool::stats`] says what was done that
+    /// way (`header_repairs`, `records_replayed`, `lane_copies_damaged`,
+    /// `metadata_repairs`, `bitmap_repairs`, `objects_repaired`, ...), and
+    /// [`PoolInfo::read_only`] says the pool is open so.
+    ///
+    /// Reading works as on any pool (`get`, `read_object`, `objects`, `types`,
+    /// `verify_objects`, `verify_parity`, `scrub(false, ..)`, and transactions that only
+    /// read); everything that would change the pool fails with [`Error::ReadOnly`] and
+    /// changes nothing: a transaction that changes, creates or frees an object (creating
+    /// the root included), [`Pool::grow`], [`Pool::inject`], `scrub(true, ..)`.
+    ///
+    /// Any number of read-only opens may share a file, but none while a writable `Pool`
+    /// has it open (in this process or another), nor a writable open while one of them
+    /// has it: `Error::AlreadyOpen`. An inspection beside a writer would see its commits
+    /// half made and report damage that is not there.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Pool> {
+        let config = Config::new("any");
+        let media = Media::open_private(path.as_ref(), FileKind::Pool)?;
+        Self::from_media(media, None, &config, true)
+    }
+
+    /// Whether this pool was opened with [`Pool::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.inner.eng.media.is_private()
+    }
+
+    /// `Err(Error::ReadOnly)` naming `what` if the pool was opened read-only.
+    pub(crate) fn refuse_read_only(&self, what: &'static str) -> Result<()> {
+        let media = &self.inner.eng.media;
+        if media.is_private() {
+            return Err(Error::ReadOnly {
+                path: media.path(),
+                what,
+            });
+        }
+        Ok(())
     }
 
     /// Creates a pool on a crash-simulation device (tests).
@@ -462,6 +521,7 @@ impl Pool {
     /// takes (the size is rounded up to a zone boundary). `Error::InvalidConfig` if the
     /// pool is that big already, or `new_size` is beyond `Config::max_size`.
     pub fn grow(&self, new_size: u64) -> Result<()> {
+        self.refuse_read_only("pool.grow")?;
         let _g = self.inner.grow_lock.lock();
         let eng = &self.inner.eng;
         let mut header = self.inner.header.lock().clone();
@@ -553,6 +613,7 @@ impl Pool {
             heap_capacity: eng.heap.capacity_bytes(),
             free: eng.heap.free_bytes(),
             flush: eng.media.mode_name(),
+            read_only: eng.media.is_private(),
         }
     }
 
@@ -599,6 +660,7 @@ impl Pool {
     /// # Ok::<(), pgl_runtime::Error>(())
     /// ```
     pub fn inject(&self, fault: &crate::Fault) -> Result<()> {
+        self.refuse_read_only("pool.inject")?;
         let eng = &self.inner.eng;
         if tx::in_tx(eng) {
             return Err(Error::InTransaction {

@@ -65,6 +65,9 @@ impl Pool {
     /// (`Error::InTransaction`), nor while this thread holds a `Ref` or a `Detached` of the
     /// pool (`Error::HeldByThisThread`).
     pub fn scrub(&self, repair: bool, progress: impl FnMut(u64, u64)) -> Result<ScrubReport> {
+        if repair {
+            self.refuse_read_only("a scrub with repair")?;
+        }
         let eng = &self.inner.eng;
         let mut report = self.scrub_all(repair, progress).map_err(|e| eng.named(e))?;
         report.damaged = (report.damaged.into_iter())

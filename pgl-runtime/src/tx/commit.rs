@@ -267,6 +267,13 @@ impl Tx<'_> {
             self.lane.counters.add(Counter::Commits, 1);
             return Ok(());
         }
+        if eng.media.is_private() {
+            // `Pool::open_read_only`: a change would stay in memory and be lost.
+            return Err(Error::ReadOnly {
+                path: eng.media.path(),
+                what: "a transaction that changes the pool",
+            });
+        }
         // 1. canaries
         for b in &st.lane.scratch.bufs {
             // SAFETY: buffers live until release; no handle is alive during commit.

@@ -1,0 +1,225 @@
+//! `Pool::open_read_only`: recovery and repair run in the process's private copy, the file
+//! keeps every byte; everything that would change the pool is `Error::ReadOnly`; read-only
+//! opens share a file with each other, not with a writer.
+
+mod support;
+
+use pgl::prelude::*;
+use pgl::{CrashSim, Error, Fault};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+const LAYOUT: &str = "pool-read-only";
+
+#[derive(Persistent)]
+#[repr(C)]
+struct Root {
+    cold: Oid<Item>,
+    hot: Oid<Item>,
+}
+
+#[derive(Persistent)]
+#[repr(C)]
+struct Item {
+    value: u64,
+    label: [u8; 24],
+}
+
+/// A pool file removed when the test ends.
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn new(name: &str) -> TempFile {
+        let p = support::test_dir().join(format!("pgl-ro-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        TempFile(p)
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A pool file a crash interrupted right after a transaction set `hot`'s value to 3 (its
+/// record sealed, its retire mark not durable: the next open replays it), with header copy
+/// A and the payload of `cold` (which the transaction did not touch) damaged; the oids of
+/// `cold` and `hot`.
+fn crashed_and_damaged(file: &TempFile) -> (Oid<Item>, Oid<Item>) {
+    let cfg = Config::small(LAYOUT);
+    let sim = CrashSim::new(cfg.size);
+    let pool = Pool::create_sim(&sim, &cfg).unwrap();
+    let root = pool.root::<Root>().unwrap();
+    let (cold, hot) = pool
+        .tx(|tx| {
+            let cold = tx.alloc(Item {
+                value: 1,
+                label: [b'c'; 24],
+            })?;
+            let hot = tx.alloc(Item {
+                value: 2,
+                label: [b'h'; 24],
+            })?;
+            let mut r = tx.open(root)?;
+            r.cold = cold;
+            r.hot = hot;
+            Ok((cold, hot))
+        })
+        .unwrap();
+    drop(pool);
+    let pool = Pool::open_sim(&sim, LAYOUT).unwrap();
+    let points = Arc::new(Mutex::new(Vec::new()));
+    let sink = points.clone();
+    sim.set_fence_hook(move |s: &CrashSim| sink.lock().unwrap().push(s.crash_point()));
+    pool.tx(|tx| {
+        tx.open(hot)?.value = 3;
+        Ok(())
+    })
+    .unwrap();
+    sim.clear_fence_hook();
+    let mut points = points.lock().unwrap();
+    points.push(sim.crash_point());
+    let image = points
+        .iter()
+        .find_map(|cp| {
+            let dev = cp.device(cfg.size, |_| false);
+            let replayed = Pool::open_sim(&dev, LAYOUT).ok()?.stats().records_replayed;
+            (replayed > 0).then(|| cp.image(|_| false))
+        })
+        .expect("a crash point with a sealed record to replay");
+    let mut bytes: Vec<u8> = image
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .take(sim.len() as usize)
+        .collect();
+    bytes[40..48].copy_from_slice(b"garbage!");
+    let at = cold.raw() as usize + 8;
+    bytes[at..at + 4].copy_from_slice(b"\xde\xad\xbe\xef");
+    std::fs::write(&file.0, &bytes).unwrap();
+    (cold, hot)
+}
+
+/// Opening read-only replays the crash's record and repairs the header copy and the
+/// damaged object in memory: the caller reads the recovered, repaired pool, the stats say
+/// what was done, and the file's bytes are the same after the pool is dropped.
+#[test]
+fn a_read_only_open_recovers_and_repairs_in_memory_and_leaves_the_file_as_it_was() {
+    let file = TempFile::new("crashed");
+    let (cold, hot) = crashed_and_damaged(&file);
+    let before = std::fs::read(&file.0).unwrap();
+    let pool = Pool::open_read_only(&file.0).unwrap();
+    assert!(pool.is_read_only() && pool.info().read_only);
+    let s = pool.stats();
+    assert_eq!(
+        (s.records_replayed, s.header_repairs, s.objects_repaired),
+        (1, 1, 1),
+        "{s:?}"
+    );
+    assert_eq!(pool.get(hot).unwrap().value, 3, "the record was replayed");
+    let c = pool.get(cold).unwrap();
+    assert_eq!((c.value, c.label), (1, [b'c'; 24]), "parity rebuilt it");
+    drop(c);
+    assert!(pool.verify_objects(|_, _| {}).unwrap().is_empty());
+    assert!(pool.verify_parity().unwrap().is_empty());
+    drop(pool);
+    assert!(
+        std::fs::read(&file.0).unwrap() == before,
+        "the file changed"
+    );
+    // The next writable open finds the same to do.
+    let pool = Pool::open(&file.0, LAYOUT).unwrap();
+    assert_eq!(pool.stats().records_replayed, 1);
+}
+
+/// Everything that would change a read-only pool fails with `Error::ReadOnly` and changes
+/// nothing; transactions that only read work.
+#[test]
+fn changes_to_a_read_only_pool_are_refused_with_read_only() {
+    let file = TempFile::new("refused");
+    let pool = Pool::create(&file.0, &Config::small(LAYOUT)).unwrap();
+    let item = pool
+        .tx(|tx| {
+            tx.alloc(Item {
+                value: 5,
+                label: [0; 24],
+            })
+        })
+        .unwrap();
+    drop(pool);
+    let before = std::fs::read(&file.0).unwrap();
+    let pool = Pool::open_read_only(&file.0).unwrap();
+    let read_only = |r: Result<()>, what: &str| match r {
+        Err(Error::ReadOnly { ref path, .. }) if *path == file.0 => {
+            let msg = r.unwrap_err().to_string();
+            assert!(
+                msg.contains("read-only") && msg.contains("Pool::open"),
+                "{msg}"
+            );
+        }
+        other => panic!("{what}: expected Error::ReadOnly, got {other:?}"),
+    };
+    read_only(
+        pool.tx(|tx| {
+            tx.open(item)?.value = 6;
+            Ok(())
+        }),
+        "a change",
+    );
+    read_only(
+        pool.tx(|tx| {
+            tx.alloc(Item {
+                value: 1,
+                label: [0; 24],
+            })
+            .map(drop)
+        }),
+        "an allocation",
+    );
+    read_only(pool.tx(|tx| tx.free(item)), "a free");
+    read_only(pool.root::<Root>().map(drop), "creating the root");
+    read_only(pool.grow(pool.size() * 2), "grow");
+    read_only(
+        pool.inject(&Fault::ObjectScribble {
+            oid: item.raw(),
+            at: 16,
+            len: 4,
+            seed: 1,
+        }),
+        "inject",
+    );
+    read_only(pool.scrub(true, |_, _| {}).map(drop), "scrub with repair");
+    // Reading works, in and out of transactions; the refused ones changed nothing.
+    assert_eq!(pool.tx(|tx| Ok(tx.get(item)?.value)).unwrap(), 5);
+    assert_eq!(pool.get(item).unwrap().value, 5);
+    assert!(pool.scrub(false, |_, _| {}).unwrap().is_clean());
+    assert_eq!(pool.objects().unwrap().len(), 1);
+    drop(pool);
+    assert!(
+        std::fs::read(&file.0).unwrap() == before,
+        "the file changed"
+    );
+}
+
+/// Read-only opens share a file; a writer and a reader exclude each other (a reader beside
+/// a writer would see its commits half made).
+#[test]
+fn read_only_opens_share_a_file_but_not_with_a_writer() {
+    let file = TempFile::new("shared");
+    let writer = Pool::create(&file.0, &Config::small(LAYOUT)).unwrap();
+    match Pool::open_read_only(&file.0) {
+        Err(Error::AlreadyOpen { instead, .. }) => {
+            assert!(instead.contains("wait for the program"), "{instead}")
+        }
+        other => panic!("expected AlreadyOpen, got {:?}", other.map(drop)),
+    }
+    drop(writer);
+    let a = Pool::open_read_only(&file.0).unwrap();
+    let b = Pool::open_read_only(&file.0).unwrap();
+    assert!(matches!(
+        Pool::open(&file.0, LAYOUT),
+        Err(Error::AlreadyOpen { .. })
+    ));
+    drop((a, b));
+    drop(Pool::open(&file.0, LAYOUT).unwrap());
+}
