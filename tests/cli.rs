@@ -241,8 +241,9 @@ fn check_reports_a_scribbled_object_and_exits_1() {
     );
     insta::assert_snapshot!("check_scribbled", check.stdout);
 
+    // Damage shown is a problem found: exit 1, as `check` does.
     let dump = pgl(&dir, &["dump", p, &format!("{victim:#x}")]);
-    assert_eq!(dump.code, 0, "{}", dump.stderr);
+    assert_eq!(dump.code, 1, "{}", dump.stderr);
     assert!(dump.stdout.contains("MISMATCH"), "{}", dump.stdout);
 }
 
@@ -316,8 +317,10 @@ fn check_reports_a_bitmap_word_beyond_repair_and_exits_1() {
     );
 }
 
+/// `pgl check` reports a damaged header copy, and leaves it to a program's open to rewrite
+/// it: a second check reports it again, and after an open the check is clean.
 #[test]
-fn check_repairs_a_damaged_header_copy_and_reports_it() {
+fn check_reports_a_damaged_header_copy_without_repairing_it() {
     let dir = TempDir::new("header");
     let path = sample_pool(&dir);
     let p = path.to_str().unwrap();
@@ -325,8 +328,15 @@ fn check_repairs_a_damaged_header_copy_and_reports_it() {
 
     let first = pgl(&dir, &["check", p]);
     assert_eq!(first.code, 1, "{}\n{}", first.stdout, first.stderr);
-    assert!(first.stdout.contains("rewritten"), "{}", first.stdout);
+    assert!(
+        first.stdout.contains("header    one copy is damaged"),
+        "{}",
+        first.stdout
+    );
+    let again = pgl(&dir, &["check", p]);
+    assert_eq!(again.stdout, first.stdout, "the first check wrote the file");
 
+    drop(Pool::open(&path, LAYOUT).unwrap());
     let second = pgl(&dir, &["check", p]);
     assert_eq!(second.code, 0, "{}\n{}", second.stdout, second.stderr);
     assert!(
@@ -337,7 +347,7 @@ fn check_repairs_a_damaged_header_copy_and_reports_it() {
 }
 
 /// A crash between the writes of a header update's two copies leaves copy A one
-/// generation ahead of copy B: not damage. `pgl check` says the update was completed and
+/// generation ahead of copy B: not damage. `pgl check` says a program's open completes it and
 /// exits 0 (it reported a damaged copy rewritten, exit 1: a false alarm).
 #[test]
 fn check_completes_a_header_update_a_crash_interrupted_without_alarm() {
@@ -356,12 +366,13 @@ fn check_completes_a_header_update_a_crash_interrupted_without_alarm() {
     assert_eq!(check.code, 0, "{}\n{}", check.stdout, check.stderr);
     assert!(
         check.stdout.contains(
-            "header    a header update a crash interrupted was completed (one copy was older, \
-             as the crash left it; not damage)"
+            "header    a header update a crash interrupted left one copy older (not damage: \
+             a program's next open completes it)"
         ) && check.stdout.ends_with("result: clean"),
         "{}",
         check.stdout
     );
+    drop(Pool::open(&path, LAYOUT).unwrap());
     let again = pgl(&dir, &["check", p]);
     assert!(
         again.stdout.contains("header    both copies valid"),
@@ -371,8 +382,8 @@ fn check_completes_a_header_update_a_crash_interrupted_without_alarm() {
 }
 
 /// A damaged copy of a redo lane (its seal, or its retire mark) in a pool closed cleanly:
-/// opening rewrites it from the other copy, and `pgl check` says so and exits 1 (it said
-/// "lanes valid" and exited 0). The next check finds it repaired.
+/// a program's open rewrites it from the other copy; `pgl check` reports it and exits 1 (it said
+/// "lanes valid" and exited 0). A program's open rewrites it: the next check is clean.
 #[test]
 fn check_reports_a_damaged_lane_copy_and_exits_1() {
     let dir = TempDir::new("lane");
@@ -391,12 +402,13 @@ fn check_reports_a_damaged_lane_copy_and_exits_1() {
         );
         assert!(
             check.stdout.contains(
-                "  lanes     1 damaged lane copy rewritten from the other (opening the pool \
-                 does this; the pool is consistent)"
+                "  lanes     1 damaged lane copy, the other valid (a program's next open \
+                 rewrites it from the other; the pool is consistent)"
             ) && check.stdout.ends_with("result: 1 problem(s)"),
             "lane {lane} copy {copy}: {}",
             check.stdout
         );
+        drop(Pool::open(&path, LAYOUT).unwrap());
         let again = pgl(&dir, &["check", p]);
         assert_eq!(again.code, 0, "{}", again.stdout);
         assert!(
@@ -419,12 +431,11 @@ fn injected_header_damage_survives_the_close_and_check_reports_it() {
     let check = pgl(&dir, &["check", p]);
     assert_eq!(check.code, 1, "{}\n{}", check.stdout, check.stderr);
     assert!(
-        check
-            .stdout
-            .contains("header    a damaged copy was rewritten from the valid one"),
+        check.stdout.contains("header    one copy is damaged"),
         "{}",
         check.stdout
     );
+    drop(Pool::open(&path, LAYOUT).unwrap());
     assert_eq!(pgl(&dir, &["check", p]).code, 0, "the open repaired it");
 
     let inj = pgl(&dir, &["inject", p, "header", "1", "100", "8"]);
@@ -442,14 +453,21 @@ fn errors_exit_2_with_the_message_on_stderr() {
     let dir = TempDir::new("errors");
     let missing = dir.join("missing.pool");
     let m = missing.to_str().unwrap();
-    for cmd in ["check", "info"] {
+    for cmd in ["check", "info", "scrub"] {
         let out = pgl(&dir, &[cmd, m]);
         assert_eq!(out.code, 2, "{cmd}");
         assert_eq!(out.stdout, "", "{cmd}");
+        let open = if cmd == "scrub" {
+            "open"
+        } else {
+            "open read-only"
+        };
         assert_eq!(
             out.stderr,
-            "error: open [DIR]/missing.pool: No such file or directory (os error 2); check the \
-             path, or create the pool (Pool::create, `pgl create`)",
+            format!(
+                "error: {open} [DIR]/missing.pool: No such file or directory (os error 2); \
+                 check the path, or create the pool (Pool::create, `pgl create`)"
+            ),
             "{cmd}"
         );
     }
@@ -541,10 +559,17 @@ fn directories_in_place_of_files_say_what_to_do() {
     for args in [&["check", d][..], &["info", d], &["scrub", d, "--repair"]] {
         let out = pgl(&dir, args);
         assert_eq!(out.code, 2, "{args:?}");
+        let open = if args[0] == "scrub" {
+            "open"
+        } else {
+            "open read-only"
+        };
         assert_eq!(
             out.stderr,
-            "error: open [DIR]: Is a directory (os error 21); give the path of a pool file, \
-             not of a directory",
+            format!(
+                "error: {open} [DIR]: Is a directory (os error 21); give the path of a pool \
+                 file, not of a directory"
+            ),
             "{args:?}"
         );
     }
@@ -650,7 +675,7 @@ fn commands_refuse_a_pool_a_program_has_open() {
         let out = pgl(&dir, args);
         assert_eq!(out.code, 2, "{args:?}: {}{}", out.stdout, out.stderr);
         assert!(
-            out.stderr.contains("the pool is open already"),
+            out.stderr.contains("the pool is open in another program"),
             "{args:?}: {}",
             out.stderr
         );

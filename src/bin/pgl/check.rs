@@ -1,4 +1,7 @@
-//! `pgl check`: verify a pool without repairing it.
+//! `pgl check`: verify a pool without writing it. The pool is opened read-only
+//! (`Pool::open_read_only`): what opening it repairs (a header or lane copy, zone metadata,
+//! bitmap words, objects a crash left in disagreement with parity) is repaired in memory
+//! only, and reported as damage found, which the file still holds.
 
 use crate::info::migration_line;
 use crate::progress::{slow, Bar, OPENING};
@@ -23,7 +26,7 @@ pub(crate) fn is_damage(e: &Error) -> bool {
 pub(crate) fn check(file: &Path) -> Result<(String, bool)> {
     let mut out = String::new();
     let _ = writeln!(out, "checking {}", file.display());
-    let pool = match slow(OPENING, || Pool::open_any(file)) {
+    let pool = match slow(OPENING, || Pool::open_read_only(file)) {
         Ok(p) => p,
         Err(e) if is_damage(&e) => {
             let _ = writeln!(out, "  open      FAILED: {e}");
@@ -38,8 +41,8 @@ pub(crate) fn check(file: &Path) -> Result<(String, bool)> {
         // Not a problem: the older copy was legitimate.
         let _ = writeln!(
             out,
-            "  header    a header update a crash interrupted was completed (one copy was \
-             older, as the crash left it; not damage)"
+            "  header    a header update a crash interrupted left one copy older (not \
+             damage: a program's next open completes it)"
         );
     } else if s.header_repairs == 0 {
         let _ = writeln!(out, "  header    both copies valid");
@@ -47,30 +50,40 @@ pub(crate) fn check(file: &Path) -> Result<(String, bool)> {
         problems += 1;
         let _ = writeln!(
             out,
-            "  header    a damaged copy was rewritten from the valid one"
+            "  header    one copy is damaged, the other valid (a program's next open \
+             rewrites it from the valid one)"
         );
     }
     if s.lane_copies_damaged > 0 {
-        // Opening rewrote them (`pgl scrub` does not touch lanes): damage found, now gone.
+        // A program's next open rewrites them (`pgl scrub` does not touch lanes).
         problems += s.lane_copies_damaged;
         let _ = writeln!(
             out,
-            "  lanes     {} damaged lane cop{} rewritten from the other (opening the pool \
-             does this; the pool is consistent)",
+            "  lanes     {} damaged lane cop{}, the other valid (a program's next open \
+             rewrites {} from the other; the pool is consistent)",
             s.lane_copies_damaged,
             if s.lane_copies_damaged == 1 {
                 "y"
             } else {
                 "ies"
+            },
+            if s.lane_copies_damaged == 1 {
+                "it"
+            } else {
+                "them"
             }
         );
     }
-    if s.lane_copies_damaged == 0 || s.records_replayed > 0 {
+    if s.records_replayed > 0 {
+        // Not damage: a crash interrupted the program that had the pool open.
         let _ = writeln!(
             out,
-            "  lanes     valid; {} committed record(s) replayed",
+            "  lanes     valid; {} committed record(s) a crash left to replay (checked as \
+             replayed; a program's next open replays them)",
             s.records_replayed
         );
+    } else if s.lane_copies_damaged == 0 {
+        let _ = writeln!(out, "  lanes     valid; 0 committed record(s) replayed");
     }
     if s.metadata_repairs == 0 {
         let _ = writeln!(out, "  metadata  both copies valid in every zone");
@@ -78,7 +91,8 @@ pub(crate) fn check(file: &Path) -> Result<(String, bool)> {
         problems += s.metadata_repairs;
         let _ = writeln!(
             out,
-            "  metadata  {} damaged zone metadata cop(ies) rewritten from the other",
+            "  metadata  {} damaged zone metadata cop(ies) (a program's next open rewrites \
+             them from the other)",
             s.metadata_repairs
         );
     }
@@ -89,7 +103,8 @@ pub(crate) fn check(file: &Path) -> Result<(String, bool)> {
         problems += s.bitmap_repairs;
         let _ = writeln!(
             out,
-            "  bitmaps   {} damaged allocation bitmap word(s) rebuilt from parity",
+            "  bitmaps   {} damaged allocation bitmap word(s) that parity rebuilds (a \
+             program's next open does)",
             s.bitmap_repairs
         );
     }
@@ -101,6 +116,17 @@ pub(crate) fn check(file: &Path) -> Result<(String, bool)> {
              verifies nor could be rebuilt (their objects stay readable; nothing is \
              allocated there)",
             s.runs_quarantined
+        );
+    }
+    if s.objects_repaired > 0 {
+        // Damage in the zones a crash left to reconcile with parity: rebuilt as the pool
+        // opened (in memory), so the objects verify below; the file still holds it.
+        problems += s.objects_repaired;
+        let _ = writeln!(
+            out,
+            "  objects   {} damaged object(s) in zones a crash interrupted, which parity \
+             rebuilds (a program's next open does)",
+            s.objects_repaired
         );
     }
     if let Some(line) = migration_line(&pool)? {

@@ -45,15 +45,18 @@ pub(crate) fn hex_dump(out: &mut String, data: &[u8]) {
     let _ = writeln!(out, "{:08x}", data.len());
 }
 
-pub(crate) fn dump(file: &Path, oid: u64, max: Option<u64>) -> Result<String> {
-    let pool = slow(OPENING, || Pool::open_any(file))?;
+/// `pgl dump`: the report, and whether it shows damage (a checksum that does not match).
+/// The pool is opened read-only: dumping never writes the file.
+pub(crate) fn dump(file: &Path, oid: u64, max: Option<u64>) -> Result<(String, bool)> {
+    let pool = slow(OPENING, || Pool::open_read_only(file))?;
     let (h, data) = pool.read_object(oid)?;
     let mut out = String::new();
     let _ = writeln!(out, "object {oid:#x}");
     let _ = writeln!(out, "  size      {} bytes", h.size);
     let _ = writeln!(out, "  type id   {:#010x}", h.type_id);
     let computed = expected_checksum(oid, &h, &data);
-    if computed == h.checksum && h.size == data.len() as u64 {
+    let valid = computed == h.checksum && h.size == data.len() as u64;
+    if valid {
         let _ = writeln!(out, "  checksum  {:#010x} (valid)", h.checksum);
     } else {
         let _ = writeln!(
@@ -68,7 +71,7 @@ pub(crate) fn dump(file: &Path, oid: u64, max: Option<u64>) -> Result<String> {
     if shown < data.len() {
         let _ = writeln!(out, "({} more bytes not shown)", data.len() - shown);
     }
-    Ok(out)
+    Ok((out, !valid))
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! `pgl info`.
+//! `pgl info`: what a pool holds, read without writing the file (`Pool::open_read_only`).
 
 use crate::progress::{slow, OPENING};
 use crate::units::{bytes, utc};
@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 pub(crate) fn info(file: &Path, list: bool) -> Result<String> {
-    let pool = slow(OPENING, || Pool::open_any(file))?;
+    let pool = slow(OPENING, || Pool::open_read_only(file))?;
     let info = pool.info();
     let h = &info.header;
     let g = &h.geo;
@@ -28,7 +28,16 @@ pub(crate) fn info(file: &Path, list: bool) -> Result<String> {
     line("heap", format!("{} capacity", bytes(info.heap_capacity)));
     line("used", bytes(info.heap_capacity.saturating_sub(info.free)));
     line("free", bytes(info.free));
-    line("flush", info.flush.to_string());
+    if info.read_only {
+        line(
+            "flush",
+            "none: opened read-only (what the counters below repaired was repaired in \
+             memory; the file is unchanged)"
+                .to_string(),
+        );
+    } else {
+        line("flush", info.flush.to_string());
+    }
     if let Some(m) = migration_line(&pool)? {
         line("migration", m);
     }
@@ -81,7 +90,7 @@ pub(crate) fn info(file: &Path, list: bool) -> Result<String> {
     };
     let mut rows: Vec<(u32, Option<u64>, String)> = types
         .iter()
-        .map(|t| (t.type_id, Some(t.layout), t.name.clone()))
+        .map(|t| (t.type_id, Some(t.layout), type_name(&t.name)))
         .collect();
     for t in by_type.keys() {
         if !rows.iter().any(|r| r.0 == *t) {
@@ -171,4 +180,57 @@ pub(crate) fn migration_line(pool: &Pool) -> Result<Option<String>> {
             )
         }
     }))
+}
+
+/// A registered type's name as its user knows it: the hidden type of an `#[extendible]`
+/// struct's extension group `k` (`path::__PglNodeExt1`, which the derive generates) as
+/// `path::Node extension group 1`; every other name as stored.
+pub(crate) fn type_name(stored: &str) -> String {
+    let (path, last) = match stored.rfind("::") {
+        Some(i) => stored.split_at(i + 2),
+        None => ("", stored),
+    };
+    // The derive puts the group's type in a `const _: () = { ... }` beside the struct.
+    let path = match path.strip_suffix("_::") {
+        Some(p) if p.is_empty() || p.ends_with("::") => p,
+        _ => path,
+    };
+    let group = last.strip_prefix("__Pgl").and_then(|rest| {
+        let at = rest.rfind("Ext")?;
+        let (name, k) = (&rest[..at], &rest[at + 3..]);
+        let numbered = !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit());
+        (numbered && !name.is_empty()).then(|| format!("{path}{name} extension group {k}"))
+    });
+    group.unwrap_or_else(|| stored.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::type_name;
+
+    #[test]
+    fn extension_groups_are_named_for_their_struct() {
+        assert_eq!(
+            type_name("app::__PglNodeExt1"),
+            "app::Node extension group 1"
+        );
+        assert_eq!(type_name("__PglNodeExt12"), "Node extension group 12");
+        assert_eq!(
+            type_name("a::b::__PglNextExt2"),
+            "a::b::Next extension group 2"
+        );
+        assert_eq!(
+            type_name("app::_::__PglNodeExt1"),
+            "app::Node extension group 1"
+        );
+        assert_eq!(
+            type_name("my_::__PglNodeExt1"),
+            "my_::Node extension group 1"
+        );
+        // Not a group's hidden type: as stored.
+        assert_eq!(type_name("app::Node"), "app::Node");
+        assert_eq!(type_name("app::__PglExt1"), "app::__PglExt1");
+        assert_eq!(type_name("app::__PglNodeExt"), "app::__PglNodeExt");
+        assert_eq!(type_name("app::__PglNodeExtra"), "app::__PglNodeExtra");
+    }
 }

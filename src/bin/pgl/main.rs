@@ -1,8 +1,12 @@
 //! `pgl`: create, inspect and check pool files, and inspect and check log files.
 //!
+//! `info`, `check` and `dump` never write the pool file (`Pool::open_read_only`): they may
+//! inspect a read-only file, and what opening the pool would repair is reported, not done.
+//! `scrub` (with `--repair`) and `inject` are the commands that change a pool.
+//!
 //! Exit status: 0 on success; `pgl check`, `pgl scrub` and `pgl log check` exit 1 when
 //! they find a problem (damage, a pool or log too damaged to open included: the report on
-//! stdout says so); every command exits 2 on an error, when it could not do its work (a
+//! stdout says so), and `pgl dump` when the object it shows does not verify; every command exits 2 on an error, when it could not do its work (a
 //! missing or unreadable file, a file that is not a pool, or not a log, a format version
 //! this build does not read, a bad argument). Errors are printed to stderr as
 //! `error: <message>`; reports go to stdout.
@@ -36,10 +40,12 @@ use std::process::ExitCode;
 #[derive(Parser)]
 #[command(name = "pgl", version, about, long_about = None)]
 #[command(
-    after_help = "Exit status: 0 ok; 1 `check`, `scrub` or `log check` found problems (damage, \
-                  a pool or log too damaged to open included); 2 error: the command could not \
-                  do its work (a missing file, a file that is not a pool or not a log, a bad \
-                  argument)."
+    after_help = "`info`, `check` and `dump` never write the pool file; `scrub --repair` and \
+                  `inject` change it.\n\nExit status: 0 ok; 1 `check`, `scrub` or `log check` \
+                  found problems (damage, a pool or log too damaged to open included), or the \
+                  object `dump` shows does not verify; 2 error: the command could not do its \
+                  work (a missing file, a file that is not a pool or not a log, a bad argument, \
+                  a pool another program has open)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -50,7 +56,9 @@ struct Cli {
 enum Command {
     /// Create a new pool file (sparse unless --preallocate: no data is written).
     Create(CreateArgs),
-    /// Show a pool's header, geometry, space, objects by type and counters.
+    /// Show a pool's header, geometry, space, objects by type and counters (without
+    /// writing the file: what opening the pool repairs, the counters show repaired in
+    /// memory only).
     Info {
         /// The pool file.
         file: PathBuf,
@@ -62,12 +70,14 @@ enum Command {
     /// Verify a pool: headers, redo lanes, zone metadata, allocation bitmaps, the type
     /// registry, parity and every object's checksum.
     ///
-    /// Opening the pool rewrites a damaged header copy from the good one and replays
-    /// committed transactions a crash interrupted, as every program opening it would.
-    /// It repairs no object: `pgl scrub --repair` does. Exits 0 if the pool is clean, 1
-    /// if a problem was found (the pool too damaged to open included: both header copies,
-    /// or cut short), 2 on an error (a missing file, a file that is not a pgl pool, a
-    /// format version this build does not read).
+    /// Never writes the file (it may be read-only): the pool is checked as a program's
+    /// next open would leave it (committed transactions a crash interrupted replayed), and
+    /// what that open would repair (a damaged header, lane or metadata copy, a bitmap
+    /// word) is reported as damage. It repairs nothing: `pgl scrub --repair` does, and any
+    /// program opening the pool repairs what opening repairs. Exits 0 if the pool is
+    /// clean, 1 if a problem was found (the pool too damaged to open included: both header
+    /// copies, or cut short), 2 on an error (a missing file, a file that is not a pgl pool,
+    /// a format version this build does not read, a pool another program has open).
     Check {
         /// The pool file.
         file: PathBuf,
@@ -96,7 +106,9 @@ enum Command {
         #[arg(long, global = true, default_value_t = 1)]
         seed: u64,
     },
-    /// Print one object's header and a hex dump of its payload.
+    /// Print one object's header and a hex dump of its payload (without writing the
+    /// file). Exits 1 if the object does not verify (its checksum, or its size), 2 on an
+    /// error.
     Dump {
         /// The pool file.
         file: PathBuf,
@@ -191,7 +203,7 @@ fn main() -> ExitCode {
         Command::Create(a) => create(a).map(|s| (s, false)),
         Command::Info { file, objects } => info(file, *objects).map(|s| (s, false)),
         Command::Check { file } => check(file),
-        Command::Dump { file, oid, max } => dump(file, *oid, *max).map(|s| (s, false)),
+        Command::Dump { file, oid, max } => dump(file, *oid, *max),
         Command::Scrub { file, repair } => scrub(file, *repair),
         Command::Inject { file, fault, seed } => inject(file, fault, *seed).map(|s| (s, false)),
         Command::Log(LogCommand::Info { file }) => log_info(file).map(|s| (s, false)),
@@ -206,6 +218,15 @@ fn main() -> ExitCode {
             ExitCode::from(u8::from(problems))
         }
         Err(e) => {
+            // A pool open elsewhere: the library's advice speaks to a program opening it
+            // twice; here the other holder is another program, or another `pgl`.
+            if let pgl::Error::AlreadyOpen {
+                path, what: "pool", ..
+            } = &e
+            {
+                let _ = writeln!(std::io::stderr(), "error: {}", already_open(path, &cli));
+                return ExitCode::from(2);
+            }
             // The oid came from the command line: say where the valid ones are listed.
             let hint = match (&e, &cli.command) {
                 (
@@ -221,4 +242,20 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// What `pgl` says of a pool another program (or another `pgl`) has open.
+fn already_open(path: &std::path::Path, cli: &Cli) -> String {
+    let why = match cli.command {
+        Command::Info { .. } | Command::Check { .. } | Command::Dump { .. } => {
+            "; a pool is inspected only while no program has it open to write (its commits \
+             would change the bytes under the inspection)"
+        }
+        _ => "",
+    };
+    format!(
+        "{}: the pool is open in another program (or another `pgl` command){why}; wait for \
+         it to close the pool, or stop it, then run this again",
+        path.display()
+    )
 }
