@@ -617,7 +617,8 @@ impl Pool {
         }
     }
 
-    /// The flush mode in use (`None` for crash-simulated media).
+    /// The flush mode in use (`None` for crash-simulated media, and for a pool opened with
+    /// [`Pool::open_read_only`], which flushes nothing).
     pub fn flush_mode(&self) -> Option<FlushMode> {
         match self.inner.eng.media.mode_name() {
             "sim" => None,
