@@ -1021,6 +1021,46 @@ mod tests {
     }
 
     #[test]
+    fn a_private_mapping_never_writes_the_file_and_counts_what_it_wrote_as_data() {
+        // Not on tmpfs, where a store to a private mapping's hole allocates the file's page
+        // (zeros) before copying it: there the file itself would count it as data.
+        let path = std::env::temp_dir().join(format!("pgl-media-private-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let (media, mut made) =
+            Media::create_file(&path, 1 << 20, 4 << 20, Some(FlushMode::None), false)
+                .expect("create");
+        made.publish().expect("publish");
+        // SAFETY: the first page of the 1 MiB pool, which nothing else uses.
+        unsafe { media.write(0, &[1; 4096]) };
+        media.flush(0, 4096);
+        drop(media);
+        let before = std::fs::read(&path).expect("read");
+
+        let media = Media::open_private(&path, FileKind::Pool).expect("open");
+        assert!(media.is_private());
+        media.lock_shared("pool", "").expect("shared");
+        let other = Media::open_private(&path, FileKind::Pool).expect("open again");
+        other.lock_shared("pool", "").expect("shared locks share");
+        // A page that is a hole of the file, written privately: data from now on.
+        let hole = 64 * 4096;
+        assert!(!media.data_extents(0, 1 << 20).has_data(hole, 4096));
+        // SAFETY: a page inside the mapping, which nothing else uses.
+        unsafe { media.write(hole + 8, &[2; 100]) };
+        media.flush(hole + 8, 100);
+        media.fence();
+        assert!(media.data_extents(0, 1 << 20).has_data(hole, 4096));
+        // SAFETY: as above.
+        assert_eq!(unsafe { media.read_u64(hole + 8) }, 0x0202_0202_0202_0202);
+        assert!(matches!(media.grow(2 << 20), Err(Error::ReadOnly { .. })));
+        drop((media, other));
+        assert!(
+            std::fs::read(&path).expect("read") == before,
+            "the file changed"
+        );
+        std::fs::remove_file(&path).expect("remove");
+    }
+
+    #[test]
     fn a_file_system_without_map_sync_gets_a_plain_mapping_that_works() {
         // tmpfs (or the temp directory's file system) refuses MAP_SYNC: asking for it
         // falls back to a plain mapping, and the mode is the file system's.
