@@ -501,21 +501,7 @@ impl Pool {
             if head == 0 {
                 return Ok(None);
             }
-            // Only read: the transaction is aborted once the journal is loaded, not
-            // committed, so a read-only pool (`Pool::open_read_only`, which refuses the
-            // commit of objects opened for writing) reads it too.
-            let mut loaded = None;
-            let read = self.tx(|tx| {
-                loaded = Some(Journal::load(tx, head)?);
-                Err::<(), _>(Error::Aborted {
-                    reason: "the migration journal was only read".into(),
-                })
-            });
-            let Some(l) = loaded else {
-                return Err(read.err().unwrap_or_else(|| Error::Aborted {
-                    reason: "the migration journal could not be read".into(),
-                }));
-            };
+            let l = self.tx(|tx| Journal::load(tx, head))?;
             let switched = l.state == State::Freeing;
             let to_free = if switched {
                 l.pairs.len() - l.freed + l.left.len()

@@ -260,9 +260,11 @@ impl Pool {
     ///
     /// Reading works as on any pool (`get`, `read_object`, `objects`, `types`,
     /// `verify_objects`, `verify_parity`, `scrub(false, ..)`, and transactions that only
-    /// read); everything that would change the pool fails with [`Error::ReadOnly`] and
-    /// changes nothing: a transaction that changes, creates or frees an object (creating
-    /// the root included), [`Pool::grow`], [`Pool::inject`], `scrub(true, ..)`.
+    /// read, `tx.open` included, which verifies the object and rebuilds it from parity
+    /// if damaged); everything that would change the pool fails with [`Error::ReadOnly`]
+    /// and changes nothing: a transaction that changes, creates or frees an object
+    /// (creating the root, or upgrading an `#[extendible]` object through `tx.ext`,
+    /// included), [`Pool::grow`], [`Pool::inject`], `scrub(true, ..)`.
     ///
     /// Any number of read-only opens may share a file, but none while a writable `Pool`
     /// has it open (in this process or another), nor a writable open while one of them

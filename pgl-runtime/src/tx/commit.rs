@@ -268,11 +268,23 @@ impl Tx<'_> {
             return Ok(());
         }
         if eng.media.is_private() {
-            // `Pool::open_read_only`: a change would stay in memory and be lost.
-            return Err(Error::ReadOnly {
-                path: eng.media.path(),
-                what: "a transaction that changes the pool",
-            });
+            // `Pool::open_read_only`: a change would stay in memory and be lost. Objects
+            // opened (verified, repaired from parity if damaged) and left unchanged are
+            // a read: nothing to write.
+            let changes = !st.lane.scratch.meta.is_empty()
+                || st.lane.scratch.bufs.iter().any(|b| {
+                    // SAFETY: as above.
+                    let buf = unsafe { b.as_ref() };
+                    buf.kind != BufKind::Open || buf.is_dirty()
+                });
+            if changes {
+                return Err(Error::ReadOnly {
+                    path: eng.media.path(),
+                    what: "a transaction that changes the pool",
+                });
+            }
+            self.lane.counters.add(Counter::Commits, 1);
+            return Ok(());
         }
         // 1. canaries
         for b in &st.lane.scratch.bufs {
