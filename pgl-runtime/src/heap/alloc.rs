@@ -191,6 +191,10 @@ pub(crate) struct Heap {
     zone_count: AtomicU64,
     /// Guards chunk claims; holds a stack of chunks believed free (checked when popped).
     chunk_lock: Mutex<Vec<(u64, u64)>>,
+    /// Where a new run's scan for an empty run to take over starts (`claim_run_chunk`):
+    /// just past the chunk the last such scan took, `zone << 32 | chunk`. Read and
+    /// written under `chunk_lock`.
+    run_cursor: AtomicU64,
     pools: Vec<Mutex<Vec<Arc<Run>>>>,
     /// Per class, `[plain, checked]` run layouts (`locate`).
     shapes: Box<[[RunShape; 2]]>,
@@ -232,6 +236,7 @@ impl Heap {
             grow_lock: Mutex::new(()),
             zone_count: AtomicU64::new(0),
             chunk_lock: Mutex::new(Vec::new()),
+            run_cursor: AtomicU64::new(1),
             quarantined: AtomicU64::new(0),
         };
         heap.add_zones(media, zones)?;
@@ -771,7 +776,7 @@ impl Heap {
         let mut free = self.chunk_lock.lock();
         let Some((zone_idx, chunk)) = self
             .pop_free(&mut free)
-            .or_else(|| self.claim_chunks(1, (0, 1), false))
+            .or_else(|| self.claim_run_chunk())
             .or_else(|| self.claim_chunks(1, (0, 1), true))
         else {
             return Err(self.full(size));
@@ -925,6 +930,23 @@ impl Heap {
         found
     }
 
+    /// Finds and reserves a chunk for a new run once the free stack is empty: an empty run
+    /// no lane allocates from. The scan starts where the last one ended and wraps around
+    /// once: a pool whose objects of one size were all freed hands its empty runs to
+    /// another size one after the other, and scanning each time from the first chunk made
+    /// that quadratic in the pool's chunks (256 MiB of 16 KiB chunks, refilled: 32 µs an
+    /// allocation instead of 4.6 µs at 16 MiB). Caller holds `chunk_lock`.
+    fn claim_run_chunk(&self) -> Option<(u64, u64)> {
+        let at = self.run_cursor.load(Ordering::Relaxed);
+        let from = (at >> 32, at & u64::from(u32::MAX));
+        let found = self
+            .claim_chunks(1, from, false)
+            .or_else(|| self.claim_chunks(1, (0, 1), false))?;
+        self.run_cursor
+            .store(found.0 << 32 | (found.1 + 1), Ordering::Relaxed);
+        Some(found)
+    }
+
     /// Finds and reserves `n` contiguous chunks that are free or empty, unowned runs (with
     /// `owned_too`, also empty runs lanes allocate from: for when nothing else is left), at
     /// or after chunk `from.1` of zone `from.0`. Caller holds `chunk_lock`.
@@ -934,6 +956,8 @@ impl Heap {
             let Some(zone) = self.zone(zi) else { continue };
             let mut start = if zi == from.0 { from.1.max(1) } else { 1 };
             while start + n <= per {
+                #[cfg(test)]
+                tests::SCANNED.with(|s| s.set(s.get() + 1));
                 if let Some(busy) =
                     (start..start + n).find(|&c| !self.chunk_available(zone, c, owned_too))
                 {
@@ -1260,6 +1284,62 @@ mod tests {
     use std::sync::mpsc;
 
     type Obj = [u64; 8];
+
+    thread_local! {
+        /// Start positions `claim_chunks` tried on this thread.
+        pub(super) static SCANNED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Allocates `T`s, `batch` a transaction, until the pool is full.
+    fn fill_with<T: crate::Persistent>(pool: &Pool, batch: usize) -> Vec<Oid<T>> {
+        let mut objs = Vec::new();
+        loop {
+            let r = pool.tx(|tx| {
+                (0..batch)
+                    .map(|_| tx.alloc_zeroed::<T>())
+                    .collect::<crate::Result<Vec<_>>>()
+            });
+            match r {
+                Ok(v) => objs.extend(v),
+                Err(crate::Error::PoolFull { .. }) => return objs,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
+    /// A pool filled with objects of one size, all freed, then filled with objects of
+    /// another size: each new run takes over an empty run of the first size. Finding them
+    /// costs a bounded number of chunk visits each, not a scan from the pool's first
+    /// chunk (which made refilling quadratic in the pool's chunks).
+    #[test]
+    fn refilling_with_another_size_visits_each_chunk_a_bounded_number_of_times() {
+        let path = crate::scratch_pool("refill-other-size");
+        let mut c = Config::small("refill");
+        c.chunk_size = 16 << 10;
+        c.rows = 64;
+        c.chunks_per_row = 4;
+        c.size = c.geometry().pool_size(2);
+        c.max_size = c.size;
+        let pool = Pool::create(&path, &c).unwrap();
+        let chunks = 2 * pool.engine().heap.geo.chunks_per_zone();
+        let big = fill_with::<[u64; 500]>(&pool, 16);
+        assert!(big.len() as u64 > chunks, "the pool filled: {}", big.len());
+        for batch in big.chunks(64) {
+            pool.tx(|tx| batch.iter().try_for_each(|&o| tx.free(o)))
+                .unwrap();
+        }
+        SCANNED.with(|s| s.set(0));
+        let small = fill_with::<[u64; 250]>(&pool, 16);
+        let scanned = SCANNED.with(|s| s.get());
+        assert!(small.len() as u64 > 2 * chunks, "refilled: {}", small.len());
+        // One visit per chunk taken over, plus the scans that find the pool full.
+        assert!(
+            scanned <= 8 * chunks,
+            "{scanned} chunk visits to refill a pool of {chunks} chunks"
+        );
+        drop(pool);
+        std::fs::remove_file(&path).unwrap();
+    }
 
     /// A pool of `Config::small` geometry at a scratch path named `name`, with `lanes`
     /// lanes and `zones` zones.
