@@ -52,6 +52,11 @@ pub(crate) struct Scratch {
     pub meta: MetaOps,
     pub undo: Vec<HeapUndo>,
     pub frees: Vec<PendingFree>,
+    /// How many of the transaction's buffers keep each extension link (`Buffer::link`),
+    /// so that `Tx::__alloc_linked` asks whether a link is owned in one lookup instead of
+    /// a pass over every buffer (which made a transaction allocating k extendible
+    /// objects quadratic in k).
+    pub links: SmallMap<u64, u32>,
     /// The allocations of a transaction's `InPlaceReads` (lent to it while it runs).
     pub reads: Option<Box<super::handle::LiveReads>>,
 }

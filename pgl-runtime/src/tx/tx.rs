@@ -16,6 +16,7 @@ use crate::heap::layout::{
     object_checksum, ObjectHeader, CHECKSUM_PREFIX, HEADER_SIZE, PREFIX_TYPE_OFFSET,
 };
 use crate::persistent::{Oid, Persistent};
+use crate::smallmap::SmallMap;
 use crate::stats::Counter;
 use crate::{Error, Result};
 use parking_lot::MutexGuard;
@@ -352,7 +353,10 @@ impl<'p> Tx<'p> {
                 }
                 buf.checksum = h.checksum;
                 if T::__OWNS_TAIL {
-                    buf.link = super::tail::link_at_end(buf.payload());
+                    if let Some(link) = super::tail::link_at_end(buf.payload()) {
+                        count_link(&mut st.lane.scratch.links, None, link);
+                        buf.link = Some(link);
+                    }
                 }
                 p
             }
@@ -509,10 +513,7 @@ impl<'p> Tx<'p> {
             });
             // A group built in this transaction for another owner is that owner's: an
             // owner keeps the link pgl set in its buffer (`tail`).
-            let owned = st.lane.scratch.bufs.iter().any(|b| {
-                // SAFETY: as above; only the kept link is read.
-                unsafe { b.as_ref() }.link == Some(link)
-            });
+            let owned = st.lane.scratch.links.get(&link).is_some_and(|&n| n > 0);
             if !fresh || owned {
                 return Err(Error::invalid_oid(
                     link,
@@ -591,7 +592,7 @@ impl<'p> Tx<'p> {
             unsafe { self.eng.media.read(off, buf.payload_mut()) };
             // A stale link would make the new object own a freed object's groups (or
             // whatever now lives in their blocks).
-            super::tail::set_link(buf, 0);
+            keep_link(&mut st.lane.scratch.links, buf, 0);
         } else {
             // The bytes stay in the pool until the object is first accessed (`buffered`).
             let sum = (sealed && self.eng.seals_trusted())
@@ -654,7 +655,7 @@ impl<'p> Tx<'p> {
         fill(buf.payload_mut());
         buf.mark_all();
         if let Some(link) = link {
-            super::tail::set_link(buf, link);
+            keep_link(&mut st.lane.scratch.links, buf, link);
         }
         Ok(off)
     }
@@ -664,7 +665,11 @@ impl<'p> Tx<'p> {
     pub(crate) fn set_link<T: Persistent>(&self, oid: Oid<T>, link: u64) -> Result<()> {
         debug_assert!(T::__OWNS_TAIL);
         let mut m = self.open(oid)?;
-        super::tail::set_link(m.buf_mut(), link);
+        keep_link(
+            &mut self.st.borrow_mut().lane.scratch.links,
+            m.buf_mut(),
+            link,
+        );
         Ok(())
     }
 
@@ -1035,7 +1040,25 @@ impl<'p> Tx<'p> {
         sc.meta.clear();
         sc.undo.clear();
         sc.frees.clear();
+        sc.links.clear();
     }
+}
+
+/// Counts in `links` that a buffer's kept extension link changes from `old` to `new`.
+fn count_link(links: &mut SmallMap<u64, u32>, old: Option<u64>, new: u64) {
+    if let Some(old) = old {
+        links.update_or_remove(&old, |n| {
+            *n -= 1;
+            *n == 0
+        });
+    }
+    *links.entry_or_insert_with(new, || 0) += 1;
+}
+
+/// `tail::set_link`, counting the change in the transaction's `links`.
+fn keep_link(links: &mut SmallMap<u64, u32>, buf: &mut Buffer, link: u64) {
+    count_link(links, buf.link, link);
+    super::tail::set_link(buf, link);
 }
 
 impl Drop for Tx<'_> {
