@@ -113,11 +113,15 @@ pub(crate) struct TypeCache {
     owner: AtomicU64,
 }
 
-/// Slots probed per lookup; a full neighbourhood only means the slow path runs again.
-const PROBES: usize = 16;
 /// Slots of the cache: a power of two, so that probing masks instead of dividing (the
-/// lookup runs on every `get`).
-const SLOTS: usize = 1024;
+/// lookup runs on every `get`), and twice the types a registry holds, so that every
+/// verified type finds a slot and probes stay short (at most half the slots are taken).
+/// A type left out would pay the slow path, a read of the whole registry, on every
+/// `get`, `open` and `alloc` (with 1,000 types, one in ten was left out when the cache
+/// had 1,024 slots and probed 16).
+const SLOTS: usize = (2 * crate::heap::layout::REGISTRY_MAX_TYPES as usize).next_power_of_two();
+/// Slots probed per lookup: all of them, found or not, stops at the first empty one.
+const PROBES: usize = SLOTS;
 const _: () = assert!(SLOTS.is_power_of_two());
 
 impl TypeCache {
@@ -390,6 +394,27 @@ mod tests {
             c.insert(id, 1);
         }
         assert!(c.contains(5, 6));
+    }
+
+    /// Every type a pool can register stays cached once verified: a type the cache
+    /// dropped paid a read of the whole registry on every `get`, `open` and `alloc`
+    /// (review: with 1,000 types, `pool.get` took 3.8 µs on average instead of 0.2).
+    #[test]
+    fn the_cache_keeps_as_many_types_as_a_registry_holds() {
+        use crate::heap::layout::REGISTRY_MAX_TYPES;
+        let c = TypeCache::new();
+        let key = |i: u64| (mix64(i, 7) as u32, mix64(i, 8));
+        for i in 0..REGISTRY_MAX_TYPES {
+            let (id, layout) = key(i);
+            c.insert(id, layout);
+        }
+        let dropped: Vec<u64> = (0..REGISTRY_MAX_TYPES)
+            .filter(|&i| {
+                let (id, layout) = key(i);
+                !c.contains(id, layout)
+            })
+            .collect();
+        assert!(dropped.is_empty(), "{} types not cached", dropped.len());
     }
 
     #[test]
