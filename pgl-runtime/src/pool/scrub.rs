@@ -28,6 +28,9 @@ pub struct ScrubReport {
     pub objects_checked: u64,
     /// Damaged objects rebuilt from parity.
     pub objects_repaired: u64,
+    /// Pool pages whose bytes those repairs changed (as [`crate::Stats::pages_rebuilt`]
+    /// counts them).
+    pub pages_repaired: u64,
     /// Damaged objects left as they are (not repairing, or beyond parity), with the error a
     /// read of each reports.
     pub damaged: Vec<(u64, Error)>,
@@ -205,8 +208,9 @@ impl Pool {
                 }
             } else if repair && tx::repairable(&e).is_some() {
                 match eng.repair_object(off)? {
-                    Outcome::Repaired { .. } => {
+                    Outcome::Repaired { pages } => {
                         report.objects_repaired += 1;
+                        report.pages_repaired += pages;
                         continue;
                     }
                     Outcome::Intact { .. } => continue,
@@ -714,6 +718,41 @@ mod tests {
             again.is_clean() && again.parity_columns_bad == 0,
             "{again:?}"
         );
+        drop(pool);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_scrub_reports_the_pages_its_repairs_rewrote() {
+        // An object straddling a page boundary, scribbled on both sides of it: the repair
+        // rewrites two pages, as `Stats::pages_rebuilt` counts them.
+        let path = crate::scratch_pool("scrub-pages");
+        let pool = Pool::create(&path, &Config::small("scrub-pages")).unwrap();
+        let objs: Vec<crate::Oid<[u64; 512]>> = (0..3u64)
+            .map(|i| pool.tx(|tx| tx.alloc([i; 512])).unwrap())
+            .collect();
+        let victim = objs[1];
+        // `at` counts from the object's header, 16 bytes before its oid.
+        let to_boundary = 4096 - (victim.raw() - 16) % 4096;
+        assert!(to_boundary > 8, "the block straddles a page boundary");
+        for at in [to_boundary - 8, to_boundary + 8] {
+            pool.inject(&crate::Fault::ObjectScribble {
+                oid: victim.raw(),
+                at,
+                len: 4,
+                seed: at,
+            })
+            .unwrap();
+        }
+        let before = pool.stats().pages_rebuilt;
+        let report = pool.scrub(true, |_, _| {}).unwrap();
+        assert_eq!(report.objects_repaired, 1, "{report:?}");
+        assert_eq!(report.pages_repaired, 2, "{report:?}");
+        assert_eq!(pool.stats().pages_rebuilt - before, 2);
+        assert!(report.is_clean(), "{report:?}");
+        assert_eq!(*pool.get(victim).unwrap(), [1u64; 512]);
+        let listed = pool.scrub(false, |_, _| {}).unwrap();
+        assert_eq!(listed.pages_repaired, 0, "{listed:?}");
         drop(pool);
         std::fs::remove_file(&path).unwrap();
     }
