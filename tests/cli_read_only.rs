@@ -372,3 +372,26 @@ fn a_pool_open_in_a_program_is_refused_with_advice_for_the_command_line() {
     }
     drop(pool);
 }
+
+/// `pgl check` lists the objects parity rebuilt while it opened a crashed pool (in
+/// memory), not only how many: the user needs to know which.
+#[test]
+fn check_lists_the_objects_rebuilt_opening_a_crashed_pool() {
+    let (mut bytes, cold) = crashed_mid_transaction();
+    scribble(&mut bytes, cold + 4, b"\xde\xad");
+    let file = TempFile::new("rebuilt-opening");
+    std::fs::write(&file.0, &bytes).unwrap();
+    let p = file.arg();
+    let check = inspect(&file.0, &["check", p]);
+    assert_eq!(check.code, 1, "{}{}", check.stdout, check.stderr);
+    assert!(
+        check
+            .stdout
+            .contains("1 damaged object(s) in zones a crash interrupted")
+            && check.stdout.contains(&format!(
+                "    {cold:#x}: rebuilt from parity as the pool opened"
+            )),
+        "{}",
+        check.stdout
+    );
+}

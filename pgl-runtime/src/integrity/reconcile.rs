@@ -27,6 +27,8 @@ pub(crate) struct Reconciled {
     pub columns: u64,
     /// Damaged objects rebuilt from parity and written back.
     pub repaired: u64,
+    /// Those objects (their oids: payload offsets), in the order they were rebuilt.
+    pub rebuilt: Vec<u64>,
     /// Pool pages whose bytes those repairs changed.
     pub pages: u64,
     /// Damaged objects parity could not rebuild (left as they are; reads report them).
@@ -175,6 +177,7 @@ pub(crate) unsafe fn reconcile_zone(
                             }
                         }
                         out.repaired += 1;
+                        out.rebuilt.push(hdr + HEADER_SIZE);
                         out.pages += changed_pages(hdr, &now, &new);
                         fixed = true;
                     }

@@ -620,6 +620,7 @@ fn reconcile_parity(
             let r = unsafe { crate::integrity::reconcile_zone(media, geo, z, &objects) };
             reconciled.columns += r.columns;
             reconciled.repaired += r.repaired;
+            reconciled.rebuilt.extend(r.rebuilt);
             reconciled.pages += r.pages;
             reconciled.unrecoverable += r.unrecoverable;
             reconciled.beyond.extend(r.beyond);

@@ -276,6 +276,15 @@ impl Pool {
         Self::from_media(media, None, &config, true)
     }
 
+    /// The objects (their oids, as [`Oid::raw`] gives them) that opening the pool
+    /// found damaged in the zones a crash left to reconcile with their parity, and rebuilt
+    /// from it: [`Stats::objects_repaired`] counts them among others. On a pool opened with
+    /// [`Pool::open_read_only`] they were rebuilt in memory only, and the file still holds
+    /// the damage (`pgl check` lists them so).
+    pub fn objects_rebuilt_opening(&self) -> &[u64] {
+        &self.inner.reconciled.rebuilt
+    }
+
     /// Whether this pool was opened with [`Pool::open_read_only`].
     pub fn is_read_only(&self) -> bool {
         self.inner.eng.media.is_private()

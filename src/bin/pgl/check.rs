@@ -128,6 +128,9 @@ pub(crate) fn check(file: &Path) -> Result<(String, bool)> {
              rebuilds (a program's next open does)",
             s.objects_repaired
         );
+        for oid in pool.objects_rebuilt_opening() {
+            let _ = writeln!(out, "    {oid:#x}: rebuilt from parity as the pool opened");
+        }
     }
     if let Some(line) = migration_line(&pool)? {
         let _ = writeln!(out, "  migration {line}");
