@@ -457,11 +457,8 @@ fn errors_exit_2_with_the_message_on_stderr() {
         let out = pgl(&dir, &[cmd, m]);
         assert_eq!(out.code, 2, "{cmd}");
         assert_eq!(out.stdout, "", "{cmd}");
-        let open = if cmd == "scrub" {
-            "open"
-        } else {
-            "open read-only"
-        };
+        // All three open the pool read-only (`scrub` without `--repair` only reports).
+        let open = "open read-only";
         assert_eq!(
             out.stderr,
             format!(

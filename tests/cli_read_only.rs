@@ -1,7 +1,8 @@
-//! `pgl info`, `check` and `dump` never write the pool file: a damaged pool, and one a
-//! crash interrupted mid-transaction, keep every byte, while the damage is reported; a
-//! read-only file inspects fine; `dump` of damage exits 1; `info` names `#[extendible]`
-//! groups as their user knows them.
+//! `pgl info`, `check`, `dump` and `scrub` (without `--repair`) never write the pool file:
+//! a damaged pool, and one a crash interrupted mid-transaction, keep every byte, while the
+//! damage is reported; a read-only file inspects fine; `dump` of damage exits 1; `info`
+//! names `#[extendible]` groups as their user knows them; `check` lists the objects
+//! opening rebuilt from parity.
 
 mod support;
 
@@ -373,6 +374,47 @@ fn a_pool_open_in_a_program_is_refused_with_advice_for_the_command_line() {
     drop(pool);
 }
 
+/// `pgl scrub` without `--repair` only reports: it keeps every byte of a pool whose header
+/// copy `pgl inject` damaged (opening the pool writable would rewrite the copy from the
+/// other), says that opening repairs it, and exits 1; `--repair` then rewrites it.
+#[test]
+fn scrub_without_repair_changes_no_byte_and_reports_what_opening_repairs() {
+    let file = TempFile::new("scrub-report");
+    drop(Pool::create(&file.0, &Config::small(LAYOUT)).unwrap());
+    let p = file.arg();
+    let inj = pgl(&["inject", p, "header", "0", "40", "8"]);
+    assert_eq!(inj.code, 0, "{}{}", inj.stdout, inj.stderr);
+
+    let scrub = inspect(&file.0, &["scrub", p]);
+    assert_eq!(scrub.code, 1, "{}{}", scrub.stdout, scrub.stderr);
+    assert!(
+        scrub
+            .stdout
+            .contains("  opening   1 damaged header cop(ies); opening repairs it")
+            && scrub.stdout.contains("result: damaged"),
+        "{}",
+        scrub.stdout
+    );
+    let again = inspect(&file.0, &["scrub", p]);
+    assert_eq!(
+        again.stdout, scrub.stdout,
+        "the first scrub changed the pool"
+    );
+
+    let repair = pgl(&["scrub", p, "--repair"]);
+    assert_eq!(repair.code, 0, "{}{}", repair.stdout, repair.stderr);
+    assert!(
+        repair
+            .stdout
+            .contains("  opening   1 damaged header cop(ies); repaired as the pool opened"),
+        "{}",
+        repair.stdout
+    );
+    let after = inspect(&file.0, &["scrub", p]);
+    assert_eq!(after.code, 0, "{}{}", after.stdout, after.stderr);
+    assert!(!after.stdout.contains("opening"), "{}", after.stdout);
+}
+
 /// `pgl check` lists the objects parity rebuilt while it opened a crashed pool (in
 /// memory), not only how many: the user needs to know which.
 #[test]
@@ -393,5 +435,13 @@ fn check_lists_the_objects_rebuilt_opening_a_crashed_pool() {
             )),
         "{}",
         check.stdout
+    );
+    let scrub = inspect(&file.0, &["scrub", p]);
+    assert!(
+        scrub.stdout.contains(&format!(
+            "  opening   object {cold:#x} damaged in a zone a crash interrupted"
+        )),
+        "{}",
+        scrub.stdout
     );
 }

@@ -1,7 +1,8 @@
 //! `pgl`: create, inspect and check pool files, and inspect and check log files.
 //!
-//! `info`, `check` and `dump` never write the pool file (`Pool::open_read_only`): they may
-//! inspect a read-only file, and what opening the pool would repair is reported, not done.
+//! `info`, `check`, `dump` and `scrub` without `--repair` never write the pool file
+//! (`Pool::open_read_only`): they may inspect a read-only file, and what opening the pool
+//! would repair is reported, not done.
 //! `scrub` (with `--repair`) and `inject` are the commands that change a pool.
 //!
 //! Exit status: 0 on success; `pgl check`, `pgl scrub` and `pgl log check` exit 1 when
@@ -40,7 +41,8 @@ use std::process::ExitCode;
 #[derive(Parser)]
 #[command(name = "pgl", version, about, long_about = None)]
 #[command(
-    after_help = "`info`, `check` and `dump` never write the pool file; `scrub --repair` and \
+    after_help = "`info`, `check`, `dump` and `scrub` (without --repair) never write the pool \
+                  file; `scrub --repair` and \
                   `inject` change it.\n\nExit status: 0 ok; 1 `check`, `scrub` or `log check` \
                   found problems (damage, a pool or log too damaged to open included), or the \
                   object `dump` shows does not verify; 2 error: the command could not do its \
@@ -83,7 +85,9 @@ enum Command {
         file: PathBuf,
     },
     /// Scrub a pool: verify every object's checksum and every zone's parity; with
-    /// `--repair`, rebuild damaged objects from parity and fix stale parity.
+    /// `--repair`, rebuild damaged objects from parity and fix stale parity. Without it,
+    /// the pool is opened read-only (the file is never written): what opening it repairs
+    /// is reported as damage, as `check` does.
     ///
     /// Exits 0 if the pool is clean (after repairs), 1 if damage remains, 2 on an error.
     Scrub {

@@ -1,4 +1,7 @@
-//! `pgl scrub` and `pgl inject`: repair damage, and cause it on purpose.
+//! `pgl scrub` and `pgl inject`: repair damage, and cause it on purpose. A scrub without
+//! `--repair` only reports: it opens the pool read-only (`Pool::open_read_only`), as
+//! `check` does, so the file keeps every byte, and what opening repaired in memory is
+//! reported as damage found.
 
 use crate::args::FaultArg;
 use crate::check::damaged_object;
@@ -9,13 +12,28 @@ use std::path::Path;
 
 /// `pgl scrub`: the report, and whether damage remains.
 pub(crate) fn scrub(file: &Path, repair: bool) -> Result<(String, bool)> {
-    let pool = slow(OPENING, || Pool::open_any(file))?;
+    let pool = if repair {
+        slow(OPENING, || Pool::open_any(file))?
+    } else {
+        slow(OPENING, || Pool::open_read_only(file))?
+    };
+    // What opening repaired: in the file with `--repair`, in memory only without.
+    let opening = opening_repairs(&pool);
     let mut bar = Bar::new("scrubbing {wide_bar} {pos}/{len} objects, {eta} left");
     let r = pool.scrub(repair, |done, total| bar.update(done, total));
     drop(bar);
     let r = r?;
     let mut out = String::new();
     let _ = writeln!(out, "scrubbing {}", file.display());
+    for line in &opening {
+        let done = if repair {
+            "repaired as the pool opened"
+        } else {
+            "opening repairs it (in memory here: the file keeps it until --repair or a \
+             program's open)"
+        };
+        let _ = writeln!(out, "  opening   {line}; {done}");
+    }
     let _ = writeln!(
         out,
         "  objects   {} checked, {} repaired, {} damaged",
@@ -41,7 +59,7 @@ pub(crate) fn scrub(file: &Path, repair: bool) -> Result<(String, bool)> {
         "  bitmaps   {} allocation bitmap word(s) damaged, {} rebuilt from parity",
         r.bitmap_words_bad, r.bitmap_words_fixed
     );
-    let clean = r.is_clean();
+    let clean = r.is_clean() && (repair || opening.is_empty());
     let _ = writeln!(
         out,
         "result: {}",
@@ -55,6 +73,37 @@ pub(crate) fn scrub(file: &Path, repair: bool) -> Result<(String, bool)> {
         }
     );
     Ok((out, !clean))
+}
+
+/// The damage opening `pool` repaired (a header, lane or metadata copy, bitmap words,
+/// objects a crash left in disagreement with parity), one line each; none if it found none.
+fn opening_repairs(pool: &Pool) -> Vec<String> {
+    let s = pool.stats();
+    let mut v = Vec::new();
+    if s.header_repairs > 0 {
+        v.push(format!("{} damaged header cop(ies)", s.header_repairs));
+    }
+    if s.lane_copies_damaged > 0 {
+        v.push(format!("{} damaged lane cop(ies)", s.lane_copies_damaged));
+    }
+    if s.metadata_repairs > 0 {
+        v.push(format!(
+            "{} damaged zone metadata cop(ies)",
+            s.metadata_repairs
+        ));
+    }
+    if s.bitmap_repairs > 0 {
+        v.push(format!(
+            "{} damaged allocation bitmap word(s)",
+            s.bitmap_repairs
+        ));
+    }
+    for oid in pool.objects_rebuilt_opening() {
+        v.push(format!(
+            "object {oid:#x} damaged in a zone a crash interrupted"
+        ));
+    }
+    v
 }
 
 /// `pgl inject`.
