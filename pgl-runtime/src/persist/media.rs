@@ -767,6 +767,11 @@ impl Media {
     pub(crate) fn persist_from_handler(&self, off: u64, len: u64) {
         match &self.backing {
             Backing::Sim(sim) => sim.persist_from_handler(off, len),
+            // A private mapping (a read-only pool): nothing reaches the file, and recording
+            // the range (`flush`) would lock and allocate in a signal handler, which must do
+            // neither (`integrity::handler`). Nor is it needed: a page that faulted on media
+            // is not a hole of the file, which is all the recording is for.
+            Backing::File { .. } if self.is_private() => {}
             Backing::File { .. } => {
                 self.flush(off, len);
                 self.fence();
@@ -1049,6 +1054,12 @@ mod tests {
         media.flush(hole + 8, 100);
         media.fence();
         assert!(media.data_extents(0, 1 << 20).has_data(hole, 4096));
+        // The media-error handler's write-back records nothing (no lock, no allocation in
+        // a signal handler): the list of written ranges keeps its length.
+        let written = |m: &Media| m.written.as_ref().map(|w| w.lock().len());
+        let ranges = written(&media);
+        media.persist_from_handler(32 * 4096, 4096);
+        assert_eq!(written(&media), ranges);
         // SAFETY: as above.
         assert_eq!(unsafe { media.read_u64(hole + 8) }, 0x0202_0202_0202_0202);
         assert!(matches!(media.grow(2 << 20), Err(Error::ReadOnly { .. })));
