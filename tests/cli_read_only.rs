@@ -7,46 +7,12 @@
 mod support;
 
 use pgl::prelude::*;
-use pgl::{CrashSim, PStr};
-use std::path::{Path, PathBuf};
+use pgl::PStr;
+use std::path::Path;
 use std::process::Command;
-use std::sync::{Arc, Mutex};
+use support::crashed::{crashed_mid_transaction, scribble, Item, Root, TempFile};
 
 const LAYOUT: &str = "cli-read-only";
-
-#[derive(Persistent)]
-#[repr(C)]
-struct Root {
-    cold: Oid<Item>,
-    hot: Oid<Item>,
-}
-
-#[derive(Persistent)]
-#[repr(C)]
-struct Item {
-    value: u64,
-    label: [u8; 24],
-}
-
-/// A pool file removed when the test ends.
-struct TempFile(PathBuf);
-
-impl TempFile {
-    fn new(name: &str) -> TempFile {
-        let p = support::test_dir().join(format!("pgl-cli-ro-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_file(&p);
-        TempFile(p)
-    }
-    fn arg(&self) -> &str {
-        self.0.to_str().expect("utf-8 temp path")
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
 
 struct Output {
     code: i32,
@@ -77,69 +43,6 @@ fn run(args: &[&str], unprivileged: bool) -> Output {
     }
 }
 
-/// The bytes of a pool a crash interrupted in the middle of a transaction that changed
-/// `hot`, once its record was sealed (the next open replays it), and the oid of `cold`,
-/// which that transaction did not touch.
-fn crashed_mid_transaction() -> (Vec<u8>, u64) {
-    let cfg = Config::small(LAYOUT);
-    let sim = CrashSim::new(cfg.size);
-    let pool = Pool::create_sim(&sim, &cfg).unwrap();
-    let root = pool.root::<Root>().unwrap();
-    let (cold, hot) = pool
-        .tx(|tx| {
-            let cold = tx.alloc(Item {
-                value: 1,
-                label: *b"cold, never changed.....",
-            })?;
-            let hot = tx.alloc(Item {
-                value: 2,
-                label: *b"hot, changed at crash...",
-            })?;
-            let mut r = tx.open(root)?;
-            r.cold = cold;
-            r.hot = hot;
-            Ok((cold, hot))
-        })
-        .unwrap();
-    // Closed and opened again: the allocating transaction's retire mark is durable, and
-    // the only record a crash below leaves to replay is the one that changes `hot`.
-    drop(pool);
-    let pool = Pool::open_sim(&sim, LAYOUT).unwrap();
-    let points = Arc::new(Mutex::new(Vec::new()));
-    let sink = points.clone();
-    sim.set_fence_hook(move |s: &CrashSim| sink.lock().unwrap().push(s.crash_point()));
-    pool.tx(|tx| {
-        let mut h = tx.open(hot)?;
-        h.value = 3;
-        h.label = *b"hot, changed by the tx..";
-        Ok(())
-    })
-    .unwrap();
-    sim.clear_fence_hook();
-    // And the instant after it returned: its retire mark is written but not yet flushed.
-    let mut points = points.lock().unwrap();
-    points.push(sim.crash_point());
-    let image = points
-        .iter()
-        .find_map(|cp| {
-            let dev = cp.device(cfg.size, |_| false);
-            let replayed = Pool::open_sim(&dev, LAYOUT).ok()?.stats().records_replayed;
-            (replayed > 0).then(|| cp.image(|_| false))
-        })
-        .expect("a crash point with a sealed record to replay");
-    let bytes = image
-        .iter()
-        .flat_map(|w| w.to_le_bytes())
-        .take(sim.len() as usize)
-        .collect();
-    (bytes, cold.raw())
-}
-
-/// Overwrites `bytes.len()` bytes of `data` at `offset`.
-fn scribble(data: &mut [u8], offset: u64, bytes: &[u8]) {
-    data[offset as usize..offset as usize + bytes.len()].copy_from_slice(bytes);
-}
-
 /// Runs `pgl args`, and asserts that the pool file's bytes are what they were.
 fn inspect(path: &Path, args: &[&str]) -> Output {
     inspect_as(path, args, false)
@@ -167,10 +70,11 @@ fn inspect_as(path: &Path, args: &[&str], unprivileged: bool) -> Output {
 /// file as they read it). The second `check` reports the same.
 #[test]
 fn inspecting_a_damaged_crashed_pool_changes_no_byte_and_reports_the_damage() {
-    let (mut bytes, cold) = crashed_mid_transaction();
+    let (mut bytes, cold, _) = crashed_mid_transaction(LAYOUT);
+    let cold = cold.raw();
     scribble(&mut bytes, 40, b"garbage!"); // header copy A's layout name
     scribble(&mut bytes, cold + 4, b"\xde\xad"); // the untouched object's payload
-    let file = TempFile::new("crashed");
+    let file = TempFile::new("cli-ro", "crashed");
     std::fs::write(&file.0, &bytes).unwrap();
     let p = file.arg();
     let oid = format!("{cold:#x}");
@@ -243,7 +147,7 @@ fn inspecting_a_damaged_crashed_pool_changes_no_byte_and_reports_the_damage() {
 /// inspected as any other; `scrub --repair`, which writes, is refused by the system.
 #[test]
 fn a_read_only_file_inspects_fine() {
-    let file = TempFile::new("mode-0444");
+    let file = TempFile::new("cli-ro", "mode-0444");
     let pool = Pool::create(&file.0, &Config::small(LAYOUT)).unwrap();
     let root = pool.root::<Root>().unwrap();
     let item = pool
@@ -278,7 +182,7 @@ fn a_read_only_file_inspects_fine() {
 /// exits 1, not 0.
 #[test]
 fn dump_of_an_object_whose_header_was_lost_exits_1() {
-    let file = TempFile::new("lost-header");
+    let file = TempFile::new("cli-ro", "lost-header");
     let pool = Pool::create(&file.0, &Config::small(LAYOUT)).unwrap();
     let root = pool.root::<Root>().unwrap();
     let item = pool
@@ -328,7 +232,7 @@ mod v1 {
 /// not as the hidden type the derive generates for it (`__PglNodeExt1`).
 #[test]
 fn info_names_extension_groups_for_their_struct() {
-    let file = TempFile::new("groups");
+    let file = TempFile::new("cli-ro", "groups");
     let pool = Pool::create(&file.0, &Config::small(LAYOUT)).unwrap();
     pool.tx(|tx| {
         tx.alloc_ext(v1::NodeData {
@@ -355,7 +259,7 @@ fn info_names_extension_groups_for_their_struct() {
 /// the library's advice to a program opening a file twice (share one `Pool`).
 #[test]
 fn a_pool_open_in_a_program_is_refused_with_advice_for_the_command_line() {
-    let file = TempFile::new("busy");
+    let file = TempFile::new("cli-ro", "busy");
     let pool = Pool::create(&file.0, &Config::small(LAYOUT)).unwrap();
     let p = file.arg();
     for args in [&["check", p][..], &["info", p], &["scrub", p, "--repair"]] {
@@ -379,7 +283,7 @@ fn a_pool_open_in_a_program_is_refused_with_advice_for_the_command_line() {
 /// other), says that opening repairs it, and exits 1; `--repair` then rewrites it.
 #[test]
 fn scrub_without_repair_changes_no_byte_and_reports_what_opening_repairs() {
-    let file = TempFile::new("scrub-report");
+    let file = TempFile::new("cli-ro", "scrub-report");
     drop(Pool::create(&file.0, &Config::small(LAYOUT)).unwrap());
     let p = file.arg();
     let inj = pgl(&["inject", p, "header", "0", "40", "8"]);
@@ -419,9 +323,10 @@ fn scrub_without_repair_changes_no_byte_and_reports_what_opening_repairs() {
 /// memory), not only how many: the user needs to know which.
 #[test]
 fn check_lists_the_objects_rebuilt_opening_a_crashed_pool() {
-    let (mut bytes, cold) = crashed_mid_transaction();
+    let (mut bytes, cold, _) = crashed_mid_transaction(LAYOUT);
+    let cold = cold.raw();
     scribble(&mut bytes, cold + 4, b"\xde\xad");
-    let file = TempFile::new("rebuilt-opening");
+    let file = TempFile::new("cli-ro", "rebuilt-opening");
     std::fs::write(&file.0, &bytes).unwrap();
     let p = file.arg();
     let check = inspect(&file.0, &["check", p]);

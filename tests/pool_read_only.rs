@@ -5,97 +5,19 @@
 mod support;
 
 use pgl::prelude::*;
-use pgl::{CrashSim, Error, Fault};
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use pgl::{Error, Fault};
+use support::crashed::{crashed_mid_transaction, scribble, Item, Root, TempFile, COLD_LABEL};
 
 const LAYOUT: &str = "pool-read-only";
-
-#[derive(Persistent)]
-#[repr(C)]
-struct Root {
-    cold: Oid<Item>,
-    hot: Oid<Item>,
-}
-
-#[derive(Persistent)]
-#[repr(C)]
-struct Item {
-    value: u64,
-    label: [u8; 24],
-}
-
-/// A pool file removed when the test ends.
-struct TempFile(PathBuf);
-
-impl TempFile {
-    fn new(name: &str) -> TempFile {
-        let p = support::test_dir().join(format!("pgl-ro-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_file(&p);
-        TempFile(p)
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
 
 /// A pool file a crash interrupted right after a transaction set `hot`'s value to 3 (its
 /// record sealed, its retire mark not durable: the next open replays it), with header copy
 /// A and the payload of `cold` (which the transaction did not touch) damaged; the oids of
 /// `cold` and `hot`.
 fn crashed_and_damaged(file: &TempFile) -> (Oid<Item>, Oid<Item>) {
-    let cfg = Config::small(LAYOUT);
-    let sim = CrashSim::new(cfg.size);
-    let pool = Pool::create_sim(&sim, &cfg).unwrap();
-    let root = pool.root::<Root>().unwrap();
-    let (cold, hot) = pool
-        .tx(|tx| {
-            let cold = tx.alloc(Item {
-                value: 1,
-                label: [b'c'; 24],
-            })?;
-            let hot = tx.alloc(Item {
-                value: 2,
-                label: [b'h'; 24],
-            })?;
-            let mut r = tx.open(root)?;
-            r.cold = cold;
-            r.hot = hot;
-            Ok((cold, hot))
-        })
-        .unwrap();
-    drop(pool);
-    let pool = Pool::open_sim(&sim, LAYOUT).unwrap();
-    let points = Arc::new(Mutex::new(Vec::new()));
-    let sink = points.clone();
-    sim.set_fence_hook(move |s: &CrashSim| sink.lock().unwrap().push(s.crash_point()));
-    pool.tx(|tx| {
-        tx.open(hot)?.value = 3;
-        Ok(())
-    })
-    .unwrap();
-    sim.clear_fence_hook();
-    let mut points = points.lock().unwrap();
-    points.push(sim.crash_point());
-    let image = points
-        .iter()
-        .find_map(|cp| {
-            let dev = cp.device(cfg.size, |_| false);
-            let replayed = Pool::open_sim(&dev, LAYOUT).ok()?.stats().records_replayed;
-            (replayed > 0).then(|| cp.image(|_| false))
-        })
-        .expect("a crash point with a sealed record to replay");
-    let mut bytes: Vec<u8> = image
-        .iter()
-        .flat_map(|w| w.to_le_bytes())
-        .take(sim.len() as usize)
-        .collect();
-    bytes[40..48].copy_from_slice(b"garbage!");
-    let at = cold.raw() as usize + 8;
-    bytes[at..at + 4].copy_from_slice(b"\xde\xad\xbe\xef");
+    let (mut bytes, cold, hot) = crashed_mid_transaction(LAYOUT);
+    scribble(&mut bytes, 40, b"garbage!");
+    scribble(&mut bytes, cold.raw() + 8, b"\xde\xad\xbe\xef");
     std::fs::write(&file.0, &bytes).unwrap();
     (cold, hot)
 }
@@ -105,7 +27,7 @@ fn crashed_and_damaged(file: &TempFile) -> (Oid<Item>, Oid<Item>) {
 /// what was done, and the file's bytes are the same after the pool is dropped.
 #[test]
 fn a_read_only_open_recovers_and_repairs_in_memory_and_leaves_the_file_as_it_was() {
-    let file = TempFile::new("crashed");
+    let file = TempFile::new("ro", "crashed");
     let (cold, hot) = crashed_and_damaged(&file);
     let before = std::fs::read(&file.0).unwrap();
     let pool = Pool::open_read_only(&file.0).unwrap();
@@ -118,7 +40,7 @@ fn a_read_only_open_recovers_and_repairs_in_memory_and_leaves_the_file_as_it_was
     );
     assert_eq!(pool.get(hot).unwrap().value, 3, "the record was replayed");
     let c = pool.get(cold).unwrap();
-    assert_eq!((c.value, c.label), (1, [b'c'; 24]), "parity rebuilt it");
+    assert_eq!((c.value, c.label), (1, COLD_LABEL), "parity rebuilt it");
     drop(c);
     assert!(pool.verify_objects(|_, _| {}).unwrap().is_empty());
     assert!(pool.verify_parity().unwrap().is_empty());
@@ -136,7 +58,7 @@ fn a_read_only_open_recovers_and_repairs_in_memory_and_leaves_the_file_as_it_was
 /// nothing; transactions that only read work.
 #[test]
 fn changes_to_a_read_only_pool_are_refused_with_read_only() {
-    let file = TempFile::new("refused");
+    let file = TempFile::new("ro", "refused");
     let pool = Pool::create(&file.0, &Config::small(LAYOUT)).unwrap();
     let item = pool
         .tx(|tx| {
@@ -205,7 +127,7 @@ fn changes_to_a_read_only_pool_are_refused_with_read_only() {
 /// a writer would see its commits half made).
 #[test]
 fn read_only_opens_share_a_file_but_not_with_a_writer() {
-    let file = TempFile::new("shared");
+    let file = TempFile::new("ro", "shared");
     let writer = Pool::create(&file.0, &Config::small(LAYOUT)).unwrap();
     match Pool::open_read_only(&file.0) {
         Err(Error::AlreadyOpen { instead, .. }) => {
@@ -229,7 +151,7 @@ fn read_only_opens_share_a_file_but_not_with_a_writer() {
 /// the transaction commits (it changed nothing), the file keeps the damage.
 #[test]
 fn a_read_repairs_a_damaged_object_in_memory_only() {
-    let file = TempFile::new("read-repair");
+    let file = TempFile::new("ro", "read-repair");
     let pool = Pool::create(&file.0, &Config::small(LAYOUT)).unwrap();
     let item = pool
         .tx(|tx| {

@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+pub mod crashed;
+
 /// Where test pools live: tmpfs where there is one. On a disk-backed file system pgl
 /// (correctly) msyncs every commit, which would make the tests slow without testing more.
 pub fn test_dir() -> PathBuf {
