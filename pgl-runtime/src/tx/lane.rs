@@ -368,8 +368,8 @@ impl Lanes {
     /// are least likely), which becomes home only if home was taken by another thread;
     /// else any free one; else waits for whichever lane comes free first (`wait_for_any`)
     /// — or, if `mine` says this thread holds one itself (a `Detached` handle, released
-    /// only when this thread gets on), for one it does not hold. `None` if this thread holds every lane, or if it holds
-    /// one and no other was free within `wait`.
+    /// only when this thread gets on), for one it does not hold. `None` if this thread
+    /// holds every lane, or if it holds one and no other was free within `wait`.
     ///
     /// A pending lane (one whose deferred record is not settled, `deferred.rs`) costs its
     /// taker a fence: after a deferred commit, a thread's next transaction takes another
