@@ -128,6 +128,10 @@ fn run(policy: ForcePolicy) {
                 if upto >= log.start_lsn() {
                     log.reclaim(upto).unwrap();
                     assert!(log.start_lsn() > upto);
+                    assert!(
+                        matches!(log.iter_from(upto), Err(Error::LsnOutOfRange { .. })),
+                        "LSN {upto} still readable after reclaim({upto})"
+                    );
                 }
                 std::thread::yield_now();
             }
