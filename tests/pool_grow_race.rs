@@ -1,7 +1,8 @@
 //! `Pool::grow`, one zone at a time and without waiting for the pool to fill, while other
 //! threads run transactions on the same pool: allocating small and large objects,
 //! overwriting and freeing them, and upgrading `#[extendible]` objects with `tx.ext_mut`.
-//! Checked: no thread stalls (a watchdog fails the test); every committed value reads
+//! A fourth thread verifies parity and every object meanwhile. Checked: no thread stalls
+//! (a watchdog fails the test); parity and objects verify clean throughout; every committed value reads
 //! back, before and after reopening; every extendible object is upgraded once and keeps
 //! every increment; the allocation counters match the workers' counts; objects and
 //! parity verify clean.
@@ -233,6 +234,19 @@ fn run() {
                 round
             })
         };
+        // A checker: parity and every object verify while zones are added.
+        let checker = {
+            let (pool, grown) = (pool.clone(), &grown);
+            s.spawn(move || {
+                let mut passes = 0u64;
+                while passes < 2 || !grown.load(Ordering::Relaxed) {
+                    assert_eq!(pool.verify_parity().unwrap(), Vec::<u64>::new());
+                    let bad = pool.verify_objects(|_, _| {}).unwrap();
+                    assert!(bad.is_empty(), "{bad:?}");
+                    passes += 1;
+                }
+            })
+        };
         // Grow a zone at a time while the others run.
         let mut zones = 1;
         while zones < ZONES {
@@ -246,6 +260,7 @@ fn run() {
         }
         grown.store(true, Ordering::Relaxed);
         let rounds = upgrader.join().unwrap();
+        checker.join().unwrap();
         let r: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
         let allocs: u64 = r.iter().map(|x| x.1).sum();
         let frees: u64 = r.iter().map(|x| x.2).sum();
