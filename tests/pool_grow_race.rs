@@ -2,10 +2,10 @@
 //! threads run transactions on the same pool: allocating small and large objects,
 //! overwriting and freeing them, and upgrading `#[extendible]` objects with `tx.ext_mut`.
 //! A fourth thread verifies parity and every object meanwhile. Checked: no thread stalls
-//! (a watchdog fails the test); parity and objects verify clean throughout; every committed value reads
-//! back, before and after reopening; every extendible object is upgraded once and keeps
-//! every increment; the allocation counters match the workers' counts; objects and
-//! parity verify clean.
+//! (a watchdog fails the test); parity and objects verify clean throughout; every
+//! committed value reads back, before and after reopening; every extendible object is
+//! upgraded once and keeps every increment; the allocation counters match the workers'
+//! counts.
 //!
 //! `PGL_GROW_RACE_OPS` sets the transactions per worker (default 600).
 
