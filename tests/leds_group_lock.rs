@@ -10,8 +10,6 @@ mod support;
 
 use pgl::__private::Extendible;
 use pgl::{Config, Error, Oid, Pool, VerifyPolicy};
-use std::sync::mpsc;
-use std::time::Duration;
 use v1::CounterExtFields as _;
 
 mod v0 {
@@ -41,23 +39,12 @@ mod v1 {
 }
 
 /// Long enough for any of these steps; a lock left held makes the step retry for minutes.
-const LIMIT: Duration = Duration::from_secs(60);
+const LIMIT_SECS: u64 = 60;
 
 /// The object lock stripe of the object at `off` (`ObjectLocks::stripe`, copied: the
 /// tests need objects that share one).
 fn lock_stripe(off: u64) -> u64 {
     (off >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - 14)
-}
-
-/// Runs `f` on another thread; its result, or a panic naming `what` if it has not ended
-/// within `LIMIT` (the thread is left behind).
-fn within<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(LIMIT)
-        .unwrap_or_else(|e| panic!("{what}: not done within {LIMIT:?} ({e})"))
 }
 
 fn new_pool(name: &str, cfg: Config) -> (Pool, std::path::PathBuf) {
@@ -85,7 +72,7 @@ fn group_of(pool: &Pool, o: Oid<v1::Counter>) -> u64 {
 /// thread (a conflict of the transaction with itself would retry until `within` fails).
 fn read_then_bump(pool: &Pool, o: Oid<v1::Counter>, what: &str) -> u64 {
     let p = pool.clone();
-    within(what, move || {
+    support::within(what, LIMIT_SECS, move || {
         p.tx(|tx| {
             let h = *tx.ext(o)?.hits();
             tx.ext_mut(o)?.set_hits(h + 1);
@@ -130,7 +117,7 @@ fn an_owner_read_then_changed_in_one_transaction_also_when_its_group_shares_its_
         assert_eq!(read_then_bump(&pool, o, what), 1, "{what}");
         // A nested transaction joins: the same locks, no conflict with itself.
         let p = pool.clone();
-        let h = within(what, move || {
+        let h = support::within(what, LIMIT_SECS, move || {
             p.tx(|_| {
                 let h = p.tx(|tx| Ok(*tx.ext(o)?.hits()))?;
                 p.tx(|tx| {
@@ -154,7 +141,7 @@ fn a_ref_this_thread_holds_on_the_group_stripe_does_not_stop_reading_the_group()
     let g = group_of(&pool, o);
     let x = stripe_mates_of(&pool, o, g)[0];
     let p = pool.clone();
-    let (read, write) = within("a read beside a Ref", move || {
+    let (read, write) = support::within("a read beside a Ref", LIMIT_SECS, move || {
         let held = p.get(x).unwrap();
         let read = p.tx(|tx| Ok(*tx.ext(o)?.double()));
         // Changing the group needs its stripe for writing, which this thread's `Ref` holds:
@@ -239,7 +226,7 @@ fn a_group_that_fails_its_checksum_is_repaired_and_read_under_the_conservative_p
     })
     .unwrap();
     let p = pool.clone();
-    let (hits, double) = within("a read of a damaged group", move || {
+    let (hits, double) = support::within("a read of a damaged group", LIMIT_SECS, move || {
         p.tx(|tx| {
             let v = tx.ext(o)?;
             Ok((*v.hits(), *v.double()))
@@ -294,7 +281,7 @@ fn threads_reading_and_upgrading_the_same_owners_all_get_through() {
             })
         })
         .collect();
-    within("two threads reading and upgrading", move || {
+    support::within("two threads reading and upgrading", LIMIT_SECS, move || {
         for t in threads {
             t.join().unwrap();
         }
@@ -341,20 +328,21 @@ fn a_stripe_this_thread_writes_elsewhere_refuses_a_group_read_at_once() {
     let g = group_of(&pool, o);
     let x = stripe_mates_of(&pool, o, g)[0];
     let p = pool.clone();
-    let (read, in_tx_get, after) = within("reads beside this thread's lock", move || {
-        let mut d = p.open_mut(x).unwrap();
-        d[0] = 1;
-        let read = p.tx(|tx| Ok(*tx.ext(o)?.double()));
-        d.commit().unwrap();
-        // The other way round: the transaction holds the group's stripe, a `pool.get` in it
-        // of the stripe-mate is refused as for any object this transaction's lock covers.
-        let in_tx_get = p.tx(|tx| {
-            let _ = tx.ext(o)?;
-            p.get(x).map(|r| r[0])
+    let (read, in_tx_get, after) =
+        support::within("reads beside this thread's lock", LIMIT_SECS, move || {
+            let mut d = p.open_mut(x).unwrap();
+            d[0] = 1;
+            let read = p.tx(|tx| Ok(*tx.ext(o)?.double()));
+            d.commit().unwrap();
+            // The other way round: the transaction holds the group's stripe, a `pool.get` in it
+            // of the stripe-mate is refused as for any object this transaction's lock covers.
+            let in_tx_get = p.tx(|tx| {
+                let _ = tx.ext(o)?;
+                p.get(x).map(|r| r[0])
+            });
+            let after = p.tx(|tx| Ok(*tx.ext(o)?.double()));
+            (read, in_tx_get, after)
         });
-        let after = p.tx(|tx| Ok(*tx.ext(o)?.double()));
-        (read, in_tx_get, after)
-    });
     assert!(
         matches!(read, Err(Error::LockedByThisThread { .. })),
         "{read:?}"

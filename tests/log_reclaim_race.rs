@@ -15,12 +15,13 @@
 //!
 //! `PGL_LOG_RECLAIM_RACE_OPS` sets the appends per writer (default 1,500).
 
+mod support;
+
 use pgl::log::{ForcePolicy, Log, LogConfig, Lsn};
 use pgl::{CrashSim, Error};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Mutex};
-use std::time::Duration;
+use std::sync::Mutex;
 
 const WRITERS: u64 = 3;
 
@@ -48,22 +49,6 @@ fn key_of(p: &[u8]) -> u64 {
     let key = u64::from_le_bytes(p[..8].try_into().unwrap());
     assert_eq!(p, payload(key >> 32, key & 0xffff_ffff), "torn payload");
     key
-}
-
-/// Runs `f` on a thread of its own; fails the test if it takes longer than `secs`.
-fn within(secs: u64, f: impl FnOnce() + Send + 'static) {
-    let (tx, rx) = mpsc::channel();
-    let body = std::thread::spawn(move || {
-        f();
-        let _ = tx.send(());
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(()) => body.join().unwrap(),
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            std::panic::resume_unwind(body.join().unwrap_err())
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("stalled: no progress in {secs} s"),
-    }
 }
 
 fn run(policy: ForcePolicy) {
@@ -204,15 +189,21 @@ fn run(policy: ForcePolicy) {
 
 #[test]
 fn reclaim_races_appends_and_readers_under_sync() {
-    within(120, || run(ForcePolicy::Sync));
+    support::within("reclaiming beside appends and readers", 120, || {
+        run(ForcePolicy::Sync)
+    });
 }
 
 #[test]
 fn reclaim_races_appends_and_readers_under_group_commit() {
-    within(120, || run(ForcePolicy::GroupCommit(8)));
+    support::within("reclaiming beside appends and readers", 120, || {
+        run(ForcePolicy::GroupCommit(8))
+    });
 }
 
 #[test]
 fn reclaim_races_appends_and_readers_under_frequency() {
-    within(120, || run(ForcePolicy::Frequency(8)));
+    support::within("reclaiming beside appends and readers", 120, || {
+        run(ForcePolicy::Frequency(8))
+    });
 }

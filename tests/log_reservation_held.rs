@@ -7,29 +7,13 @@
 //!
 //! Every test body runs under a watchdog: before the fix each of them hung.
 
+mod support;
+
 use pgl::log::{ForcePolicy, Log, LogConfig, Lsn};
 use pgl::{CrashSim, Error};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
-
-/// Runs `f` on a thread of its own and fails the test if it has not returned within a
-/// minute (a hang is what these tests guard against).
-fn within_a_minute(f: impl FnOnce() + Send + 'static) {
-    let (tx, rx) = mpsc::channel();
-    let body = std::thread::spawn(move || {
-        f();
-        let _ = tx.send(());
-    });
-    match rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(()) => body.join().unwrap(),
-        // The body panicked: report its panic.
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            std::panic::resume_unwind(body.join().unwrap_err())
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("hung: a thread waits for itself"),
-    }
-}
 
 fn sim_log(policy: ForcePolicy) -> (Arc<CrashSim>, Log) {
     let sim = CrashSim::new(8 << 20);
@@ -63,7 +47,7 @@ fn held<T: std::fmt::Debug>(r: pgl::Result<T>) -> (&'static str, Lsn, Lsn, Optio
 
 #[test]
 fn a_sync_append_behind_a_held_reservation_errors_and_is_forced_with_it() {
-    within_a_minute(|| {
+    support::within("a log with a reservation held", 60, || {
         let (sim, log) = sim_log(ForcePolicy::Sync);
         let first = log.append(b"first").unwrap();
         let mut res = log.reserve(4).unwrap();
@@ -103,7 +87,7 @@ fn a_sync_append_behind_a_held_reservation_errors_and_is_forced_with_it() {
 
 #[test]
 fn a_sync_completion_behind_a_held_reservation_errors_and_a_drop_unblocks_it() {
-    within_a_minute(|| {
+    support::within("a log with a reservation held", 60, || {
         let (sim, log) = sim_log(ForcePolicy::Sync);
         let older = log.reserve(4).unwrap();
         let mut newer = log.reserve(5).unwrap();
@@ -118,7 +102,7 @@ fn a_sync_completion_behind_a_held_reservation_errors_and_a_drop_unblocks_it() {
 
 #[test]
 fn force_and_reclaim_past_a_held_reservation_error_and_force_nothing() {
-    within_a_minute(|| {
+    support::within("a log with a reservation held", 60, || {
         let (_sim, log) = sim_log(ForcePolicy::GroupCommit(1000));
         let a = log.append(b"a").unwrap();
         let res = log.reserve(1).unwrap();
@@ -144,7 +128,7 @@ fn force_and_reclaim_past_a_held_reservation_error_and_force_nothing() {
 #[test]
 fn batch_forces_stop_short_of_the_callers_held_record() {
     for policy in [ForcePolicy::GroupCommit(2), ForcePolicy::Frequency(2)] {
-        within_a_minute(move || {
+        support::within("a log with a reservation held", 60, move || {
             let (sim, log) = sim_log(policy);
             let first = log.append(b"0").unwrap();
             let res = log.reserve(1).unwrap();
@@ -171,7 +155,7 @@ fn batch_forces_stop_short_of_the_callers_held_record() {
 
 #[test]
 fn reserve_refuses_once_a_held_record_has_used_up_the_completion_slots() {
-    within_a_minute(|| {
+    support::within("a log with a reservation held", 60, || {
         let (_sim, log) = sim_log(ForcePolicy::Frequency(64));
         let res = log.reserve(1).unwrap();
         let r = res.lsn();
@@ -197,7 +181,7 @@ fn reserve_refuses_once_a_held_record_has_used_up_the_completion_slots() {
 
 #[test]
 fn a_thread_waits_for_other_threads_reservations_and_never_for_its_own() {
-    within_a_minute(|| {
+    support::within("a log with a reservation held", 60, || {
         let (_sim, log) = sim_log(ForcePolicy::GroupCommit(1000));
         let log = &log;
         let mine = log.reserve(1).unwrap();
@@ -229,7 +213,7 @@ fn a_thread_waits_for_other_threads_reservations_and_never_for_its_own() {
 
 #[test]
 fn two_threads_each_holding_a_record_the_other_needs_both_refuse() {
-    within_a_minute(|| {
+    support::within("a log with a reservation held", 60, || {
         let (_sim, log) = sim_log(ForcePolicy::GroupCommit(1000));
         let log = &log;
         let a = log.reserve(1).unwrap();
@@ -261,7 +245,7 @@ fn reserve_forces_up_to_the_held_record_before_refusing() {
     // force), so the completion slots are full well before 16,384 records follow the held
     // one. Forcing up to the held record (what a batch force does) frees them: reserve
     // must not refuse while that makes room.
-    within_a_minute(|| {
+    support::within("a log with a reservation held", 60, || {
         let (_sim, log) = sim_log(ForcePolicy::GroupCommit(4096));
         for _ in 0..5000 {
             drop(log.reserve(1).unwrap());
@@ -285,7 +269,7 @@ fn reserve_forces_up_to_the_held_record_before_refusing() {
 /// before it.
 #[test]
 fn a_leaked_reservation_stays_open_and_the_recovered_log_ends_before_it() {
-    within_a_minute(|| {
+    support::within("a log with a reservation held", 60, || {
         let (sim, log) = sim_log(ForcePolicy::Sync);
         let first = log.append(b"first").unwrap();
         let res = log.reserve(4).unwrap();

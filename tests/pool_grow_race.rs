@@ -13,8 +13,6 @@ mod support;
 
 use pgl::{Config, Error, Oid, Pool};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc;
-use std::time::Duration;
 
 mod v0 {
     use pgl::{extendible, Persistent};
@@ -81,22 +79,6 @@ impl Obj {
                 );
             }
         }
-    }
-}
-
-/// Runs `f` on a thread of its own; fails the test if it takes longer than `secs`.
-fn within(secs: u64, f: impl FnOnce() + Send + 'static) {
-    let (tx, rx) = mpsc::channel();
-    let body = std::thread::spawn(move || {
-        f();
-        let _ = tx.send(());
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(()) => body.join().unwrap(),
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            std::panic::resume_unwind(body.join().unwrap_err())
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("stalled: no progress in {secs} s"),
     }
 }
 
@@ -312,5 +294,5 @@ fn run() {
 
 #[test]
 fn grow_races_allocs_frees_overwrites_and_upgrades() {
-    within(120, run);
+    support::within("growing the pool under transactions", 120, run);
 }

@@ -550,23 +550,12 @@ fn an_unfilled_allocation_of_a_freed_block_inherits_the_committed_checksum() {
     std::fs::remove_file(path).unwrap();
 }
 
-/// Runs `f` on a thread of its own and returns its result, or panics if it has not
-/// finished in `secs` seconds (a hang: the thread is left behind).
-fn within<R: Send + 'static>(secs: u64, f: impl FnOnce() -> R + Send + 'static) -> R {
-    let (send, recv) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = send.send(f());
-    });
-    recv.recv_timeout(std::time::Duration::from_secs(secs))
-        .expect("hung: the thread waits for itself")
-}
-
 #[test]
 fn a_detached_handle_makes_this_threads_reads_and_transactions_fail_at_once() {
     let (pool, path) = pool("detachedheld");
     let root = pool.root::<u64>().unwrap();
     let p = pool.clone();
-    let (get, write, read) = within(30, move || {
+    let (get, write, read) = support::within("a thread holding a handle", 30, move || {
         let mut d = p.open_mut(root).unwrap();
         *d = 5;
         let get = p.get(root).map(|_| ());
@@ -629,7 +618,7 @@ fn a_thread_holding_a_detached_handle_never_waits_for_its_own_lane() {
         })
     };
     let p = pool.clone();
-    let r = within(30, move || {
+    let r = support::within("a thread holding a handle", 30, move || {
         held.wait();
         let mut d = p.open_mut(a).unwrap();
         *d = 1;
@@ -689,25 +678,26 @@ fn object_readers_never_wait_for_this_threads_own_locks() {
     let (pool, path) = pool("readerswait");
     let root = pool.root::<u64>().unwrap();
     let p = pool.clone();
-    let (in_tx, other, listed, verified, read) = within(30, move || {
-        let in_tx = p.tx(|tx| {
-            *tx.open(root)? = 1;
-            p.read_object(root.raw()).map(|_| ())
+    let (in_tx, other, listed, verified, read) =
+        support::within("a thread holding a handle", 30, move || {
+            let in_tx = p.tx(|tx| {
+                *tx.open(root)? = 1;
+                p.read_object(root.raw()).map(|_| ())
+            });
+            let other = p.tx(|tx| {
+                let o = tx.alloc(7u64)?;
+                *tx.open(root)? = o.raw();
+                Ok(())
+            });
+            let o = Oid::<u64>::from_raw(*p.get(root).unwrap());
+            let other = other.and_then(|()| p.tx(|_| p.read_object(o.raw()).map(|(_, b)| b)));
+            let d = p.open_mut(root).unwrap();
+            let listed = p.objects().map(|l| l.len());
+            let verified = p.verify_objects(|_, _| {}).map(|v| v.len());
+            let read = p.read_object(root.raw()).map(|_| ());
+            drop(d);
+            (in_tx, other, listed, verified, read)
         });
-        let other = p.tx(|tx| {
-            let o = tx.alloc(7u64)?;
-            *tx.open(root)? = o.raw();
-            Ok(())
-        });
-        let o = Oid::<u64>::from_raw(*p.get(root).unwrap());
-        let other = other.and_then(|()| p.tx(|_| p.read_object(o.raw()).map(|(_, b)| b)));
-        let d = p.open_mut(root).unwrap();
-        let listed = p.objects().map(|l| l.len());
-        let verified = p.verify_objects(|_, _| {}).map(|v| v.len());
-        let read = p.read_object(root.raw()).map(|_| ());
-        drop(d);
-        (in_tx, other, listed, verified, read)
-    });
     assert!(
         matches!(in_tx, Err(Error::LockedByThisThread { .. })),
         "{in_tx:?}"

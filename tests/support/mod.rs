@@ -177,3 +177,26 @@ pub fn forge_record(lane: &mut [u8], seq: u64, entries: &[(u64, u32, &[u8])]) ->
     lane[64..68].copy_from_slice(&crc.to_le_bytes());
     true
 }
+
+/// Runs `f` on a thread of its own and returns its result; fails the test, naming `what`,
+/// if `f` has not returned within `secs` seconds (a hang: the thread is left behind). A
+/// panic of `f` is the test's own.
+pub fn within<R: Send + 'static>(
+    what: &str,
+    secs: u64,
+    f: impl FnOnce() -> R + Send + 'static,
+) -> R {
+    use std::sync::mpsc::{channel, RecvTimeoutError};
+    let (send, recv) = channel();
+    let body = std::thread::spawn(move || {
+        let _ = send.send(f());
+    });
+    match recv.recv_timeout(std::time::Duration::from_secs(secs)) {
+        Ok(r) => r,
+        Err(RecvTimeoutError::Disconnected) => std::panic::resume_unwind(
+            body.join()
+                .expect_err("the thread ended without sending its result"),
+        ),
+        Err(RecvTimeoutError::Timeout) => panic!("{what}: not done within {secs} s (a hang)"),
+    }
+}
