@@ -25,9 +25,8 @@ use crate::persist::Media;
 pub(crate) struct Reconciled {
     /// Page columns whose parity was recomputed.
     pub columns: u64,
-    /// Damaged objects rebuilt from parity and written back.
-    pub repaired: u64,
-    /// Those objects (their oids: payload offsets), in the order they were rebuilt.
+    /// Damaged objects rebuilt from parity and written back (their oids: payload
+    /// offsets), in the order they were rebuilt.
     pub rebuilt: Vec<u64>,
     /// Pool pages whose bytes those repairs changed.
     pub pages: u64,
@@ -176,7 +175,6 @@ pub(crate) unsafe fn reconcile_zone(
                                 media.flush(at, chunk.len() as u64);
                             }
                         }
-                        out.repaired += 1;
                         out.rebuilt.push(hdr + HEADER_SIZE);
                         out.pages += changed_pages(hdr, &now, &new);
                         fixed = true;

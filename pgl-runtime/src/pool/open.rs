@@ -619,7 +619,6 @@ fn reconcile_parity(
             // else runs while the pool opens.
             let r = unsafe { crate::integrity::reconcile_zone(media, geo, z, &objects) };
             reconciled.columns += r.columns;
-            reconciled.repaired += r.repaired;
             reconciled.rebuilt.extend(r.rebuilt);
             reconciled.pages += r.pages;
             reconciled.unrecoverable += r.unrecoverable;

@@ -598,7 +598,7 @@ impl Pool {
         s.bitmap_repairs = self.inner.bitmap_repairs + r.bitmap_words.load(Ordering::Relaxed);
         s.runs_quarantined = self.inner.eng.heap.quarantined();
         let opened = &self.inner.reconciled;
-        s.objects_repaired = r.repaired.load(Ordering::Relaxed) + opened.repaired;
+        s.objects_repaired = r.repaired.load(Ordering::Relaxed) + opened.rebuilt.len() as u64;
         s.pages_rebuilt = r.pages.load(Ordering::Relaxed) + opened.pages;
         // (Those found opening are in it: `open` counts them there, once.)
         s.objects_unrecoverable = r.unrecoverable.load(Ordering::Relaxed);
