@@ -488,7 +488,16 @@ fn turning_checksums_back_on_reaches_the_objects_of_a_quarantined_run() {
 fn without_parity_a_dead_word_is_quarantined_at_once_beside_a_long_transaction() {
     // Nothing can rebuild the word, so the commit that meets it must not first wait to
     // freeze the pool (10 s while another transaction runs) only to learn that.
-    let (p, pool, objs, w) = flipped_without_parity("busy", 2, 51);
+    //
+    // The other transaction starts first and holds one of the pool's two lanes from then
+    // on, so that the objects are made, and the allocation that meets their word runs, on
+    // the other lane, whose run they are in. (Started after them, it could take their
+    // lane: the allocation would then come from another run, and never meet the word.)
+    // The word is damaged through the file, as a stray write would: `pool.inject` freezes
+    // the pool, which would wait for the other transaction.
+    let p = path("busy");
+    let pool = Pool::create(&p, &cfg(false)).unwrap();
+    assert_eq!(pool.info().header.geo.lanes, 2);
     let (started, done) = (
         std::sync::mpsc::channel::<()>(),
         std::sync::mpsc::channel::<()>(),
@@ -497,10 +506,8 @@ fn without_parity_a_dead_word_is_quarantined_at_once_beside_a_long_transaction()
     let (done_tx, done_rx) = done;
     std::thread::scope(|s| {
         let pool = &pool;
-        let oid = objs[3].0;
         s.spawn(move || {
-            pool.tx(|tx| {
-                let _ = tx.get(oid)?;
+            pool.tx(|_| {
                 let _ = started_tx.send(());
                 let _ = done_rx.recv_timeout(std::time::Duration::from_secs(30));
                 Ok(())
@@ -509,6 +516,10 @@ fn without_parity_a_dead_word_is_quarantined_at_once_beside_a_long_transaction()
         });
         started_rx.recv().unwrap();
         // The other transaction holds its lane until told to finish.
+        let objs = fill(pool, 5);
+        let w = word_of(pool, objs[0].0.raw());
+        let word = read_u64(&p, w);
+        write_in_file(&p, w, &(word ^ (1 << 3 | 1 << 40)).to_le_bytes());
         match pool.tx(|tx| tx.alloc([9u64; 8])) {
             Err(Error::BitmapMismatch { offset, .. }) => assert_eq!(offset, w),
             other => panic!("expected BitmapMismatch, got {other:?}"),
@@ -527,10 +538,15 @@ fn without_parity_a_dead_word_is_quarantined_at_once_beside_a_long_transaction()
 
 /// Writes 8 bytes of `byte` at `off` of the file (a stray write parity never hears of).
 fn stray_write(path: &std::path::Path, off: u64, byte: u8) {
+    write_in_file(path, off, &[byte; 8]);
+}
+
+/// Writes `bytes` at `off` of the file (a stray write parity never hears of).
+fn write_in_file(path: &std::path::Path, off: u64, bytes: &[u8]) {
     use std::io::{Seek, Write};
     let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
     f.seek(std::io::SeekFrom::Start(off)).unwrap();
-    f.write_all(&[byte; 8]).unwrap();
+    f.write_all(bytes).unwrap();
 }
 
 #[test]
