@@ -258,7 +258,7 @@ fn check_reports_a_bitmap_word_beyond_repair_and_exits_1() {
         let info = pool.info();
         let g = info.header.geo;
         let pos = g.locate(victim, info.header.zones).unwrap();
-        let classes = pgl::SizeClasses::new(g.chunk_size);
+        let classes = pgl::SizeClasses::new(g.chunk_size, info.header.class_table());
         let class = classes
             .class_for(std::mem::size_of::<Item>() as u64 + 16)
             .unwrap();

@@ -7,7 +7,7 @@
 //! `PGL_KILL9_RUNS` sets the number of kills (default 100), `PGL_KILL9_SEED` the seed.
 mod support;
 
-use pgl::{Config, FlushMode, Oid, Pool, SizeClasses};
+use pgl::{ClassTable, Config, FlushMode, Oid, Pool, SizeClasses};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -323,7 +323,8 @@ fn verify(pool: &Pool, model: &Model, cfg: &Config) -> Result<(), String> {
 /// count whole, a run chunk counts its free blocks, a large object's chunks count nothing.
 fn expected_free(objects: &BTreeMap<u64, u64>, cfg: &Config) -> Result<u64, String> {
     let g = cfg.geometry();
-    let classes = SizeClasses::new(g.chunk_size);
+    // A pool this build made.
+    let classes = SizeClasses::new(g.chunk_size, ClassTable::StepsAndPowers);
     let mut chunks: BTreeMap<u64, (Option<u16>, u64)> = BTreeMap::new(); // chunk -> (class, n)
     for (&off, &size) in objects {
         let pos = g

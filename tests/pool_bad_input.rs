@@ -894,7 +894,8 @@ fn mutate(img: &Image, rng: &mut Rng, b: &mut Vec<u8>) -> String {
             let per = g.chunks_per_zone();
             let c = rng.range(1, per);
             let table = g.chunk_offset(0, 0) + 1024 + 8 * c;
-            let classes = pgl::SizeClasses::new(g.chunk_size);
+            // A pool this build made.
+            let classes = pgl::SizeClasses::new(g.chunk_size, pgl::ClassTable::StepsAndPowers);
             let (at, v, what) = match rng.below(5) {
                 0 => {
                     let class = rng.below(classes.len() as u64) as u16;

@@ -53,7 +53,7 @@ pub(crate) fn scratch_pool(name: &str) -> std::path::PathBuf {
 
 pub use error::{Error, Result};
 pub use heap::layout::ObjectHeader;
-pub use heap::SizeClasses;
+pub use heap::{ClassTable, SizeClasses};
 pub use inject::Fault;
 pub use leds::{
     type_key, type_keys, Ext, ExtLink, ExtMut, Extendible, ExtendibleData, Migration,

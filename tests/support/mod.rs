@@ -63,7 +63,7 @@ pub fn bitmap_word_of(pool: &pgl::Pool, oid: u64, payload: u64) -> u64 {
     let info = pool.info();
     let g = info.header.geo;
     let pos = g.locate(oid, info.header.zones).expect("inside a zone");
-    let classes = pgl::SizeClasses::new(g.chunk_size);
+    let classes = pgl::SizeClasses::new(g.chunk_size, info.header.class_table());
     let class = classes.class_for(payload + 16).expect("a small object");
     let run = g.chunk_offset(pos.zone, pos.chunk);
     let block = (oid - 16 - run - classes.header(class)) / classes.block(class);

@@ -22,7 +22,7 @@
 //! allocation derives its new checksum from it without reading the payload (`tx`), while
 //! parity could repair damage to the block (`Engine::seals_trusted`).
 
-use super::class::SizeClasses;
+use super::class::{ClassTable, SizeClasses};
 use super::layout::*;
 use super::meta::MetaOps;
 use super::run::{block_at, make_checked_runs, take_bit, Run, RunShape, RunState};
@@ -206,9 +206,15 @@ pub(crate) struct Heap {
 }
 
 impl Heap {
-    /// Rebuilds the volatile state from the persistent metadata of `zones` zones.
-    pub(crate) fn open(media: &Media, geo: Geometry, zones: u64) -> Result<Heap> {
-        let classes = SizeClasses::new(geo.chunk_size);
+    /// Rebuilds the volatile state from the persistent metadata of `zones` zones, whose runs
+    /// are cut to the classes of `table` (the pool header's).
+    pub(crate) fn open(
+        media: &Media,
+        geo: Geometry,
+        zones: u64,
+        table: ClassTable,
+    ) -> Result<Heap> {
+        let classes = SizeClasses::new(geo.chunk_size, table);
         let shapes: Box<[[RunShape; 2]]> = (0..classes.len() as u16)
             .map(|c| {
                 [false, true].map(|checked| RunShape {
@@ -1522,7 +1528,7 @@ mod tests {
                 "the plain run stays plain"
             );
             // The plain words hold exactly the live blocks, densely.
-            let classes = crate::heap::SizeClasses::new(geo.chunk_size);
+            let classes = crate::heap::SizeClasses::new(geo.chunk_size, info.header.class_table());
             let class = classes.class_for(16 + 64).unwrap();
             let (header, block) = (classes.header_in(class, false), classes.block(class));
             let mut want = [0u64; 2];

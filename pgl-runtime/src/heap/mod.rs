@@ -10,6 +10,6 @@ mod run;
 mod walk;
 
 pub(crate) use alloc::{bitmap_mismatch, Arena, Heap, HeapUndo, PendingFree};
-pub use class::SizeClasses;
+pub use class::{ClassTable, SizeClasses};
 pub(crate) use meta::MetaOps;
 pub(crate) use walk::{walk_blocks, walk_each, walk_objects as walk};

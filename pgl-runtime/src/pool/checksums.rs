@@ -11,6 +11,7 @@
 
 use crate::geometry::Geometry;
 use crate::heap::layout::{object_checksum, ObjectHeader, HDR_CHECKSUM_OFFSET, HEADER_SIZE};
+use crate::heap::ClassTable;
 use crate::persist::Media;
 
 /// Recomputes the checksum of every allocated object of the pool's `zones`; returns how
@@ -21,7 +22,13 @@ use crate::persist::Media;
 ///
 /// # Safety
 /// The zones lie in the pool and nothing else reads or writes it meanwhile.
-pub(super) unsafe fn recompute(media: &Media, geo: &Geometry, zones: u64, parity: bool) -> u64 {
+pub(super) unsafe fn recompute(
+    media: &Media,
+    geo: &Geometry,
+    table: ClassTable,
+    zones: u64,
+    parity: bool,
+) -> u64 {
     let changed = std::cell::Cell::new(0);
     let fix = |hdr: u64, cap: u64| {
         let mut h = [0u8; HEADER_SIZE as usize];
@@ -51,7 +58,7 @@ pub(super) unsafe fn recompute(media: &Media, geo: &Geometry, zones: u64, parity
     // of them grows with the runs a chunk table declares (over holes, all their words).
     crate::heap::walk_each(
         geo,
-        &crate::heap::SizeClasses::new(geo.chunk_size),
+        &crate::heap::SizeClasses::new(geo.chunk_size, table),
         0..zones,
         // SAFETY: heap metadata words inside the pool; nothing else runs (caller).
         |off| unsafe { media.read_u64(off) },

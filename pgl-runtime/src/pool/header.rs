@@ -11,7 +11,10 @@
 //!   12  flags           u32      bit 0 OPEN: a process has it open (set at open, cleared
 //!                                at a clean close); bit 1 PARITY: zone parity is maintained;
 //!                                bit 2 NO_CHECKSUMS: object checksums were not maintained
-//!                                (some may be stale) since they were last recomputed
+//!                                (some may be stale) since they were last recomputed;
+//!                                bit 3 POWER_CLASSES: the runs are cut to the
+//!                                `StepsAndPowers` size classes (set when the pool is
+//!                                made, from format 8 on; never changed)
 //!   16  generation      u64      bumped by every header update
 //!   24  uuid            [u8; 16]
 //!   40  layout          [u8; 64] NUL-padded UTF-8
@@ -31,6 +34,7 @@
 
 use crate::checksum::strong;
 use crate::geometry::{Geometry, MAX_ZONES, PAGE};
+use crate::heap::ClassTable;
 
 /// Header magic.
 pub const MAGIC: [u8; 8] = *b"PGLPOOL\0";
@@ -50,8 +54,12 @@ pub const MAGIC: [u8; 8] = *b"PGLPOOL\0";
 /// older pools still replay, and older builds refuse version 6, whose records they would
 /// discard as malformed. Version 7 adds a redo entry that zeroes a range (`tx::record`:
 /// a new run's bitmap over a chunk whose old bytes are not zero); older builds refuse
-/// version 7, whose records they would discard as malformed.
-pub const FORMAT_VERSION: u32 = 7;
+/// version 7, whose records they would discard as malformed. Version 8 adds size classes
+/// for power-of-two payloads (`heap::ClassTable::StepsAndPowers`, header flag
+/// POWER_CLASSES): pools made since are cut to them, older pools keep the classes they were
+/// made with (their runs name classes by number), and older builds refuse version 8, whose
+/// class numbers they would misread.
+pub const FORMAT_VERSION: u32 = 8;
 /// The oldest format version this build reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
 /// Header flag: a process has the pool open; still set after a crash.
@@ -61,6 +69,10 @@ pub const FLAG_PARITY: u32 = 2;
 /// Header flag: object checksums were not maintained at some time since they were last
 /// recomputed, so they cannot be trusted until they are recomputed.
 pub const FLAG_NO_CHECKSUMS: u32 = 4;
+/// Header flag: the pool's runs are cut to `ClassTable::StepsAndPowers` (format 8 on; set
+/// when the pool is made and kept for good: its runs name their classes by number in that
+/// table).
+pub const FLAG_POWER_CLASSES: u32 = 8;
 /// Longest layout name, in bytes.
 pub const LAYOUT_MAX: usize = 63;
 
@@ -96,7 +108,8 @@ pub struct Header {
     pub zones: u64,
     /// Creation time, seconds since the Unix epoch.
     pub created: u64,
-    /// `FLAG_OPEN`, `FLAG_PARITY` and `FLAG_NO_CHECKSUMS` (other bits are zero).
+    /// `FLAG_OPEN`, `FLAG_PARITY`, `FLAG_NO_CHECKSUMS` and `FLAG_POWER_CLASSES` (other bits
+    /// are zero).
     pub flags: u32,
 }
 
@@ -198,13 +211,26 @@ impl Header {
             geo,
             zones,
             created: u64_at(b, CREATED_OFFSET),
-            // Version 1 had no flags: its parity was never kept.
+            // Version 1 had no flags: its parity was never kept. Before version 8 no pool
+            // was cut to the power classes, whatever bit 3 says.
             flags: if version < 2 {
                 0
-            } else {
+            } else if version < 8 {
                 u32_at(b, FLAGS_OFFSET) & (FLAG_OPEN | FLAG_PARITY | FLAG_NO_CHECKSUMS)
+            } else {
+                u32_at(b, FLAGS_OFFSET)
+                    & (FLAG_OPEN | FLAG_PARITY | FLAG_NO_CHECKSUMS | FLAG_POWER_CLASSES)
             },
         })
+    }
+
+    /// The size classes the pool's runs are cut to (see `FLAG_POWER_CLASSES`).
+    pub fn class_table(&self) -> ClassTable {
+        if self.flags & FLAG_POWER_CLASSES != 0 {
+            ClassTable::StepsAndPowers
+        } else {
+            ClassTable::Steps
+        }
     }
 
     /// The pool's size in bytes.
@@ -357,6 +383,27 @@ mod tests {
     fn round_trip() {
         let h = sample();
         assert_eq!(Header::decode(&h.encode()).unwrap(), h);
+        let powers = Header {
+            flags: FLAG_PARITY | FLAG_POWER_CLASSES,
+            ..sample()
+        };
+        let back = Header::decode(&powers.encode()).unwrap();
+        assert_eq!(back, powers);
+        assert_eq!(back.class_table(), ClassTable::StepsAndPowers);
+        assert_eq!(sample().class_table(), ClassTable::Steps);
+    }
+
+    #[test]
+    fn no_pool_before_format_8_has_the_power_classes() {
+        // Bit 3 in an older header is damage or a forgery: its runs were cut to the steps.
+        let old = Header {
+            version: 7,
+            flags: FLAG_PARITY | FLAG_POWER_CLASSES,
+            ..sample()
+        };
+        let back = Header::decode(&old.encode()).unwrap();
+        assert_eq!(back.flags, FLAG_PARITY);
+        assert_eq!(back.class_table(), ClassTable::Steps);
     }
 
     #[test]

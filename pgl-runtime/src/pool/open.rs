@@ -9,7 +9,8 @@
 
 use super::config::Config;
 use super::header::{
-    Header, HeaderFault, FLAG_NO_CHECKSUMS, FLAG_OPEN, FLAG_PARITY, FORMAT_VERSION,
+    Header, HeaderFault, FLAG_NO_CHECKSUMS, FLAG_OPEN, FLAG_PARITY, FLAG_POWER_CLASSES,
+    FORMAT_VERSION,
 };
 use super::pool::{new_uuid, now_secs, Inner, Pool, ALREADY_OPEN, ALREADY_OPEN_READ_ONLY};
 use crate::geometry::{Geometry, PAGE};
@@ -39,8 +40,9 @@ impl Pool {
             geo: *geo,
             zones,
             created: now_secs(),
-            // A new pool is zeros, whose parity (zeros) is consistent.
-            flags: if parity { FLAG_PARITY } else { 0 },
+            // A new pool is zeros, whose parity (zeros) is consistent. Its runs are cut to
+            // the power classes for good.
+            flags: FLAG_POWER_CLASSES | if parity { FLAG_PARITY } else { 0 },
         };
         let bytes = h.encode();
         for copy in 0..2 {
@@ -165,7 +167,9 @@ impl Pool {
             // that drops it: a crash before the header says otherwise leaves it trusted.
             let kept = parity || header.flags & FLAG_PARITY != 0;
             // SAFETY: the pool's zones; nothing else runs while it opens.
-            unsafe { super::checksums::recompute(&media, &geo, header.zones, kept) };
+            unsafe {
+                super::checksums::recompute(&media, &geo, header.class_table(), header.zones, kept)
+            };
             media.fence();
             media.check()?;
         }
@@ -195,7 +199,8 @@ impl Pool {
         if !read_only {
             header.flags = FLAG_OPEN
                 | if parity { FLAG_PARITY } else { 0 }
-                | if checksums { 0 } else { FLAG_NO_CHECKSUMS };
+                | if checksums { 0 } else { FLAG_NO_CHECKSUMS }
+                | header.flags & FLAG_POWER_CLASSES;
             header.version = FORMAT_VERSION;
             header.generation += 1;
             Self::write_header_copy(&media, 0, &header);
@@ -203,7 +208,7 @@ impl Pool {
             media.check()?;
         }
         // Runs with bitmap words still damaged (beyond parity) load out of service.
-        let heap = Heap::open(&media, geo, header.zones)?;
+        let heap = Heap::open(&media, geo, header.zones, header.class_table())?;
         let next_seq = rec.max_seq.checked_add(1).ok_or_else(|| Error::Corrupt {
             what: "redo lane",
             offset: geo.lane_offset(0, 0),
@@ -349,7 +354,7 @@ fn interrupted_update(
     // those words fail this, but for a chance of about 2^-58.)
     let (version, flags) = (u64_at(1) as u32, (u64_at(1) >> 32) as u32);
     let plausible = (super::header::OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version)
-        && flags & !(FLAG_OPEN | FLAG_PARITY | FLAG_NO_CHECKSUMS) == 0
+        && flags & !(FLAG_OPEN | FLAG_PARITY | FLAG_NO_CHECKSUMS | FLAG_POWER_CLASSES) == 0
         && (1..=crate::geometry::MAX_ZONES).contains(&u64_at(18));
     only_updated
         && match other {
@@ -550,7 +555,7 @@ fn repair_bitmap_words(media: &Media, geo: &Geometry, header: &Header) -> Result
     // which a chunk table declaring runs over holes makes all damage.
     crate::heap::walk_each(
         geo,
-        &crate::heap::SizeClasses::new(geo.chunk_size),
+        &crate::heap::SizeClasses::new(geo.chunk_size, header.class_table()),
         0..header.zones,
         // SAFETY: heap metadata words inside the pool; nothing else runs while it opens.
         |off| unsafe { media.read_u64(off) },
@@ -601,7 +606,7 @@ fn reconcile_parity(
         // objects are listed one dirty zone at a time: a list of the whole pool's would
         // take 16 bytes per object of every zone (a pool of small objects, or runs whose
         // bitmaps say so, in a sparse file: gigabytes).
-        let classes = crate::heap::SizeClasses::new(geo.chunk_size);
+        let classes = crate::heap::SizeClasses::new(geo.chunk_size, header.class_table());
         for &z in &dirty {
             let mut objects = Vec::new();
             if sums_valid {

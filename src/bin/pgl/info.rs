@@ -54,6 +54,11 @@ pub(crate) fn info(file: &Path, list: bool) -> Result<String> {
         g.lanes,
         bytes(g.lane_size)
     );
+    let classes = match h.class_table() {
+        pgl::ClassTable::StepsAndPowers => "eighth steps, and whole-line fits of powers of two",
+        pgl::ClassTable::Steps => "eighth steps (a pool made before format 8)",
+    };
+    let _ = writeln!(out, "  size classes    {classes}");
 
     let listing = slow("listing the objects", || pool.objects_with_damage())?;
     let hidden = listing.damaged_words();
