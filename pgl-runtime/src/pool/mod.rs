@@ -7,6 +7,7 @@ mod header;
 mod open;
 #[allow(clippy::module_inception)]
 mod pool;
+mod run_classes;
 mod scrub;
 
 pub use config::Config;

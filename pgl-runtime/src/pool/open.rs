@@ -13,6 +13,7 @@ use super::header::{
     FORMAT_VERSION,
 };
 use super::pool::{new_uuid, now_secs, Inner, Pool, ALREADY_OPEN, ALREADY_OPEN_READ_ONLY};
+use super::run_classes;
 use crate::geometry::{Geometry, PAGE};
 use crate::heap::Heap;
 use crate::persist::Media;
@@ -150,6 +151,16 @@ impl Pool {
         // or walks the objects through them; only where parity on media can be trusted for
         // them: it was kept, and the zone is not one a crash may have left stale. Whether
         // this open keeps parity does not matter: the media's parity is still intact.
+        // The header's size-class table is the one the runs were cut to, before anything
+        // walks their blocks with it (and writes to them: bitmap repairs, parity, checksum
+        // recomputation) or the header is rewritten: with the other table those walks
+        // would take payload bytes for objects and bitmap words.
+        // SAFETY: the pool is opening under its lock; its zones lie in the file (checked).
+        if let Some(m) =
+            unsafe { run_classes::misfit(&media, &geo, header.zones, header.class_table(), len) }
+        {
+            return Err(misfit_error(&media, &geo, &header, m, len));
+        }
         let bitmap_repairs = repair_bitmap_words(&media, &geo, &header)?;
         let reconciled = if parity
             && (header.flags & FLAG_OPEN != 0
@@ -422,11 +433,29 @@ fn read_header(media: &Media, path: &Path) -> Result<(Header, HeaderFixes)> {
     };
     let (header, repairs) = match (a, b) {
         (Ok(ha), Ok((off_b, hb))) => {
-            if ha.generation >= hb.generation {
+            // The size-class table is fixed when the pool is made: two valid copies that
+            // name different ones are not an interrupted update but damage (or a forgery)
+            // with a valid checksum. The generation cannot say which copy is right, the
+            // runs can: the copy whose table they are cut to wins (reading them with the
+            // other table would walk blocks where there are none). If they cannot tell
+            // (no run of a class the tables number differently), either table reads the
+            // pool, and the newer copy wins as usual.
+            let disputed = ha.class_table() != hb.class_table();
+            let fits = |h: &Header| {
+                // SAFETY: the pool is opening under its lock; entries past `len` are not read.
+                unsafe { run_classes::misfit(media, &h.geo, h.zones, h.class_table(), len) }
+                    .is_none()
+            };
+            let a_wins = match disputed.then(|| (fits(&ha), fits(&hb))) {
+                Some((fa, fb)) if fa != fb => fa,
+                _ => ha.generation >= hb.generation,
+            };
+            if a_wins {
                 if ha == hb {
                     (ha, HeaderFixes::default())
                 } else {
-                    let why = interrupted_update(&ha, page(0), &Ok(hb), page(off_b), true);
+                    let why =
+                        !disputed && interrupted_update(&ha, page(0), &Ok(hb), page(off_b), true);
                     Pool::write_header_copy(media, off_b, &ha);
                     (ha, fixed(why))
                 }
@@ -475,6 +504,47 @@ fn read_header(media: &Media, path: &Path) -> Result<(Header, HeaderFixes)> {
         }
     };
     Ok((header, repairs))
+}
+
+/// The error for a run that the header's size-class table does not describe: a damaged
+/// chunk-table entry, or (if the other table describes every run) a damaged header flag.
+fn misfit_error(
+    media: &Media,
+    geo: &Geometry,
+    header: &Header,
+    m: run_classes::Misfit,
+    len: u64,
+) -> Error {
+    let table = header.class_table();
+    let other = run_classes::other(table);
+    // SAFETY: as for the check that found `m` (the pool is opening under its lock).
+    let flag = unsafe { run_classes::misfit(media, geo, header.zones, other, len) }.is_none();
+    let detail = if flag {
+        format!(
+            "a run of class {} with {}-byte blocks, which the header's size classes ({}) do \
+             not have, while every run of the pool fits the other table ({}): both header \
+             copies name the wrong table (damage with valid checksums, or a forged header); \
+             no object was touched",
+            m.class,
+            m.block,
+            run_classes::describe(table),
+            run_classes::describe(other),
+        )
+    } else {
+        format!(
+            "a run of class {} with {}-byte blocks, which the pool's size classes ({}) do not \
+             have: the entry is damaged; no object was touched",
+            m.class,
+            m.block,
+            run_classes::describe(table),
+        )
+    };
+    Error::Corrupt {
+        what: "chunk table entry",
+        offset: m.offset,
+        detail,
+        pool_file: None,
+    }
 }
 
 /// Checks the zone metadata replicas (now that replay has written its records to both
