@@ -84,6 +84,23 @@ fn both_copies_name_the_power_classes(path: &Path, what: &str) {
 }
 
 #[test]
+fn a_scribble_clearing_the_flag_in_one_copy_is_repaired_from_the_other() {
+    for copy in 0..2 {
+        let what = format!("copy {copy} scribbled");
+        let (path, pages, kibs) = make(&format!("scribble-{copy}"));
+        let at = copies(&path)[copy];
+        rewrite(&path, |f| f[at + 12] &= !(POWER_CLASSES as u8));
+        let pool = Pool::open(&path, LAYOUT).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(pool.stats().header_repairs, 1, "{what}");
+        assert_eq!(pool.info().header.class_table(), ClassTable::StepsAndPowers);
+        check_objects(&pool, &pages, &kibs, &what);
+        drop(pool);
+        both_copies_name_the_power_classes(&path, &what);
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+#[test]
 fn both_copies_scribbled_is_a_clean_error() {
     let (path, _, _) = make("scribble-both");
     let at = copies(&path);

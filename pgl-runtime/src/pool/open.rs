@@ -361,11 +361,13 @@ fn interrupted_update(
     let u64_at = |i: usize| u64::from_le_bytes(word(other_page, i).try_into().unwrap_or([0; 8]));
     let other_gen = u64_at(2);
     // A torn copy's words are each the old or the new value of a header: a version this
-    // build reads, known flags, a zone count a header may hold. (Random bytes confined to
-    // those words fail this, but for a chance of about 2^-58.)
+    // build reads, known flags, the size-class flag of the other copy (no update changes
+    // it), a zone count a header may hold. (Random bytes confined to those words fail
+    // this, but for a chance of about 2^-58.)
     let (version, flags) = (u64_at(1) as u32, (u64_at(1) >> 32) as u32);
     let plausible = (super::header::OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version)
         && flags & !(FLAG_OPEN | FLAG_PARITY | FLAG_NO_CHECKSUMS | FLAG_POWER_CLASSES) == 0
+        && flags & FLAG_POWER_CLASSES == newer.flags & FLAG_POWER_CLASSES
         && (1..=crate::geometry::MAX_ZONES).contains(&u64_at(18));
     only_updated
         && match other {
