@@ -188,3 +188,37 @@ fn crashed_pools_of_every_older_format_recover() {
         );
     }
 }
+
+/// The format-7 fixtures' runs tell the two size-class tables apart (their 1,100-byte and
+/// 4 KiB objects' classes are numbered otherwise with the power classes): their headers
+/// forged to name the power classes (version 8, flag bit 3, valid checksums) fail the open,
+/// naming the flag. Were every run of a class both tables number alike, the tests above
+/// would pass with either table, and could not show that an older pool is read with its own.
+#[test]
+fn the_format_7_fixtures_tell_the_class_tables_apart() {
+    for name in ["pool-v7.bin", "pool-v7.bin.crashed"] {
+        let path = unpack(name);
+        let mut file = std::fs::read(&path).unwrap();
+        let b_at = pgl::Header::decode(&file[..4096])
+            .unwrap()
+            .geo
+            .header_offset(1) as usize;
+        for at in [0, b_at] {
+            let mut h = pgl::Header::decode(&file[at..at + 4096]).unwrap();
+            assert_eq!(h.class_table(), pgl::ClassTable::Steps, "{name}");
+            h.version = pgl::FORMAT_VERSION;
+            h.flags |= 8;
+            assert_eq!(h.class_table(), pgl::ClassTable::StepsAndPowers, "{name}");
+            file[at..at + 4096].copy_from_slice(&h.encode());
+        }
+        std::fs::write(&path, &file).unwrap();
+        let e = Pool::open(&path, "fixture")
+            .err()
+            .unwrap_or_else(|| panic!("{name}: opened with the power classes"));
+        assert!(
+            matches!(e, pgl::Error::Corrupt { .. }) && e.to_string().contains("flag bit 3"),
+            "{name}: {e}"
+        );
+        std::fs::remove_file(&path).unwrap();
+    }
+}
