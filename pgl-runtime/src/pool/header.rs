@@ -1,6 +1,7 @@
 //! The pool header, kept as two copies (page 0 and the page after the lanes), each with its
-//! own checksum. The valid copy with the higher generation wins; a bad copy is rewritten
-//! from the good one on open. An update writes copy A, makes it durable, then copy B: a
+//! own checksum. The valid copy with the higher generation wins (of two naming different
+//! size-class tables, the one the runs fit: `run_classes`); a bad copy is rewritten from
+//! the good one on open. An update writes copy A, makes it durable, then copy B: a
 //! crash between (or within) the two leaves one copy a generation behind, or torn in the
 //! words an update writes. Opening tells that apart from damage (`open::interrupted_update`)
 //! and completes the update without counting a repair.
