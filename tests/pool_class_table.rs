@@ -109,9 +109,7 @@ fn both_copies_scribbled_is_a_clean_error() {
             f[a + 12] &= !(POWER_CLASSES as u8);
         }
     });
-    let e = Pool::open(&path, LAYOUT)
-        .err()
-        .expect("no header copy is valid");
+    let e = Pool::open(&path, LAYOUT).expect_err("no header copy is valid");
     assert!(matches!(e, Error::HeaderCorrupt { .. }), "{e}");
     std::fs::remove_file(&path).unwrap();
 }
@@ -159,9 +157,7 @@ fn both_copies_naming_the_other_table_fail_the_open_and_touch_nothing() {
         }
     });
     let forged = std::fs::read(&path).unwrap();
-    let e = Pool::open(&path, LAYOUT)
-        .err()
-        .expect("a pool read with the wrong size classes opened");
+    let e = Pool::open(&path, LAYOUT).expect_err("a pool read with the wrong size classes opened");
     let after = std::fs::read(&path).unwrap();
     let changed = (0..after.len() / 8)
         .filter(|&w| after[w * 8..w * 8 + 8] != forged[w * 8..w * 8 + 8])

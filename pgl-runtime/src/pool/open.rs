@@ -146,21 +146,21 @@ impl Pool {
         // header says durably that its parity is not kept (so it is recomputed below, and
         // again if a crash cuts this short). Zones whose copy was repaired are reconciled.
         let (meta_repaired, metadata_repairs) = check_metadata(&media, &geo, &mut header)?;
+        // The header's size-class table is the one the runs were cut to, before anything
+        // walks their blocks with it (and writes to them: bitmap repairs, parity, checksum
+        // recomputation) or the header is rewritten: with the other table those walks
+        // would take payload bytes for objects and bitmap words.
+        let table = header.class_table();
+        // SAFETY: the pool is opening under its lock; its zones lie in the file (checked).
+        let misfit = unsafe { run_classes::misfit(&media, &geo, header.zones, table, len) };
+        if let Some(m) = misfit {
+            return Err(misfit_error(&media, &geo, &header, m, len));
+        }
         // Allocation-bitmap words that do not verify are rebuilt from parity before
         // anything below recomputes parity from the rows (which would bake the damage in)
         // or walks the objects through them; only where parity on media can be trusted for
         // them: it was kept, and the zone is not one a crash may have left stale. Whether
         // this open keeps parity does not matter: the media's parity is still intact.
-        // The header's size-class table is the one the runs were cut to, before anything
-        // walks their blocks with it (and writes to them: bitmap repairs, parity, checksum
-        // recomputation) or the header is rewritten: with the other table those walks
-        // would take payload bytes for objects and bitmap words.
-        // SAFETY: the pool is opening under its lock; its zones lie in the file (checked).
-        if let Some(m) =
-            unsafe { run_classes::misfit(&media, &geo, header.zones, header.class_table(), len) }
-        {
-            return Err(misfit_error(&media, &geo, &header, m, len));
-        }
         let bitmap_repairs = repair_bitmap_words(&media, &geo, &header)?;
         let reconciled = if parity
             && (header.flags & FLAG_OPEN != 0
