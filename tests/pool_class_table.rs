@@ -175,7 +175,7 @@ fn both_copies_naming_the_other_table_fail_the_open_and_touch_nothing() {
     );
     let msg = e.to_string();
     assert!(
-        msg.contains("flag bit 3"),
+        msg.contains("header copies name the wrong table"),
         "the error names the header flag: {msg}"
     );
     // The true header back: every object as it was.
