@@ -1389,18 +1389,6 @@ mod tests {
     /// A two-chunk object of `Config::small` geometry (64 KiB chunks).
     type TwoChunks = [u8; 64 << 10];
 
-    /// Allocates `TwoChunks` objects until the pool is full.
-    fn fill_with_large(pool: &Pool) -> Vec<Oid<TwoChunks>> {
-        let mut objs = Vec::new();
-        loop {
-            match pool.tx(|tx| tx.alloc_unzeroed::<TwoChunks>()) {
-                Ok(o) => objs.push(o),
-                Err(crate::Error::PoolFull { .. }) => return objs,
-                Err(e) => panic!("{e}"),
-            }
-        }
-    }
-
     /// A pool whose first half is full of small objects: a large allocation after the
     /// first one visits a bounded number of chunks, not every full chunk before the free
     /// ones again (which cost ~1 ms an allocation at 64 GB).
@@ -1457,7 +1445,7 @@ mod tests {
         let chunk = pool.engine().heap.geo.chunk_size;
         let alloc = || pool.tx(|tx| tx.alloc_unzeroed::<TwoChunks>());
         let free = |o| pool.tx(|tx| tx.free(o)).unwrap();
-        let bigs = fill_with_large(&pool);
+        let bigs = fill_with::<TwoChunks>(&pool, 1);
         assert!(bigs.len() > 8, "{} large objects", bigs.len());
         let full = pool.free_bytes();
         // At most the odd chunk at the end of each zone.
@@ -1488,7 +1476,7 @@ mod tests {
         // A zone added by `grow`.
         let geo = pool.engine().heap.geo;
         pool.grow(geo.pool_size(3)).unwrap();
-        let grown = fill_with_large(&pool);
+        let grown = fill_with::<TwoChunks>(&pool, 1);
         assert_eq!(grown.len(), bigs.len() / 2, "the new zone holds as many");
         // Reopened: the scan starts afresh and still finds the one range.
         let mid = bigs[bigs.len() / 2];
