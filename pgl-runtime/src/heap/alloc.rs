@@ -1335,6 +1335,20 @@ mod tests {
         pub(super) static SCANNED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     }
 
+    /// A pool of `zones` zones of `rows` rows of four 16 KiB chunks, all of it made at once
+    /// (it cannot grow): many chunks in a small file.
+    fn pool_of_16k_chunks(name: &str, rows: u64, zones: u64) -> (std::path::PathBuf, Pool) {
+        let path = crate::scratch_pool(name);
+        let mut c = Config::small(name);
+        c.chunk_size = 16 << 10;
+        c.rows = rows;
+        c.chunks_per_row = 4;
+        c.size = c.geometry().pool_size(zones);
+        c.max_size = c.size;
+        let pool = Pool::create(&path, &c).unwrap();
+        (path, pool)
+    }
+
     /// Allocates `T`s, `batch` a transaction, until the pool is full.
     fn fill_with<T: crate::Persistent>(pool: &Pool, batch: usize) -> Vec<Oid<T>> {
         let mut objs = Vec::new();
@@ -1358,14 +1372,7 @@ mod tests {
     /// chunk (which made refilling quadratic in the pool's chunks).
     #[test]
     fn refilling_with_another_size_visits_each_chunk_a_bounded_number_of_times() {
-        let path = crate::scratch_pool("refill-other-size");
-        let mut c = Config::small("refill");
-        c.chunk_size = 16 << 10;
-        c.rows = 64;
-        c.chunks_per_row = 4;
-        c.size = c.geometry().pool_size(2);
-        c.max_size = c.size;
-        let pool = Pool::create(&path, &c).unwrap();
+        let (path, pool) = pool_of_16k_chunks("refill-other-size", 64, 2);
         let chunks = 2 * pool.engine().heap.geo.chunks_per_zone();
         let big = fill_with::<[u64; 500]>(&pool, 16);
         assert!(big.len() as u64 > chunks, "the pool filled: {}", big.len());
@@ -1394,14 +1401,7 @@ mod tests {
     /// ones again (which cost ~1 ms an allocation at 64 GB).
     #[test]
     fn large_allocations_do_not_rescan_the_full_chunks_before_them() {
-        let path = crate::scratch_pool("large-past-full");
-        let mut c = Config::small("large-past-full");
-        c.chunk_size = 16 << 10;
-        c.rows = 128;
-        c.chunks_per_row = 4;
-        c.size = c.geometry().pool_size(1);
-        c.max_size = c.size;
-        let pool = Pool::create(&path, &c).unwrap();
+        let (path, pool) = pool_of_16k_chunks("large-past-full", 128, 1);
         let heap = &pool.engine().heap;
         let half = heap.capacity_bytes() / 2;
         while pool.free_bytes() > half {
