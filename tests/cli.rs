@@ -1,6 +1,8 @@
 //! The `pgl` command, run as a user runs it: the built binary on temporary pool files.
 //! Output is snapshotted with paths, UUIDs and dates redacted.
 
+mod support;
+
 use pgl::prelude::*;
 use pgl::FlushMode;
 use std::io::{Seek, SeekFrom, Write};
@@ -165,6 +167,29 @@ fn scribble(path: &Path, offset: u64, bytes: &[u8]) {
     f.seek(SeekFrom::Start(offset)).unwrap();
     f.write_all(bytes).unwrap();
     f.sync_all().unwrap();
+}
+
+#[test]
+fn info_of_a_pool_an_older_build_made_names_its_size_classes() {
+    // A format-7 pool (tests/fixtures) keeps the size classes its runs were cut to; `info`
+    // reads it without upgrading it, and says which table it uses.
+    let dir = TempDir::new("older");
+    let path = support::fixture::unpack("pool-v7.bin", "cli-");
+    let p = path.to_str().unwrap();
+    let info = pgl(&dir, &["info", p]);
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(info.code, 0, "{}", info.stderr);
+    assert!(
+        info.stdout.contains("format    version 7,"),
+        "{}",
+        info.stdout
+    );
+    assert!(
+        info.stdout
+            .contains("  size classes    eighth steps (a pool made before format 8)\n"),
+        "{}",
+        info.stdout
+    );
 }
 
 #[test]

@@ -13,7 +13,7 @@
 mod support;
 
 use pgl::{Oid, Pool};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 include!("fixtures/shape.rs");
 
@@ -24,23 +24,7 @@ fn unpack(name: &str) -> PathBuf {
 
 /// `unpack`, to a path of its own (`tag`): tests run in parallel threads of one process.
 fn unpack_as(name: &str, tag: &str) -> PathBuf {
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name);
-    let bytes = std::fs::read(&fixture).unwrap_or_else(|e| panic!("{}: {e}", fixture.display()));
-    assert_eq!(&bytes[..8], b"PGLFIXT1", "{name}: not a fixture");
-    let len = u64::from_le_bytes(bytes[8..16].try_into().unwrap());
-    let mut file = vec![0u8; len as usize];
-    let mut at = 16;
-    while at < bytes.len() {
-        let off = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
-        let n = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
-        file[off..off + n].copy_from_slice(&bytes[at + 12..at + 12 + n]);
-        at += 12 + n;
-    }
-    let path = support::test_dir().join(format!("pgl-compat-{tag}{name}-{}", std::process::id()));
-    std::fs::write(&path, file).unwrap();
-    path
+    support::fixture::unpack(name, tag)
 }
 
 /// The wide and page objects of a fixture that has them.

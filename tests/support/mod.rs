@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 pub mod crashed;
+pub mod fixture;
 
 /// Where test pools live: tmpfs where there is one. On a disk-backed file system pgl
 /// (correctly) msyncs every commit, which would make the tests slow without testing more.
