@@ -27,6 +27,27 @@ pub enum ClassTable {
     StepsAndPowers,
 }
 
+impl ClassTable {
+    /// The other table.
+    #[must_use]
+    pub fn other(self) -> ClassTable {
+        match self {
+            ClassTable::Steps => ClassTable::StepsAndPowers,
+            ClassTable::StepsAndPowers => ClassTable::Steps,
+        }
+    }
+}
+
+/// How `pgl info` and error messages name the table.
+impl std::fmt::Display for ClassTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ClassTable::Steps => "eighth steps",
+            ClassTable::StepsAndPowers => "eighth steps, and whole-line fits of powers of two",
+        })
+    }
+}
+
 /// The size classes of a heap.
 #[derive(Clone, Debug)]
 pub struct SizeClasses {

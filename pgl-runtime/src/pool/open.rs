@@ -508,6 +508,15 @@ fn read_header(media: &Media, path: &Path) -> Result<(Header, HeaderFixes)> {
     Ok((header, repairs))
 }
 
+/// A table as the header names it, for errors.
+fn flag_text(table: crate::heap::ClassTable) -> String {
+    let bit = match table {
+        crate::heap::ClassTable::Steps => "header flag bit 3 clear",
+        crate::heap::ClassTable::StepsAndPowers => "header flag bit 3",
+    };
+    format!("{table} ({bit})")
+}
+
 /// The error for a run that the header's size-class table does not describe: a damaged
 /// chunk-table entry, or (if the other table describes every run) a damaged header flag.
 fn misfit_error(
@@ -518,7 +527,7 @@ fn misfit_error(
     len: u64,
 ) -> Error {
     let table = header.class_table();
-    let other = run_classes::other(table);
+    let other = table.other();
     // SAFETY: as for the check that found `m` (the pool is opening under its lock).
     let flag = unsafe { run_classes::misfit(media, geo, header.zones, other, len) }.is_none();
     let detail = if flag {
@@ -529,8 +538,8 @@ fn misfit_error(
              no object was touched",
             m.class,
             m.block,
-            run_classes::describe(table),
-            run_classes::describe(other),
+            flag_text(table),
+            flag_text(other),
         )
     } else {
         format!(
@@ -538,7 +547,7 @@ fn misfit_error(
              have: the entry is damaged; no object was touched",
             m.class,
             m.block,
-            run_classes::describe(table),
+            flag_text(table),
         )
     };
     Error::Corrupt {

@@ -76,19 +76,3 @@ pub(super) unsafe fn misfit(
     }
     None
 }
-
-/// The other table.
-pub(super) fn other(table: ClassTable) -> ClassTable {
-    match table {
-        ClassTable::Steps => ClassTable::StepsAndPowers,
-        ClassTable::StepsAndPowers => ClassTable::Steps,
-    }
-}
-
-/// How a table is named in errors and `pgl info`.
-pub(super) fn describe(table: ClassTable) -> &'static str {
-    match table {
-        ClassTable::Steps => "eighth steps only (header flag bit 3 clear)",
-        ClassTable::StepsAndPowers => "eighth steps and power-of-two fits (header flag bit 3)",
-    }
-}

@@ -54,11 +54,12 @@ pub(crate) fn info(file: &Path, list: bool) -> Result<String> {
         g.lanes,
         bytes(g.lane_size)
     );
-    let classes = match h.class_table() {
-        pgl::ClassTable::StepsAndPowers => "eighth steps, and whole-line fits of powers of two",
-        pgl::ClassTable::Steps => "eighth steps (a pool made before format 8)",
+    let table = h.class_table();
+    let older = match table {
+        pgl::ClassTable::Steps => " (a pool made before format 8)",
+        pgl::ClassTable::StepsAndPowers => "",
     };
-    let _ = writeln!(out, "  size classes    {classes}");
+    let _ = writeln!(out, "  size classes    {table}{older}");
 
     let listing = slow("listing the objects", || pool.objects_with_damage())?;
     let hidden = listing.damaged_words();
