@@ -519,7 +519,7 @@ fn without_parity_a_dead_word_is_quarantined_at_once_beside_a_long_transaction()
         let objs = fill(pool, 5);
         let w = word_of(pool, objs[0].0.raw());
         let word = read_u64(&p, w);
-        write_in_file(&p, w, &(word ^ (1 << 3 | 1 << 40)).to_le_bytes());
+        support::file_write(&p, w, &(word ^ (1 << 3 | 1 << 40)).to_le_bytes());
         match pool.tx(|tx| tx.alloc([9u64; 8])) {
             Err(Error::BitmapMismatch { offset, .. }) => assert_eq!(offset, w),
             other => panic!("expected BitmapMismatch, got {other:?}"),
@@ -538,15 +538,7 @@ fn without_parity_a_dead_word_is_quarantined_at_once_beside_a_long_transaction()
 
 /// Writes 8 bytes of `byte` at `off` of the file (a stray write parity never hears of).
 fn stray_write(path: &std::path::Path, off: u64, byte: u8) {
-    write_in_file(path, off, &[byte; 8]);
-}
-
-/// Writes `bytes` at `off` of the file (a stray write parity never hears of).
-fn write_in_file(path: &std::path::Path, off: u64, bytes: &[u8]) {
-    use std::io::{Seek, Write};
-    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-    f.seek(std::io::SeekFrom::Start(off)).unwrap();
-    f.write_all(bytes).unwrap();
+    support::file_write(path, off, &[byte; 8]);
 }
 
 #[test]

@@ -51,6 +51,14 @@ pub fn file_word(path: &std::path::Path, off: u64) -> u64 {
     u64::from_le_bytes(file[off as usize..off as usize + 8].try_into().unwrap())
 }
 
+/// Writes `bytes` at `off` of the file at `path` (a stray write parity never hears of).
+pub fn file_write(path: &std::path::Path, off: u64, bytes: &[u8]) {
+    use std::io::{Seek, Write};
+    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.seek(std::io::SeekFrom::Start(off)).unwrap();
+    f.write_all(bytes).unwrap();
+}
+
 /// Where zone parity keeps byte `off` of the zones of `pool`.
 pub fn parity_of(pool: &pgl::Pool, off: u64) -> u64 {
     let g = pool.info().header.geo;
