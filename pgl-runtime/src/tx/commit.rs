@@ -914,7 +914,7 @@ impl Tx<'_> {
                 capacity: lane_size as u64,
             });
         }
-        let seq = eng.seq.fetch_add(1, Ordering::Relaxed);
+        let seq = eng.seq.next();
         let n = w.seal(seq);
         // Parity of the new objects before any write-back is issued: its locks are locked
         // instructions, which would each wait for pending flushes like a fence.

@@ -37,6 +37,22 @@ pub enum VerifyPolicy {
     },
 }
 
+/// The global commit sequence, alone on its cache lines (two: the adjacent-line
+/// prefetcher moves lines in pairs). Every logged commit increments it, and a field beside
+/// it that every transaction reads (the geometry, the media, the heap's) would miss in the
+/// other cores' caches after each increment: with two threads allocating, that cost 10-20 %
+/// of an allocation and ~20 % of a free.
+#[repr(align(128))]
+pub(crate) struct CommitSeq(AtomicU64);
+
+impl CommitSeq {
+    /// The next sequence number.
+    #[inline]
+    pub(crate) fn next(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
 /// Shared state of one open pool.
 pub(crate) struct Engine {
     pub media: Media,
@@ -47,7 +63,7 @@ pub(crate) struct Engine {
     pub objects: ObjectLocks,
     pub meta: MetaLocks,
     pub lanes: Lanes,
-    pub seq: AtomicU64,
+    pub seq: CommitSeq,
     pub id: u64,
     pub canary: u128,
     pub verify: VerifyPolicy,
@@ -119,7 +135,7 @@ impl Engine {
             heap,
             objects: ObjectLocks::new(),
             meta: MetaLocks::new(),
-            seq: AtomicU64::new(next_seq),
+            seq: CommitSeq(AtomicU64::new(next_seq)),
             id,
             canary: 0x5a5a_c3c3_0f0f_9696_a5a5_3c3c_f0f0_6969 ^ t ^ ((id as u128) << 64),
             verify,

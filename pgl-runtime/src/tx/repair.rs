@@ -357,7 +357,7 @@ impl Engine {
                 batch.push((a, z));
                 pieces.next();
             }
-            let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+            let seq = self.seq.next();
             let n = w.seal(seq);
             let sealed = &stage[SEAL_OFFSET..SEAL_OFFSET + n.div_ceil(16) * 16];
             let mut touched = Touched::default();
