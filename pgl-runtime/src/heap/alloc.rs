@@ -301,14 +301,11 @@ impl Heap {
                 match entry_kind(e) {
                     KIND_FREE => {}
                     KIND_RUN => {
-                        let class = entry_class(e);
-                        if class as usize >= self.classes.len()
-                            || entry_arg(e) != self.classes.block(class)
-                            || (e >> 25) & 0x7f != 0
-                        {
+                        let Some((class, checked)) = self.classes.run_of_entry(e) else {
+                            let class = entry_class(e);
                             return Err(corrupt(format!("run of unknown class {class}")));
-                        }
-                        let run = self.load_run(media, z, c, class, entry_checked(e))?;
+                        };
+                        let run = self.load_run(media, z, c, class, checked)?;
                         kinds[c as usize].store(e, Ordering::Relaxed);
                         let free = run.st.lock().used < run.nblocks;
                         if free {

@@ -7,7 +7,7 @@
 //! numbered in that order, and a run's chunk-table entry names its class by number: a
 //! pool is read with the table it was made with.
 
-use super::layout::bits_per_word;
+use super::layout::{bits_per_word, entry_arg, entry_checked, entry_class};
 
 /// Which list of block sizes a pool's runs are cut to. Fixed when the pool is created
 /// (its header says which, `Header::class_table`); a pool keeps its table for good.
@@ -150,6 +150,18 @@ impl SizeClasses {
     /// Words of the bitmap of a run of class `c`, checked or plain.
     pub fn bitmap_words(&self, c: u16, checked: bool) -> u32 {
         self.nblocks_in(c, checked).div_ceil(bits_per_word(checked))
+    }
+
+    /// The class and bitmap kind (checked or plain) of the run chunk-table entry `e` (kind
+    /// already known to be a run), if it is one pgl writes for these classes: a known
+    /// class, that class's block size, no reserved bit set. Any other run entry is damage,
+    /// and nothing under it is trusted to be an object.
+    pub(crate) fn run_of_entry(&self, e: u64) -> Option<(u16, bool)> {
+        let class = entry_class(e);
+        let fits = (class as usize) < self.len()
+            && entry_arg(e) == self.block(class)
+            && (e >> 25) & 0x7f == 0;
+        fits.then_some((class, entry_checked(e)))
     }
 
     /// The largest block size.

@@ -61,9 +61,9 @@ pub(crate) fn walk_each(
             let e = read_word(table + c * 8);
             match entry_kind(e) {
                 KIND_RUN => {
-                    let class = entry_class(e);
-                    if (class as usize) < classes.len() {
-                        let checked = entry_checked(e);
+                    // An entry pgl does not write (a block size not its class's: damage
+                    // since the pool opened) would lay blocks where there are none.
+                    if let Some((class, checked)) = classes.run_of_entry(e) {
                         let off = geo.chunk_offset(z, c);
                         let nb = classes.nblocks_in(class, checked);
                         let header = classes.header_in(class, checked);
@@ -106,5 +106,52 @@ pub(crate) fn walk_each(
             }
             c += 1;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::heap::ClassTable;
+
+    /// Objects the walk reports in a one-zone heap whose only run (chunk 1, class `class`,
+    /// every block allocated) has the chunk-table entry `entry`.
+    fn objects_under(entry: u64, class: u16) -> usize {
+        let geo = crate::Config::new("walk").geometry();
+        let classes = SizeClasses::new(geo.chunk_size, ClassTable::StepsAndPowers);
+        let table = geo.chunk_offset(0, 0) + CHUNK_TABLE_OFFSET;
+        let run = geo.chunk_offset(0, 1);
+        let words = u64::from(classes.bitmap_words(class, true));
+        let read_word = |off: u64| {
+            if off == table + 8 {
+                entry
+            } else if (run..run + words * 8).contains(&off) {
+                bitmap_word(off, u32::MAX)
+            } else {
+                0
+            }
+        };
+        let mut objects = 0;
+        let damaged = walk_objects(&geo, &classes, 0..1, read_word, |_, _| objects += 1);
+        assert!(damaged.is_empty(), "every bitmap word verifies");
+        objects
+    }
+
+    #[test]
+    fn a_run_entry_with_another_block_size_than_its_class_is_not_walked() {
+        let geo = crate::Config::new("walk").geometry();
+        let classes = SizeClasses::new(geo.chunk_size, ClassTable::StepsAndPowers);
+        let class = 5;
+        let block = classes.block(class);
+        // The entry as pgl writes it: every block is an object.
+        let good = run_entry(class, block, true);
+        assert_eq!(objects_under(good, class), classes.nblocks(class) as usize);
+        // The same class with a damaged block size (the next class's, or 16 bytes more):
+        // its blocks would lie where no object starts.
+        for wrong in [classes.block(class + 1), block + 16, 0] {
+            assert_eq!(objects_under(run_entry(class, wrong, true), class), 0);
+        }
+        // A reserved bit set.
+        assert_eq!(objects_under(good | 1 << 27, class), 0);
     }
 }
