@@ -3,8 +3,10 @@
 
 use pgl::log::{ForcePolicy, Log, LogConfig};
 use pgl::FlushMode;
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+
+mod support;
+use std::io::{Seek, SeekFrom, Write};
+use std::path::PathBuf;
 use std::process::Command;
 
 /// A directory removed when the test ends.
@@ -65,20 +67,6 @@ fn sample(dir: &TempDir) -> PathBuf {
     path
 }
 
-fn flip(path: &Path, off: u64) {
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut b = [0u8];
-    f.seek(SeekFrom::Start(off)).unwrap();
-    f.read_exact(&mut b).unwrap();
-    b[0] ^= 1;
-    f.seek(SeekFrom::Start(off)).unwrap();
-    f.write_all(&b).unwrap();
-}
-
 #[test]
 fn log_info_dump_check_of_a_clean_log() {
     let dir = TempDir::new("clean");
@@ -107,8 +95,8 @@ fn log_check_reports_a_damaged_record_and_superline_copy() {
     let path = sample(&dir);
     let p = path.to_str().unwrap();
     // The record in the seventh 64-byte slot (LSN 7), and superline copy A.
-    flip(&path, 4096 + 6 * 64 + 30);
-    flip(&path, 40);
+    support::file_flip(&path, 4096 + 6 * 64 + 30);
+    support::file_flip(&path, 40);
     let check = pgl(&dir, &["log", "check", p]);
     assert_eq!(check.code, 1, "{}", check.stdout);
     insta::assert_snapshot!("log_check_damaged", check.stdout);
@@ -160,8 +148,8 @@ fn log_check_exits_as_pool_check_does() {
     let path = sample(&dir);
     let p = path.to_str().unwrap();
     let cap = std::fs::metadata(&path).unwrap().len() - pgl::log::format::file_len(0);
-    flip(&path, 40);
-    flip(&path, pgl::log::format::super_offset(1, cap) + 40);
+    support::file_flip(&path, 40);
+    support::file_flip(&path, pgl::log::format::super_offset(1, cap) + 40);
     let check = pgl(&dir, &["log", "check", p]);
     assert_eq!(check.code, 1, "{}{}", check.stdout, check.stderr);
     assert!(

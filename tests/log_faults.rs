@@ -30,21 +30,6 @@ impl Drop for TempLog {
     }
 }
 
-/// Flips bit 0 of the byte at `off` of the file.
-fn flip(path: &PathBuf, off: u64) {
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut b = [0u8];
-    f.seek(SeekFrom::Start(off)).unwrap();
-    f.read_exact(&mut b).unwrap();
-    b[0] ^= 1;
-    f.seek(SeekFrom::Start(off)).unwrap();
-    f.write_all(&b).unwrap();
-}
-
 /// Records of 100 bytes take 128 in the area: record `lsn` starts here in a new log.
 fn record_offset(lsn: u64) -> u64 {
     AREA_OFFSET + (lsn - 1) * 128
@@ -63,7 +48,7 @@ fn a_corrupt_record_stops_iteration_with_a_typed_error() {
         log.append(&filled(lsn)).unwrap();
     }
     // A scribble on record 5's payload, through the file (the mapping is shared).
-    flip(&f.0, record_offset(5) + 24 + 50);
+    support::file_flip(&f.0, record_offset(5) + 24 + 50);
     let mut it = log.iter();
     for lsn in 1..=4 {
         assert_eq!(it.next().unwrap().unwrap().lsn, lsn);
@@ -119,7 +104,7 @@ fn a_corrupt_superline_copy_is_replaced_by_the_other() {
             log.capacity()
         };
         // Damage one copy: the log opens from the other, records intact.
-        flip(&f.0, format::super_offset(copy, cap) + 33);
+        support::file_flip(&f.0, format::super_offset(copy, cap) + 33);
         let log = Log::open_with(&f.0, Some(FlushMode::None)).unwrap();
         let r = log.recovery();
         assert_eq!(r.superline_copy, 1 - copy, "copy {name} damaged");
@@ -186,8 +171,8 @@ fn both_superline_copies_bad_is_not_a_log() {
     let cap = Log::create(&f.0, LogConfig::new(8192).flush(FlushMode::None))
         .unwrap()
         .capacity();
-    flip(&f.0, format::super_offset(0, cap) + 40);
-    flip(&f.0, format::super_offset(1, cap) + 40);
+    support::file_flip(&f.0, format::super_offset(0, cap) + 40);
+    support::file_flip(&f.0, format::super_offset(1, cap) + 40);
     match Log::open(&f.0) {
         Err(e @ Error::NotALog { .. }) => {
             let m = e.to_string();
@@ -363,7 +348,7 @@ fn damage_to_the_superline_copy_in_use_loses_no_record_and_revives_none() {
         }
         log.capacity()
     };
-    flip(&f.0, format::super_offset(1, cap) + 33);
+    support::file_flip(&f.0, format::super_offset(1, cap) + 33);
     let mut expect: Vec<(u64, Vec<u8>)>;
     {
         let log = Log::open_with(&f.0, Some(FlushMode::None)).unwrap();
@@ -415,7 +400,7 @@ fn damage_to_the_superline_copy_a_reclaim_wrote_keeps_the_reclaim() {
             (log.capacity(), per_lap)
         };
         let last = per_lap + per_lap / 4 - 1;
-        flip(&f.0, format::super_offset(copy, cap) + 33);
+        support::file_flip(&f.0, format::super_offset(copy, cap) + 33);
         let log = Log::open_with(&f.0, Some(FlushMode::None)).unwrap();
         let r = log.recovery();
         assert_eq!(

@@ -59,6 +59,18 @@ pub fn file_write(path: &std::path::Path, off: u64, bytes: &[u8]) {
     f.write_all(bytes).unwrap();
 }
 
+/// Flips bit 0 of the byte at `off` of the file at `path`.
+pub fn file_flip(path: &std::path::Path, off: u64) {
+    let mut b = [0u8];
+    {
+        use std::io::{Read, Seek};
+        let mut f = std::fs::File::open(path).unwrap();
+        f.seek(std::io::SeekFrom::Start(off)).unwrap();
+        f.read_exact(&mut b).unwrap();
+    }
+    file_write(path, off, &[b[0] ^ 1]);
+}
+
 /// Where zone parity keeps byte `off` of the zones of `pool`.
 pub fn parity_of(pool: &pgl::Pool, off: u64) -> u64 {
     let g = pool.info().header.geo;
