@@ -121,8 +121,10 @@ pub enum Error {
         detail: String,
     },
 
-    /// The pool was made by an incompatible version of pgl.
-    #[error("{path}: pool format version {found}, this pgl reads version {supported}; use a matching pgl release")]
+    /// The pool was made by an incompatible version of pgl: a newer one (a header copy
+    /// whose checksum verifies names a format version past this build's; the file is left
+    /// as it is, neither copy rewritten), or a version no release wrote.
+    #[error("{path}: {}", version_advice(*found, *supported))]
     Version {
         /// The file.
         path: PathBuf,
@@ -799,6 +801,22 @@ fn held_advice(op: &str, lsn: u64, held: u64, completed: Option<u64>) -> String 
 
 /// What to do about an `Io` error, where the cause is plain: a missing file or
 /// directory, a directory where a file should be, missing permissions.
+/// What `Error::Version` says of format version `found`, this build reading `supported`.
+fn version_advice(found: u32, supported: u32) -> String {
+    if found > supported {
+        format!(
+            "the pool was written by a newer pgl (format version {found}; this pgl reads \
+             versions up to {supported}); upgrade pgl to open it (this pgl left the file \
+             unchanged)"
+        )
+    } else {
+        format!(
+            "pool format version {found}, which no pgl release wrote (this pgl reads versions \
+             up to {supported}); the header is damaged: restore the pool from a backup"
+        )
+    }
+}
+
 fn io_advice(op: &str, source: &io::Error) -> &'static str {
     match source.kind() {
         io::ErrorKind::NotFound if op == "open" => {

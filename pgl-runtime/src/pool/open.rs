@@ -429,6 +429,25 @@ fn read_header(media: &Media, path: &Path) -> Result<(Header, HeaderFixes)> {
             found
         }
     };
+    // A copy a newer pgl wrote (its checksum verifies; only its version is past this
+    // build's): that pgl may have changed the pool in ways this one would misread (each
+    // format version is one older builds must refuse), and its open may have stopped
+    // between the two copies. Neither copy is rewritten from the other: that would hand
+    // the pool back to this build and undo the newer one's header.
+    let newer = [a.as_ref().err(), b.as_ref().err()]
+        .into_iter()
+        .flatten()
+        .find_map(|fault| match fault {
+            HeaderFault::Version(v) if *v > FORMAT_VERSION => Some(*v),
+            _ => None,
+        });
+    if let Some(found) = newer {
+        return Err(Error::Version {
+            path,
+            found,
+            supported: FORMAT_VERSION,
+        });
+    }
     let fixed = |interrupted: bool| HeaderFixes {
         damaged: u64::from(!interrupted),
         interrupted: u64::from(interrupted),
