@@ -119,3 +119,65 @@ fn a_pool_a_newer_pgl_wrote_is_refused_and_left_as_it_is() {
     std::fs::write(&path, &good).unwrap();
     assert_eq!(root_value(&path), 7);
 }
+
+/// `Pool::reset` with a configuration `Pool::create` refuses removes nothing: the old
+/// pool stays, byte for byte, and the error says what is wrong with the configuration.
+#[test]
+fn reset_with_an_invalid_config_keeps_the_old_pool() {
+    let dir = TmpDir::new("reset-config");
+    let path = dir.join("p.pool");
+    pool_holding(&path, 7);
+    let before = std::fs::read(&path).unwrap();
+    let mut bad = config();
+    bad.size = 1;
+    match Pool::reset(&path, &bad) {
+        Err(Error::InvalidConfig { reason }) => assert!(reason.contains("size 1"), "{reason}"),
+        Err(e) => panic!("expected InvalidConfig, got {e}"),
+        Ok(_) => panic!("reset with size 1 made a pool"),
+    }
+    assert!(std::fs::read(&path).unwrap() == before, "the old pool changed");
+    assert_eq!(root_value(&path), 7);
+}
+
+/// `Pool::reset` of a symbolic link resets the pool it names, and the link keeps naming
+/// it: not the link replaced by a new pool beside (perhaps on another file system than)
+/// the old one, which would stay.
+#[test]
+fn reset_through_a_symlink_resets_the_pool_it_names() {
+    let dir = TmpDir::new("reset-link");
+    let real = dir.join("real.pool");
+    let link = dir.join("link.pool");
+    pool_holding(&real, 7);
+    std::os::unix::fs::symlink("real.pool", &link).unwrap();
+    drop(Pool::reset(&link, &config()).unwrap());
+    let meta = std::fs::symlink_metadata(&link).unwrap();
+    assert!(meta.file_type().is_symlink(), "the link was replaced");
+    assert_eq!(root_value(&link), 0, "the pool the link names was not reset");
+    let mut names: Vec<_> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["link.pool", "real.pool"]);
+}
+
+/// `Pool::reset` of something that is not a regular file (a FIFO here; a device is the
+/// same) refuses with `Error::NotAPool` and leaves it there.
+#[test]
+fn reset_leaves_a_fifo_alone() {
+    let dir = TmpDir::new("reset-fifo");
+    let fifo = dir.join("fifo.pool");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    match Pool::reset(&fifo, &config()) {
+        Err(e @ Error::NotAPool { .. }) => {
+            assert!(e.to_string().contains("left this one alone"), "{e}")
+        }
+        Err(e) => panic!("expected NotAPool, got {e}"),
+        Ok(_) => panic!("reset replaced a FIFO with a pool"),
+    }
+    let meta = std::fs::symlink_metadata(&fifo).unwrap();
+    use std::os::unix::fs::FileTypeExt as _;
+    assert!(meta.file_type().is_fifo(), "the FIFO was replaced");
+}

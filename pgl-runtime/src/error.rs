@@ -845,6 +845,9 @@ fn io_advice(op: &str, source: &io::Error) -> &'static str {
         io::ErrorKind::IsADirectory if op == "open" => {
             "; give the path of a pool file, not of a directory"
         }
+        io::ErrorKind::IsADirectory if op == "reset (open the old pool)" => {
+            "; give the path of a pool file, not of a directory (reset left it alone)"
+        }
         io::ErrorKind::IsADirectory if op == "open log" => {
             "; give the path of a log file, not of a directory"
         }

@@ -13,9 +13,14 @@ impl Pool {
     /// is open (in another process, or as a `Pool` of this one) is refused with
     /// `Error::AlreadyOpen`, and left alone: its owner would go on committing to a file no
     /// longer there. A file that is not a pool (no pool header magic) is refused with
-    /// `Error::NotAPool` and left alone too.
+    /// `Error::NotAPool` and left alone too, as is anything that is not a regular file (a
+    /// FIFO, a device). An invalid `config` is refused (`Error::InvalidConfig`) before
+    /// anything is removed. A symbolic link is followed: the pool it names is reset, and
+    /// the link keeps naming it.
     pub fn reset(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
-        let path = path.as_ref();
+        // The old pool goes only once the new one can be made.
+        config.validate()?;
+        let path = &resolve_links(path.as_ref())?;
         // Hold the old file's lock while it is removed, so no one opens it meanwhile.
         let _old = match std::fs::OpenOptions::new()
             .read(true)
@@ -23,6 +28,14 @@ impl Pool {
             .open(path)
         {
             Ok(f) => {
+                if !f.metadata().is_ok_and(|m| m.is_file()) {
+                    return Err(Error::NotAPool {
+                        path: path.to_owned(),
+                        reason: "not a regular file: reset removes only pool files, and left \
+                                 this one alone"
+                            .into(),
+                    });
+                }
                 if !crate::persist::try_lock_file(&f) {
                     return Err(Error::AlreadyOpen {
                         path: path.to_owned(),
@@ -93,6 +106,36 @@ impl Pool {
         drop(pool);
         Pool::reset(path, config).map(|p| (p, true))
     }
+}
+
+/// `path` with the symbolic links it names followed (a dangling one too: its target is
+/// where the new pool goes), so that a reset replaces the pool a link names and keeps the
+/// link, rather than the link with a file beside the old pool.
+fn resolve_links(path: &Path) -> Result<std::path::PathBuf> {
+    // Linux's own limit on links followed in one lookup.
+    const MAX_LINKS: usize = 40;
+    let mut p = path.to_owned();
+    for _ in 0..MAX_LINKS {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let target = std::fs::read_link(&p).map_err(|e| Error::Io {
+                    op: "reset (read the symbolic link)",
+                    path: p.clone(),
+                    source: e,
+                })?;
+                p = match p.parent() {
+                    Some(dir) => dir.join(target),
+                    None => target,
+                };
+            }
+            _ => return Ok(p),
+        }
+    }
+    Err(Error::Io {
+        op: "reset (follow the symbolic links of)",
+        path: path.to_owned(),
+        source: std::io::Error::from_raw_os_error(libc::ELOOP),
+    })
 }
 
 /// `(TYPE_ID, LAYOUT)` of `T`, for [`Pool::open_or_reset`]. For an `#[extendible]`
