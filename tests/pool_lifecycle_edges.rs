@@ -181,3 +181,27 @@ fn reset_leaves_a_fifo_alone() {
     use std::os::unix::fs::FileTypeExt as _;
     assert!(meta.file_type().is_fifo(), "the FIFO was replaced");
 }
+
+/// `Pool::open_read_only` (`pgl info`, `check`, `dump`) of a FIFO says it is not a pool,
+/// at once: it does not wait for a writer to open the FIFO.
+#[test]
+fn a_read_only_open_of_a_fifo_is_not_a_pool_and_does_not_wait() {
+    let dir = TmpDir::new("fifo-read-only");
+    let fifo = dir.join("fifo.pool");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let r = support::within("open_read_only of a FIFO", 10, {
+        let fifo = fifo.clone();
+        move || Pool::open_read_only(&fifo).map(|_| ())
+    });
+    match r {
+        Err(e @ Error::NotAPool { .. }) => {
+            assert!(e.to_string().contains("not a regular file"), "{e}")
+        }
+        other => panic!("expected NotAPool, got {other:?}"),
+    }
+    // A writable open (O_RDWR) of a FIFO never waited; it says the same.
+    let r = Pool::open(&fifo, LAYOUT).map(|_| ());
+    assert!(matches!(r, Err(Error::NotAPool { .. })), "{r:?}");
+}

@@ -395,8 +395,13 @@ impl Media {
     /// what was written (see `data_extents`). The file cannot grow (`grow` fails), and is
     /// locked shared (`lock_shared`), not exclusive. Its errors name the file as a `kind`.
     pub(crate) fn open_private(path: &Path, kind: FileKind) -> Result<Media> {
+        // Non-blocking: opened for reading only, a FIFO would wait for a writer for ever
+        // before the check below could refuse it. (On a regular file the flag changes
+        // nothing: its reads never block, and the pool is read through the mapping.)
+        use std::os::unix::fs::OpenOptionsExt as _;
         let file = OpenOptions::new()
             .read(true)
+            .custom_flags(libc::O_NONBLOCK)
             .open(path)
             .map_err(|e| Error::io("open read-only", path, e))?;
         let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;
