@@ -858,6 +858,24 @@ fn io_advice(op: &str, source: &io::Error) -> &'static str {
             "; this user may not create files in its directory: choose another directory, or \
              change its permissions"
         }
+        io::ErrorKind::ReadOnlyFilesystem if op == "open" => {
+            "; its file system is mounted read-only: remount it read-write to open the pool, \
+             or inspect it without writing (Pool::open_read_only; `pgl info`, `check`, `dump`)"
+        }
+        io::ErrorKind::ReadOnlyFilesystem if op == "open log" => {
+            "; its file system is mounted read-only: remount it read-write to open the log"
+        }
+        io::ErrorKind::ReadOnlyFilesystem if op == "create" => {
+            "; its file system is mounted read-only: create the file on a writable one"
+        }
+        io::ErrorKind::StorageFull => {
+            "; the file system is full: free space on it (or choose a smaller size, or another \
+             file system), then retry"
+        }
+        io::ErrorKind::FileTooLarge => {
+            "; the file would be larger than this process may write (`ulimit -f`) or than its \
+             file system holds: raise the limit, or choose a smaller size"
+        }
         _ => "",
     }
 }
@@ -879,5 +897,32 @@ fn layout_advice(group: Option<u32>) -> String {
              once objects carry it: restore the fields of `#[extension({n})]` as they were, and \
              add new fields in a new group"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    fn io_message(op: &'static str, errno: i32) -> String {
+        Error::io(op, "/x/p.pool", std::io::Error::from_raw_os_error(errno)).to_string()
+    }
+
+    /// A file system mounted read-only, full, or a file past `ulimit -f`: the message says
+    /// what happened and what to do, whichever step met it.
+    #[test]
+    fn file_system_conditions_say_what_to_do() {
+        let m = io_message("open", libc::EROFS);
+        assert!(m.contains("mounted read-only") && m.contains("Pool::open_read_only"), "{m}");
+        let m = io_message("open log", libc::EROFS);
+        assert!(m.contains("remount it read-write"), "{m}");
+        let m = io_message("create", libc::EROFS);
+        assert!(m.contains("create the file on a writable one"), "{m}");
+        for op in ["allocate space for", "grow", "size", "fsync"] {
+            let m = io_message(op, libc::ENOSPC);
+            assert!(m.contains("the file system is full: free space on it"), "{m}");
+            let m = io_message(op, libc::EFBIG);
+            assert!(m.contains("`ulimit -f`"), "{m}");
+        }
     }
 }
