@@ -1112,3 +1112,39 @@ fn check_and_scrub_leave_a_sparse_pool_sparse() {
         after_scrub - before
     );
 }
+
+/// A pool whose header copy A a newer pgl wrote (its open stopped before copy B): every
+/// command refuses it with exit 2, says to upgrade pgl, and leaves the file as it is;
+/// `scrub --repair`, which writes, rewrites neither copy from the other.
+#[test]
+fn a_pool_a_newer_pgl_wrote_is_refused_by_every_command() {
+    let dir = TempDir::new("newer");
+    let path = sample_pool(&dir);
+    let p = path.to_str().unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let mut h = pgl::Header::decode(&bytes[..4096]).unwrap();
+    h.version = 99;
+    support::file_write(&path, 0, &h.encode());
+    let before = std::fs::read(&path).unwrap();
+    for args in [
+        &["info", p][..],
+        &["check", p],
+        &["scrub", p],
+        &["scrub", "--repair", p],
+    ] {
+        let out = pgl(&dir, args);
+        assert_eq!(out.code, 2, "{args:?}: {}{}", out.stdout, out.stderr);
+        assert!(
+            out.stderr.starts_with(
+                "error: [DIR]/sample.pool: the pool was written by a newer pgl (format version \
+                 99;"
+            ) && out.stderr.contains("upgrade pgl to open it"),
+            "{args:?}: {}",
+            out.stderr
+        );
+        assert!(
+            std::fs::read(&path).unwrap() == before,
+            "{args:?} changed the file"
+        );
+    }
+}
