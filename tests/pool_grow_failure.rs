@@ -56,7 +56,10 @@ fn extend_fails(name: &str, preallocate: bool) {
     assert!(matches!(r, Err(Error::Io { .. })), "{r:?}");
     // The message says what to do about a full file system.
     let msg = r.unwrap_err().to_string();
-    assert!(msg.contains("the file system is full: free space on it"), "{msg}");
+    assert!(
+        msg.contains("the file system is full: free space on it"),
+        "{msg}"
+    );
     assert_eq!(pool.size(), geo.pool_size(1));
     assert_eq!(pool.info().header.zones, 1);
     assert_eq!(std::fs::metadata(&path).unwrap().len(), len);

@@ -19,10 +19,8 @@ impl TmpDir {
     fn new(name: &str) -> TmpDir {
         static N: AtomicU64 = AtomicU64::new(0);
         let n = N.fetch_add(1, Ordering::Relaxed);
-        let p = support::test_dir().join(format!(
-            "pgl-lifecycle-{}-{n}-{name}",
-            std::process::id()
-        ));
+        let p =
+            support::test_dir().join(format!("pgl-lifecycle-{}-{n}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir(&p).unwrap();
         TmpDir(p)
@@ -135,7 +133,10 @@ fn reset_with_an_invalid_config_keeps_the_old_pool() {
         Err(e) => panic!("expected InvalidConfig, got {e}"),
         Ok(_) => panic!("reset with size 1 made a pool"),
     }
-    assert!(std::fs::read(&path).unwrap() == before, "the old pool changed");
+    assert!(
+        std::fs::read(&path).unwrap() == before,
+        "the old pool changed"
+    );
     assert_eq!(root_value(&path), 7);
 }
 
@@ -152,7 +153,11 @@ fn reset_through_a_symlink_resets_the_pool_it_names() {
     drop(Pool::reset(&link, &config()).unwrap());
     let meta = std::fs::symlink_metadata(&link).unwrap();
     assert!(meta.file_type().is_symlink(), "the link was replaced");
-    assert_eq!(root_value(&link), 0, "the pool the link names was not reset");
+    assert_eq!(
+        root_value(&link),
+        0,
+        "the pool the link names was not reset"
+    );
     let mut names: Vec<_> = std::fs::read_dir(&dir.0)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())

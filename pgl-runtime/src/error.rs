@@ -913,14 +913,20 @@ mod tests {
     #[test]
     fn file_system_conditions_say_what_to_do() {
         let m = io_message("open", libc::EROFS);
-        assert!(m.contains("mounted read-only") && m.contains("Pool::open_read_only"), "{m}");
+        assert!(
+            m.contains("mounted read-only") && m.contains("Pool::open_read_only"),
+            "{m}"
+        );
         let m = io_message("open log", libc::EROFS);
         assert!(m.contains("remount it read-write"), "{m}");
         let m = io_message("create", libc::EROFS);
         assert!(m.contains("create the file on a writable one"), "{m}");
         for op in ["allocate space for", "grow", "size", "fsync"] {
             let m = io_message(op, libc::ENOSPC);
-            assert!(m.contains("the file system is full: free space on it"), "{m}");
+            assert!(
+                m.contains("the file system is full: free space on it"),
+                "{m}"
+            );
             let m = io_message(op, libc::EFBIG);
             assert!(m.contains("`ulimit -f`"), "{m}");
         }
