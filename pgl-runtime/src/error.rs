@@ -799,8 +799,6 @@ fn held_advice(op: &str, lsn: u64, held: u64, completed: Option<u64>) -> String 
     format!("{why}; complete or drop the held reservation first{again}")
 }
 
-/// What to do about an `Io` error, where the cause is plain: a missing file or
-/// directory, a directory where a file should be, missing permissions.
 /// What `Error::Version` says of format version `found`, this build reading `supported`.
 fn version_advice(found: u32, supported: u32) -> String {
     if found > supported {
@@ -817,6 +815,9 @@ fn version_advice(found: u32, supported: u32) -> String {
     }
 }
 
+/// What to do about an `Io` error, where the cause is plain: a missing file or
+/// directory, a directory where a file should be, missing permissions, a read-only or
+/// full file system, a file past the size limit.
 fn io_advice(op: &str, source: &io::Error) -> &'static str {
     match source.kind() {
         io::ErrorKind::NotFound if op == "open" => {
