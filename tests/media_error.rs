@@ -6,7 +6,8 @@
 
 mod support;
 
-use pgl::{Config, Error, Fault, Oid, Pool};
+use pgl::{Config, CrashSim, Error, Fault, Oid, Pool};
+use std::sync::{Arc, Mutex};
 use support::Rng;
 
 fn path(name: &str) -> std::path::PathBuf {
@@ -695,4 +696,78 @@ fn write_backs_owed_to_a_page_lost_since_do_not_hang_a_commit_of_new_objects() {
     assert_eq!(*pool.get(o).unwrap(), want);
     assert_eq!(pool.get(big).unwrap()[59_999], 7);
     assert_eq!(pool.verify_parity().unwrap(), Vec::<u64>::new());
+}
+
+/// A pool on a `CrashSim`, its device, and a freed block (of an `Obj`) with a lost page
+/// one row away in its page column: the next allocation of an `Obj` reuses the block.
+fn sim_with_lost_page_beside_a_free_block() -> (Arc<CrashSim>, Pool, Oid<Obj>) {
+    let cfg = Config::small("media");
+    let geo = cfg.geometry();
+    let sim = CrashSim::new(cfg.max_size);
+    let pool = Pool::create_sim(&sim, &cfg).unwrap();
+    // The first object keeps its run in use, so that the second's block stays in it.
+    let _keep: Oid<Obj> = pool.tx(|tx| tx.alloc(value(0))).unwrap();
+    let first: Oid<Obj> = pool.tx(|tx| tx.alloc(value(1))).unwrap();
+    pool.tx(|tx| tx.free(first)).unwrap();
+    let row = (first.raw() - geo.zones_offset()) % geo.zone_size() / geo.row_size();
+    let lost = match row + 1 < geo.rows {
+        true => first.raw() + geo.row_size(),
+        false => first.raw() - geo.row_size(),
+    };
+    pool.inject(&Fault::MediaError { offset: lost }).unwrap();
+    (sim, pool, first)
+}
+
+#[test]
+fn a_crash_point_at_a_fence_of_a_commit_with_new_objects_in_a_lost_pages_column_does_not_hang() {
+    // The commit that allocates into the freed block counts the block's column as pending
+    // (its parity updated, its bytes not yet durable) until after its fence. A crash test's
+    // fence hook captures a crash point there, which reads the whole device, the lost page
+    // too: were that load to fault, the repair would wait for the column's pending bytes,
+    // which this very thread releases only once its fence is done. (One thread throughout:
+    // each thread allocates from runs of its own.)
+    support::within("a commit whose fence hook reads a lost page", 60, || {
+        let (sim, pool, first) = sim_with_lost_page_beside_a_free_block();
+        let points = Arc::new(Mutex::new(Vec::new()));
+        let sink = points.clone();
+        sim.set_fence_hook(move |s: &CrashSim| sink.lock().unwrap().push(s.crash_point()));
+        let again = pool.tx(|tx| tx.alloc(value(2))).unwrap();
+        sim.clear_fence_hook();
+        assert_eq!(again.raw(), first.raw(), "the freed block was reused");
+        assert!(!points.lock().unwrap().is_empty());
+        assert_eq!(*pool.get(again).unwrap(), value(2));
+        assert_eq!(pool.verify_parity().unwrap(), Vec::<u64>::new());
+    });
+}
+
+#[test]
+fn a_crash_point_beside_another_threads_commit_with_new_objects_in_a_lost_pages_column_does_not_hang(
+) {
+    // Thread B's commit counts the freed block's column as pending until after its fence;
+    // thread A captures a crash point meanwhile (B's fence hook lets A run at that moment
+    // and waits for it). Were A's read of the lost page to fault under the device's image
+    // lock, the repair would wait for B's pending bytes, and B's fence for that lock.
+    support::within("a commit beside a crash point over a lost page", 60, || {
+        let (sim, pool, first) = sim_with_lost_page_beside_a_free_block();
+        let (go, wait_go) = std::sync::mpsc::channel::<()>();
+        let (done, wait_done) = std::sync::mpsc::channel::<usize>();
+        let mut armed = Some((go, wait_done));
+        sim.set_fence_hook(move |_: &CrashSim| {
+            if let Some((go, wait_done)) = armed.take() {
+                let _ = go.send(());
+                let _ = wait_done.recv();
+            }
+        });
+        let s2 = sim.clone();
+        let a = std::thread::spawn(move || {
+            wait_go.recv().unwrap();
+            let _ = done.send(s2.crash_point().pending());
+        });
+        let again = pool.tx(|tx| tx.alloc(value(2))).unwrap();
+        sim.clear_fence_hook();
+        a.join().unwrap();
+        assert_eq!(again.raw(), first.raw(), "the freed block was reused");
+        assert_eq!(*pool.get(again).unwrap(), value(2));
+        assert_eq!(pool.verify_parity().unwrap(), Vec::<u64>::new());
+    });
 }

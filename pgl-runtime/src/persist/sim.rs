@@ -10,6 +10,16 @@
 //! Invariant: the persisted image only ever changes at a fence, and only by lines that the
 //! fencing thread flushed since its previous fence.
 //!
+//! The device's memory is mapped twice: the *pool view* that a `Pool` or `Log` loads and
+//! stores, whose pages an emulated media error makes unreadable (`mprotect`), and a
+//! *shadow* view of the same memory that is never protected, through which the device
+//! itself reads (fences, crash points, images). Its reads therefore never fault: a fault
+//! taken under the persisted image's lock would have the media-error handler repair the
+//! page there, and the repair may wait for a commit's pending new objects, which that
+//! commit releases only after its next fence, which waits for the lock (or, in a fence
+//! hook, is the very fence the hook runs in). A lost page reads as the bytes it holds,
+//! which its repair would rewrite unchanged.
+//!
 //! Concurrency: a crash point, and a fence copying its lines, read words that other threads
 //! may be storing to at that moment, as a real crash interrupts them. The reads are
 //! volatile, aligned and word-sized, so on the x86-64 machines pgl targets each returns the
@@ -20,7 +30,6 @@
 //! race-free would take atomic stores for every write the pool makes on this back-end.
 
 use parking_lot::Mutex;
-use std::alloc::{alloc, dealloc, Layout};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -28,7 +37,10 @@ type Hook = Box<dyn FnMut(&CrashSim) + Send>;
 
 /// A simulated persistent-memory device for crash tests (see the module docs).
 pub struct CrashSim {
+    /// The pool view (see the module docs).
     mem: *mut u64,
+    /// The shadow view of the same memory, never protected: every read of the device's own.
+    shadow: *mut u64,
     cap: usize,
     len: AtomicU64,
     persisted: Mutex<Vec<u64>>,
@@ -41,9 +53,9 @@ pub struct CrashSim {
     leased: AtomicBool,
 }
 
-// SAFETY: `mem` is a private heap allocation owned by this value; all access to it goes
-// through raw pointers whose synchronisation is the pool's job, exactly as for a shared file
-// mapping. The other fields are Sync.
+// SAFETY: `mem` and `shadow` are two mappings of private memory owned by this value; all
+// access to them goes through raw pointers whose synchronisation is the pool's job, exactly
+// as for a shared file mapping. The other fields are Sync.
 unsafe impl Send for CrashSim {}
 // SAFETY: as above.
 unsafe impl Sync for CrashSim {}
@@ -58,8 +70,73 @@ impl std::fmt::Debug for CrashSim {
     }
 }
 
-fn layout(cap: usize) -> Layout {
-    Layout::from_size_align(cap.max(4096), 4096).expect("capacity fits a layout")
+/// Memory of `cap` bytes (a multiple of the page size), zeros, to be mapped twice.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn backing(cap: usize) -> std::io::Result<std::fs::File> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: a NUL-terminated name; memfd_create has no other preconditions.
+    let fd = unsafe { libc::memfd_create(c"pgl-crash-sim".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor just opened, owned by nothing else.
+    let file = unsafe { std::fs::File::from_raw_fd(fd) };
+    file.set_len(cap as u64)?;
+    Ok(file)
+}
+
+/// Memory of `cap` bytes, zeros, to be mapped twice: an unlinked temporary file.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn backing(cap: usize) -> std::io::Result<std::fs::File> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "pgl-crash-sim-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    std::fs::remove_file(&path)?;
+    file.set_len(cap as u64)?;
+    Ok(file)
+}
+
+/// A shared read-write mapping of the first `cap` bytes of `file`.
+fn map(file: &std::fs::File, cap: usize) -> std::io::Result<*mut u64> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a new mapping chosen by the kernel, of a file at least `cap` bytes long;
+    // it aliases nothing Rust owns.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            cap,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    match p {
+        libc::MAP_FAILED => Err(std::io::Error::last_os_error()),
+        p => Ok(p as *mut u64),
+    }
+}
+
+/// The pool view and the shadow view of `cap` new bytes of zeros (see the module docs).
+fn map_twice(cap: usize) -> std::io::Result<(*mut u64, *mut u64)> {
+    let file = backing(cap)?;
+    let mem = map(&file, cap)?;
+    match map(&file, cap) {
+        Ok(shadow) => Ok((mem, shadow)),
+        Err(e) => {
+            // SAFETY: the mapping just made, used by nothing.
+            unsafe { libc::munmap(mem as *mut libc::c_void, cap) };
+            Err(e)
+        }
+    }
 }
 
 impl CrashSim {
@@ -77,7 +154,7 @@ impl CrashSim {
     ///
     /// # Panics
     /// If that capacity, rounded up to a page, does not fit the address space (as
-    /// `Vec::with_capacity` panics), or the memory cannot be allocated.
+    /// `Vec::with_capacity` panics), or the memory cannot be allocated or mapped.
     pub fn from_image(image: &[u64], len: u64, capacity: u64) -> Arc<CrashSim> {
         // A pool reads all `len` bytes of its device: they must all be allocated (past the
         // image they are zeros, as in a file extended by a hole). Checked: a capacity that
@@ -87,7 +164,8 @@ impl CrashSim {
             .map(|bytes| capacity.max(bytes).max(len))
             .and_then(|c| c.checked_next_multiple_of(4096))
             .and_then(|c| usize::try_from(c).ok())
-            .filter(|&c| Layout::from_size_align(c, 4096).is_ok())
+            .filter(|&c| c <= isize::MAX as usize)
+            .map(|c| c.max(4096))
             .unwrap_or_else(|| {
                 panic!(
                     "CrashSim: a device of {len} bytes (capacity {capacity}) does not fit the \
@@ -96,19 +174,16 @@ impl CrashSim {
             });
         let words = cap / 8;
         let n = image.len().min(words);
-        // SAFETY: the layout has a non-zero size; the memory is initialised below before use.
-        let mem = unsafe { alloc(layout(cap)) } as *mut u64;
-        assert!(!mem.is_null(), "CrashSim: out of memory for {cap} bytes");
-        // SAFETY: `mem` holds `words >= n` words; the image fills the first n, zeros the rest.
-        unsafe {
-            std::ptr::copy_nonoverlapping(image.as_ptr(), mem, n);
-            std::ptr::write_bytes(mem.add(n), 0, words - n);
-        }
+        let (mem, shadow) = map_twice(cap)
+            .unwrap_or_else(|e| panic!("CrashSim: cannot map a device of {cap} bytes twice: {e}"));
+        // SAFETY: the mapping holds `words >= n` words (zeros); the image fills the first n.
+        unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), shadow, n) };
         let mut persisted = Vec::with_capacity(words);
         persisted.extend_from_slice(&image[..n]);
         persisted.resize(words, 0);
         Arc::new(CrashSim {
             mem,
+            shadow,
             cap,
             len: AtomicU64::new(len),
             persisted: Mutex::new(persisted),
@@ -148,8 +223,8 @@ impl CrashSim {
             let mut persisted = self.persisted.lock();
             persisted[from..to].fill(0);
             // SAFETY: `to <= cap / 8` (the length never passes the capacity), so the
-            // words `from..to` lie inside the allocation; the caller owns them.
-            unsafe { std::ptr::write_bytes(self.mem.add(from), 0, to - from) };
+            // words `from..to` lie inside the mapping; the caller owns them.
+            unsafe { std::ptr::write_bytes(self.shadow.add(from), 0, to - from) };
         }
         self.set_len(len);
     }
@@ -249,16 +324,17 @@ impl CrashSim {
             return;
         }
         for (i, word) in persisted[w..w + 8].iter_mut().enumerate() {
-            // SAFETY: `w + i < persisted.len() == cap / 8`, inside the allocation; a
-            // volatile read because another thread may store to it (the crash model
-            // tolerates either value).
-            *word = unsafe { std::ptr::read_volatile(self.mem.add(w + i)) };
+            // SAFETY: `w + i < persisted.len() == cap / 8`, inside the mapping, whose
+            // shadow view is never protected; a volatile read because another thread may
+            // store to it (the crash model tolerates either value).
+            *word = unsafe { std::ptr::read_volatile(self.shadow.add(w + i)) };
         }
     }
 
-    /// `flush` and `fence` of `[off, off + len)` for the media-error handler, which may
-    /// interrupt a load made under the persisted image's lock (a crash point reading a
-    /// lost page): the lines are persisted at once if that lock is free, else only flushed
+    /// `flush` and `fence` of `[off, off + len)` for the media-error handler, which must
+    /// not wait for the persisted image's lock (another thread's fence or crash point may
+    /// hold it, and a signal handler may not park): the lines are persisted at once if that
+    /// lock is free, else only flushed
     /// (persisted at this thread's next fence; a crash meanwhile keeps either version, as
     /// for any flushed line). It never waits for a lock the interrupted frame may hold
     /// (`pending` is never held across a load of the device), runs no fence hook and
@@ -287,9 +363,10 @@ impl CrashSim {
     pub fn volatile_image(&self) -> Vec<u64> {
         let len = (self.len() as usize).div_ceil(8);
         (0..len)
-            // SAFETY: `i < len <= cap / 8`, inside the allocation. Another thread may be
-            // storing to the word (see the module docs on concurrency).
-            .map(|i| unsafe { std::ptr::read_volatile(self.mem.add(i)) })
+            // SAFETY: `i < len <= cap / 8`, inside the mapping, whose shadow view is never
+            // protected. Another thread may be storing to the word (see the module docs on
+            // concurrency).
+            .map(|i| unsafe { std::ptr::read_volatile(self.shadow.add(i)) })
             .collect()
     }
 
@@ -325,8 +402,11 @@ impl CrashSim {
 
 impl Drop for CrashSim {
     fn drop(&mut self) {
-        // SAFETY: `mem` was allocated in `new` with this same layout and is freed once.
-        unsafe { dealloc(self.mem as *mut u8, layout(self.cap)) };
+        for view in [self.mem, self.shadow] {
+            // SAFETY: a mapping of `cap` bytes made in `from_image`, unmapped once; the
+            // pools and logs that used it hold the device (an `Arc`), so none is left.
+            unsafe { libc::munmap(view as *mut libc::c_void, self.cap) };
+        }
     }
 }
 
