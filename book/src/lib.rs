@@ -23,6 +23,9 @@ pub mod evolving {}
 #[doc = include_str!("fault-tolerance.md")]
 pub mod fault_tolerance {}
 
+#[doc = include_str!("testing.md")]
+pub mod testing {}
+
 #[doc = include_str!("pool-file.md")]
 pub mod pool_file {}
 
