@@ -84,3 +84,23 @@ fn concurrent_creates_on_one_device_format_it_once() {
         assert!(made.iter().filter(|m| **m).count() <= 1, "{made:?}");
     }
 }
+
+#[test]
+fn the_refusal_tells_a_crash_test_what_to_do() {
+    // A crash test that reopens the device its pool still has open is told how to
+    // simulate the crash instead, not about other programs and files.
+    let cfg = Config::small("sim-excl");
+    let sim = CrashSim::new(cfg.max_size);
+    let pool = Pool::create_sim(&sim, &cfg).unwrap();
+    let msg = Pool::open_sim(&sim, "sim-excl").err().unwrap().to_string();
+    assert!(
+        msg.contains("crash_point") && msg.contains("end_lease_of_leaked"),
+        "{msg}"
+    );
+    drop(pool);
+    let log_sim = CrashSim::new(1 << 20);
+    let log = Log::create_sim(&log_sim, LogConfig::new(4096)).unwrap();
+    let msg = Log::open_sim(&log_sim).err().unwrap().to_string();
+    assert!(msg.contains("crash_point"), "{msg}");
+    drop(log);
+}

@@ -28,7 +28,7 @@ use super::format::{
 use super::policy::{bucket, ForcePolicy, LogStats, WINDOW_BUCKETS};
 use super::recovery::{self, RecoveryReport};
 use super::reservation::Reservation;
-use crate::persist::{CrashSim, FileKind, FlushMode, Media};
+use crate::persist::{CrashSim, FileKind, FlushMode, Media, SIM_ALREADY_OPEN};
 use crate::thread_token::thread_token;
 use crate::{Error, Result};
 use parking_lot::{Mutex, RwLock};
@@ -235,7 +235,7 @@ impl Log {
                 sim.capacity()
             )));
         }
-        let media = Media::sim_new(sim.clone(), "log", ALREADY_OPEN)?;
+        let media = Media::sim_new(sim.clone(), "log", SIM_ALREADY_OPEN)?;
         media.grow(len)?;
         Self::format(&media, cap, config.policy)?;
         Self::from_media(media)
@@ -244,7 +244,7 @@ impl Log {
     /// Opens the log on a crash-simulation device (after a simulated crash), recovering it
     /// exactly as [`Log::open`] does.
     pub fn open_sim(sim: &Arc<CrashSim>) -> Result<Log> {
-        Self::from_media(Media::sim(sim.clone(), "log", ALREADY_OPEN)?)
+        Self::from_media(Media::sim(sim.clone(), "log", SIM_ALREADY_OPEN)?)
     }
 
     /// Writes superline copy A of a new log (copy B and the area are zeros), durably.

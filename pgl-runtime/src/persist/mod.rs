@@ -12,4 +12,5 @@ pub use flush::FlushMode;
 pub(crate) use media::try_lock_file;
 pub(crate) use media::FileKind;
 pub use media::Media;
+pub(crate) use sim::SIM_ALREADY_OPEN;
 pub use sim::{CrashPoint, CrashSim};

@@ -35,7 +35,34 @@ use std::sync::Arc;
 
 type Hook = Box<dyn FnMut(&CrashSim) + Send>;
 
-/// A simulated persistent-memory device for crash tests (see the module docs).
+/// What to do instead of opening a device that a `Pool` or `Log` has open (the `instead` of
+/// its `Error::AlreadyOpen`): a crash test that reopens it means to simulate a crash.
+pub(crate) const SIM_ALREADY_OPEN: &str =
+    "drop the one that has it open first; to test recovery from a crash, open a crash image \
+     instead (a device of its own: `sim.crash_point().device(0, pick)`), or, to simulate \
+     the death of the process that has it open, `std::mem::forget` that one and call \
+     `CrashSim::end_lease_of_leaked`";
+
+/// A simulated persistent-memory device for crash tests: of your own structures as of
+/// pgl's (the book's chapter "Testing your own code against crashes" shows the whole loop).
+///
+/// It keeps two images of a pool: the *volatile* one that the program loads and stores
+/// (what the CPU caches hold), and the *persisted* one (what media holds). A flush marks
+/// cache lines; a fence copies the lines its thread flushed into the persisted image. A
+/// crash may leave the persisted image plus ANY subset of the 8-byte words that differ
+/// from the volatile one, flushed or not, since a cache may evict a dirty line at any time.
+///
+/// - [`Pool::create_sim`](crate::Pool::create_sim) creates a pool on an empty device,
+///   [`Pool::open_sim`](crate::Pool::open_sim) opens (and recovers) the pool a device
+///   holds; one `Pool` (or `Log`) has a device open at a time.
+/// - [`crash_point`](Self::crash_point) captures the crash state of an instant; called from
+///   a [fence hook](Self::set_fence_hook), before every fence, it covers every state a
+///   crash can leave (plus one point after the operation under test returns).
+/// - [`CrashPoint::device`] builds one crash image as a fresh device, to open as after a
+///   reboot.
+///
+/// Every crash point copies the device, and every image is a device of its own: use a
+/// small pool (`Config::small`).
 pub struct CrashSim {
     /// The pool view (see the module docs).
     mem: *mut u64,
@@ -140,7 +167,8 @@ fn map_twice(cap: usize) -> std::io::Result<(*mut u64, *mut u64)> {
 }
 
 impl CrashSim {
-    /// A zeroed device that can hold up to `capacity` bytes (rounded up to a page); its
+    /// A zeroed device that can hold up to `capacity` bytes (rounded up to a page): at least
+    /// the pool's `Config::size`, or its `Config::max_size` if the test grows it. Its
     /// current length starts at 0 and is set by the pool that is created on it.
     ///
     /// # Panics
@@ -410,7 +438,10 @@ impl Drop for CrashSim {
     }
 }
 
-/// The set of images a crash could leave at one instant: `base` plus any subset of `diffs`.
+/// The set of images a crash could leave at one instant ([`CrashSim::crash_point`]): the
+/// persisted image plus any subset of the [`pending`](Self::pending) words. A point with `n`
+/// pending words stands for 2<sup>n</sup> images: test them all while `n` is small, else a
+/// sample (none, all, random subsets).
 #[derive(Clone, Debug)]
 pub struct CrashPoint {
     base: Vec<u64>,
@@ -442,7 +473,9 @@ impl CrashPoint {
         img
     }
 
-    /// A fresh device holding the image selected by `pick`, as after a reboot.
+    /// A fresh device holding the image selected by `pick` (as [`image`](Self::image)), as
+    /// after a reboot: open it with `Pool::open_sim`, which runs recovery. `capacity` is
+    /// the most the pool on it may grow to; 0 (or anything smaller) gives the image's length.
     pub fn device(&self, capacity: u64, pick: impl FnMut(usize) -> bool) -> Arc<CrashSim> {
         CrashSim::from_image(&self.image(pick), self.len, capacity)
     }

@@ -7,7 +7,7 @@ use super::config::Config;
 use super::header::{Header, FLAG_OPEN};
 use crate::geometry::PAGE;
 use crate::heap::layout::{ObjectHeader, HEADER_SIZE, ROOT_OFFSET};
-use crate::persist::{CrashSim, FileKind, FlushMode, Media};
+use crate::persist::{CrashSim, FileKind, FlushMode, Media, SIM_ALREADY_OPEN};
 use crate::persistent::{Oid, Persistent};
 use crate::stats::Stats;
 use crate::tx::{self, Engine, Mut, Ref, Tx, TypeInfo};
@@ -302,27 +302,32 @@ impl Pool {
         Ok(())
     }
 
-    /// Creates a pool on a crash-simulation device (tests).
+    /// Creates a pool on a crash-simulation device (for crash tests: see [`CrashSim`]),
+    /// which must be empty and hold at least `config.size` bytes
+    /// (`CrashSim::new(config.size)`; `config.max_size` if the test grows the pool).
     pub fn create_sim(sim: &Arc<CrashSim>, config: &Config) -> Result<Pool> {
         let (geo, zones) = config.validate()?;
         let size = geo.pool_size(zones);
         if size > sim.capacity() {
             return Err(Error::config(format!(
-                "the CrashSim device holds {} bytes, the pool needs {size}",
+                "the CrashSim device holds {} bytes, the pool needs {size}: make the device \
+                 with `CrashSim::new(config.size)` (`config.max_size` if the test grows the \
+                 pool)",
                 sim.capacity()
             )));
         }
-        let media = Media::sim_new(sim.clone(), "pool", ALREADY_OPEN)?;
+        let media = Media::sim_new(sim.clone(), "pool", SIM_ALREADY_OPEN)?;
         media.grow(size)?;
         Self::format(&media, &geo, zones, &config.layout, config.parity)?;
         Self::from_media(media, Some(&config.layout), config, false)
     }
 
-    /// Opens the pool on a crash-simulation device (after a simulated crash), running
-    /// recovery exactly as for a file.
+    /// Opens the pool on a crash-simulation device (after a simulated crash: a crash
+    /// image from [`CrashPoint::device`](crate::CrashPoint::device)), running recovery
+    /// exactly as for a file.
     pub fn open_sim(sim: &Arc<CrashSim>, layout: &str) -> Result<Pool> {
         Self::from_media(
-            Media::sim(sim.clone(), "pool", ALREADY_OPEN)?,
+            Media::sim(sim.clone(), "pool", SIM_ALREADY_OPEN)?,
             Some(layout),
             &Config::new(layout),
             true,
@@ -332,7 +337,7 @@ impl Pool {
     /// [`Pool::open_sim`] with `config`'s run-time settings (verify policy, scrubbing,
     /// flush mode); the pool keeps the parity and checksum modes it was created with.
     pub fn open_sim_with(sim: &Arc<CrashSim>, config: &Config) -> Result<Pool> {
-        let media = Media::sim(sim.clone(), "pool", ALREADY_OPEN)?;
+        let media = Media::sim(sim.clone(), "pool", SIM_ALREADY_OPEN)?;
         Self::from_media(media, Some(&config.layout), config, true)
     }
 
