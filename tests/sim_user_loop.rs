@@ -74,3 +74,25 @@ fn every_crash_image_of_a_transfer_keeps_the_sum() {
         "both the state before and the state after are reachable"
     );
 }
+
+#[test]
+fn a_device_sized_for_the_default_config_holds_a_pool() {
+    // `Config::new`'s `max_size` is 1 TiB: a device that may grow that far costs only
+    // what the pool on it uses (it aborted the process, allocating 1 TiB).
+    let mut cfg = Config::small("pair");
+    cfg.max_size = Config::new("pair").max_size;
+    assert_eq!(cfg.max_size, 1 << 40);
+    let sim = CrashSim::new(cfg.max_size);
+    let pool = Pool::create_sim(&sim, &cfg).unwrap();
+    let root = pool.root::<Pair>().unwrap();
+    pool.tx(|tx| {
+        tx.open(root)?.b = 7;
+        Ok(())
+    })
+    .unwrap();
+    let cp = sim.crash_point();
+    drop(pool);
+    let dev = cp.device(0, |_| true);
+    let pool = Pool::open_sim(&dev, "pair").unwrap();
+    assert_eq!(pool.get(root).unwrap().b, 7);
+}

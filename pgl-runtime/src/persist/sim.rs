@@ -70,6 +70,8 @@ pub struct CrashSim {
     shadow: *mut u64,
     cap: usize,
     len: AtomicU64,
+    /// The persisted image, as long as the device's length rounded up to a page (see
+    /// `persisted_words`): a device's capacity may be far more than its pool ever uses.
     persisted: Mutex<Vec<u64>>,
     /// Lines flushed and not yet fenced, with the thread that flushed each.
     pending: Mutex<Vec<(std::thread::ThreadId, u32)>>,
@@ -95,6 +97,14 @@ impl std::fmt::Debug for CrashSim {
             .field("fences", &self.fences())
             .finish()
     }
+}
+
+/// Words of the persisted image of a device of length `len` and capacity `cap`: whole
+/// pages (whole lines, which fences copy), never past the capacity.
+fn persisted_words(len: u64, cap: usize) -> usize {
+    len.checked_next_multiple_of(4096)
+        .and_then(|bytes| usize::try_from(bytes / 8).ok())
+        .map_or(cap / 8, |w| w.min(cap / 8))
 }
 
 /// Memory of `cap` bytes (a multiple of the page size), zeros, to be mapped twice.
@@ -168,7 +178,8 @@ fn map_twice(cap: usize) -> std::io::Result<(*mut u64, *mut u64)> {
 
 impl CrashSim {
     /// A zeroed device that can hold up to `capacity` bytes (rounded up to a page): at least
-    /// the pool's `Config::size`, or its `Config::max_size` if the test grows it. Its
+    /// the pool's `Config::size`, or its `Config::max_size` if the test grows it. The
+    /// capacity costs address space only: memory goes to the bytes the pool on it uses. Its
     /// current length starts at 0 and is set by the pool that is created on it.
     ///
     /// # Panics
@@ -206,9 +217,8 @@ impl CrashSim {
             .unwrap_or_else(|e| panic!("CrashSim: cannot map a device of {cap} bytes twice: {e}"));
         // SAFETY: the mapping holds `words >= n` words (zeros); the image fills the first n.
         unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), shadow, n) };
-        let mut persisted = Vec::with_capacity(words);
-        persisted.extend_from_slice(&image[..n]);
-        persisted.resize(words, 0);
+        let mut persisted = image[..n].to_vec();
+        persisted.resize(persisted_words(len, cap).max(n), 0);
         Arc::new(CrashSim {
             mem,
             shadow,
@@ -238,7 +248,13 @@ impl CrashSim {
         self.len() == 0
     }
 
+    /// Sets the length (at most the capacity), the persisted image growing with it.
     pub(crate) fn set_len(&self, len: u64) {
+        let words = persisted_words(len, self.cap);
+        let mut persisted = self.persisted.lock();
+        if persisted.len() < words {
+            persisted.resize(words, 0);
+        }
         self.len.store(len, Ordering::Release);
     }
 
@@ -352,7 +368,7 @@ impl CrashSim {
             return;
         }
         for (i, word) in persisted[w..w + 8].iter_mut().enumerate() {
-            // SAFETY: `w + i < persisted.len() == cap / 8`, inside the mapping, whose
+            // SAFETY: `w + i < persisted.len() <= cap / 8`, inside the mapping, whose
             // shadow view is never protected; a volatile read because another thread may
             // store to it (the crash model tolerates either value).
             *word = unsafe { std::ptr::read_volatile(self.shadow.add(w + i)) };
