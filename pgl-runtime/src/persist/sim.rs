@@ -76,6 +76,9 @@ pub struct CrashSim {
     /// Lines flushed and not yet fenced, with the thread that flushed each.
     pending: Mutex<Vec<(std::thread::ThreadId, u32)>>,
     hook: Mutex<Option<Hook>>,
+    /// Bumped, under `hook`'s lock, by every `set_fence_hook` and `clear_fence_hook`: a
+    /// fence puts back the hook it took out to run only if neither came meanwhile.
+    hook_gen: AtomicU64,
     in_hook: AtomicBool,
     fences: AtomicU64,
     /// Whether a `Pool` or `Log` has the device open (see `lease`).
@@ -227,6 +230,7 @@ impl CrashSim {
             persisted: Mutex::new(persisted),
             pending: Mutex::new(Vec::new()),
             hook: Mutex::new(None),
+            hook_gen: AtomicU64::new(0),
             in_hook: AtomicBool::new(false),
             fences: AtomicU64::new(0),
             leased: AtomicBool::new(false),
@@ -311,13 +315,23 @@ impl CrashSim {
     /// crash test captures a [`CrashPoint`]. The hook must not run pool operations, nor
     /// panic: the panic would unwind out of the commit that fenced, midway, leaving the
     /// pool's object, metadata and parity locks held (later operations on it wait forever).
+    ///
+    /// The hook may replace or clear itself (a one-shot hook); one fence at a time runs
+    /// it: a fence of another thread meanwhile goes on without it (and so without a crash
+    /// point), so drive the operation under test from one thread.
     pub fn set_fence_hook(&self, hook: impl FnMut(&CrashSim) + Send + 'static) {
-        *self.hook.lock() = Some(Box::new(hook));
+        self.replace_hook(Some(Box::new(hook)));
     }
 
     /// Removes the fence hook.
     pub fn clear_fence_hook(&self) {
-        *self.hook.lock() = None;
+        self.replace_hook(None);
+    }
+
+    fn replace_hook(&self, hook: Option<Hook>) {
+        let mut slot = self.hook.lock();
+        *slot = hook;
+        self.hook_gen.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn flush(&self, off: u64, len: u64) {
@@ -335,11 +349,18 @@ impl CrashSim {
 
     pub(crate) fn fence(&self) {
         if !self.in_hook.swap(true, Ordering::AcqRel) {
-            let mut hook = self.hook.lock();
-            if let Some(h) = hook.as_mut() {
+            // Taken out of its lock while it runs, so that it may set or clear the hook.
+            let (gen, taken) = {
+                let mut slot = self.hook.lock();
+                (self.hook_gen.load(Ordering::Relaxed), slot.take())
+            };
+            if let Some(mut h) = taken {
                 h(self);
+                let mut slot = self.hook.lock();
+                if self.hook_gen.load(Ordering::Relaxed) == gen {
+                    *slot = Some(h);
+                }
             }
-            drop(hook);
             self.in_hook.store(false, Ordering::Release);
         }
         let me = std::thread::current().id();
@@ -592,6 +613,38 @@ mod tests {
         sim.flush(0, 8);
         sim.fence();
         assert_eq!(sim.persisted_image()[0], 7);
+    }
+
+    #[test]
+    fn a_hook_may_clear_or_replace_itself() {
+        // A one-shot hook clears itself, or installs the next one, at the fence it runs in.
+        let sim = CrashSim::new(4096);
+        sim.set_len(4096);
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let c = calls.clone();
+        sim.set_fence_hook(move |s| {
+            c.lock().push("first");
+            let c = c.clone();
+            s.set_fence_hook(move |s| {
+                c.lock().push("second");
+                s.clear_fence_hook();
+            });
+        });
+        let (done, wait) = std::sync::mpsc::channel();
+        let s2 = sim.clone();
+        std::thread::spawn(move || {
+            for _ in 0..4 {
+                s2.fence();
+            }
+            let _ = done.send(());
+        });
+        let finished = wait.recv_timeout(std::time::Duration::from_secs(30));
+        assert!(
+            finished.is_ok(),
+            "a hook that changed the hook hung its fence"
+        );
+        assert_eq!(*calls.lock(), ["first", "second"]);
+        assert_eq!(sim.fences(), 4);
     }
 
     #[test]
