@@ -158,10 +158,14 @@ impl SizeClasses {
     /// and nothing under it is trusted to be an object.
     pub(crate) fn run_of_entry(&self, e: u64) -> Option<(u16, bool)> {
         let class = entry_class(e);
-        let fits = (class as usize) < self.len()
-            && entry_arg(e) == self.block(class)
-            && (e >> 25) & 0x7f == 0;
+        let fits = self.has(class, entry_arg(e)) && (e >> 25) & 0x7f == 0;
         fits.then_some((class, entry_checked(e)))
+    }
+
+    /// Whether these classes have a class `class` of blocks of `block` bytes (what a run
+    /// entry cut to them names).
+    pub(crate) fn has(&self, class: u16, block: u64) -> bool {
+        (class as usize) < self.len() && self.block(class) == block
     }
 
     /// The largest block size.

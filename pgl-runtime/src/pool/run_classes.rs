@@ -52,7 +52,7 @@ pub(super) unsafe fn misfit(
             match entry_kind(e) {
                 KIND_RUN => {
                     let (class, block) = (entry_class(e), entry_arg(e));
-                    if (class as usize) >= classes.len() || classes.block(class) != block {
+                    if !classes.has(class, block) {
                         return Some(Misfit {
                             offset,
                             class,
