@@ -166,15 +166,20 @@ fn reset_through_a_symlink_resets_the_pool_it_names() {
     assert_eq!(names, ["link.pool", "real.pool"]);
 }
 
+/// Makes a FIFO at `path`.
+fn mkfifo(path: &std::path::Path) {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
 /// `Pool::reset` of something that is not a regular file (a FIFO here; a device is the
 /// same) refuses with `Error::NotAPool` and leaves it there.
 #[test]
 fn reset_leaves_a_fifo_alone() {
     let dir = TmpDir::new("reset-fifo");
     let fifo = dir.join("fifo.pool");
-    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: `c` is a NUL-terminated path that outlives the call.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    mkfifo(&fifo);
     match Pool::reset(&fifo, &config()) {
         Err(e @ Error::NotAPool { .. }) => {
             assert!(e.to_string().contains("left this one alone"), "{e}")
@@ -193,9 +198,7 @@ fn reset_leaves_a_fifo_alone() {
 fn a_read_only_open_of_a_fifo_is_not_a_pool_and_does_not_wait() {
     let dir = TmpDir::new("fifo-read-only");
     let fifo = dir.join("fifo.pool");
-    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: `c` is a NUL-terminated path that outlives the call.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    mkfifo(&fifo);
     let r = support::within("open_read_only of a FIFO", 10, {
         let fifo = fifo.clone();
         move || Pool::open_read_only(&fifo).map(|_| ())
