@@ -23,7 +23,9 @@ pub mod prelude {
 /// Paths used by code that `pgl-derive` generates. Not a stable API.
 #[doc(hidden)]
 pub mod __private {
-    pub use pgl_runtime::__leds::{run_init, zeroed, ExtGroups, ExtPlaces};
+    pub use pgl_runtime::__leds::{
+        inline_places, run_init, zeroed, ExtGroups, ExtPlaces, ObjImage,
+    };
     pub use pgl_runtime::persistent::{
         fnv1a64, fold_type_id, group_type_id, mix64, Persistent, MAX_ALIGN,
     };

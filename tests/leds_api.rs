@@ -824,7 +824,7 @@ fn the_hidden_linked_alloc_takes_no_existing_chain() {
     let (_, y) = two_pairs(&pool);
     let r = pool.tx(|tx| {
         let theirs = *tx.get(y)?;
-        tx.__alloc_linked(theirs)
+        tx.__alloc_linked(theirs, &pgl::__private::ObjImage::of::<copyable::Pair>())
     });
     assert!(matches!(r, Err(Error::InvalidOid { .. })), "{r:?}");
     ys_group_lives(pool, path, y, 4, "x, y and their groups");
@@ -874,7 +874,7 @@ fn the_hidden_linked_alloc_gives_a_new_chain_to_one_owner() {
     let r = pool.tx(|tx| {
         let z = tx.alloc_ext(copyable::PairData { a: 3, b: 300 })?;
         let theirs = *tx.get(z)?;
-        tx.__alloc_linked(theirs)
+        tx.__alloc_linked(theirs, &pgl::__private::ObjImage::of::<copyable::Pair>())
     });
     assert!(matches!(r, Err(Error::InvalidOid { .. })), "{r:?}");
     ys_group_lives(pool, path, y, 4, "x, y and their groups");

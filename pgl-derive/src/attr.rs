@@ -59,6 +59,10 @@ pub(crate) struct Container {
     /// `#[pgl(__extendible)]`, which `#[extendible]` puts on the base struct: its objects
     /// own their chain of groups (`Persistent::__OWNS_TAIL`). The attribute, for spans.
     pub(crate) extendible: Option<Attribute>,
+    /// `#[pgl(__reserve = N)]`, which `#[extendible(reserve = N)]` puts on the base
+    /// struct: the bytes its objects keep after the value for inline groups
+    /// (`Persistent::__RESERVE`).
+    pub(crate) reserve: Option<LitInt>,
 }
 
 impl Container {
@@ -76,6 +80,10 @@ impl Container {
                 }
                 if is_hidden_key(attr, EXTENDIBLE) {
                     out.extendible = Some(attr.clone());
+                    continue;
+                }
+                if let Some(n) = parse_reserve(attr) {
+                    out.reserve = Some(n);
                     continue;
                 }
                 parse_pgl(cx, attr, &mut out.id, &mut seen_id);
@@ -155,6 +163,25 @@ fn is_hidden_key(attr: &Attribute, key: &str) -> bool {
         Ok(())
     });
     found && !others
+}
+
+/// The `#[pgl(...)]` key `#[extendible(reserve = N)]` puts on the base struct. Not for
+/// users.
+pub(crate) const RESERVE: &str = "__reserve";
+
+/// `#[pgl(__reserve = N)]`, set by `#[extendible(reserve = N)]` (not a user key).
+fn parse_reserve(attr: &Attribute) -> Option<LitInt> {
+    let mut out = None;
+    let mut others = false;
+    let _ = attr.parse_nested_meta(|meta| {
+        if meta.path.is_ident(RESERVE) {
+            out = Some(meta.value()?.parse()?);
+        } else {
+            others = true;
+        }
+        Ok(())
+    });
+    out.filter(|_| !others)
 }
 
 /// `#[pgl(__group_of(Base, k))]`, set by `#[extendible]` (not a user key).

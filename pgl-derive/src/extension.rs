@@ -28,7 +28,12 @@ pub(crate) fn reserved_name_message(name: &str) -> String {
 pub(crate) struct Args {
     /// `base = 0x...`: the base layout fingerprint the struct must keep.
     pub(crate) pinned_base: Option<LitInt>,
+    /// `reserve = N`: bytes each object keeps after its value for inline groups.
+    pub(crate) reserve: Option<LitInt>,
 }
+
+/// The largest `reserve = N`.
+pub(crate) const MAX_RESERVE: u64 = 4096;
 
 impl Args {
     pub(crate) fn parse(cx: &Ctxt, args: proc_macro2::TokenStream) -> Args {
@@ -40,10 +45,28 @@ impl Args {
             if meta.path.is_ident("base") {
                 out.pinned_base = Some(meta.value()?.parse()?);
                 Ok(())
+            } else if meta.path.is_ident("reserve") {
+                let n: LitInt = meta.value()?.parse()?;
+                match n.base10_parse::<u64>() {
+                    Ok(v) if (1..=MAX_RESERVE).contains(&v) && n.suffix().is_empty() => {
+                        out.reserve = Some(LitInt::new(&v.to_string(), n.span()));
+                        Ok(())
+                    }
+                    _ => Err(syn::Error::new(
+                        n.span(),
+                        format!(
+                            "`reserve` is a number of bytes from 1 to {MAX_RESERVE}, without a \
+                             suffix: the room each object keeps after its fields for the \
+                             extension groups added later (`reserve = 16` holds a `u64` field)"
+                        ),
+                    )),
+                }
             } else {
                 Err(meta.error(
-                    "unknown `extendible` argument: the only one is `base = 0x…`, the layout \
-                     fingerprint the base must keep (`<S as pgl::Persistent>::LAYOUT`)",
+                    "unknown `extendible` argument: the arguments are `reserve = N`, the bytes \
+                     each object keeps for extension groups stored inline, and `base = 0x…`, \
+                     the layout fingerprint the base must keep \
+                     (`<S as pgl::Persistent>::LAYOUT`)",
                 ))
             }
         });

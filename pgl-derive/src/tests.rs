@@ -308,3 +308,50 @@ fn extendible_base_only_with_a_pinned_fingerprint() {
         }
     ));
 }
+
+#[test]
+fn extendible_with_a_reserve() {
+    insta::assert_snapshot!(expand_extendible(
+        quote!(reserve = 16),
+        quote! {
+            #[derive(Persistent)]
+            #[repr(C)]
+            pub struct Node {
+                pub key: u32,
+                pub value: u32,
+                #[extension(1, replaces = key, init = |old| old.key() as u64)]
+                pub key64: u64,
+            }
+        }
+    ));
+}
+
+#[test]
+fn a_reserve_reaches_the_persistent_impl_and_the_layout() {
+    let out = expand(quote! {
+        #[repr(C)]
+        #[pgl(__extendible)]
+        #[pgl(__reserve = 24)]
+        pub struct Node {
+            pub key: u64,
+            __pgl_ext: ::pgl::__private::ExtLink,
+        }
+    });
+    assert!(out.contains("const __RESERVE: usize = 24;"), "{out}");
+    assert!(
+        out.contains("b\"pgl::reserve\""),
+        "the reserve is in the fingerprint: {out}"
+    );
+    let hand = errors(quote! {
+        #[repr(C)]
+        #[pgl(__reserve = 24)]
+        pub struct Plain {
+            pub key: u64,
+        }
+    });
+    assert!(
+        hand.iter()
+            .any(|e| e.contains("set by `#[extendible(reserve = N)]`")),
+        "{hand:?}"
+    );
+}

@@ -46,6 +46,18 @@ pub unsafe trait Persistent: Send + Sync + Sized + 'static {
     /// allocation of one is allowed: a group no owner links changes no one's reads.)
     #[doc(hidden)]
     const __GROUP: bool = false;
+    /// Bytes an object of this type keeps after its value for extension groups stored
+    /// inline (`#[extendible(reserve = N)]`): the object's payload is the value, then
+    /// these bytes, which only pgl reads and writes (see `leds::inline`). 0 for every other
+    /// type.
+    #[doc(hidden)]
+    const __RESERVE: usize = 0;
+}
+
+/// Payload bytes of an object of type `T`: its value, then its reserve.
+#[inline]
+pub(crate) const fn object_size<T: Persistent>() -> usize {
+    size_of::<T>() + T::__RESERVE
 }
 
 /// The bytes of a persistent value (its in-pool representation).

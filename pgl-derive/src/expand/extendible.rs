@@ -61,7 +61,7 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
     match cx.into_error() {
         Some(e) => {
             let e = e.into_compile_error();
-            let base = base_struct(&model, derived);
+            let base = base_struct(&model, derived, args.reserve.as_ref());
             quote!(#e #base)
         }
         None => Gen::new(&model).all(args),
@@ -137,10 +137,11 @@ fn strip(field: &syn::Field) -> syn::Field {
 }
 
 /// The base struct: the fields without `#[extension]` (those a group replaced become
-/// private and accessor-less) and the link to group 1. Without `derived` (the struct does
-/// not derive `Persistent`, an error already reported) it carries no `#[pgl]` attributes,
-/// which only the derive declares.
-fn base_struct(model: &Model<'_>, derived: bool) -> TokenStream {
+/// private and accessor-less) and the link to group 1; with `reserve`, the hidden
+/// attribute that gives its objects that many bytes after the value. Without `derived`
+/// (the struct does not derive `Persistent`, an error already reported) it carries no
+/// `#[pgl]` attributes, which only the derive declares.
+fn base_struct(model: &Model<'_>, derived: bool, reserve: Option<&syn::LitInt>) -> TokenStream {
     let item = model.item;
     let attrs = &item.attrs;
     let vis = &item.vis;
@@ -158,9 +159,13 @@ fn base_struct(model: &Model<'_>, derived: bool) -> TokenStream {
         f
     });
     let extendible = derived.then(|| quote!(#[pgl(__extendible)]));
+    let reserve = reserve
+        .filter(|_| derived)
+        .map(|n| quote!(#[pgl(__reserve = #n)]));
     quote! {
         #(#attrs)*
         #extendible
+        #reserve
         #vis struct #ident {
             #(#fields,)*
             #no_accessors
@@ -240,7 +245,7 @@ impl<'m, 'a> Gen<'m, 'a> {
     }
 
     fn all(&self, args: Args) -> TokenStream {
-        let base = base_struct(self.m, true);
+        let base = base_struct(self.m, true, args.reserve.as_ref());
         let data = self.data_struct();
         let ext_fields = self.ext_fields();
         let groups = (1..=self.groups).map(|k| self.group_struct(k));
@@ -398,8 +403,12 @@ impl<'m, 'a> Gen<'m, 'a> {
         let gs: Vec<_> = (1..=self.groups).map(Self::g).collect();
         let tys: Vec<_> = (1..=self.groups).map(|k| self.group_ty(k)).collect();
         quote! {
-            #vis struct #reads<'__pgl_a> { #(pub #gs: ::pgl::__private::Read<'__pgl_a, #tys>,)* }
-            #vis struct #muts<'__pgl_a> { #(pub #gs: ::pgl::__private::Mut<'__pgl_a, #tys>,)* }
+            #vis struct #reads<'__pgl_a> {
+                #(pub #gs: ::core::option::Option<::pgl::__private::Read<'__pgl_a, #tys>>,)*
+            }
+            #vis struct #muts<'__pgl_a> {
+                #(pub #gs: ::core::option::Option<::pgl::__private::Mut<'__pgl_a, #tys>>,)*
+            }
             #vis struct #refs<'__pgl_a> { #(pub #gs: &'__pgl_a #tys,)* }
             #vis struct #places<'__pgl_a> { #(pub #gs: ::pgl::__private::Place<'__pgl_a, #tys>,)* }
         }
@@ -485,28 +494,50 @@ impl<'m, 'a> Gen<'m, 'a> {
                 self.glue("Refs"),
                 self.glue("Places"),
             );
-            // Each group's handle (`get` or `open`), found by following the links from the
-            // base's; `None` where the chain ends early.
+            // Each separate group's handle (`get` or `open`), found by following the links
+            // from the base's; none for the inline ones; `None` where the chain ends early.
             let follow = |method: &str, handles: &Ident| {
                 let method = Ident::new(method, proc_macro2::Span::call_site());
                 quote! {
+                    let mut __pgl_link = __pgl_link;
                     #(
-                        if __pgl_link == 0 {
-                            return #ok(#none);
-                        }
-                        let #locals = __pgl_tx.#method(#oid::<#tys>::from_raw(__pgl_link))?;
-                        let __pgl_link = #locals.__pgl_next.get();
+                        let #locals = if #ks <= __pgl_inline {
+                            #none
+                        } else {
+                            if __pgl_link == 0 {
+                                return #ok(#none);
+                            }
+                            let __pgl_h = __pgl_tx.#method(#oid::<#tys>::from_raw(__pgl_link))?;
+                            __pgl_link = __pgl_h.__pgl_next.get();
+                            #some(__pgl_h)
+                        };
                     )*
                     let _ = __pgl_link;
                     #ok(#some(#handles { #(#gs: #locals,)* }))
                 }
             };
+            let inline_at =
+                (0..n).map(|i| quote!(<Self as ::pgl::__private::Extendible>::__INLINE_AT[#i]));
+            let inline_at: Vec<_> = inline_at.collect();
             (
                 follow("get", &r),
                 follow("open", &m),
-                quote!(#f { #(#gs: &*__pgl_h.#gs,)* }),
-                quote!(#f { #(#gs: &*__pgl_h.#gs,)* }),
-                quote!(#p { #(#gs: __pgl_h.#gs.place(),)* }),
+                quote!(#f { #(#gs: match &__pgl_h.#gs {
+                    #some(__pgl_r) => &**__pgl_r,
+                    #none => __pgl_b.__inline::<#tys>(#inline_at),
+                },)* }),
+                quote!(#f { #(#gs: match &__pgl_h.#gs {
+                    #some(__pgl_r) => &**__pgl_r,
+                    #none => __pgl_b.__inline::<#tys>(#inline_at),
+                },)* }),
+                // SAFETY (of each `__inline_place`): the offsets are `inline_places`'s, so
+                // each inline group lies in the reserve, aligned, apart from the others and
+                // from the value; each is made once here, and the places borrow the base
+                // handle (`'__pgl_a`) as long as they live.
+                quote!(#p { #(#gs: match &mut __pgl_h.#gs {
+                    #some(__pgl_m) => __pgl_m.place(),
+                    #none => unsafe { __pgl_b.__inline_place::<#tys>(#inline_at) },
+                },)* }),
             )
         };
 
@@ -519,7 +550,12 @@ impl<'m, 'a> Gen<'m, 'a> {
             let prev_at: Vec<_> = (0..k - 1)
                 .map(|i| quote!(__pgl_groups.get(#i).copied().unwrap_or(0)))
                 .collect();
+            let prev_handles: Vec<_> = (1..k).map(|j| format_ident!("__pgl_h{}", j)).collect();
+            let prev_inline: Vec<_> = (0..k - 1)
+                .map(|i| quote!(<Self as ::pgl::__private::Extendible>::__INLINE_AT[#i]))
+                .collect();
             let ty = self.group_ty(k);
+            let at = k - 1;
             let fields = self.m.groups[k - 1].iter().enumerate().map(|(i, f)| {
                 let fi = f.ident;
                 let v = self.init_value(k, i);
@@ -527,10 +563,30 @@ impl<'m, 'a> Gen<'m, 'a> {
             });
             quote! {
                 #k => {
-                    #(let #prev_locals = __pgl_tx.get(#oid::<#prev_tys>::from_raw(#prev_at))?;)*
-                    let __pgl_old = #view { base: __pgl_base, #(#prev: &*#prev_locals,)* };
-                    let __pgl_value = #ty { #(#fields,)* __pgl_next: #link::NULL };
-                    #ok(__pgl_tx.alloc(__pgl_value)?.raw())
+                    let __pgl_value = {
+                        #(
+                            let #prev_handles;
+                            let #prev_locals: &#prev_tys = match #prev_at {
+                                0 => __pgl_image.group::<#prev_tys>(#prev_inline)?,
+                                __pgl_off => {
+                                    #prev_handles = __pgl_tx.get(#oid::<#prev_tys>::from_raw(__pgl_off))?;
+                                    &*#prev_handles
+                                }
+                            };
+                        )*
+                        let __pgl_old = #view {
+                            base: __pgl_image.value::<Self>()?,
+                            #(#prev: #prev_locals,)*
+                        };
+                        #ty { #(#fields,)* __pgl_next: #link::NULL }
+                    };
+                    if __pgl_inline {
+                        let __pgl_at = <Self as ::pgl::__private::Extendible>::__INLINE_AT[#at];
+                        __pgl_image.put(__pgl_at, &__pgl_value)?;
+                        #ok(0)
+                    } else {
+                        #ok(__pgl_tx.alloc(__pgl_value)?.raw())
+                    }
                 }
             }
         });
@@ -543,6 +599,7 @@ impl<'m, 'a> Gen<'m, 'a> {
         let allocs = (1..=n).rev().map(|k| {
             let ty = self.group_ty(k);
             let g = Self::g_local(k);
+            let at = k - 1;
             let fields = self.m.groups[k - 1].iter().enumerate().map(|(i, f)| {
                 let fi = f.ident;
                 if let Some(local) = data_local(Loc::Group { group: k, field: i }) {
@@ -553,8 +610,17 @@ impl<'m, 'a> Gen<'m, 'a> {
                 }
             });
             quote! {
-                let #g = __pgl_tx.alloc(#ty { #(#fields,)* __pgl_next: __pgl_next })?;
-                let __pgl_next = #link::new(#g.raw());
+                let mut #g = #ty { #(#fields,)* __pgl_next: #link::NULL };
+                match <Self as ::pgl::__private::Extendible>::__INLINE_AT[#at] {
+                    ::core::primitive::usize::MAX => {
+                        #g.__pgl_next = #link::new(__pgl_next);
+                        __pgl_next = __pgl_tx.alloc(#g)?.raw();
+                    }
+                    __pgl_at => {
+                        __pgl_image.put(__pgl_at, &#g)?;
+                        __pgl_inline += 1;
+                    }
+                }
             }
         });
         let base_fields = self.m.base.iter().enumerate().map(|(i, f)| {
@@ -576,7 +642,9 @@ impl<'m, 'a> Gen<'m, 'a> {
             // groups of the chain from the link it is given, `__set_next` group `k` at the
             // offset it is given, `__alloc` the groups it has just allocated, and
             // `__upgrade` only reads groups (`get`) and returns the offset of the one it
-            // allocates (the inits run in closures: no `return` leaves it).
+            // allocates, or 0 for one it put inline (the inits run in closures: no
+            // `return` leaves it); `__INLINE_AT` is `inline_places`'s, and inline groups
+            // are reached only at its offsets, through the base handle given.
             #[automatically_derived]
             unsafe impl ::pgl::__private::Extendible for #ident {
                 type Data = #data;
@@ -589,6 +657,11 @@ impl<'m, 'a> Gen<'m, 'a> {
                     <#tys as ::pgl::__private::Persistent>::TYPE_ID,
                     <#tys as ::pgl::__private::Persistent>::LAYOUT,
                 )),*];
+                const __INLINE_AT: &'static [usize] = &::pgl::__private::inline_places(
+                    ::core::mem::size_of::<Self>(),
+                    <Self as ::pgl::__private::Persistent>::__RESERVE,
+                    [#((::core::mem::size_of::<#tys>(), ::core::mem::align_of::<#tys>())),*],
+                );
 
                 #[inline]
                 fn __link(&self) -> u64 {
@@ -605,10 +678,11 @@ impl<'m, 'a> Gen<'m, 'a> {
                 fn __upgrade(
                     __pgl_tx: &#tx,
                     __pgl_k: usize,
-                    __pgl_base: &Self,
+                    __pgl_image: &mut ::pgl::__private::ObjImage,
                     __pgl_groups: &[u64],
+                    __pgl_inline: bool,
                 ) -> #res<u64> {
-                    let _ = (__pgl_base, __pgl_groups);
+                    let _ = (&__pgl_image, __pgl_groups, __pgl_inline);
                     match __pgl_k {
                         #(#upgrades)*
                         _ => #ok(0),
@@ -635,45 +709,53 @@ impl<'m, 'a> Gen<'m, 'a> {
 
                 fn __alloc(__pgl_tx: &#tx, __pgl_data: #data) -> #res<#oid<Self>> {
                     let #data { #(#data_fields: #data_locals,)* } = __pgl_data;
-                    let __pgl_next = #link::NULL;
+                    let mut __pgl_image = ::pgl::__private::ObjImage::of::<Self>();
+                    let mut __pgl_next: u64 = 0;
+                    let mut __pgl_inline: usize = 0;
                     #(#allocs)*
-                    __pgl_tx.__alloc_linked(#ident { #(#base_fields,)* __pgl_ext: __pgl_next })
+                    let __pgl_ext = #link::__base(__pgl_next, __pgl_inline);
+                    __pgl_tx.__alloc_linked(#ident { #(#base_fields,)* __pgl_ext }, &__pgl_image)
                 }
 
                 fn __reads<'__pgl_a>(
                     __pgl_tx: &'__pgl_a #tx,
                     __pgl_link: u64,
+                    __pgl_inline: usize,
                 ) -> #res<::core::option::Option<Self::Reads<'__pgl_a>>> {
-                    let _ = __pgl_tx;
+                    let _ = (__pgl_tx, __pgl_link, __pgl_inline);
                     #mk_reads
                 }
 
                 fn __muts<'__pgl_a>(
                     __pgl_tx: &'__pgl_a #tx,
                     __pgl_link: u64,
+                    __pgl_inline: usize,
                 ) -> #res<::core::option::Option<Self::Muts<'__pgl_a>>> {
-                    let _ = __pgl_tx;
+                    let _ = (__pgl_tx, __pgl_link, __pgl_inline);
                     #mk_muts
                 }
 
                 fn __refs_of_reads<'__pgl_a>(
+                    __pgl_b: &'__pgl_a ::pgl::__private::Read<'_, Self>,
                     __pgl_h: &'__pgl_a Self::Reads<'_>,
                 ) -> Self::Refs<'__pgl_a> {
-                    let _ = __pgl_h;
+                    let _ = (__pgl_b, __pgl_h);
                     #mk_refs_r
                 }
 
                 fn __refs_of_muts<'__pgl_a>(
+                    __pgl_b: &'__pgl_a ::pgl::__private::Mut<'_, Self>,
                     __pgl_h: &'__pgl_a Self::Muts<'_>,
                 ) -> Self::Refs<'__pgl_a> {
-                    let _ = __pgl_h;
+                    let _ = (__pgl_b, __pgl_h);
                     #mk_refs_m
                 }
 
                 fn __places<'__pgl_a>(
+                    __pgl_b: &'__pgl_a mut ::pgl::__private::Mut<'_, Self>,
                     __pgl_h: &'__pgl_a mut Self::Muts<'_>,
                 ) -> Self::Places<'__pgl_a> {
-                    let _ = &__pgl_h;
+                    let _ = (&__pgl_b, &__pgl_h);
                     #mk_places
                 }
             }

@@ -51,6 +51,13 @@ pub(crate) fn derive(input: &DeriveInput) -> TokenStream {
                  gain fields later",
             );
         }
+        if let Some(n) = cont.attrs.reserve.as_ref().filter(|_| !linked) {
+            cx.error_spanned_by(
+                n,
+                "`#[pgl(__reserve = ..)]` is set by `#[extendible(reserve = N)]`, not by hand: \
+                 remove it",
+            );
+        }
         // The links' names are in the layout fingerprint: a struct of the program with a
         // field of the same name could have the type id and fingerprint of an
         // `#[extendible]` base or group, open its objects and write their links (which the
@@ -123,6 +130,17 @@ fn expand(
             const __OWNS_TAIL: bool = true;
         )
     });
+    // A reserve is part of the layout: objects of another reserve size are another type.
+    let (reserve, fingerprint) = match &cont.attrs.reserve {
+        Some(n) => (
+            quote!(const __RESERVE: usize = #n;),
+            quote!(::pgl::__private::mix64(
+                { #fingerprint },
+                ::pgl::__private::fnv1a64(b"pgl::reserve", #n as u64),
+            )),
+        ),
+        None => (TokenStream::new(), fingerprint),
+    };
     let group = cont.attrs.group_of.is_some().then(|| {
         quote!(
             const __GROUP: bool = true;
@@ -143,6 +161,7 @@ fn expand(
                 const LAYOUT: u64 = { #fingerprint };
                 const TYPE_NAME: &'static str = #name;
                 #owns_tail
+                #reserve
                 #group
             }
         };

@@ -10,16 +10,19 @@
 //! base's write lock; the one that retries finds the groups linked and adds none.
 
 use super::extendible::{Extendible, ExtendibleData, MAX_GROUPS};
-use super::link::ExtLink;
+use super::inline::ObjImage;
+use super::link::{base_link, inline_count, separate, ExtLink, MAX_INLINE};
 use super::view::{Ext, ExtMut};
 use crate::persistent::{group_type_id, Oid, Persistent};
 use crate::tx::{GroupScope, Tx};
 use crate::{Error, Result};
 
-/// Offsets of groups 1 to `GROUPS` (0 where missing) and how many are present.
+/// Offsets of groups 1 to `GROUPS` (0 where missing or inline), how many are present,
+/// and how many of those the base's reserve holds (groups 1 to `inline`).
 struct Chain {
     offs: [u64; MAX_GROUPS],
     present: usize,
+    inline: usize,
 }
 
 /// Names the part of an extendible `T` in a layout mismatch: `group` 0 is the base.
@@ -98,6 +101,45 @@ fn incomplete<T: Extendible>(oid: Oid<T>) -> Error {
     }
 }
 
+/// Where group `k` of `T` lies in the reserve, if it is kept there.
+fn inline_at<T: Extendible>(k: usize) -> Option<usize> {
+    T::__INLINE_AT
+        .get(k.checked_sub(1)?)
+        .copied()
+        .filter(|&at| at != usize::MAX)
+}
+
+/// How many of the groups this build knows the base's reserve holds, from its link:
+/// `Error::Corrupt` if the link counts more inline groups than the reserve has room for
+/// (a damaged link; a reserve changed since is a layout mismatch, caught before).
+fn inline_known<T: Extendible>(oid: Oid<T>, link: u64) -> Result<usize> {
+    let n = inline_count(link).min(T::GROUPS);
+    match (1..=n).find(|&k| inline_at::<T>(k).is_none()) {
+        None => Ok(n),
+        Some(k) => Err(Error::Corrupt {
+            what: "extension link",
+            offset: oid.raw(),
+            detail: format!(
+                "the `{}` object's link counts {} extension groups in its reserve, but group \
+                 {} does not fit there: the link is damaged; `pgl check` verifies the objects",
+                T::TYPE_NAME,
+                inline_count(link),
+                k
+            ),
+            pool_file: None,
+        }),
+    }
+}
+
+/// An upgrade asked for by an extension group's init (see `Tx::complete`).
+fn upgrade_in_init() -> Error {
+    Error::InTransaction {
+        what: "an upgrade (tx.ext, tx.ext_mut or tx.upgrade) from an extension group's init",
+        instead: "an init computes the new fields from the old ones it is given (`old`) and \
+                  must not use the pool",
+    }
+}
+
 fn too_many_groups<T: Extendible>() -> Error {
     Error::config(format!(
         "`{}` has {} extension groups, more than the {MAX_GROUPS} pgl supports",
@@ -107,16 +149,38 @@ fn too_many_groups<T: Extendible>() -> Error {
 }
 
 impl<'p> Tx<'p> {
+    /// An error of the access to an extendible `T`'s base, naming the part; inside an
+    /// upgrade's init, where the base being upgraded is held by the upgrade, the refusal
+    /// of an upgrade from an init (which is what an init reaching a base through the pool
+    /// comes to).
+    fn base_error<T: Extendible>(&self, e: Error) -> Error {
+        match e {
+            Error::AlreadyBorrowed { .. } if self.group_scope() == GroupScope::Init => {
+                upgrade_in_init()
+            }
+            e => in_part::<T>(e, 0),
+        }
+    }
+
     /// Walks the chain of `oid` through the groups this build knows.
     fn walk<T: Extendible>(&self, oid: Oid<T>) -> Result<Chain> {
+        let whole = self.get(oid).map_err(|e| in_part::<T>(e, 0))?.__link();
+        self.walk_from(oid, whole)
+    }
+
+    /// Walks the chain of `oid` from `whole`, its base's link as this transaction read it
+    /// (under the base's lock, which it holds until it ends).
+    fn walk_from<T: Extendible>(&self, oid: Oid<T>, whole: u64) -> Result<Chain> {
         if T::GROUPS > MAX_GROUPS {
             return Err(too_many_groups::<T>());
         }
+        let inline = inline_known(oid, whole)?;
         let mut chain = Chain {
             offs: [0; MAX_GROUPS],
-            present: 0,
+            present: inline,
+            inline,
         };
-        let mut link = self.get(oid).map_err(|e| in_part::<T>(e, 0))?.__link();
+        let mut link = separate(whole);
         while chain.present < T::GROUPS && link != 0 {
             chain.offs[chain.present] = link;
             chain.present += 1;
@@ -140,46 +204,63 @@ impl<'p> Tx<'p> {
         // `Pool`, whose `pool.tx` joins this transaction, and asked for an upgrade; of the
         // same object, it would recurse until the stack overflows.
         if self.group_scope() == GroupScope::Init {
-            return Err(Error::InTransaction {
-                what: "an upgrade (tx.ext, tx.ext_mut or tx.upgrade) from an extension \
-                       group's init",
-                instead: "an init computes the new fields from the old ones it is given \
-                          (`old`) and must not use the pool",
-            });
+            return Err(upgrade_in_init());
         }
         // The links walked say where the new groups hang (the last one present gets a new
         // next link): followed for a change only once the checksums vouch for them, as a
-        // damaged link could name another chain's group of the same type.
-        self.verify_link_holder(oid.raw())?;
-        for &g in &chain.offs[..have] {
+        // damaged link could name another chain's group of the same type. The base's is
+        // verified by `open`, which checks its checksum as it buffers it (or has it
+        // buffered already, as this transaction last left it); it also takes the write
+        // lock and refuses a change to the owner while another thread's Manual migration
+        // converts its type (it would lose the new groups). Groups change only under
+        // their owner's write lock (see `GroupScope`).
+        for &g in chain.offs[..have].iter().filter(|&&g| g != 0) {
             self.verify_link_holder(g)?;
         }
-        // A change to the owner, like any `open` of it: refused while another thread's
-        // Manual migration converts its type (it would lose the new groups). Groups change
-        // only under their owner's write lock (see `GroupScope`).
-        self.eng.migrating.check("change", T::TYPE_ID, oid.raw())?;
-        self.write_lock(oid.raw())?;
+        let mut base = self.open(oid).map_err(|e| in_part::<T>(e, 0))?;
         // Groups allocated and then left unlinked by a later step's error must not commit.
         self.whole(|| {
+            // The object's payload: the inits read the value and the inline groups there,
+            // and the new inline groups are built there.
+            let mut image = ObjImage::from_bytes(base.payload());
+            // The last separate group present, if any: new groups hang from it.
+            let last_separate = (1..=have).rev().find(|&k| chain.offs[k - 1] != 0);
+            let mut inline = chain.inline;
             // The inits are the program's code: not in the write scope, where they could
             // open groups of owners this transaction does not hold (`GroupScope::Init`).
-            let base = self.get(oid)?;
             for k in have + 1..=T::GROUPS {
+                // Inline groups are a prefix: group k goes in the reserve only if it fits
+                // there and every group before it is there.
+                let in_reserve = inline_at::<T>(k).is_some()
+                    && last_separate.is_none()
+                    && inline == k - 1
+                    && k <= MAX_INLINE;
                 chain.offs[k - 1] = self
                     .with_groups(GroupScope::Init, || {
-                        T::__upgrade(self, k, &*base, &chain.offs[..k - 1])
+                        T::__upgrade(self, k, &mut image, &chain.offs[..k - 1], in_reserve)
                     })
                     .map_err(|e| in_part::<T>(e, k))?;
-            }
-            drop(base);
-            self.with_groups(GroupScope::Write, || {
-                for k in have + 1..T::GROUPS {
-                    T::__set_next(self, k, chain.offs[k - 1], chain.offs[k])?;
+                if in_reserve {
+                    inline += 1;
                 }
-                if have == 0 {
-                    self.set_link(oid, chain.offs[0])
-                } else {
-                    T::__set_next(self, have, chain.offs[have - 1], chain.offs[have])
+            }
+            self.with_groups(GroupScope::Write, || {
+                // The new separate groups, in order, each linked to the next.
+                let news: Vec<usize> = (have + 1..=T::GROUPS)
+                    .filter(|&k| chain.offs[k - 1] != 0)
+                    .collect();
+                for w in news.windows(2) {
+                    T::__set_next(self, w[0], chain.offs[w[0] - 1], chain.offs[w[1] - 1])?;
+                }
+                let first_new = news.first().map_or(0, |&k| chain.offs[k - 1]);
+                match last_separate {
+                    Some(k) => T::__set_next(self, k, chain.offs[k - 1], first_new),
+                    None => {
+                        let reserve = (inline > chain.inline)
+                            .then(|| &image.bytes()[core::mem::size_of::<T>()..]);
+                        self.relink(&mut base, base_link(first_new, inline), reserve);
+                        Ok(())
+                    }
                 }
             })
         })?;
@@ -199,13 +280,21 @@ impl<'p> Tx<'p> {
         // the group at fault. Other errors (damage, conflicts) go up as they are, for the
         // transaction to repair or retry.
         // The groups are read under the base's lock (see `GroupScope`): `base` holds it.
-        let base = self.get(oid).map_err(|e| in_part::<T>(e, 0))?;
-        let reads = |link| self.with_groups(GroupScope::Read, || T::__reads(self, link));
-        if let Some(groups) = reads(base.__link()).or_else(walk_instead)? {
+        // Inline groups are read through `base` itself.
+        let base = self.get(oid).map_err(|e| self.base_error::<T>(e))?;
+        let reads = |link| {
+            let inline = inline_known(oid, link)?;
+            self.with_groups(GroupScope::Read, || {
+                T::__reads(self, separate(link), inline)
+            })
+        };
+        let link = base.__link();
+        if let Some(groups) = reads(link).or_else(walk_instead)? {
             return Ok(Ext::new(oid, base, groups));
         }
         drop(base);
-        self.upgrade(oid)?;
+        let mut chain = self.walk_from(oid, link)?;
+        self.complete(oid, &mut chain)?;
         let base = self.get(oid)?;
         let groups = reads(base.__link())?.ok_or_else(|| incomplete::<T>(oid))?;
         Ok(Ext::new(oid, base, groups))
@@ -215,13 +304,20 @@ impl<'p> Tx<'p> {
     /// update (micro-buffers, like [`Tx::open`]), upgrading it first as [`Tx::ext`] does.
     pub fn ext_mut<T: Extendible>(&self, oid: Oid<T>) -> Result<ExtMut<'_, T>> {
         // `base` holds the owner's write lock, which opening its groups needs.
-        let base = self.open(oid).map_err(|e| in_part::<T>(e, 0))?;
-        let muts = |link| self.with_groups(GroupScope::Write, || T::__muts(self, link));
-        if let Some(groups) = muts(base.__link()).or_else(walk_instead)? {
+        let base = self.open(oid).map_err(|e| self.base_error::<T>(e))?;
+        let muts = |link| {
+            let inline = inline_known(oid, link)?;
+            self.with_groups(GroupScope::Write, || {
+                T::__muts(self, separate(link), inline)
+            })
+        };
+        let link = base.__link();
+        if let Some(groups) = muts(link).or_else(walk_instead)? {
             return Ok(ExtMut::new(base, groups));
         }
         drop(base);
-        self.upgrade(oid)?;
+        let mut chain = self.walk_from(oid, link)?;
+        self.complete(oid, &mut chain)?;
         let base = self.open(oid)?;
         let groups = muts(base.__link())?.ok_or_else(|| incomplete::<T>(oid))?;
         Ok(ExtMut::new(base, groups))
@@ -259,8 +355,13 @@ impl<'p> Tx<'p> {
     /// build does not know included); the copy's links point to the copied groups.
     pub fn copy_ext<T: Extendible>(&self, oid: Oid<T>) -> Result<Oid<T>> {
         drop(self.get(oid).map_err(|e| in_part::<T>(e, 0))?);
+        // The payload: the value, ending with the link, then the reserve, whose inline
+        // groups are copied with it.
         let (_, base) = self.object_bytes(oid.raw())?;
-        let link = crate::tx::link_at_end(&base).unwrap_or(0);
+        let link = base
+            .get(..core::mem::size_of::<T>())
+            .and_then(crate::tx::link_at_end)
+            .unwrap_or(0);
         let chain = self.tail(oid.raw(), T::TYPE_ID, link)?;
         // The copied groups come first, as in `alloc_ext`.
         self.eng.migrating.check("create", T::TYPE_ID, 0)?;
@@ -273,7 +374,8 @@ impl<'p> Tx<'p> {
             // The copy's link is pgl's from the start, like that of any base this
             // transaction allocates: a handle of the copy opened in this transaction cannot
             // relink it.
-            self.alloc_filled(base.len(), T::TYPE_ID, Some(next), |p| {
+            let link = base_link(next, inline_count(link));
+            self.alloc_filled(base.len(), T::TYPE_ID, Some(link), T::__RESERVE, |p| {
                 p.copy_from_slice(&base)
             })
             .map(Oid::from_raw)

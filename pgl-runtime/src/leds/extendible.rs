@@ -9,15 +9,17 @@
 //!
 //! [`ExtLink`]: super::ExtLink
 
+use super::inline::ObjImage;
 use crate::persistent::{Oid, Persistent};
-use crate::tx::Tx;
+use crate::tx::{Mut, Read, Tx};
 use crate::Result;
 
 /// The most extension groups one struct may have.
 pub const MAX_GROUPS: usize = 32;
 
-/// A struct made `#[extendible]`: a frozen base and numbered extension groups, each a
-/// separate object linked from the one before, created lazily when a program that knows
+/// A struct made `#[extendible]`: a frozen base and numbered extension groups, the first
+/// ones kept inline in the object's reserve if it has one (`leds::inline`), the others
+/// separate objects linked from the one before, created lazily when a program that knows
 /// the group first uses an object written by one that did not.
 ///
 /// Implemented by `#[extendible]`; the `__` items are its generated glue, not an API.
@@ -36,7 +38,14 @@ pub const MAX_GROUPS: usize = 32;
 ///   `__upgrade` opens no group: none of them changes a group of an owner the caller
 ///   does not hold write-locked;
 /// - `__upgrade` returns the offset of the group it allocated (the caller links it to the
-///   object: any other offset would give that group a second owner).
+///   object: any other offset would give that group a second owner), or 0 when asked to
+///   put the group inline;
+/// - every entry of `__INLINE_AT` other than `usize::MAX` is what
+///   [`inline_places`](super::inline_places) gives for the value's size, `__RESERVE`
+///   and the groups' sizes and alignments (so group `k` lies inside the reserve, aligned,
+///   apart from the other groups), and `__refs_of_reads`, `__refs_of_muts` and `__places`
+///   make references and places of inline group `k` only there, from the base handle
+///   they are given.
 ///
 /// A hand-written impl could open another owner's group there and change it under that
 /// owner's readers, whose references into the pool would see it change.
@@ -59,43 +68,59 @@ pub unsafe trait Extendible: Persistent {
 
     /// The number of extension groups this build knows.
     const GROUPS: usize;
+    /// The payload offset of each group kept inline (`__INLINE_AT[k - 1]` for group `k`),
+    /// `usize::MAX` for groups kept in separate objects: see `leds::inline`.
+    #[doc(hidden)]
+    const __INLINE_AT: &'static [usize];
     /// `(TYPE_ID, LAYOUT)` of groups 1 to `GROUPS`, as this build defines them.
     #[doc(hidden)]
     const GROUP_KEYS: &'static [(u32, u64)];
 
-    /// The link to group 1 stored in the base.
+    /// The link stored in the base: its first separate group and its inline count (see
+    /// `leds::link`).
     #[doc(hidden)]
     fn __link(&self) -> u64;
-    /// The link stored in group `k` (1-based), read as the group's type.
+    /// The link stored in separate group `k` (1-based), read as the group's type.
     #[doc(hidden)]
     fn __next(tx: &Tx<'_>, k: usize, off: u64) -> Result<u64>;
-    /// Allocates group `k` with its fields initialised from `base` and the groups before
-    /// it (`groups[i]` is the offset of group `i + 1`), its link null; its offset.
+    /// Makes group `k` with its fields initialised from the version before it: the value
+    /// and inline groups in `image` (the object's payload), separate groups at
+    /// `groups[i]` for group `i + 1` (0 where it is inline). With `inline`, stores it in
+    /// `image` at `__INLINE_AT[k - 1]` and returns 0; else allocates it, its link null, and
+    /// returns its offset.
     #[doc(hidden)]
-    fn __upgrade(tx: &Tx<'_>, k: usize, base: &Self, groups: &[u64]) -> Result<u64>;
-    /// Sets the link of group `k` (at `off`) to `next`.
+    fn __upgrade(
+        tx: &Tx<'_>,
+        k: usize,
+        image: &mut ObjImage,
+        groups: &[u64],
+        inline: bool,
+    ) -> Result<u64>;
+    /// Sets the link of separate group `k` (at `off`) to `next`.
     #[doc(hidden)]
     fn __set_next(tx: &Tx<'_>, k: usize, off: u64, next: u64) -> Result<()>;
     /// Allocates a new object and all its groups from `data`.
     #[doc(hidden)]
     fn __alloc(tx: &Tx<'_>, data: Self::Data) -> Result<Oid<Self>>;
-    /// Read handles of groups 1 to `GROUPS`, found by following the links from `first`
-    /// (the base's link); `None` if the chain ends before group `GROUPS`.
+    /// Read handles of groups 1 to `GROUPS`: none for the first `inline` (they are read
+    /// from the base), the rest found by following the links from `first` (the base's
+    /// first separate group); `None` if the chain ends before group `GROUPS`.
     #[doc(hidden)]
-    fn __reads<'tx>(tx: &'tx Tx<'_>, first: u64) -> Result<Option<Self::Reads<'tx>>>;
+    fn __reads<'tx>(tx: &'tx Tx<'_>, first: u64, inline: usize)
+        -> Result<Option<Self::Reads<'tx>>>;
     /// Micro-buffer handles of groups 1 to `GROUPS`, found as [`Extendible::__reads`]
     /// finds them.
     #[doc(hidden)]
-    fn __muts<'tx>(tx: &'tx Tx<'_>, first: u64) -> Result<Option<Self::Muts<'tx>>>;
-    /// References through read handles.
+    fn __muts<'tx>(tx: &'tx Tx<'_>, first: u64, inline: usize) -> Result<Option<Self::Muts<'tx>>>;
+    /// References to the groups, inline ones in `base`'s reserve.
     #[doc(hidden)]
-    fn __refs_of_reads<'a>(reads: &'a Self::Reads<'_>) -> Self::Refs<'a>;
-    /// References through micro-buffer handles.
+    fn __refs_of_reads<'a>(base: &'a Read<'_, Self>, reads: &'a Self::Reads<'_>) -> Self::Refs<'a>;
+    /// References to the groups, inline ones in `base`'s reserve.
     #[doc(hidden)]
-    fn __refs_of_muts<'a>(muts: &'a Self::Muts<'_>) -> Self::Refs<'a>;
-    /// Places through micro-buffer handles.
+    fn __refs_of_muts<'a>(base: &'a Mut<'_, Self>, muts: &'a Self::Muts<'_>) -> Self::Refs<'a>;
+    /// Places of the groups, inline ones in `base`'s reserve.
     #[doc(hidden)]
-    fn __places<'a>(muts: &'a mut Self::Muts<'_>) -> Self::Places<'a>;
+    fn __places<'a>(base: &'a mut Mut<'_, Self>, muts: &'a mut Self::Muts<'_>) -> Self::Places<'a>;
 }
 
 /// The `<Struct>Data` of an `#[extendible]` struct: every field of it, for

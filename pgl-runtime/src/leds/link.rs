@@ -3,9 +3,14 @@
 //!
 //! ```text
 //! ExtLink (8 bytes, alignment 1):
-//!   0  offset  u64 LE   payload offset of the next extension group; 0 = none yet
+//!   0  value   u64 LE   in a base: the payload offset of its first extension group kept
+//!                       in a separate object (a multiple of 16; 0 = none), plus in the low
+//!                       4 bits how many groups its reserve holds inline (groups 1 to n;
+//!                       see `leds::inline`); in a group: the next group's offset (0 = none)
 //! ```
 //!
+//! A base without a reserve always has 0 in the low bits, so its link reads as the plain
+//! offset it was before reserves existed.
 //! Invariant: its alignment is 1, so appending it to a struct without padding adds no
 //! padding before it; it is always the last 8 bytes of the object (the derive rejects
 //! trailing padding), so a chain can be walked from raw bytes even through groups this
@@ -24,6 +29,32 @@ pub const LINK_SIZE: usize = crate::tx::TAIL_LINK;
 #[derive(Clone, Copy, PartialEq, Eq, Default)]
 pub struct ExtLink([u8; LINK_SIZE]);
 
+/// The low bits of a base's link that count its inline groups.
+const INLINE_BITS: u64 = 0xf;
+
+/// The most extension groups one object's reserve may hold inline.
+pub const MAX_INLINE: usize = INLINE_BITS as usize;
+
+/// The offset of a base's first separate extension group, from its link's value.
+#[inline]
+pub(crate) const fn separate(link: u64) -> u64 {
+    link & !INLINE_BITS
+}
+
+/// How many extension groups a base's reserve holds inline, from its link's value.
+#[inline]
+pub(crate) const fn inline_count(link: u64) -> usize {
+    (link & INLINE_BITS) as usize
+}
+
+/// The value of a base's link: `separate` (a group's payload offset, a multiple of 16,
+/// or 0) with `inline` groups held in its reserve (at most [`MAX_INLINE`]).
+#[inline]
+pub(crate) fn base_link(separate: u64, inline: usize) -> u64 {
+    debug_assert!(separate & INLINE_BITS == 0 && inline <= MAX_INLINE);
+    separate | inline as u64
+}
+
 impl ExtLink {
     /// No next group.
     pub const NULL: ExtLink = ExtLink([0; LINK_SIZE]);
@@ -33,15 +64,24 @@ impl ExtLink {
         ExtLink(offset.to_le_bytes())
     }
 
-    /// The offset of the next group's payload (0: none).
+    /// The link of a base whose first separate group is at `separate` (0: none), with
+    /// its first `inline` groups in its reserve: for `#[extendible]`'s generated code.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn __base(separate: u64, inline: usize) -> ExtLink {
+        ExtLink::new(base_link(separate, inline))
+    }
+
+    /// The link's value: the offset of the next group's payload (0: none), and in a base
+    /// also the count of its inline groups (see the module docs).
     pub const fn get(self) -> u64 {
         u64::from_le_bytes(self.0)
     }
 
-    /// Sets the link that ends `bytes` (an object's payload).
-    pub(crate) fn set_at_end_of(bytes: &mut [u8], offset: u64) {
+    /// Sets the link that ends `bytes` (an object's value).
+    pub(crate) fn set_at_end_of(bytes: &mut [u8], value: u64) {
         let start = bytes.len() - LINK_SIZE;
-        bytes[start..].copy_from_slice(&offset.to_le_bytes());
+        bytes[start..].copy_from_slice(&value.to_le_bytes());
     }
 }
 
@@ -76,5 +116,18 @@ mod tests {
         assert_eq!(obj[12..], 0x40u64.to_le_bytes());
         assert_eq!(core::mem::align_of::<ExtLink>(), 1);
         assert_eq!(format!("{:?}", ExtLink::NULL), "ExtLink(null)");
+    }
+
+    #[test]
+    fn a_base_link_holds_a_separate_offset_and_an_inline_count() {
+        let v = base_link(0x1230, 3);
+        assert_eq!((separate(v), inline_count(v)), (0x1230, 3));
+        assert_eq!(
+            (separate(0x40), inline_count(0x40)),
+            (0x40, 0),
+            "pre-reserve links"
+        );
+        let v = base_link(0, MAX_INLINE);
+        assert_eq!((separate(v), inline_count(v)), (0, MAX_INLINE));
     }
 }

@@ -128,7 +128,7 @@ struct Conversion<Old, New, C> {
 
 impl<Old: Persistent, New: Persistent, C: Converter<Old, New>> Step for Conversion<Old, New, C> {
     fn old(&self) -> (u32, u64) {
-        (Old::TYPE_ID, core::mem::size_of::<Old>() as u64)
+        (Old::TYPE_ID, crate::persistent::object_size::<Old>() as u64)
     }
 
     fn check_old(&self, types: &[TypeInfo]) -> Result<()> {
@@ -151,7 +151,7 @@ impl<Old: Persistent, New: Persistent, C: Converter<Old, New>> Step for Conversi
     }
 
     fn new_size(&self) -> u64 {
-        core::mem::size_of::<New>() as u64
+        crate::persistent::object_size::<New>() as u64
     }
 
     fn alloc_new(&self, tx: &Tx<'_>) -> Result<u64> {

@@ -1,9 +1,10 @@
 //! The runtime side of `#[extendible]` structs (LEDS): the extension link, the trait the
-//! attribute implements, the handles that show an object with all its groups, the lazy
+//! attribute implements, groups kept inline in a reserve, the handles that show an object with all its groups, the lazy
 //! upgrade, and the Reset and Manual retention models.
 
 mod chain;
 mod extendible;
+mod inline;
 mod journal;
 mod link;
 mod migrate;
@@ -14,7 +15,10 @@ mod view;
 #[doc(hidden)]
 pub use extendible::{run_init, zeroed, ExtGroups, ExtPlaces};
 pub use extendible::{Extendible, ExtendibleData, MAX_GROUPS};
+#[doc(hidden)]
+pub use inline::{inline_places, ObjImage};
 pub use link::ExtLink;
+pub(crate) use link::{inline_count, separate};
 pub use migrate::{Migration, PendingMigration, Remap};
 pub use reset::{type_key, type_keys};
 pub use view::{Ext, ExtMut};

@@ -2,9 +2,10 @@
 //! this build knows, obtained from `tx.ext` / `tx.ext_mut` (which upgrade the object
 //! first when it lacks groups).
 //!
-//! Invariant: a view holds a handle of the base and one of each group (read handles or
-//! micro-buffers), so every byte it shows is covered by the transaction's locks and borrow
-//! flags like any other handle (a group's by its own lock and its owner's: see
+//! Invariant: a view holds a handle of the base and one of each separate group (read
+//! handles or micro-buffers; an inline group is read and written through the base's), so
+//! every byte it shows is covered by the transaction's locks and borrow flags like any
+//! other handle (a separate group's by its own lock and its owner's: see
 //! `tx::GroupScope`); it has no `DerefMut`, so the links cannot be overwritten through it.
 
 use super::extendible::{ExtGroups, ExtPlaces, Extendible};
@@ -44,7 +45,7 @@ impl<T: Extendible> Deref for Ext<'_, T> {
 
 impl<T: Extendible> ExtGroups<T> for Ext<'_, T> {
     fn __groups(&self) -> T::Refs<'_> {
-        T::__refs_of_reads(&self.groups)
+        T::__refs_of_reads(&self.base, &self.groups)
     }
 }
 
@@ -82,13 +83,13 @@ impl<T: Extendible> AsPlace<T> for ExtMut<'_, T> {
 
 impl<T: Extendible> ExtGroups<T> for ExtMut<'_, T> {
     fn __groups(&self) -> T::Refs<'_> {
-        T::__refs_of_muts(&self.groups)
+        T::__refs_of_muts(&self.base, &self.groups)
     }
 }
 
 impl<T: Extendible> ExtPlaces<T> for ExtMut<'_, T> {
     fn __places(&mut self) -> T::Places<'_> {
-        T::__places(&mut self.groups)
+        T::__places(&mut self.base, &mut self.groups)
     }
 }
 

@@ -52,6 +52,9 @@ pub(crate) struct Buffer {
     /// struct), as pgl last set it: the program's handles may write over those bytes, and
     /// dropping the handle puts this value back (`tail::keep_link`).
     pub link: Option<u64>,
+    /// Bytes of the payload after the value that ends with that link: the reserve of an
+    /// `#[extendible(reserve = N)]` object (see `leds::inline`), 0 for every other.
+    pub reserve: usize,
     storage: Vec<u128>,
     canary: u128,
     dirty: Vec<(u32, u32)>,
@@ -74,6 +77,7 @@ impl Buffer {
             borrow: 0,
             pending_read: None,
             link: None,
+            reserve: 0,
             storage,
             canary: c,
             dirty: Vec::new(),
@@ -110,6 +114,7 @@ impl Buffer {
         self.borrow = 0;
         self.pending_read = None;
         self.link = None;
+        self.reserve = 0;
         self.canary = c;
         self.dirty.clear();
     }

@@ -40,40 +40,52 @@ pub(crate) fn link_at_end(bytes: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(b))
 }
 
-/// Sets the link that ends `buf`'s payload to `link`, as pgl's own (kept over the
-/// program's writes from now on), marking it modified if it changes.
-pub(crate) fn set_link(buf: &mut Buffer, link: u64) {
+/// The value bytes of `buf`'s payload, which end with its link: all of it but the
+/// reserve of an `#[extendible(reserve = N)]` object (`Buffer::reserve`).
+pub(crate) fn value_of(buf: &Buffer) -> &[u8] {
+    &buf.payload()[..buf.size.saturating_sub(buf.reserve)]
+}
+
+/// Sets the link that ends `buf`'s value to `link`, as pgl's own (kept over the
+/// program's writes from now on), marking it modified if it changes. `reserve`: the
+/// bytes of the payload after the value.
+pub(crate) fn set_link(buf: &mut Buffer, link: u64, reserve: usize) {
     buf.link = Some(link);
+    buf.reserve = reserve;
     keep_link(buf);
 }
 
-/// Puts the link pgl set back at the end of `buf`'s payload if a handle wrote over it
+/// Puts the link pgl set back at the end of `buf`'s value if a handle wrote over it
 /// (marking it modified); nothing for a buffer without one.
 pub(crate) fn keep_link(buf: &mut Buffer) {
     let Some(link) = buf.link else {
         return;
     };
-    let Some(start) = buf.size.checked_sub(TAIL_LINK) else {
+    let end = buf.size.saturating_sub(buf.reserve);
+    let Some(start) = end.checked_sub(TAIL_LINK) else {
         return;
     };
-    if link_at_end(buf.payload()) != Some(link) {
-        let end = buf.size;
-        buf.payload_mut()[start..].copy_from_slice(&link.to_le_bytes());
+    if link_at_end(value_of(buf)) != Some(link) {
+        buf.payload_mut()[start..end].copy_from_slice(&link.to_le_bytes());
         buf.mark(start, end);
     }
 }
 
 impl<'p> Tx<'p> {
-    /// The tail of the object at `owner`, of type id `owner_type`, whose link is `link`:
-    /// `(offset, type id, bytes)` of each object, in order, each verified like any read
-    /// and checked to be the owner's next extension group.
+    /// The tail of the object at `owner`, of type id `owner_type`, whose link is
+    /// `owner_link`: `(offset, type id, bytes)` of each separate object, in order, each
+    /// verified like any read and checked to be the owner's next extension group (the
+    /// first after those its reserve holds inline, which are part of the owner: see
+    /// `leds::inline`).
     pub(crate) fn tail(
         &self,
         owner: u64,
         owner_type: u32,
-        mut link: u64,
+        owner_link: u64,
     ) -> Result<Vec<(u64, u32, Vec<u8>)>> {
         let mut out: Vec<(u64, u32, Vec<u8>)> = Vec::new();
+        let mut link = crate::leds::separate(owner_link);
+        let inline = crate::leds::inline_count(owner_link) as u64;
         while link != 0 {
             if out.len() >= MAX_TAIL || link == owner || out.iter().any(|(o, _, _)| *o == link) {
                 return Err(Error::Corrupt {
@@ -88,7 +100,7 @@ impl<'p> Tx<'p> {
                 });
             }
             let (type_id, bytes) = self.object_bytes(link)?;
-            let k = out.len() as u64 + 1;
+            let k = inline + out.len() as u64 + 1;
             let group = group_type_id(owner_type, k);
             if type_id != group {
                 return Err(Error::Corrupt {
@@ -138,7 +150,7 @@ mod tests {
         let mut b = Buffer::new(4096, 24, 1, 7, BufKind::Open);
         keep_link(&mut b);
         assert!(b.dirty().is_empty(), "no link kept: nothing to do");
-        set_link(&mut b, 0x40);
+        set_link(&mut b, 0x40, 0);
         assert_eq!(link_at_end(b.payload()), Some(0x40));
         assert_eq!(b.dirty(), &[(16, 24)]);
         let mut c = Buffer::new(4096, 24, 1, 7, BufKind::Open);
@@ -152,7 +164,30 @@ mod tests {
         assert_eq!(c.dirty(), &[(16, 24)]);
         // Too short to end with a link: left alone.
         let mut d = Buffer::new(4096, 4, 1, 7, BufKind::Open);
-        set_link(&mut d, 0x40);
+        set_link(&mut d, 0x40, 0);
         assert!(d.dirty().is_empty());
+    }
+
+    #[test]
+    fn the_link_of_an_object_with_a_reserve_ends_its_value_not_its_payload() {
+        use super::super::buffer::BufKind;
+        // A 24-byte value (link at 16..24) and 16 bytes of reserve.
+        let mut b = Buffer::new(4096, 40, 1, 7, BufKind::Open);
+        b.payload_mut()[24..].fill(0xaa);
+        set_link(&mut b, 0x41, 16);
+        assert_eq!(link_at_end(value_of(&b)), Some(0x41));
+        assert_eq!(b.dirty(), &[(16, 24)]);
+        assert!(
+            b.payload()[24..].iter().all(|&x| x == 0xaa),
+            "the reserve untouched"
+        );
+        b.payload_mut()[..24].fill(0);
+        keep_link(&mut b);
+        assert_eq!(
+            link_at_end(value_of(&b)),
+            Some(0x41),
+            "put back at the value's end"
+        );
+        assert!(b.payload()[24..].iter().all(|&x| x == 0xaa));
     }
 }

@@ -15,7 +15,7 @@ use crate::checksum::adler32_patch;
 use crate::heap::layout::{
     object_checksum, ObjectHeader, CHECKSUM_PREFIX, HEADER_SIZE, PREFIX_TYPE_OFFSET,
 };
-use crate::persistent::{Oid, Persistent};
+use crate::persistent::{object_size, Oid, Persistent};
 use crate::smallmap::SmallMap;
 use crate::stats::Counter;
 use crate::{Error, Result};
@@ -154,12 +154,6 @@ impl<'p> Tx<'p> {
         f()
     }
 
-    /// Takes the write lock of the object at `off`, as `open` does, without copying it.
-    pub(crate) fn write_lock(&self, off: u64) -> Result<()> {
-        let mut st = self.st.borrow_mut();
-        self.lock(&mut st, off, Held::Write)
-    }
-
     /// Notes a buffer of a `T` made in this transaction, if `T` is an extension group.
     #[inline]
     fn note_buffer<T: Persistent>(&self) {
@@ -206,7 +200,7 @@ impl<'p> Tx<'p> {
         h: &ObjectHeader,
         capacity: u64,
     ) -> Result<()> {
-        let size = core::mem::size_of::<T>() as u64;
+        let size = object_size::<T>() as u64;
         if h.type_id != T::TYPE_ID || h.size != size || h.size > capacity {
             return Err(Error::TypeMismatch {
                 offset: off,
@@ -264,12 +258,12 @@ impl<'p> Tx<'p> {
         };
         // SAFETY: as in `buffered`.
         let buf = unsafe { b.as_ref() };
-        if buf.type_id != T::TYPE_ID || buf.size != core::mem::size_of::<T>() {
+        if buf.type_id != T::TYPE_ID || buf.size != object_size::<T>() {
             return Err(Error::TypeMismatch {
                 offset: off,
                 type_name: T::TYPE_NAME,
                 expected: T::TYPE_ID,
-                expected_size: core::mem::size_of::<T>() as u64,
+                expected_size: object_size::<T>() as u64,
                 found: buf.type_id,
                 found_size: buf.size as u64,
                 found_name: None,
@@ -353,7 +347,8 @@ impl<'p> Tx<'p> {
                 }
                 buf.checksum = h.checksum;
                 if T::__OWNS_TAIL {
-                    if let Some(link) = super::tail::link_at_end(buf.payload()) {
+                    buf.reserve = T::__RESERVE;
+                    if let Some(link) = super::tail::link_at_end(super::tail::value_of(buf)) {
                         count_link(&mut st.lane.scratch.links, None, link);
                         buf.link = Some(link);
                     }
@@ -493,17 +488,37 @@ impl<'p> Tx<'p> {
     /// [`alloc_ext`](Self::alloc_ext) for a full chain), so a copy of another object never
     /// shares that object's groups.
     pub fn alloc<T: Persistent>(&self, value: T) -> Result<Oid<T>> {
-        self.alloc_value(value, 0)
+        self.alloc_value(value, 0, &[])
     }
 
-    /// `alloc` keeping `value`'s extension link: for the chains `#[extendible]` builds
-    /// (its generated `__alloc`), not an API. The link must be null or name a group 1 of
-    /// `T` allocated by this transaction (a chain just built), never an existing object's.
+    /// `alloc` keeping `value`'s extension link, its reserve from `image` (the payload
+    /// of a `T`, whose value part is ignored): for the chains `#[extendible]` builds (its
+    /// generated `__alloc`), not an API. The link's separate part must be null or name the
+    /// group after the inline ones, allocated by this transaction (a chain just built),
+    /// never an existing object's.
     #[doc(hidden)]
-    pub fn __alloc_linked<T: Persistent>(&self, value: T) -> Result<Oid<T>> {
-        let link = super::tail::link_at_end(crate::persistent::bytes_of(&value)).unwrap_or(0);
+    pub fn __alloc_linked<T: Persistent>(
+        &self,
+        value: T,
+        image: &crate::leds::ObjImage,
+    ) -> Result<Oid<T>> {
+        let whole = super::tail::link_at_end(crate::persistent::bytes_of(&value)).unwrap_or(0);
+        let link = crate::leds::separate(whole);
+        let reserve = image
+            .bytes()
+            .get(core::mem::size_of::<T>()..)
+            .filter(|r| r.len() == T::__RESERVE)
+            .ok_or_else(|| {
+                Error::config(format!(
+                    "an image of {} bytes is not the payload of a `{}` ({} bytes)",
+                    image.bytes().len(),
+                    T::TYPE_NAME,
+                    object_size::<T>()
+                ))
+            })?;
         if T::__OWNS_TAIL && link != 0 {
-            let group = crate::persistent::group_type_id(T::TYPE_ID, 1);
+            let k = crate::leds::inline_count(whole) as u64 + 1;
+            let group = crate::persistent::group_type_id(T::TYPE_ID, k);
             let st = self.st.borrow();
             let fresh = self.buffered(&st, link)?.is_some_and(|b| {
                 // SAFETY: buffers live until the transaction ends; only the kind and type
@@ -522,18 +537,26 @@ impl<'p> Tx<'p> {
                 ));
             }
         }
-        self.alloc_value(value, link)
+        self.alloc_value(value, whole, reserve)
     }
 
     /// Allocates a new object holding `value`, its extension link (if `T` owns a tail)
-    /// set to `link`.
-    fn alloc_value<T: Persistent>(&self, value: T, link: u64) -> Result<Oid<T>> {
+    /// set to `link`, its reserve (if it has one) to `reserve`.
+    fn alloc_value<T: Persistent>(&self, value: T, link: u64, reserve: &[u8]) -> Result<Oid<T>> {
         refuse_zero_sized::<T>()?;
         self.check_layout::<T>(true)?;
         self.note_buffer::<T>();
         let bytes = crate::persistent::bytes_of(&value);
         let link = T::__OWNS_TAIL.then_some(link);
-        self.alloc_filled(bytes.len(), T::TYPE_ID, link, |p| p.copy_from_slice(bytes))
+        let fill = |p: &mut [u8]| {
+            let (v, r) = p.split_at_mut(bytes.len());
+            v.copy_from_slice(bytes);
+            match reserve.len() {
+                0 => r.fill(0),
+                _ => r.copy_from_slice(reserve),
+            }
+        };
+        self.alloc_filled(object_size::<T>(), T::TYPE_ID, link, T::__RESERVE, fill)
             .map(Oid::from_raw)
     }
 
@@ -543,8 +566,10 @@ impl<'p> Tx<'p> {
         self.check_layout::<T>(true)?;
         self.note_buffer::<T>();
         let link = T::__OWNS_TAIL.then_some(0);
-        self.alloc_filled(core::mem::size_of::<T>(), T::TYPE_ID, link, |p| p.fill(0))
-            .map(Oid::from_raw)
+        self.alloc_filled(object_size::<T>(), T::TYPE_ID, link, T::__RESERVE, |p| {
+            p.fill(0)
+        })
+        .map(Oid::from_raw)
     }
 
     /// Allocates a new object without filling it: its bytes are whatever its block holds
@@ -581,7 +606,7 @@ impl<'p> Tx<'p> {
         refuse_zero_sized::<T>()?;
         self.check_layout::<T>(true)?;
         self.note_buffer::<T>();
-        let size = core::mem::size_of::<T>();
+        let size = object_size::<T>();
         let mut st = self.st.borrow_mut();
         let (off, mut p, sealed) = self.alloc_block(&mut st, size, T::TYPE_ID)?;
         // SAFETY: just created; no handle to it exists yet.
@@ -591,8 +616,9 @@ impl<'p> Tx<'p> {
             // this transaction (no one else writes it) and that it write-locked.
             unsafe { self.eng.media.read(off, buf.payload_mut()) };
             // A stale link would make the new object own a freed object's groups (or
-            // whatever now lives in their blocks).
-            keep_link(&mut st.lane.scratch.links, buf, 0);
+            // whatever now lives in their blocks). Stale bytes in a reserve are no inline
+            // groups: the null link counts none.
+            keep_link(&mut st.lane.scratch.links, buf, 0, T::__RESERVE);
         } else {
             // The bytes stay in the pool until the object is first accessed (`buffered`).
             let sum = (sealed && self.eng.seals_trusted())
@@ -635,17 +661,19 @@ impl<'p> Tx<'p> {
     ) -> Result<u64> {
         // A buffer of a group (`copy_ext`'s copies): group reads must look for it.
         self.st.borrow_mut().group_bufs = true;
-        self.alloc_filled(size, type_id, None, fill)
+        self.alloc_filled(size, type_id, None, 0, fill)
     }
 
     /// Allocates `size` payload bytes of type `type_id`, filled by `fill`, then with the
-    /// extension link `link` kept at their end (see `tail`) if there is one: `copy_ext`
-    /// gives its copy of a base the copied chain's link this way.
+    /// extension link `link` kept at the end of the value (see `tail`) if there is one,
+    /// the last `reserve` bytes being the reserve after it: `copy_ext` gives its copy of a
+    /// base the copied chain's link this way.
     pub(crate) fn alloc_filled(
         &self,
         size: usize,
         type_id: u32,
         link: Option<u64>,
+        reserve: usize,
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<u64> {
         let mut st = self.st.borrow_mut();
@@ -655,22 +683,39 @@ impl<'p> Tx<'p> {
         fill(buf.payload_mut());
         buf.mark_all();
         if let Some(link) = link {
-            keep_link(&mut st.lane.scratch.links, buf, link);
+            keep_link(&mut st.lane.scratch.links, buf, link, reserve);
         }
         Ok(off)
     }
 
-    /// Sets the extension link of `oid` (an `#[extendible]` object this transaction may
-    /// change) to `link`: the one way `leds` relinks an owner (see `tail`).
-    pub(crate) fn set_link<T: Persistent>(&self, oid: Oid<T>, link: u64) -> Result<()> {
+    /// Sets the extension link of the `#[extendible]` object `m` holds to `link`, and its
+    /// reserve to `reserve` if given (the inline groups an upgrade made), marking only the
+    /// bytes that change: the one way `leds` relinks an owner (see `tail`).
+    pub(crate) fn relink<T: Persistent>(
+        &self,
+        m: &mut Mut<'_, T>,
+        link: u64,
+        reserve: Option<&[u8]>,
+    ) {
         debug_assert!(T::__OWNS_TAIL);
-        let mut m = self.open(oid)?;
+        let buf = m.buf_mut();
+        if let Some(r) = reserve {
+            let start = core::mem::size_of::<T>();
+            let old = &buf.payload()[start..];
+            debug_assert_eq!(old.len(), r.len(), "a reserve of another size");
+            let first = old.iter().zip(r).position(|(a, b)| a != b);
+            let last = old.iter().zip(r).rposition(|(a, b)| a != b);
+            if let (Some(first), Some(last)) = (first, last) {
+                buf.payload_mut()[start + first..=start + last].copy_from_slice(&r[first..=last]);
+                buf.mark(start + first, start + last + 1);
+            }
+        }
         keep_link(
             &mut self.st.borrow_mut().lane.scratch.links,
             m.buf_mut(),
             link,
+            T::__RESERVE,
         );
-        Ok(())
     }
 
     /// Reserves a block for `size` payload bytes of type `type_id`, write-locks it and
@@ -770,7 +815,7 @@ impl<'p> Tx<'p> {
                     }
                     (
                         Some(b),
-                        super::tail::link_at_end(buf.payload()).unwrap_or(0),
+                        super::tail::link_at_end(super::tail::value_of(buf)).unwrap_or(0),
                     )
                 }
                 None => {
@@ -1044,21 +1089,23 @@ impl<'p> Tx<'p> {
     }
 }
 
-/// Counts in `links` that a buffer's kept extension link changes from `old` to `new`.
+/// Counts in `links` that a buffer's kept extension link changes from `old` to `new`
+/// (by the separate group each names: the inline count is the owner's own business).
 fn count_link(links: &mut SmallMap<u64, u32>, old: Option<u64>, new: u64) {
     if let Some(old) = old {
-        links.update_or_remove(&old, |n| {
+        links.update_or_remove(&crate::leds::separate(old), |n| {
             *n -= 1;
             *n == 0
         });
     }
-    *links.entry_or_insert_with(new, || 0) += 1;
+    *links.entry_or_insert_with(crate::leds::separate(new), || 0) += 1;
 }
 
-/// `tail::set_link`, counting the change in the transaction's `links`.
-fn keep_link(links: &mut SmallMap<u64, u32>, buf: &mut Buffer, link: u64) {
+/// `tail::set_link`, counting the change in the transaction's `links`. `reserve`: the
+/// bytes of the buffer's payload after the value the link ends.
+fn keep_link(links: &mut SmallMap<u64, u32>, buf: &mut Buffer, link: u64, reserve: usize) {
     count_link(links, buf.link, link);
-    super::tail::set_link(buf, link);
+    super::tail::set_link(buf, link, reserve);
 }
 
 impl Drop for Tx<'_> {

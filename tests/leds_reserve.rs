@@ -1,0 +1,299 @@
+//! `#[extendible(reserve = N)]`: extension groups that fit in an object's reserve are
+//! kept inline (no object of their own), the others in separate objects as without a
+//! reserve. Three versions of one struct in one process, as three builds would be: v0
+//! (base only), v1 (widens the key: fits the 16-byte reserve), v2 (adds a 16-byte name:
+//! does not fit after v1's group, so it is a separate object).
+
+mod support;
+
+use pgl::{Config, Error, Oid, PStr, Persistent, Pool};
+
+mod v0 {
+    use pgl::{extendible, Persistent};
+
+    #[extendible(reserve = 16)]
+    #[derive(Persistent, Debug, Clone, Copy)]
+    #[pgl(id = 0x5eed_7e50)]
+    #[repr(C)]
+    pub struct Node {
+        pub key: u32,
+        pub value: u32,
+    }
+}
+
+mod v1 {
+    use pgl::{extendible, Persistent};
+
+    #[extendible(reserve = 16)]
+    #[derive(Persistent, Debug, Clone, Copy)]
+    #[pgl(id = 0x5eed_7e50)]
+    #[repr(C)]
+    pub struct Node {
+        pub key: u32,
+        pub value: u32,
+        #[extension(1, replaces = key, init = |old| u64::from(old.key()) + (1 << 40))]
+        pub key64: u64,
+    }
+}
+
+mod v2 {
+    use pgl::{extendible, PStr, Persistent};
+
+    #[extendible(reserve = 16)]
+    #[derive(Persistent, Debug, Clone, Copy)]
+    #[pgl(id = 0x5eed_7e50)]
+    #[repr(C)]
+    pub struct Node {
+        pub key: u32,
+        pub value: u32,
+        #[extension(1, replaces = key, init = |old| u64::from(old.key()) + (1 << 40))]
+        pub key64: u64,
+        #[extension(2, init = |old| PStr::truncating(&format!("n{}", old.value())))]
+        pub name: PStr<16>,
+    }
+}
+
+/// The same base as `v0` without a reserve: another layout.
+mod no_reserve {
+    use pgl::{extendible, Persistent};
+
+    #[extendible]
+    #[derive(Persistent, Debug)]
+    #[pgl(id = 0x5eed_7e50)]
+    #[repr(C)]
+    pub struct Node {
+        pub key: u32,
+        pub value: u32,
+    }
+}
+
+use v1::NodeExtFields as _;
+use v2::NodeExtFields as _;
+
+/// The pools' layout name.
+const NAME: &str = "reserve";
+
+fn pool(name: &str) -> (Pool, std::path::PathBuf) {
+    let path = support::test_dir().join(format!("pgl-reserve-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    (Pool::create(&path, &Config::small(NAME)).unwrap(), path)
+}
+
+fn v0_nodes(pool: &Pool, n: u32) -> Vec<Oid<v0::Node>> {
+    pool.tx(|tx| {
+        (0..n)
+            .map(|k| {
+                tx.alloc_ext(v0::NodeData {
+                    key: k,
+                    value: k * 3,
+                })
+            })
+            .collect()
+    })
+    .unwrap()
+}
+
+fn cast<A: Persistent, B: Persistent>(oids: &[Oid<A>]) -> Vec<Oid<B>> {
+    oids.iter().map(|o| Oid::from_raw(o.raw())).collect()
+}
+
+#[test]
+fn a_group_that_fits_the_reserve_is_upgraded_in_place_without_an_object() {
+    let (pool, path) = pool("inline");
+    let nodes = cast::<_, v1::Node>(&v0_nodes(&pool, 20));
+    assert_eq!(pool.objects().unwrap().len(), 20);
+    let upgrades = pool.stats().upgrades;
+    pool.tx(|tx| {
+        for (k, &n) in nodes.iter().enumerate() {
+            assert_eq!(tx.groups_present(n)?, 0);
+            let e = tx.ext(n)?;
+            assert_eq!(*e.key(), k as u64 + (1 << 40), "the init ran");
+            assert_eq!(e.value, k as u32 * 3);
+        }
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(pool.stats().upgrades - upgrades, 20);
+    assert_eq!(
+        pool.objects().unwrap().len(),
+        20,
+        "the groups live in the nodes' reserves: no object was allocated"
+    );
+    // Written through the view, durable, and read back after a reopen.
+    pool.tx(|tx| {
+        tx.ext_mut(nodes[3])?.set_key64(99);
+        Ok(())
+    })
+    .unwrap();
+    drop(pool);
+    let pool = Pool::open(&path, NAME).unwrap();
+    pool.tx(|tx| {
+        assert_eq!(tx.groups_present(nodes[3])?, 1);
+        assert_eq!(*tx.ext(nodes[3])?.key(), 99);
+        assert_eq!(*tx.ext(nodes[4])?.key(), 4 + (1 << 40));
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(pool.stats().upgrades, 0, "nothing left to upgrade");
+    // Freeing a node frees just it: its group was part of it.
+    pool.tx(|tx| tx.free(nodes[3])).unwrap();
+    assert_eq!(pool.objects().unwrap().len(), 19);
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn groups_past_the_reserve_are_separate_objects_after_the_inline_ones() {
+    let (pool, path) = pool("mixed");
+    let v0s = v0_nodes(&pool, 4);
+    // Node 0 reaches v2 through v1 (group 1 inline first), node 1 straight from v0.
+    let a = Oid::<v1::Node>::from_raw(v0s[0].raw());
+    pool.tx(|tx| tx.upgrade(a).map(drop)).unwrap();
+    assert_eq!(pool.objects().unwrap().len(), 4);
+    let nodes = cast::<_, v2::Node>(&v0s);
+    pool.tx(|tx| {
+        for &n in &nodes[..2] {
+            let e = tx.ext(n)?;
+            assert_eq!(*e.key(), u64::from(e.value / 3) + (1 << 40));
+            assert_eq!(e.name().as_str(), format!("n{}", e.value));
+        }
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(
+        pool.objects().unwrap().len(),
+        6,
+        "one separate group 2 each for the two nodes upgraded"
+    );
+    // New v2 objects: group 1 inline, group 2 separate.
+    let fresh = pool
+        .tx(|tx| {
+            tx.alloc_ext(v2::NodeData {
+                value: 7,
+                key64: 1234,
+                name: PStr::truncating("fresh"),
+            })
+        })
+        .unwrap();
+    assert_eq!(pool.objects().unwrap().len(), 8);
+    // A copy duplicates the inline group with the node and the separate one apart.
+    let copy = pool.tx(|tx| tx.copy_ext(fresh)).unwrap();
+    assert_eq!(pool.objects().unwrap().len(), 10);
+    pool.tx(|tx| {
+        tx.ext_mut(copy)?.set_key64(5);
+        tx.ext_mut(copy)?.set_name(PStr::truncating("copy"));
+        Ok(())
+    })
+    .unwrap();
+    pool.tx(|tx| {
+        let f = tx.ext(fresh)?;
+        assert_eq!(
+            (*f.key(), f.name().as_str()),
+            (1234, "fresh"),
+            "the original kept its own"
+        );
+        let c = tx.ext(copy)?;
+        assert_eq!((*c.key(), c.name().as_str(), c.value), (5, "copy", 7));
+        Ok(())
+    })
+    .unwrap();
+    // Freeing frees each node with its separate group, nothing else.
+    pool.tx(|tx| {
+        tx.free(fresh)?;
+        tx.free(copy)?;
+        tx.free(nodes[0])
+    })
+    .unwrap();
+    assert_eq!(
+        pool.objects().unwrap().len(),
+        4,
+        "nodes 1 to 3 and node 1's group 2"
+    );
+    drop(pool);
+    let pool = Pool::open(&path, NAME).unwrap();
+    pool.tx(|tx| {
+        assert_eq!(tx.ext(nodes[1])?.name().as_str(), "n3");
+        assert_eq!(tx.groups_present(nodes[1])?, 2);
+        Ok(())
+    })
+    .unwrap();
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn the_programs_writes_to_the_value_never_reach_the_reserve() {
+    let (pool, path) = pool("value-writes");
+    let nodes = cast::<_, v1::Node>(&v0_nodes(&pool, 2));
+    pool.tx(|tx| {
+        tx.ext_mut(nodes[0])?.set_key64(10);
+        tx.ext_mut(nodes[1])?.set_key64(20);
+        Ok(())
+    })
+    .unwrap();
+    pool.tx(|tx| {
+        // A whole value copied from another node, and raw bytes up to the value's end.
+        let other = *tx.get(nodes[1])?;
+        *tx.open(nodes[0])? = other;
+        let mut m = tx.open(nodes[0])?;
+        assert_eq!(m.as_bytes().len(), core::mem::size_of::<v1::Node>());
+        m.write_bytes(0, &[0xee; 4]);
+        Ok(())
+    })
+    .unwrap();
+    pool.tx(|tx| {
+        let e = tx.ext(nodes[0])?;
+        assert_eq!(*e.key(), 10, "node 0's widened key is its own");
+        assert_eq!(e.value, 3, "the value was copied");
+        Ok(())
+    })
+    .unwrap();
+    let past_the_value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = pool.tx(|tx| {
+            tx.open(nodes[0])?
+                .write_bytes(core::mem::size_of::<v1::Node>(), &[1]);
+            Ok(())
+        });
+    }));
+    assert!(
+        past_the_value.is_err(),
+        "the reserve is not the program's to write"
+    );
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn a_reserve_is_part_of_the_layout() {
+    let (pool, path) = pool("layout");
+    v0_nodes(&pool, 1);
+    let r = pool.tx(|tx| tx.alloc_ext(no_reserve::NodeData { key: 1, value: 2 }));
+    assert!(
+        matches!(r, Err(Error::LayoutMismatch { .. })),
+        "another reserve is another layout: {r:?}"
+    );
+    assert_ne!(v0::Node::LAYOUT, no_reserve::Node::LAYOUT);
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn two_threads_reading_one_old_node_upgrade_it_once() {
+    let (pool, path) = pool("threads");
+    let node = cast::<_, v1::Node>(&v0_nodes(&pool, 1))[0];
+    let before = pool.stats().upgrades;
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                for _ in 0..50 {
+                    let k = pool.tx(|tx| Ok(*tx.ext(node)?.key())).unwrap();
+                    assert_eq!(k, 1 << 40);
+                }
+            });
+        }
+    });
+    assert_eq!(pool.stats().upgrades - before, 1);
+    assert_eq!(pool.objects().unwrap().len(), 1);
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}

@@ -1,0 +1,10 @@
+use pgl::Persistent;
+
+#[derive(Persistent)]
+#[repr(C)]
+#[pgl(__reserve = 16)]
+pub struct Node {
+    pub key: u64,
+}
+
+fn main() {}
