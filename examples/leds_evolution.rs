@@ -23,8 +23,16 @@
 //! - *LEDS*: the v1 program (`P-Auto`) runs on the v0 data with `#[extendible]` nodes that
 //!   upgrade on first access. Overhead = `(T(P-Auto) - T(P-Manual)) / T(P-Manual)`.
 //!
+//! P-Auto runs twice, on nodes declared two ways (`rsv`): `#[extendible]` as the paper's
+//! LEDS (every extension group a separate object, linked from the node), and
+//! `#[extendible(reserve = 16)]`, whose nodes keep 16 bytes for later groups (the
+//! widened key's group fits, and lives inline: read with the node, upgraded by writing the
+//! node alone; Layout-Add's 16-byte name does not fit and stays a separate object). The
+//! reserve is the v0 program's choice, made before it knew the change; both rows are
+//! against the same Manual and native runs.
+//!
 //! `loads%` is P-Auto's overhead on nodes upgraded beforehand: the extra loads alone;
-//! the rest of `LEDS%` is the upgrades (allocating and linking the groups).
+//! the rest of `LEDS%` is the upgrades (allocating or writing and linking the groups).
 //!
 //! NVMM bytes are what the pool wrote to media, in place and to redo records
 //! (`stats().bytes_written + bytes_logged`): Manual's are the migration's, LEDS's the
@@ -36,7 +44,7 @@
 //! machine's noise only ever adds time).
 //!
 //! The run ends with the targets set for this experiment, each marked `met` or `MISSED`
-//! by this run's figures. Small `PGL_LEDS_N` or `PGL_LEDS_RUNS` make the times (a few
+//! by this run's figures, for each way of declaring the nodes. Small `PGL_LEDS_N` or `PGL_LEDS_RUNS` make the times (a few
 //! milliseconds) mostly noise, and the timed verdicts with them.
 //!
 //! Environment: `PGL_BENCH_DIR` (default /dev/shm), `PGL_LEDS_N` (keys, default 20000),
@@ -45,6 +53,7 @@
 //! `hash-add`, `tree-change`, `tree-add`; default all).
 
 use auto_change::{HNodeExtFields as _, TNodeExtFields as _};
+use auto_change_r::{HNodeExtFields as _, TNodeExtFields as _};
 use pgl::prelude::*;
 use pgl::Extendible;
 use std::path::{Path, PathBuf};
@@ -74,104 +83,119 @@ macro_rules! roots {
     };
 }
 
-/// The program that built the data: 32-bit keys. Its nodes are `#[extendible]` from the
-/// start, as LEDS requires of a struct that may gain fields.
-mod v0 {
-    use pgl::prelude::*;
+/// The three LEDS versions of the nodes, their `#[extendible]` taking `$args`: `$v0`, the
+/// program that built the data (32-bit keys; its nodes are `#[extendible]` from the start,
+/// as LEDS requires of a struct that may gain fields); `$change`, Layout-Change under
+/// LEDS (the same types, same ids, the key widened by group 1); `$add`, Layout-Add under
+/// LEDS (a name added by group 1).
+macro_rules! leds_versions {
+    ($v0:ident, $change:ident, $add:ident, ($($args:tt)*)) => {
+        mod $v0 {
+            use pgl::prelude::*;
 
-    #[extendible]
-    #[derive(Persistent)]
-    #[repr(C)]
-    #[pgl(id = 0x1ed5_e001)]
-    pub struct HNode {
-        pub key: u32,
-        pub _pad: u32,
-        pub value: u64,
-        pub next: Oid<HNode>,
-    }
+            #[pgl::extendible($($args)*)]
+            #[derive(Persistent)]
+            #[repr(C)]
+            #[pgl(id = 0x1ed5_e001)]
+            pub struct HNode {
+                pub key: u32,
+                pub _pad: u32,
+                pub value: u64,
+                pub next: Oid<HNode>,
+            }
 
-    #[extendible]
-    #[derive(Persistent)]
-    #[repr(C)]
-    #[pgl(id = 0x1ed5_e003)]
-    pub struct TNode {
-        pub key: u32,
-        pub _pad: u32,
-        pub value: u64,
-        pub left: Oid<TNode>,
-        pub right: Oid<TNode>,
-    }
+            #[pgl::extendible($($args)*)]
+            #[derive(Persistent)]
+            #[repr(C)]
+            #[pgl(id = 0x1ed5_e003)]
+            pub struct TNode {
+                pub key: u32,
+                pub _pad: u32,
+                pub value: u64,
+                pub left: Oid<TNode>,
+                pub right: Oid<TNode>,
+            }
 
-    roots!(0x1ed5_e002, 0x1ed5_e004);
+            roots!(0x1ed5_e002, 0x1ed5_e004);
+        }
+
+        mod $change {
+            use pgl::prelude::*;
+
+            #[pgl::extendible($($args)*)]
+            #[derive(Persistent)]
+            #[repr(C)]
+            #[pgl(id = 0x1ed5_e001)]
+            pub struct HNode {
+                pub key: u32,
+                pub _pad: u32,
+                pub value: u64,
+                pub next: Oid<HNode>,
+                #[extension(1, replaces = key, init = |old| u64::from(old.key()))]
+                pub key64: u64,
+            }
+
+            #[pgl::extendible($($args)*)]
+            #[derive(Persistent)]
+            #[repr(C)]
+            #[pgl(id = 0x1ed5_e003)]
+            pub struct TNode {
+                pub key: u32,
+                pub _pad: u32,
+                pub value: u64,
+                pub left: Oid<TNode>,
+                pub right: Oid<TNode>,
+                #[extension(1, replaces = key, init = |old| u64::from(old.key()))]
+                pub key64: u64,
+            }
+
+            roots!(0x1ed5_e002, 0x1ed5_e004);
+        }
+
+        mod $add {
+            use pgl::prelude::*;
+
+            #[pgl::extendible($($args)*)]
+            #[derive(Persistent)]
+            #[repr(C)]
+            #[pgl(id = 0x1ed5_e001)]
+            pub struct HNode {
+                pub key: u32,
+                pub _pad: u32,
+                pub value: u64,
+                pub next: Oid<HNode>,
+                #[extension(1, init = [0u8; 16])]
+                pub name: [u8; 16],
+            }
+
+            #[pgl::extendible($($args)*)]
+            #[derive(Persistent)]
+            #[repr(C)]
+            #[pgl(id = 0x1ed5_e003)]
+            pub struct TNode {
+                pub key: u32,
+                pub _pad: u32,
+                pub value: u64,
+                pub left: Oid<TNode>,
+                pub right: Oid<TNode>,
+                #[extension(1, init = [0u8; 16])]
+                pub name: [u8; 16],
+            }
+
+            roots!(0x1ed5_e002, 0x1ed5_e004);
+        }
+    };
 }
 
-/// Layout-Change under LEDS: the same types (same ids), the key widened by group 1.
-mod auto_change {
-    use pgl::prelude::*;
+// As the paper's LEDS: every group a separate object.
+leds_versions!(v0, auto_change, auto_add, ());
+// With room for the widened key in each node: the group lives inline (`RESERVE`).
+leds_versions!(v0r, auto_change_r, auto_add_r, (reserve = 16));
 
-    #[extendible]
-    #[derive(Persistent)]
-    #[repr(C)]
-    #[pgl(id = 0x1ed5_e001)]
-    pub struct HNode {
-        pub key: u32,
-        pub _pad: u32,
-        pub value: u64,
-        pub next: Oid<HNode>,
-        #[extension(1, replaces = key, init = |old| u64::from(old.key()))]
-        pub key64: u64,
-    }
-
-    #[extendible]
-    #[derive(Persistent)]
-    #[repr(C)]
-    #[pgl(id = 0x1ed5_e003)]
-    pub struct TNode {
-        pub key: u32,
-        pub _pad: u32,
-        pub value: u64,
-        pub left: Oid<TNode>,
-        pub right: Oid<TNode>,
-        #[extension(1, replaces = key, init = |old| u64::from(old.key()))]
-        pub key64: u64,
-    }
-
-    roots!(0x1ed5_e002, 0x1ed5_e004);
-}
-
-/// Layout-Add under LEDS: the same types, a name added by group 1.
-mod auto_add {
-    use pgl::prelude::*;
-
-    #[extendible]
-    #[derive(Persistent)]
-    #[repr(C)]
-    #[pgl(id = 0x1ed5_e001)]
-    pub struct HNode {
-        pub key: u32,
-        pub _pad: u32,
-        pub value: u64,
-        pub next: Oid<HNode>,
-        #[extension(1, init = [0u8; 16])]
-        pub name: [u8; 16],
-    }
-
-    #[extendible]
-    #[derive(Persistent)]
-    #[repr(C)]
-    #[pgl(id = 0x1ed5_e003)]
-    pub struct TNode {
-        pub key: u32,
-        pub _pad: u32,
-        pub value: u64,
-        pub left: Oid<TNode>,
-        pub right: Oid<TNode>,
-        #[extension(1, init = [0u8; 16])]
-        pub name: [u8; 16],
-    }
-
-    roots!(0x1ed5_e002, 0x1ed5_e004);
-}
+/// The reserve of the second LEDS variant: the 8-byte widened key and its group's 8-byte
+/// link fit; Layout-Add's 16-byte name does not (its group stays a separate object, which
+/// its workload never reads).
+const RESERVE: usize = 16;
 
 /// Layout-Change as the Manual model stores it: new types, written contiguously.
 mod native_change {
@@ -318,6 +342,12 @@ versions!(HashAutoChange, TreeAutoChange, auto_change, |tx, n| Ok(*tx
 versions!(HashAutoAdd, TreeAutoAdd, auto_add, |tx, n| Ok(u64::from(
     tx.get(n)?.key
 )));
+versions!(HashAutoChangeR, TreeAutoChangeR, auto_change_r, |tx, n| Ok(
+    *tx.ext(n)?.key()
+));
+versions!(HashAutoAddR, TreeAutoAddR, auto_add_r, |tx, n| Ok(
+    u64::from(tx.get(n)?.key)
+));
 
 fn bucket_of(key: u64) -> usize {
     (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize % BUCKETS
@@ -439,37 +469,20 @@ impl Rng {
     }
 }
 
-struct Setup {
-    dir: PathBuf,
-    keys: Vec<u32>,
-}
-
-impl Setup {
-    fn config(&self) -> Config {
-        // Large lanes: the Manual migration runs in a handful of big transactions.
-        let mut c = Config::new("leds-evolution").size(128 << 20);
-        c.lanes = 2;
-        c.lane_size = 16 << 20;
-        c.parity = std::env::var("PGL_BENCH_PARITY").map_or(true, |v| v != "0");
-        c
-    }
-
-    fn path(&self) -> PathBuf {
-        self.dir
-            .join(format!("pgl-leds-evolution-{}.pool", std::process::id()))
-    }
-
-    /// The v0 program: a fresh pool holding `map` with every key (not timed).
-    fn build(&self, map: Map) -> pgl::Result<Pool> {
-        let pool = Pool::reset(self.path(), &self.config())?;
+/// The v0 program's work on `pool`, with the types of module `$m`: `$map` with every key
+/// of `$setup`.
+macro_rules! fill_map {
+    ($setup:expr, $pool:expr, $map:expr, $m:ident) => {{
+        let pool = $pool;
+        let map = $map;
         match map {
             Map::Hash => {
-                let root = pool.root::<v0::HRoot>()?;
-                for &key in &self.keys {
+                let root = pool.root::<$m::HRoot>()?;
+                for &key in &$setup.keys {
                     pool.tx(|tx| {
                         let b = bucket_of(u64::from(key));
                         let head = tx.get(root)?.buckets[b];
-                        let n = tx.alloc_ext(v0::HNodeData {
+                        let n = tx.alloc_ext($m::HNodeData {
                             key,
                             _pad: 0,
                             value: u64::from(key) * 3,
@@ -481,10 +494,10 @@ impl Setup {
                 }
             }
             Map::Tree => {
-                let root = pool.root::<v0::TRoot>()?;
-                for &key in &self.keys {
+                let root = pool.root::<$m::TRoot>()?;
+                for &key in &$setup.keys {
                     pool.tx(|tx| {
-                        let n = tx.alloc_ext(v0::TNodeData {
+                        let n = tx.alloc_ext($m::TNodeData {
                             key,
                             _pad: 0,
                             value: u64::from(key) * 3,
@@ -520,6 +533,38 @@ impl Setup {
                 }
             }
         }
+    }};
+}
+
+struct Setup {
+    dir: PathBuf,
+    keys: Vec<u32>,
+}
+
+impl Setup {
+    fn config(&self) -> Config {
+        // Large lanes: the Manual migration runs in a handful of big transactions.
+        let mut c = Config::new("leds-evolution").size(128 << 20);
+        c.lanes = 2;
+        c.lane_size = 16 << 20;
+        c.parity = std::env::var("PGL_BENCH_PARITY").map_or(true, |v| v != "0");
+        c
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir
+            .join(format!("pgl-leds-evolution-{}.pool", std::process::id()))
+    }
+
+    /// The v0 program: a fresh pool holding `map` with every key (not timed), its nodes
+    /// with a reserve if `reserve`.
+    fn build(&self, map: Map, reserve: bool) -> pgl::Result<Pool> {
+        let pool = Pool::reset(self.path(), &self.config())?;
+        if reserve {
+            fill_map!(self, &pool, map, v0r);
+        } else {
+            fill_map!(self, &pool, map, v0);
+        }
         Ok(pool)
     }
 }
@@ -545,16 +590,22 @@ fn workload<R: Persistent>(
     Ok(t.elapsed())
 }
 
-/// One run of every program for one map, change and working set.
+/// One run of every program for one map, change and working set. The LEDS runs are
+/// `[without a reserve, with RESERVE]`.
 struct Sample {
-    /// P-Auto on nodes upgraded beforehand.
-    access: Duration,
     retain: Duration,
     native: Duration,
-    auto: Duration,
     retain_bytes: u64,
     native_bytes: u64,
-    auto_bytes: u64,
+    auto: [Auto; 2],
+}
+
+/// P-Auto's run, and the same on nodes upgraded beforehand (`access`: the extra loads
+/// alone).
+struct Auto {
+    time: Duration,
+    access: Duration,
+    bytes: u64,
     upgrades: u64,
 }
 
@@ -616,7 +667,7 @@ fn migrate(pool: &Pool, map: Map, change: Change) -> pgl::Result<usize> {
 
 fn sample(setup: &Setup, map: Map, change: Change, work: &[u32]) -> pgl::Result<Sample> {
     // Manual: P-Retain, then P-Manual on the converted data.
-    let pool = setup.build(map)?;
+    let pool = setup.build(map, false)?;
     let before = nvmm_bytes(&pool);
     let t = Instant::now();
     let converted = migrate(&pool, map, change)?;
@@ -632,50 +683,85 @@ fn sample(setup: &Setup, map: Map, change: Change, work: &[u32]) -> pgl::Result<
     }?;
     let native_bytes = nvmm_bytes(&pool) - before;
     drop(pool);
+    let auto = [
+        auto_run(setup, map, change, work, false)?,
+        auto_run(setup, map, change, work, true)?,
+    ];
+    Ok(Sample {
+        retain,
+        native,
+        retain_bytes,
+        native_bytes,
+        auto,
+    })
+}
 
-    // Automatic: P-Auto on the v0 data.
-    let pool = setup.build(map)?;
+/// P-Auto on the v0 data (with nodes of a reserve if `reserve`), then the same on data
+/// upgraded beforehand (untimed).
+fn auto_run(
+    setup: &Setup,
+    map: Map,
+    change: Change,
+    work: &[u32],
+    reserve: bool,
+) -> pgl::Result<Auto> {
+    let pool = setup.build(map, reserve)?;
     let before = nvmm_bytes(&pool);
     let upgrades = pool.stats().upgrades;
-    let auto = match (map, change) {
-        (Map::Hash, Change::Change) => workload(&pool, work, hash_delete::<HashAutoChange>),
-        (Map::Hash, Change::Add) => workload(&pool, work, hash_delete::<HashAutoAdd>),
-        (Map::Tree, Change::Change) => workload(&pool, work, tree_delete::<TreeAutoChange>),
-        (Map::Tree, Change::Add) => workload(&pool, work, tree_delete::<TreeAutoAdd>),
+    let time = match (map, change, reserve) {
+        (Map::Hash, Change::Change, false) => workload(&pool, work, hash_delete::<HashAutoChange>),
+        (Map::Hash, Change::Add, false) => workload(&pool, work, hash_delete::<HashAutoAdd>),
+        (Map::Tree, Change::Change, false) => workload(&pool, work, tree_delete::<TreeAutoChange>),
+        (Map::Tree, Change::Add, false) => workload(&pool, work, tree_delete::<TreeAutoAdd>),
+        (Map::Hash, Change::Change, true) => workload(&pool, work, hash_delete::<HashAutoChangeR>),
+        (Map::Hash, Change::Add, true) => workload(&pool, work, hash_delete::<HashAutoAddR>),
+        (Map::Tree, Change::Change, true) => workload(&pool, work, tree_delete::<TreeAutoChangeR>),
+        (Map::Tree, Change::Add, true) => workload(&pool, work, tree_delete::<TreeAutoAddR>),
     }?;
-    let auto_bytes = nvmm_bytes(&pool) - before;
+    let bytes = nvmm_bytes(&pool) - before;
     let upgrades = pool.stats().upgrades - upgrades;
     drop(pool);
 
-    // The same on data upgraded beforehand (untimed): what the extra loads alone cost.
-    let pool = setup.build(map)?;
-    let access = match (map, change) {
-        (Map::Hash, Change::Change) => {
+    let pool = setup.build(map, reserve)?;
+    let access = match (map, change, reserve) {
+        (Map::Hash, Change::Change, false) => {
             upgrade_all::<auto_change::HNode>(&pool)?;
             workload(&pool, work, hash_delete::<HashAutoChange>)
         }
-        (Map::Hash, Change::Add) => {
+        (Map::Hash, Change::Add, false) => {
             upgrade_all::<auto_add::HNode>(&pool)?;
             workload(&pool, work, hash_delete::<HashAutoAdd>)
         }
-        (Map::Tree, Change::Change) => {
+        (Map::Tree, Change::Change, false) => {
             upgrade_all::<auto_change::TNode>(&pool)?;
             workload(&pool, work, tree_delete::<TreeAutoChange>)
         }
-        (Map::Tree, Change::Add) => {
+        (Map::Tree, Change::Add, false) => {
             upgrade_all::<auto_add::TNode>(&pool)?;
             workload(&pool, work, tree_delete::<TreeAutoAdd>)
         }
+        (Map::Hash, Change::Change, true) => {
+            upgrade_all::<auto_change_r::HNode>(&pool)?;
+            workload(&pool, work, hash_delete::<HashAutoChangeR>)
+        }
+        (Map::Hash, Change::Add, true) => {
+            upgrade_all::<auto_add_r::HNode>(&pool)?;
+            workload(&pool, work, hash_delete::<HashAutoAddR>)
+        }
+        (Map::Tree, Change::Change, true) => {
+            upgrade_all::<auto_change_r::TNode>(&pool)?;
+            workload(&pool, work, tree_delete::<TreeAutoChangeR>)
+        }
+        (Map::Tree, Change::Add, true) => {
+            upgrade_all::<auto_add_r::TNode>(&pool)?;
+            workload(&pool, work, tree_delete::<TreeAutoAddR>)
+        }
     }?;
     drop(pool);
-    Ok(Sample {
+    Ok(Auto {
+        time,
         access,
-        retain,
-        native,
-        auto,
-        retain_bytes,
-        native_bytes,
-        auto_bytes,
+        bytes,
         upgrades,
     })
 }
@@ -717,6 +803,8 @@ struct Row {
     map: Map,
     change: Change,
     share: usize,
+    /// The LEDS nodes' reserve (0 or `RESERVE`).
+    reserve: usize,
     manual_pct: f64,
     auto_pct: f64,
     manual_bytes: u64,
@@ -734,10 +822,11 @@ fn run(dir: &Path) -> pgl::Result<Vec<Row>> {
     };
     println!("# LEDS retention experiment: {n} keys per map, fastest of {runs} runs");
     println!(
-        "{:<5} {:<6} {:>5} | {:>9} {:>9} {:>9} | {:>8} {:>8} {:>8} | {:>11} {:>11} {:>7} | {:>8}",
+        "{:<5} {:<6} {:>5} {:>3} | {:>9} {:>9} {:>9} | {:>8} {:>8} {:>8} | {:>11} {:>11} {:>7} | {:>8}",
         "map",
         "layout",
         "work",
+        "rsv",
         "retain ms",
         "manual ms",
         "auto ms",
@@ -780,47 +869,51 @@ fn run(dir: &Path) -> pgl::Result<Vec<Row>> {
                     .collect::<pgl::Result<_>>()?;
                 let retain = fastest(samples.iter().map(|s| s.retain));
                 let native = fastest(samples.iter().map(|s| s.native));
-                let auto = fastest(samples.iter().map(|s| s.auto));
-                let access = fastest(samples.iter().map(|s| s.access));
                 let s = &samples[0];
                 let manual_pct = 100.0 * retain.as_secs_f64() / native.as_secs_f64();
                 let over = |t: Duration| {
                     100.0 * (t.as_secs_f64() - native.as_secs_f64()) / native.as_secs_f64()
                 };
-                let auto_pct = over(auto);
-                let auto_bytes = s.auto_bytes as i64 - s.native_bytes as i64;
-                let fewer = if auto_bytes > 0 {
-                    format!("{:.1}x", s.retain_bytes as f64 / auto_bytes as f64)
-                } else {
-                    "all".to_string()
-                };
-                let upgraded_pct = 100.0 * s.upgrades as f64 / n as f64;
-                println!(
-                    "{:<5} {:<6} {:>4}% | {:>9.1} {:>9.1} {:>9.1} | {:>7.1}% {:>7.1}% {:>7.1}% | {:>11} {:>11} {:>7} | {:>7.1}%",
-                    if map == Map::Hash { "hash" } else { "tree" },
-                    if change == Change::Change { "Change" } else { "Add" },
-                    share,
-                    retain.as_secs_f64() * 1e3,
-                    native.as_secs_f64() * 1e3,
-                    auto.as_secs_f64() * 1e3,
-                    manual_pct,
-                    auto_pct,
-                    over(access),
-                    s.retain_bytes,
-                    auto_bytes,
-                    fewer,
-                    upgraded_pct,
-                );
-                rows.push(Row {
-                    map,
-                    change,
-                    share,
-                    manual_pct,
-                    auto_pct,
-                    manual_bytes: s.retain_bytes,
-                    auto_bytes,
-                    upgraded_pct,
-                });
+                for (v, reserve) in [0, RESERVE].into_iter().enumerate() {
+                    let auto = fastest(samples.iter().map(|s| s.auto[v].time));
+                    let access = fastest(samples.iter().map(|s| s.auto[v].access));
+                    let auto_pct = over(auto);
+                    let auto_bytes = s.auto[v].bytes as i64 - s.native_bytes as i64;
+                    let fewer = if auto_bytes > 0 {
+                        format!("{:.1}x", s.retain_bytes as f64 / auto_bytes as f64)
+                    } else {
+                        "all".to_string()
+                    };
+                    let upgraded_pct = 100.0 * s.auto[v].upgrades as f64 / n as f64;
+                    println!(
+                        "{:<5} {:<6} {:>4}% {:>3} | {:>9.1} {:>9.1} {:>9.1} | {:>7.1}% {:>7.1}% {:>7.1}% | {:>11} {:>11} {:>7} | {:>7.1}%",
+                        if map == Map::Hash { "hash" } else { "tree" },
+                        if change == Change::Change { "Change" } else { "Add" },
+                        share,
+                        reserve,
+                        retain.as_secs_f64() * 1e3,
+                        native.as_secs_f64() * 1e3,
+                        auto.as_secs_f64() * 1e3,
+                        manual_pct,
+                        auto_pct,
+                        over(access),
+                        s.retain_bytes,
+                        auto_bytes,
+                        fewer,
+                        upgraded_pct,
+                    );
+                    rows.push(Row {
+                        map,
+                        change,
+                        share,
+                        reserve,
+                        manual_pct,
+                        auto_pct,
+                        manual_bytes: s.retain_bytes,
+                        auto_bytes,
+                        upgraded_pct,
+                    });
+                }
             }
         }
     }
@@ -828,68 +921,77 @@ fn run(dir: &Path) -> pgl::Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// Prints each target of the issue with whether this run met it.
-fn verdicts(rows: &[Row]) {
-    let full = |change| {
-        rows.iter()
-            .filter(move |r| r.change == change && r.share == 100)
-    };
-    // The worst overhead of a change, if any case of it ran (`PGL_LEDS_CASES`).
-    let worst = |change| full(change).map(|r| r.auto_pct).reduce(f64::max);
-    let ratio_at = |share: usize| {
-        rows.iter()
-            .filter(|r| r.share == share)
-            .map(|r| {
-                if r.auto_bytes <= 0 {
-                    f64::INFINITY
+/// Prints each target of the issue with whether this run met it, for the LEDS nodes
+/// without a reserve and with one.
+fn verdicts(all: &[Row]) {
+    let mark = |ok: bool| if ok { "met" } else { "MISSED" };
+    for reserve in [0, RESERVE] {
+        let rows: Vec<&Row> = all.iter().filter(|r| r.reserve == reserve).collect();
+        let full = |change| {
+            rows.iter()
+                .filter(move |r| r.change == change && r.share == 100)
+        };
+        // The worst overhead of a change, if any case of it ran (`PGL_LEDS_CASES`).
+        let worst = |change| full(change).map(|r| r.auto_pct).reduce(f64::max);
+        let ratio_at = |share: usize| {
+            rows.iter()
+                .filter(|r| r.share == share)
+                .map(|r| {
+                    if r.auto_bytes <= 0 {
+                        f64::INFINITY
+                    } else {
+                        r.manual_bytes as f64 / r.auto_bytes as f64
+                    }
+                })
+                .fold(f64::INFINITY, f64::min)
+        };
+        let ratios: Vec<(usize, f64)> = [10, 25, 50, 100].map(|s| (s, ratio_at(s))).to_vec();
+        let ahead = rows
+            .iter()
+            .filter(|r| r.share <= 50)
+            .all(|r| r.auto_pct < r.manual_pct);
+        println!();
+        match reserve {
+            0 => println!("# targets, LEDS nodes without a reserve (every group a separate object)"),
+            r => println!("# targets, LEDS nodes with `#[extendible(reserve = {r})]` (the widened key inline)"),
+        }
+        println!("# (overheads: LEDS with 100 % of the keys deleted)");
+        for (name, change, target) in [
+            ("Layout-Add", Change::Add, 0.5),
+            ("Layout-Change", Change::Change, 8.0),
+        ] {
+            match worst(change) {
+                Some(w) => println!(
+                    "{name} overhead <= {target} %: worst {w:.2} % ({})",
+                    mark(w <= target)
+                ),
+                None => println!("{name} overhead <= {target} %: not run"),
+            }
+        }
+        let by_share: Vec<String> = ratios
+            .iter()
+            .map(|(s, r)| {
+                if r.is_finite() {
+                    format!("{s} %: {r:.1}x")
                 } else {
-                    r.manual_bytes as f64 / r.auto_bytes as f64
+                    format!("{s} %: all")
                 }
             })
-            .fold(f64::INFINITY, f64::min)
-    };
-    let ratios: Vec<(usize, f64)> = [10, 25, 50, 100].map(|s| (s, ratio_at(s))).to_vec();
-    let ahead = rows
-        .iter()
-        .filter(|r| r.share <= 50)
-        .all(|r| r.auto_pct < r.manual_pct);
-    let mark = |ok: bool| if ok { "met" } else { "MISSED" };
-    println!();
-    println!("# targets (overheads: LEDS with 100 % of the keys deleted)");
-    for (name, change, target) in [
-        ("Layout-Add", Change::Add, 0.5),
-        ("Layout-Change", Change::Change, 8.0),
-    ] {
-        match worst(change) {
-            Some(w) => println!(
-                "{name} overhead <= {target} %: worst {w:.2} % ({})",
-                mark(w <= target)
-            ),
-            None => println!("{name} overhead <= {target} %: not run"),
-        }
+            .collect();
+        println!(
+            "bytes written >= 7x fewer than Manual: least by keys deleted {} (at 10 %: {}; at all: {})",
+            by_share.join(", "),
+            mark(ratios.first().is_some_and(|(_, r)| *r >= 7.0)),
+            mark(ratios.iter().all(|(_, r)| *r >= 7.0))
+        );
+        println!(
+            "LEDS ahead of Manual whenever <= 50 % of the keys are touched: {}",
+            mark(ahead)
+        );
     }
-    let by_share: Vec<String> = ratios
+    let tree_touch = all
         .iter()
-        .map(|(s, r)| {
-            if r.is_finite() {
-                format!("{s} %: {r:.1}x")
-            } else {
-                format!("{s} %: all")
-            }
-        })
-        .collect();
-    println!(
-        "bytes written >= 7x fewer than Manual: least by keys deleted {} ({})",
-        by_share.join(", "),
-        mark(ratios.iter().all(|(_, r)| *r >= 7.0))
-    );
-    println!(
-        "LEDS ahead of Manual whenever <= 50 % of the keys are touched: {}",
-        mark(ahead)
-    );
-    let tree_touch = rows
-        .iter()
-        .filter(|r| r.map == Map::Tree && r.change == Change::Change)
+        .filter(|r| r.map == Map::Tree && r.change == Change::Change && r.reserve == 0)
         .map(|r| format!("{} % -> {:.0} %", r.share, r.upgraded_pct))
         .collect::<Vec<_>>()
         .join(", ");
