@@ -143,22 +143,33 @@ impl Engine {
     pub(crate) fn repair_object(&self, payload: u64) -> Result<Outcome> {
         let stripe = super::stripe_of(payload);
         if !self.parity.enabled() {
-            // Nothing can rebuild it; counted (once) if its header can be read, under a read
-            // lock (a `Detached` of this thread may hold the object's write lock).
+            // Nothing can rebuild it; counted (once) if its block can be read, under a read
+            // lock (a `Detached` of this thread may hold the object's write lock), and does
+            // not verify: a type mismatch on an intact object is the caller's mistake.
+            let mut out = Outcome::Unrecoverable;
             if !super::thread::detached_held(self.id) && self.objects.read_for(stripe, WAIT) {
-                let h = self.heap.locate(payload).map(|place| {
-                    let mut h = [0u8; 16];
-                    // SAFETY: a located block's header inside the pool, read under the
-                    // object's read lock (no writer).
-                    unsafe { self.media.read(place.hdr, &mut h) };
-                    h
+                let block = self.heap.locate(payload).map(|place| {
+                    let mut b = vec![0u8; (HEADER_SIZE + place.capacity) as usize];
+                    // SAFETY: a located block inside the pool, read under the object's
+                    // read lock (no writer).
+                    unsafe { self.media.read(place.hdr, &mut b) };
+                    (place, b)
                 });
                 self.objects.release(stripe, Held::Read);
-                if let Ok(h) = h {
-                    self.repairs.beyond_repair(payload, h);
+                if let Ok((place, b)) = block {
+                    let h = ObjectHeader::from_bytes(b[..16].try_into().expect("16 bytes"));
+                    if !self.checksums || block_verifies(place.hdr, place.capacity, &b) {
+                        out = Outcome::Intact {
+                            type_id: h.type_id,
+                            size: h.size,
+                        };
+                    } else {
+                        let hdr = b[..16].try_into().expect("16 bytes");
+                        self.repairs.beyond_repair(payload, hdr);
+                    }
                 }
             }
-            return Ok(Outcome::Unrecoverable);
+            return Ok(out);
         }
         if super::thread::ref_held(self.id, stripe) || super::thread::detached_held(self.id) {
             // This thread reads the object (or one sharing its lock): it cannot be rewritten
