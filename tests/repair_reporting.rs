@@ -5,7 +5,7 @@
 
 mod support;
 
-use pgl::{Config, Error, Oid, Pool};
+use pgl::{Config, Error, Fault, Oid, Pool};
 
 fn path(name: &str) -> std::path::PathBuf {
     let p = support::test_dir().join(format!("pgl-repair-rep-{name}-{}", std::process::id()));
@@ -24,6 +24,17 @@ fn pool_of_three(name: &str, parity: bool) -> (std::path::PathBuf, Pool, [u64; 3
     let m = pool.tx(|tx| tx.alloc([6u8; 3000])).unwrap();
     let l = pool.tx(|tx| tx.alloc([7u8; 100_000])).unwrap();
     (p, pool, [s.raw(), m.raw(), l.raw()])
+}
+
+/// Whether `r` reports damage to the object at `oid`.
+fn is_damage<T>(r: &pgl::Result<T>, oid: u64) -> bool {
+    match r {
+        Err(Error::ChecksumMismatch { offset, .. }) => *offset == oid,
+        Err(Error::Corrupt { what, offset, .. }) => {
+            *what == "object header" && *offset == oid - 16
+        }
+        _ => false,
+    }
 }
 
 #[test]
@@ -48,3 +59,25 @@ fn a_read_of_an_intact_object_as_the_wrong_type_counts_no_damage() {
     }
 }
 
+#[test]
+fn damage_that_its_parity_agrees_with_counts_as_unrecoverable_once() {
+    // The same bits flipped in an object and in its parity page: the column still XORs to
+    // zero, so parity cannot see which row is wrong (the docs' "a row and the parity page").
+    let (p, pool, oids) = pool_of_three("agree", true);
+    let oid = oids[0];
+    for offset in [oid + 8, support::parity_of(&pool, oid + 8)] {
+        pool.inject(&Fault::BitFlips { offset, bits: 1, seed: 4 }).unwrap();
+    }
+    let small = Oid::<Small>::from_raw(oid);
+    for _ in 0..2 {
+        let r = pool.tx(|tx| Ok(*tx.open(small)?));
+        assert!(is_damage(&r, oid), "{r:?}");
+    }
+    let report = pool.scrub(true, |_, _| {}).unwrap();
+    assert_eq!(report.damaged.len(), 1);
+    assert!(!report.is_clean());
+    let s = pool.stats();
+    assert_eq!((s.objects_repaired, s.objects_unrecoverable), (0, 1));
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}

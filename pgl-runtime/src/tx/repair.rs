@@ -184,7 +184,9 @@ impl Engine {
             Some(mut frozen) => self.repair_frozen(&mut frozen, payload),
             None => Ok(Outcome::Busy),
         };
-        if let Ok(Outcome::Unrecoverable) = out {
+        // Damage parity agrees with (the same change in two rows of a column, or in a row
+        // and its parity page) is beyond repair too: parity cannot tell which row is wrong.
+        if let Ok(Outcome::Unrecoverable | Outcome::Consistent) = out {
             if let Ok(place) = self.heap.locate(payload) {
                 let mut h = [0u8; 16];
                 // SAFETY: a located block's header inside the pool; its write lock is ours.
