@@ -14,6 +14,8 @@ fn path(name: &str) -> std::path::PathBuf {
 }
 
 type Small = [u64; 4];
+type Mid = [u8; 3000];
+type Large = [u8; 100_000];
 
 /// A pool with parity as asked, holding one small, one mid-sized and one large object.
 fn pool_of_three(name: &str, parity: bool) -> (std::path::PathBuf, Pool, [u64; 3]) {
@@ -35,6 +37,78 @@ fn is_damage<T>(r: &pgl::Result<T>, oid: u64) -> bool {
         }
         _ => false,
     }
+}
+
+/// Reads the three objects of `pool_of_three` every way a program can; each must report
+/// damage, not a wrong type.
+fn every_read_reports_damage(pool: &Pool, oids: [u64; 3]) {
+    let [s, m, l] = oids;
+    let (s, m, l) = (
+        Oid::<Small>::from_raw(s),
+        Oid::<Mid>::from_raw(m),
+        Oid::<Large>::from_raw(l),
+    );
+    let r = pool.get(s).map(|_| ());
+    assert!(is_damage(&r, s.raw()), "pool.get: {r:?}");
+    let r = pool.tx(|tx| tx.open(m).map(|_| ()));
+    assert!(is_damage(&r, m.raw()), "tx.open: {r:?}");
+    let r = pool.tx(|tx| tx.get(l).map(|_| ()));
+    assert!(is_damage(&r, l.raw()), "tx.get: {r:?}");
+    let r = pool.open_mut(s).map(|_| ());
+    assert!(is_damage(&r, s.raw()), "pool.open_mut: {r:?}");
+}
+
+#[test]
+fn a_damaged_header_without_parity_is_reported_as_damage_not_as_a_wrong_oid() {
+    // The size field, the type id, and both.
+    for (k, (at, len)) in [(0u64, 8u64), (8, 4), (0, 12)].into_iter().enumerate() {
+        let (p, pool, oids) = pool_of_three(&format!("np{k}"), false);
+        for (i, &oid) in oids.iter().enumerate() {
+            let seed = i as u64 + 1;
+            pool.inject(&Fault::ObjectScribble { oid, at, len, seed }).unwrap();
+        }
+        every_read_reports_damage(&pool, oids);
+        let msg = pool.get(Oid::<Small>::from_raw(oids[0])).err().unwrap().to_string();
+        assert!(!msg.contains("check which Oid you used"), "{msg}");
+        assert_eq!(pool.stats().objects_unrecoverable, 3, "at {at}, {len} bytes");
+        drop(pool);
+        std::fs::remove_file(&p).unwrap();
+    }
+}
+
+#[test]
+fn a_damaged_root_header_without_parity_is_reported_as_damage() {
+    let p = path("root");
+    let pool = Pool::create(&p, &Config::small("rep").parity(false)).unwrap();
+    let r = pool.root::<Small>().unwrap();
+    pool.inject(&Fault::ObjectScribble {
+        oid: r.raw(),
+        at: 8,
+        len: 4,
+        seed: 1,
+    })
+    .unwrap();
+    let got = pool.root::<Small>();
+    assert!(is_damage(&got, r.raw()), "{got:?}");
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
+fn a_header_damaged_with_its_parity_is_reported_as_damage() {
+    let (p, pool, oids) = pool_of_three("both", true);
+    for (i, &oid) in oids.iter().enumerate() {
+        let seed = i as u64 + 1;
+        pool.inject(&Fault::ObjectScribble { oid, at: 8, len: 4, seed }).unwrap();
+        // Other random bytes over the same bytes of its parity page.
+        let offset = support::parity_of(&pool, oid - 8);
+        pool.inject(&Fault::Scribble { offset, len: 4, seed: seed + 10 }).unwrap();
+    }
+    every_read_reports_damage(&pool, oids);
+    let s = pool.stats();
+    assert_eq!((s.objects_repaired, s.objects_unrecoverable), (0, 3));
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
 }
 
 #[test]

@@ -405,6 +405,7 @@ impl Pool {
                 repairs += 1;
                 continue;
             }
+            let e = self.inner.eng.damage_behind(e);
             return Err(self.inner.eng.named(e));
         }
     }
@@ -1009,14 +1010,6 @@ impl Pool {
             Err(Error::InvalidOid { .. }) => return Ok(()),
             Err(e) => return Err(e),
         };
-        if h.size > cap {
-            return Err(Error::Corrupt {
-                what: "object header",
-                offset: off - HEADER_SIZE,
-                detail: format!("size {} exceeds its block of {cap} bytes", h.size),
-                pool_file: None,
-            });
-        }
         let mut now = [0u8; 16];
         // SAFETY: the object's header, under its read lock.
         unsafe { eng.media.read(off - HEADER_SIZE, &mut now) };
@@ -1024,7 +1017,7 @@ impl Pool {
         if ObjectHeader::from_bytes(&now) != *h {
             return Ok(());
         }
-        tx::verify_in_place(eng, off, h)
+        tx::verify_block(eng, off, h, cap)
     }
 }
 

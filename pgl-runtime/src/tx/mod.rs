@@ -37,4 +37,4 @@ pub(crate) use run::{run, try_repair};
 pub(crate) use tail::{link_at_end, TAIL_LINK};
 pub(crate) use thread::{detached_held, enter_detached, in_tx, leave_detached};
 pub use tx::Tx;
-pub(crate) use tx::{verify_in_place, GroupScope};
+pub(crate) use tx::{verify_block, GroupScope};

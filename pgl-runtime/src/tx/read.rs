@@ -19,7 +19,7 @@ pub(crate) fn get<'p, T: Persistent>(eng: &'p Engine, oid: Oid<T>) -> Result<Ref
             Err(e) if repairs < MAX_REPAIRS && !in_tx(eng) && try_repair(eng, &e) => {
                 repairs += 1;
             }
-            r => return r,
+            r => return r.map_err(|e| eng.damage_behind(e)),
         }
     }
 }

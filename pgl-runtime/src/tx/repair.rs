@@ -404,6 +404,36 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// `e` as a reader outside transactions reports it once repair has failed: a type
+    /// mismatch whose object does not verify is the damage to its header (a scribble or a
+    /// media error parity could not rebuild), not a wrong oid, and is reported as the
+    /// verification error (`ChecksumMismatch`, or `Corrupt` for a size past the block).
+    pub(crate) fn damage_behind(&self, e: Error) -> Error {
+        let Error::TypeMismatch { offset, .. } = e else {
+            return e;
+        };
+        if !self.checksums || super::in_tx(self) {
+            return e;
+        }
+        let Ok(stripe) = super::read_lock(self, offset) else {
+            return e;
+        };
+        let found = self.heap.locate(offset).map(|place| {
+            let mut h = [0u8; 16];
+            // SAFETY: a located block's header inside the pool, under the object's read
+            // lock (no writer).
+            unsafe { self.media.read(place.hdr, &mut h) };
+            super::verify_block(self, offset, &ObjectHeader::from_bytes(&h), place.capacity)
+        });
+        self.objects.release(stripe, Held::Read);
+        match found {
+            Ok(Err(damage)) => damage,
+            _ => e,
+        }
+    }
+}
+
 /// Whether `e` is damage a repair may fix: a checksum mismatch, or an object header that
 /// makes no sense.
 pub(crate) fn repairable(e: &Error) -> Option<u64> {

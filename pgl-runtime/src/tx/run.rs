@@ -57,7 +57,7 @@ pub(crate) fn run<'p, R>(eng: &'p Engine, mut f: impl FnMut(&Tx<'p>) -> Result<R
                     repairs += 1;
                     continue;
                 }
-                return Err(e);
+                return Err(eng.damage_behind(e));
             }
             ok => return ok,
         }

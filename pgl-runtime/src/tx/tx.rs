@@ -1125,6 +1125,20 @@ fn refuse_zero_sized<T: Persistent>() -> Result<()> {
     Ok(())
 }
 
+/// `verify_in_place` for a block of `capacity` payload bytes, whose header `h` may be
+/// damaged: a size past the block is `Error::Corrupt` (the payload is not read).
+pub(crate) fn verify_block(eng: &Engine, off: u64, h: &ObjectHeader, capacity: u64) -> Result<()> {
+    if h.size > capacity {
+        return Err(Error::Corrupt {
+            what: "object header",
+            offset: off - HEADER_SIZE,
+            detail: format!("size {} exceeds its block of {capacity} bytes", h.size),
+            pool_file: None,
+        });
+    }
+    verify_in_place(eng, off, h)
+}
+
 /// Verifies an object's checksum in place (Conservative policy).
 pub(crate) fn verify_in_place(eng: &Engine, off: u64, h: &ObjectHeader) -> Result<()> {
     if !eng.checksums {
