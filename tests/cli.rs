@@ -1148,3 +1148,40 @@ fn a_pool_a_newer_pgl_wrote_is_refused_by_every_command() {
         );
     }
 }
+
+#[test]
+fn info_of_a_pool_with_scribbled_object_sizes_neither_panics_nor_wraps() {
+    let dir = TempDir::new("scribbled-sizes");
+    let path = dir.join("p.pool");
+    let pool = Pool::create(&path, &Config::small(LAYOUT)).unwrap();
+    let oids: Vec<Oid<[u64; 4]>> = (0..4)
+        .map(|i| pool.tx(|tx| tx.alloc([i; 4])).unwrap())
+        .collect();
+    // Random bytes over the size fields of three of them: sizes near 2^64, whose sum wraps.
+    for (seed, o) in oids[1..].iter().enumerate() {
+        let f = pgl::Fault::ObjectScribble {
+            oid: o.raw(),
+            at: 0,
+            len: 8,
+            seed: seed as u64,
+        };
+        pool.inject(&f).unwrap();
+    }
+    drop(pool);
+    let p = path.to_str().unwrap();
+    let out = pgl(&dir, &["info", p]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("objects   4 (32 payload bytes)"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("3 of them with a header whose size does not fit the heap"),
+        "{}",
+        out.stdout
+    );
+    let check = pgl(&dir, &["check", p]);
+    assert_eq!(check.code, 1, "{}", check.stdout);
+}

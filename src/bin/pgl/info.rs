@@ -64,19 +64,33 @@ pub(crate) fn info(file: &Path, list: bool) -> Result<String> {
     let listing = slow("listing the objects", || pool.objects_with_damage())?;
     let hidden = listing.damaged_words();
     let objects = listing.objects;
+    // Headers are listed as found, unverified: a size past the whole heap is a damaged
+    // header, not added up (scribbled sizes would wrap the sums).
     let mut by_type: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    let mut impossible = 0u64;
     for (_, oh) in &objects {
         let e = by_type.entry(oh.type_id).or_default();
         e.0 += 1;
-        e.1 += oh.size;
+        if oh.size > info.heap_capacity {
+            impossible += 1;
+        } else {
+            e.1 = e.1.saturating_add(oh.size);
+        }
     }
-    let total: u64 = by_type.values().map(|v| v.1).sum();
+    let total = by_type.values().fold(0u64, |t, v| t.saturating_add(v.1));
     let _ = writeln!(
         out,
         "\nobjects   {} ({} payload bytes)",
         objects.len(),
         total
     );
+    if impossible > 0 {
+        let _ = writeln!(
+            out,
+            "  {impossible} of them with a header whose size does not fit the heap (damaged; \
+             their bytes are not counted; `pgl check` reports them)"
+        );
+    }
     if !hidden.is_empty() {
         let _ = writeln!(
             out,
