@@ -32,9 +32,7 @@ fn pool_of_three(name: &str, parity: bool) -> (std::path::PathBuf, Pool, [u64; 3
 fn is_damage<T>(r: &pgl::Result<T>, oid: u64) -> bool {
     match r {
         Err(Error::ChecksumMismatch { offset, .. }) => *offset == oid,
-        Err(Error::Corrupt { what, offset, .. }) => {
-            *what == "object header" && *offset == oid - 16
-        }
+        Err(Error::Corrupt { what, offset, .. }) => *what == "object header" && *offset == oid - 16,
         _ => false,
     }
 }
@@ -65,12 +63,21 @@ fn a_damaged_header_without_parity_is_reported_as_damage_not_as_a_wrong_oid() {
         let (p, pool, oids) = pool_of_three(&format!("np{k}"), false);
         for (i, &oid) in oids.iter().enumerate() {
             let seed = i as u64 + 1;
-            pool.inject(&Fault::ObjectScribble { oid, at, len, seed }).unwrap();
+            pool.inject(&Fault::ObjectScribble { oid, at, len, seed })
+                .unwrap();
         }
         every_read_reports_damage(&pool, oids);
-        let msg = pool.get(Oid::<Small>::from_raw(oids[0])).err().unwrap().to_string();
+        let msg = pool
+            .get(Oid::<Small>::from_raw(oids[0]))
+            .err()
+            .unwrap()
+            .to_string();
         assert!(!msg.contains("check which Oid you used"), "{msg}");
-        assert_eq!(pool.stats().objects_unrecoverable, 3, "at {at}, {len} bytes");
+        assert_eq!(
+            pool.stats().objects_unrecoverable,
+            3,
+            "at {at}, {len} bytes"
+        );
         drop(pool);
         std::fs::remove_file(&p).unwrap();
     }
@@ -99,10 +106,21 @@ fn a_header_damaged_with_its_parity_is_reported_as_damage() {
     let (p, pool, oids) = pool_of_three("both", true);
     for (i, &oid) in oids.iter().enumerate() {
         let seed = i as u64 + 1;
-        pool.inject(&Fault::ObjectScribble { oid, at: 8, len: 4, seed }).unwrap();
+        pool.inject(&Fault::ObjectScribble {
+            oid,
+            at: 8,
+            len: 4,
+            seed,
+        })
+        .unwrap();
         // Other random bytes over the same bytes of its parity page.
         let offset = support::parity_of(&pool, oid - 8);
-        pool.inject(&Fault::Scribble { offset, len: 4, seed: seed + 10 }).unwrap();
+        pool.inject(&Fault::Scribble {
+            offset,
+            len: 4,
+            seed: seed + 10,
+        })
+        .unwrap();
     }
     every_read_reports_damage(&pool, oids);
     let s = pool.stats();
@@ -140,7 +158,12 @@ fn damage_that_its_parity_agrees_with_counts_as_unrecoverable_once() {
     let (p, pool, oids) = pool_of_three("agree", true);
     let oid = oids[0];
     for offset in [oid + 8, support::parity_of(&pool, oid + 8)] {
-        pool.inject(&Fault::BitFlips { offset, bits: 1, seed: 4 }).unwrap();
+        pool.inject(&Fault::BitFlips {
+            offset,
+            bits: 1,
+            seed: 4,
+        })
+        .unwrap();
     }
     let small = Oid::<Small>::from_raw(oid);
     for _ in 0..2 {
