@@ -178,3 +178,24 @@ fn damage_that_its_parity_agrees_with_counts_as_unrecoverable_once() {
     drop(pool);
     std::fs::remove_file(&p).unwrap();
 }
+
+#[test]
+fn a_scrub_repairs_an_object_whose_size_field_was_scribbled() {
+    let (p, pool, oids) = pool_of_three("scrub-size", true);
+    for (i, &oid) in oids.iter().enumerate() {
+        let seed = i as u64 + 1;
+        pool.inject(&Fault::ObjectScribble {
+            oid,
+            at: 0,
+            len: 8,
+            seed,
+        })
+        .unwrap();
+    }
+    let r = pool.scrub(true, |_, _| {}).unwrap();
+    assert!(r.is_clean(), "{r:?}");
+    assert_eq!(r.objects_repaired, 3, "{r:?}");
+    assert_eq!(pool.stats().objects_repaired, 3);
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}

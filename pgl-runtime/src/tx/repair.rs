@@ -435,12 +435,18 @@ impl Engine {
 }
 
 /// Whether `e` is damage a repair may fix: a checksum mismatch, or an object header that
-/// makes no sense.
+/// makes no sense (a type mismatch, or a size past its block, as verification reports it);
+/// the object's payload offset.
 pub(crate) fn repairable(e: &Error) -> Option<u64> {
     match e {
         Error::ChecksumMismatch { offset, .. } | Error::TypeMismatch { offset, .. } => {
             Some(*offset)
         }
+        Error::Corrupt {
+            what: super::tx::OBJECT_HEADER,
+            offset,
+            ..
+        } => Some(offset + HEADER_SIZE),
         _ => None,
     }
 }

@@ -1125,12 +1125,15 @@ fn refuse_zero_sized<T: Persistent>() -> Result<()> {
     Ok(())
 }
 
+/// What `Error::Corrupt` names for an object header whose size is past its block.
+pub(crate) const OBJECT_HEADER: &str = "object header";
+
 /// `verify_in_place` for a block of `capacity` payload bytes, whose header `h` may be
 /// damaged: a size past the block is `Error::Corrupt` (the payload is not read).
 pub(crate) fn verify_block(eng: &Engine, off: u64, h: &ObjectHeader, capacity: u64) -> Result<()> {
     if h.size > capacity {
         return Err(Error::Corrupt {
-            what: "object header",
+            what: OBJECT_HEADER,
             offset: off - HEADER_SIZE,
             detail: format!("size {} exceeds its block of {capacity} bytes", h.size),
             pool_file: None,
