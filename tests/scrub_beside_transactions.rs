@@ -75,7 +75,10 @@ fn scrubs_beside_transactions_repair_every_fault_and_lose_no_commit() {
     });
     let st = pool.stats();
     assert_eq!(st.objects_unrecoverable, 0);
-    assert_eq!(st.objects_repaired, injected, "scrubs repaired {scrub_repaired}");
+    assert_eq!(
+        st.objects_repaired, injected,
+        "scrubs repaired {scrub_repaired}"
+    );
     for m in &models {
         for (oid, v) in m.lock().unwrap().iter() {
             assert_eq!(pool.tx(|tx| Ok(*tx.open(*oid)?)).unwrap(), *v);
