@@ -10,6 +10,8 @@ use std::sync::Mutex;
 use support::Rng;
 
 type Obj = [u64; 24];
+/// What a thread owns: its objects and their committed values.
+type Model = Mutex<Vec<(Oid<Obj>, Obj)>>;
 
 #[test]
 fn scrubs_beside_transactions_repair_every_fault_and_lose_no_commit() {
@@ -17,7 +19,7 @@ fn scrubs_beside_transactions_repair_every_fault_and_lose_no_commit() {
     let _ = std::fs::remove_file(&p);
     let cfg = Config::small("beside");
     let pool = Pool::create(&p, &cfg.clone().size(cfg.geometry().pool_size(2))).unwrap();
-    let models: Vec<Mutex<Vec<(Oid<Obj>, Obj)>>> = (0..2u64)
+    let models: Vec<Model> = (0..2u64)
         .map(|t| {
             Mutex::new(
                 (0..60u64)
