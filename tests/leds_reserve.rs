@@ -67,6 +67,41 @@ mod no_reserve {
     }
 }
 
+/// `v1` with group 1 changed (same size, other fields): a group is frozen once objects
+/// carry it, inline or not.
+mod v1_changed {
+    use pgl::{extendible, Persistent};
+
+    #[extendible(reserve = 16)]
+    #[derive(Persistent, Debug, Clone, Copy)]
+    #[pgl(id = 0x5eed_7e50)]
+    #[repr(C)]
+    pub struct Node {
+        pub key: u32,
+        pub value: u32,
+        #[extension(1, init = |old| [old.key(), 7])]
+        pub pair: [u32; 2],
+    }
+}
+
+/// `v1_changed` grown by `v2`'s group 2, whose init reads the changed group 1.
+mod v2_changed {
+    use pgl::{extendible, PStr, Persistent};
+
+    #[extendible(reserve = 16)]
+    #[derive(Persistent, Debug, Clone, Copy)]
+    #[pgl(id = 0x5eed_7e50)]
+    #[repr(C)]
+    pub struct Node {
+        pub key: u32,
+        pub value: u32,
+        #[extension(1, init = |old| [old.key(), 7])]
+        pub pair: [u32; 2],
+        #[extension(2, init = |old| PStr::truncating(&format!("p{}", old.pair()[1])))]
+        pub name: PStr<16>,
+    }
+}
+
 use v1::NodeExtFields as _;
 use v2::NodeExtFields as _;
 
@@ -294,6 +329,63 @@ fn two_threads_reading_one_old_node_upgrade_it_once() {
     });
     assert_eq!(pool.stats().upgrades - before, 1);
     assert_eq!(pool.objects().unwrap().len(), 1);
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+/// A group kept inline is frozen like a separate one: a build whose group 1 has another
+/// layout is refused (`Error::LayoutMismatch` naming group 1) rather than reading the
+/// reserve's bytes as its fields, or upgrading from them.
+#[test]
+fn an_inline_group_of_another_layout_is_a_layout_mismatch() {
+    use v1_changed::NodeExtFields as _;
+    let (pool, path) = pool("inline-layout");
+    let v0s = v0_nodes(&pool, 2);
+    let created = pool
+        .tx(|tx| {
+            tx.alloc_ext(v1::NodeData {
+                value: 1,
+                key64: 0x1111_2222_3333_4444,
+            })
+        })
+        .unwrap();
+    let upgraded = Oid::<v1::Node>::from_raw(v0s[0].raw());
+    pool.tx(|tx| tx.upgrade(upgraded).map(drop)).unwrap();
+    assert_eq!(pool.objects().unwrap().len(), 3, "group 1 lives inline");
+    fn is_group_1<R>(r: &pgl::Result<R>) -> bool {
+        matches!(r, Err(Error::LayoutMismatch { group: Some(1), .. }))
+    }
+    for oid in [created.raw(), upgraded.raw()] {
+        let oid = Oid::<v1_changed::Node>::from_raw(oid);
+        let read = pool.tx(|tx| Ok(*tx.ext(oid)?.pair()));
+        assert!(is_group_1(&read), "read: {read:?}");
+        let write = pool.tx(|tx| {
+            tx.ext_mut(oid)?.set_pair([1, 2]);
+            Ok(())
+        });
+        assert!(is_group_1(&write), "write: {write:?}");
+        let oid = Oid::<v2_changed::Node>::from_raw(oid.raw());
+        let up = pool.tx(|tx| tx.upgrade(oid));
+        assert!(is_group_1(&up), "upgrade: {up:?}");
+    }
+    // A v0 node upgraded by the changed build: its group 1 would be stored inline with the
+    // changed layout under the id the pool knows with the other.
+    let fresh = Oid::<v1_changed::Node>::from_raw(v0s[1].raw());
+    let up = pool.tx(|tx| tx.upgrade(fresh));
+    assert!(is_group_1(&up), "upgrade from v0: {up:?}");
+    let alloc = pool.tx(|tx| {
+        tx.alloc_ext(v1_changed::NodeData {
+            key: 1,
+            value: 1,
+            pair: [1, 2],
+        })
+    });
+    assert!(is_group_1(&alloc), "alloc: {alloc:?}");
+    assert_eq!(pool.objects().unwrap().len(), 3, "nothing changed");
+    assert_eq!(
+        pool.tx(|tx| Ok(*tx.ext(created)?.key())).unwrap(),
+        0x1111_2222_3333_4444
+    );
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }

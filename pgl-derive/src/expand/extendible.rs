@@ -502,6 +502,7 @@ impl<'m, 'a> Gen<'m, 'a> {
                     let mut __pgl_link = __pgl_link;
                     #(
                         let #locals = if #ks <= __pgl_inline {
+                            __pgl_tx.__inline_layout::<#tys>(false)?;
                             #none
                         } else {
                             if __pgl_link == 0 {
@@ -567,7 +568,10 @@ impl<'m, 'a> Gen<'m, 'a> {
                         #(
                             let #prev_handles;
                             let #prev_locals: &#prev_tys = match #prev_at {
-                                0 => __pgl_image.group::<#prev_tys>(#prev_inline)?,
+                                0 => {
+                                    __pgl_tx.__inline_layout::<#prev_tys>(false)?;
+                                    __pgl_image.group::<#prev_tys>(#prev_inline)?
+                                }
                                 __pgl_off => {
                                     #prev_handles = __pgl_tx.get(#oid::<#prev_tys>::from_raw(__pgl_off))?;
                                     &*#prev_handles
@@ -581,6 +585,7 @@ impl<'m, 'a> Gen<'m, 'a> {
                         #ty { #(#fields,)* __pgl_next: #link::NULL }
                     };
                     if __pgl_inline {
+                        __pgl_tx.__inline_layout::<#ty>(true)?;
                         let __pgl_at = <Self as ::pgl::__private::Extendible>::__INLINE_AT[#at];
                         __pgl_image.put(__pgl_at, &__pgl_value)?;
                         #ok(0)
@@ -617,6 +622,7 @@ impl<'m, 'a> Gen<'m, 'a> {
                         __pgl_next = __pgl_tx.alloc(#g)?.raw();
                     }
                     __pgl_at => {
+                        __pgl_tx.__inline_layout::<#ty>(true)?;
                         __pgl_image.put(__pgl_at, &#g)?;
                         __pgl_inline += 1;
                     }

@@ -239,7 +239,8 @@ impl<'p> Tx<'p> {
                     .with_groups(GroupScope::Init, || {
                         T::__upgrade(self, k, &mut image, &chain.offs[..k - 1], in_reserve)
                     })
-                    .map_err(|e| in_part::<T>(e, k))?;
+                    // The part at fault: group k, or one it is made from.
+                    .map_err(in_own_part::<T>)?;
                 if in_reserve {
                     inline += 1;
                 }
@@ -287,6 +288,7 @@ impl<'p> Tx<'p> {
             self.with_groups(GroupScope::Read, || {
                 T::__reads(self, separate(link), inline)
             })
+            .map_err(in_own_part::<T>)
         };
         let link = base.__link();
         if let Some(groups) = reads(link).or_else(walk_instead)? {
@@ -310,6 +312,7 @@ impl<'p> Tx<'p> {
             self.with_groups(GroupScope::Write, || {
                 T::__muts(self, separate(link), inline)
             })
+            .map_err(in_own_part::<T>)
         };
         let link = base.__link();
         if let Some(groups) = muts(link).or_else(walk_instead)? {

@@ -5,7 +5,9 @@
 //! Invariant (kept by the attribute): the struct's last field is the [`ExtLink`] to group
 //! 1; group `k` is a persistent struct whose last field is the link to group `k + 1`; the
 //! `__*` functions reach group `k` only through typed transaction calls (`tx.get`,
-//! `tx.open`, `tx.alloc`), so every group is type- and layout-checked like any object.
+//! `tx.open`, `tx.alloc`), so every group is type- and layout-checked like any object; an
+//! inline group, which has no header, has its layout checked (and registered when stored)
+//! by `tx.__inline_layout` before it is read or written.
 //!
 //! [`ExtLink`]: super::ExtLink
 

@@ -186,6 +186,17 @@ impl<'p> Tx<'p> {
         }
     }
 
+    /// Checks the layout of the extension group `G` kept inline in an object's reserve
+    /// (`leds::inline`) against the pool's type registry, as `get` and `open` check a
+    /// separate group's; with `storing` (an object is about to carry it) registers it if
+    /// the pool has no entry for it yet, as `alloc` does. An inline group has no header
+    /// and is never allocated: without this, a build whose group changed would read the
+    /// reserve's bytes as the new fields. For `#[extendible]`'s glue, not an API.
+    #[doc(hidden)]
+    pub fn __inline_layout<G: Persistent>(&self, storing: bool) -> Result<()> {
+        self.check_layout::<G>(storing)
+    }
+
     fn header(&self, off: u64) -> ObjectHeader {
         let mut h = [0u8; 16];
         // SAFETY: `off` was located as a live object or reserved for this transaction (its
