@@ -307,6 +307,9 @@ fn a_reserve_is_part_of_the_layout() {
         matches!(r, Err(Error::LayoutMismatch { .. })),
         "another reserve is another layout: {r:?}"
     );
+    // The advice names the reserve, the part that changed, not just the fields.
+    let msg = r.unwrap_err().to_string();
+    assert!(msg.contains("`reserve = N`"), "{msg}");
     assert_ne!(v0::Node::LAYOUT, no_reserve::Node::LAYOUT);
     drop(pool);
     std::fs::remove_file(path).unwrap();

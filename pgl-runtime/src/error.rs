@@ -889,7 +889,8 @@ fn layout_advice(group: Option<u32>) -> String {
                  with the new one), or make the type `#[extendible]` so that it can grow in place"
             .to_owned(),
         Some(0) => "the base of this `#[extendible]` struct changed, but the base is frozen once \
-                    objects are stored: restore the fields without `#[extension]` as they were, and \
+                    objects are stored: restore the fields without `#[extension]` and the \
+                    `reserve = N` of `#[extendible(..)]` (its objects' size) as they were, and \
                     add new fields in a new `#[extension(N)]` group (a changed type with \
                     `replaces = field`)"
             .to_owned(),

@@ -281,8 +281,8 @@ impl<'m, 'a> Gen<'m, 'a> {
         let ident = self.ident;
         let message = format!(
             "the base of `{}` no longer has the layout pinned by `#[extendible(base = {lit})]`: \
-             the fields without `#[extension]` must stay as they were when objects were first \
-             stored; add new fields in a new `#[extension(N)]` group",
+             the fields without `#[extension]` and the `reserve = N` must stay as they were \
+             when objects were first stored; add new fields in a new `#[extension(N)]` group",
             self.name
         );
         quote_spanned! {lit.span()=>
