@@ -9,7 +9,8 @@
 //! Each op runs with a fence hook that captures a crash point at every fence (plus one after
 //! the op); every image (nothing pending, everything pending, then random subsets of the
 //! pending words) is recovered with `Pool::open_sim` and checked. `PGL_CRASH_STATES` raises
-//! the number of images (default 10,000 per op).
+//! the number of images (default 10,000 per op). The upgrade is checked again with
+//! `#[extendible(reserve = N)]`, where a group may be written into the base's reserve.
 
 mod common;
 mod support;
@@ -63,6 +64,52 @@ mod v2 {
 }
 
 use v2::NodeExtFields as _;
+
+/// The same evolution with `#[extendible(reserve = 16)]`: group 1 (the widened key) lives
+/// in the node's reserve, group 2 (the name, from the widened key) in an object of its own.
+mod reserve {
+    pub mod v0 {
+        use pgl::{extendible, Persistent};
+        #[extendible(reserve = 16)]
+        #[derive(Persistent)]
+        #[pgl(id = 0x1ed5_c002)]
+        #[repr(C)]
+        pub struct Node {
+            pub key: u32,
+            pub value: u32,
+        }
+    }
+
+    pub mod v1 {
+        use pgl::{extendible, Persistent};
+        #[extendible(reserve = 16)]
+        #[derive(Persistent)]
+        #[pgl(id = 0x1ed5_c002)]
+        #[repr(C)]
+        pub struct Node {
+            pub key: u32,
+            pub value: u32,
+            #[extension(1, replaces = key, init = |old| old.key() as u64 * 1000)]
+            pub key64: u64,
+        }
+    }
+
+    pub mod v2 {
+        use pgl::{extendible, PStr, Persistent};
+        #[extendible(reserve = 16)]
+        #[derive(Persistent)]
+        #[pgl(id = 0x1ed5_c002)]
+        #[repr(C)]
+        pub struct Node {
+            pub key: u32,
+            pub value: u32,
+            #[extension(1, replaces = key, init = |old| old.key() as u64 * 1000)]
+            pub key64: u64,
+            #[extension(2, init = |old| PStr::truncating(&format!("n{}", old.key())))]
+            pub name: PStr<16>,
+        }
+    }
+}
 
 /// The Manual model's types: a head (the root) and its list, before and after.
 mod manual {
@@ -361,6 +408,211 @@ fn crash_during_a_partial_upgrade_and_during_copy_and_free() {
                 (c, o) if c != 0 && o == 1 + NODES + 5 => Ok(()),
                 other => Err(format!("(copy, objects) = {other:?}")),
             }
+        },
+    );
+}
+
+/// A pool on a fresh device with `NODES` `reserve::v0` nodes (keys 1, 2, 3) in root slots
+/// 0..3.
+fn setup_reserve() -> (std::sync::Arc<CrashSim>, Pool, Oid<Root>, pgl::Config) {
+    let cfg = config(1);
+    let sim = CrashSim::new(cfg.size);
+    let pool = Pool::create_sim(&sim, &cfg).unwrap();
+    let root = pool.root::<Root>().unwrap();
+    pool.tx(|tx| {
+        let mut r = tx.open(root)?;
+        for (i, slot) in r.iter_mut().take(NODES).enumerate() {
+            let o = tx.alloc_ext(reserve::v0::NodeData {
+                key: i as u32 + 1,
+                value: 10 * (i as u32 + 1),
+            })?;
+            *slot = o.raw();
+        }
+        Ok(())
+    })
+    .unwrap();
+    (sim, pool, root, cfg)
+}
+
+/// How many groups the reserve node in root slot `slot` carries (0 to 2), each checked
+/// for content: value `10 * key`, widened key `key64` (group 1, inline), name `name`
+/// (group 2, separate).
+fn reserve_node_state(
+    pool: &Pool,
+    root: Oid<Root>,
+    slot: usize,
+    (key, key64): (u32, u64),
+    name: &str,
+) -> Result<usize, String> {
+    use reserve::v1::NodeExtFields as _;
+    use reserve::v2::NodeExtFields as _;
+    let raw = pool.get(root).map_err(|e| e.to_string())?[slot];
+    let bad = |reason: String| pgl::Error::Aborted { reason };
+    pool.tx(|tx| {
+        let oid: Oid<reserve::v2::Node> = Oid::from_raw(raw);
+        let n = tx.groups_present(oid)?;
+        if tx.get(oid)?.value != 10 * key {
+            return Err(bad(format!("slot {slot}: value")));
+        }
+        // Read with a build that knows the groups present: nothing is upgraded.
+        let want = key64;
+        match n {
+            0 => {}
+            1 => {
+                let v1: Oid<reserve::v1::Node> = Oid::from_raw(raw);
+                let k = *tx.ext(v1)?.key64();
+                if k != want {
+                    return Err(bad(format!("slot {slot}: key64 {k}")));
+                }
+            }
+            _ => {
+                let e = tx.ext(oid)?;
+                if *e.key64() != want || e.name().as_str() != name {
+                    return Err(bad(format!(
+                        "slot {slot}: key64 {} name {:?}",
+                        e.key64(),
+                        e.name().as_str()
+                    )));
+                }
+            }
+        }
+        Ok(n)
+    })
+    .map_err(|e| e.to_string())
+}
+
+#[test]
+fn crash_during_an_upgrade_into_the_reserve_leaves_the_object_unupgraded_or_fully_upgraded() {
+    use reserve::v2::NodeExtFields as _;
+    let (sim, pool, root, cfg) = setup_reserve();
+    let objects_at = |p: &Pool| p.objects().map(|o| o.len()).map_err(|e| e.to_string());
+    let mark_at = |p: &Pool| p.get(root).map(|r| r[MARK]).map_err(|e| e.to_string());
+    // Group 1 only, inline: the upgrade writes the node alone.
+    explore(
+        "upgrade v0 -> v1, into the reserve",
+        &sim,
+        &pool,
+        &cfg,
+        |pool| {
+            pool.tx(|tx| {
+                let oid: Oid<reserve::v1::Node> = Oid::from_raw(tx.get(root)?[0]);
+                tx.upgrade(oid)?;
+                tx.open(root)?[MARK] = 1;
+                Ok(())
+            })
+            .unwrap();
+        },
+        |p| {
+            let n = reserve_node_state(p, root, 0, (1, 1000), "n1")?;
+            match (mark_at(p)?, n, objects_at(p)?) {
+                (0, 0, o) | (1, 1, o) if o == 1 + NODES => Ok(()),
+                other => Err(format!("(mark, groups, objects) = {other:?}")),
+            }
+        },
+    );
+    // Both groups from v0: group 1 into the reserve, group 2 allocated and linked.
+    explore(
+        "upgrade v0 -> v2, group 1 inline, group 2 separate",
+        &sim,
+        &pool,
+        &cfg,
+        |pool| {
+            pool.tx(|tx| {
+                let oid: Oid<reserve::v2::Node> = Oid::from_raw(tx.get(root)?[1]);
+                assert_eq!(*tx.ext(oid)?.key64(), 2000);
+                tx.open(root)?[MARK] = 2;
+                Ok(())
+            })
+            .unwrap();
+        },
+        |p| {
+            let n = reserve_node_state(p, root, 1, (2, 2000), "n2000")?;
+            match (mark_at(p)?, n, objects_at(p)?) {
+                (1, 0, o) if o == 1 + NODES => Ok(()),
+                (2, 2, o) if o == 1 + NODES + 1 => Ok(()),
+                other => Err(format!("(mark, groups, objects) = {other:?}")),
+            }
+        },
+    );
+    // Node 0 (group 1 inline) gains group 2, and its widened key changes in the reserve.
+    explore(
+        "upgrade v1 -> v2 and a write into the reserve",
+        &sim,
+        &pool,
+        &cfg,
+        |pool| {
+            pool.tx(|tx| {
+                let oid: Oid<reserve::v2::Node> = Oid::from_raw(tx.get(root)?[0]);
+                let mut e = tx.ext_mut(oid)?;
+                e.set_name(PStr::truncating("renamed"));
+                e.set_key64(7);
+                tx.open(root)?[MARK] = 3;
+                Ok(())
+            })
+            .unwrap();
+        },
+        |p| {
+            let objects = objects_at(p)?;
+            match mark_at(p)? {
+                2 => match reserve_node_state(p, root, 0, (1, 1000), "n1")? {
+                    1 if objects == 1 + NODES + 1 => Ok(()),
+                    n => Err(format!("before: groups {n}, objects {objects}")),
+                },
+                3 => match reserve_node_state(p, root, 0, (1, 7), "renamed")? {
+                    2 if objects == 1 + NODES + 2 => Ok(()),
+                    n => Err(format!("after: groups {n}, objects {objects}")),
+                },
+                m => Err(format!("mark {m}")),
+            }
+        },
+    );
+    // A copy (its reserve with the node, its group 2 apart), then freeing it.
+    explore(
+        "copy_ext of a node with an inline and a separate group",
+        &sim,
+        &pool,
+        &cfg,
+        |pool| {
+            pool.tx(|tx| {
+                let oid: Oid<reserve::v2::Node> = Oid::from_raw(tx.get(root)?[1]);
+                let c = tx.copy_ext(oid)?;
+                tx.open(root)?[4] = c.raw();
+                Ok(())
+            })
+            .unwrap();
+        },
+        |p| match (p.get(root).map_err(|e| e.to_string())?[4], objects_at(p)?) {
+            (0, o) if o == 1 + NODES + 2 => Ok(()),
+            (_, o) if o == 1 + NODES + 4 => reserve_node_state(p, root, 4, (2, 2000), "n2000")
+                .and_then(|n| match n {
+                    2 => Ok(()),
+                    n => Err(format!("the copy carries {n} groups")),
+                }),
+            other => Err(format!("(copy, objects) = {other:?}")),
+        },
+    );
+    explore(
+        "free of a node with an inline and a separate group",
+        &sim,
+        &pool,
+        &cfg,
+        |pool| {
+            pool.tx(|tx| {
+                let oid: Oid<reserve::v2::Node> = Oid::from_raw(tx.get(root)?[4]);
+                tx.free(oid)?;
+                tx.open(root)?[4] = 0;
+                Ok(())
+            })
+            .unwrap();
+        },
+        |p| match (p.get(root).map_err(|e| e.to_string())?[4], objects_at(p)?) {
+            (0, o) if o == 1 + NODES + 2 => {
+                reserve_node_state(p, root, 1, (2, 2000), "n2000").map(drop)
+            }
+            (c, o) if c != 0 && o == 1 + NODES + 4 => {
+                reserve_node_state(p, root, 4, (2, 2000), "n2000").map(drop)
+            }
+            other => Err(format!("(copy, objects) = {other:?}")),
         },
     );
 }
