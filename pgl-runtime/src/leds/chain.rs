@@ -10,7 +10,7 @@
 //! base's write lock; the one that retries finds the groups linked and adds none.
 
 use super::extendible::{Extendible, ExtendibleData, MAX_GROUPS};
-use super::inline::ObjImage;
+use super::inline::{check_inline_count, ObjImage};
 use super::link::{base_link, inline_count, separate, ExtLink, MAX_INLINE};
 use super::view::{Ext, ExtMut};
 use crate::persistent::{group_type_id, Oid, Persistent};
@@ -113,6 +113,7 @@ fn inline_at<T: Extendible>(k: usize) -> Option<usize> {
 /// `Error::Corrupt` if the link counts more inline groups than the reserve has room for
 /// (a damaged link; a reserve changed since is a layout mismatch, caught before).
 fn inline_known<T: Extendible>(oid: Oid<T>, link: u64) -> Result<usize> {
+    check_inline_count(oid.raw(), T::TYPE_NAME, link, T::__RESERVE)?;
     let n = inline_count(link).min(T::GROUPS);
     match (1..=n).find(|&k| inline_at::<T>(k).is_none()) {
         None => Ok(n),
@@ -365,7 +366,7 @@ impl<'p> Tx<'p> {
             .get(..core::mem::size_of::<T>())
             .and_then(crate::tx::link_at_end)
             .unwrap_or(0);
-        let chain = self.tail(oid.raw(), T::TYPE_ID, link)?;
+        let chain = self.tail::<T>(oid.raw(), link)?;
         // The copied groups come first, as in `alloc_ext`.
         self.eng.migrating.check("create", T::TYPE_ID, 0)?;
         self.whole(|| {

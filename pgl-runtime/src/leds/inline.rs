@@ -18,7 +18,7 @@
 //! handles of the value (`Mut`, `Place`, `write_bytes`) cover only the value, so only the
 //! generated glue writes it, through `tx.ext_mut` and the upgrade.
 
-use super::link::MAX_INLINE;
+use super::link::{inline_count, LINK_SIZE, MAX_INLINE};
 use crate::persistent::{object_size, Persistent};
 use crate::{Error, Result};
 
@@ -48,6 +48,47 @@ pub const fn inline_places<const G: usize>(
         k += 1;
     }
     out
+}
+
+/// The most extension groups a reserve of `reserve` bytes can hold inline: every group
+/// ends with its 8-byte link, so at most one per 8 bytes (and at most [`MAX_INLINE`]),
+/// whatever groups later builds add. A base link counting more is damaged.
+#[must_use]
+pub(crate) const fn max_inline(reserve: usize) -> usize {
+    let n = reserve / LINK_SIZE;
+    if n < MAX_INLINE {
+        n
+    } else {
+        MAX_INLINE
+    }
+}
+
+/// `Error::Corrupt` if the base link `link` of the `type_name` object at `owner`, whose
+/// reserve has `reserve` bytes, counts more inline groups than [`max_inline`] allows.
+pub(crate) fn check_inline_count(
+    owner: u64,
+    type_name: &str,
+    link: u64,
+    reserve: usize,
+) -> Result<()> {
+    let (n, max) = (inline_count(link), max_inline(reserve));
+    if n <= max {
+        return Ok(());
+    }
+    let room = match reserve {
+        0 => format!("`{type_name}` has no reserve"),
+        r => format!("its {r}-byte reserve holds at most {max} (each ends with an 8-byte link)"),
+    };
+    Err(Error::Corrupt {
+        what: "extension link",
+        offset: owner,
+        detail: format!(
+            "the `{type_name}` object's link counts {n} extension group(s) kept inline, but \
+             {room}: the link is damaged; nothing was read, freed or copied through it; \
+             `pgl check` verifies the objects"
+        ),
+        pool_file: None,
+    })
 }
 
 /// Payloads up to this size are imaged without a heap allocation (an upgrade makes one
@@ -198,6 +239,18 @@ mod tests {
             many.iter().filter(|&&a| a != usize::MAX).count(),
             MAX_INLINE
         );
+    }
+
+    #[test]
+    fn a_reserve_holds_at_most_one_group_per_link() {
+        assert_eq!(max_inline(0), 0);
+        assert_eq!(max_inline(15), 1);
+        assert_eq!(max_inline(16), 2);
+        assert_eq!(max_inline(4096), MAX_INLINE);
+        assert!(check_inline_count(0x40, "N", 0x1232, 16).is_ok());
+        assert!(check_inline_count(0x40, "N", 0x1233, 16).is_err());
+        assert!(check_inline_count(0x40, "N", 0x1230, 0).is_ok());
+        assert!(check_inline_count(0x40, "N", 0x1231, 0).is_err());
     }
 
     #[test]

@@ -115,7 +115,7 @@ impl<Old: Extendible, New, F: FnMut(&Ext<'_, Old>, &Remap) -> New> Converter<Old
         // only once its checksum vouches for it, which `convert` checked.
         let link = tx.get(old)?.__link();
         if link != 0 {
-            tx.tail(old.raw(), Old::TYPE_ID, link)?;
+            tx.tail::<Old>(old.raw(), link)?;
         }
         Ok((self.0)(&tx.ext(old)?, remap))
     }

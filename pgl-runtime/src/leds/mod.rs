@@ -15,6 +15,7 @@ mod view;
 #[doc(hidden)]
 pub use extendible::{run_init, zeroed, ExtGroups, ExtPlaces};
 pub use extendible::{Extendible, ExtendibleData, MAX_GROUPS};
+pub(crate) use inline::check_inline_count;
 #[doc(hidden)]
 pub use inline::{inline_places, ObjImage};
 pub use link::ExtLink;

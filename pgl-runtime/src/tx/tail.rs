@@ -22,7 +22,7 @@
 
 use super::buffer::Buffer;
 use super::Tx;
-use crate::persistent::group_type_id;
+use crate::persistent::{group_type_id, Persistent};
 use crate::{Error, Result};
 
 /// Bytes of the link that ends each object of a tail (and its owner).
@@ -72,17 +72,18 @@ pub(crate) fn keep_link(buf: &mut Buffer) {
 }
 
 impl<'p> Tx<'p> {
-    /// The tail of the object at `owner`, of type id `owner_type`, whose link is
-    /// `owner_link`: `(offset, type id, bytes)` of each separate object, in order, each
-    /// verified like any read and checked to be the owner's next extension group (the
-    /// first after those its reserve holds inline, which are part of the owner: see
-    /// `leds::inline`).
-    pub(crate) fn tail(
+    /// The tail of the `T` at `owner`, whose link is `owner_link`: `(offset, type id,
+    /// bytes)` of each separate object, in order, each verified like any read and checked
+    /// to be the owner's next extension group (the first after those its reserve holds
+    /// inline, which are part of the owner: see `leds::inline`; a count of them the
+    /// reserve cannot hold is `Error::Corrupt`, as it would shift every group's number).
+    pub(crate) fn tail<T: Persistent>(
         &self,
         owner: u64,
-        owner_type: u32,
         owner_link: u64,
     ) -> Result<Vec<(u64, u32, Vec<u8>)>> {
+        let owner_type = T::TYPE_ID;
+        crate::leds::check_inline_count(owner, T::TYPE_NAME, owner_link, T::__RESERVE)?;
         let mut out: Vec<(u64, u32, Vec<u8>)> = Vec::new();
         let mut link = crate::leds::separate(owner_link);
         let inline = crate::leds::inline_count(owner_link) as u64;

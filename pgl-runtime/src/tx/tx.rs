@@ -843,7 +843,7 @@ impl<'p> Tx<'p> {
             0 => Vec::new(),
             link => {
                 self.verify_link_holder(off)?;
-                self.tail(off, T::TYPE_ID, link)?
+                self.tail::<T>(off, link)?
             }
         };
         self.whole(|| {
