@@ -501,3 +501,49 @@ fn a_manual_migration_into_and_out_of_a_reserve_keeps_the_values() {
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
+
+/// Two threads upgrade the same old nodes at once, one to v1 (group 1 into the reserve),
+/// the other to v2 (group 1 inline, group 2 separate): whichever commits first, every node
+/// ends with group 1 once, in its reserve, and one group 2, with nothing leaked by the
+/// transactions that conflicted and ran again.
+#[test]
+fn two_threads_upgrading_one_node_to_two_versions_leave_one_chain() {
+    const N: u32 = 40;
+    let (pool, path) = pool("two-versions");
+    let v0s = v0_nodes(&pool, N);
+    let (ones, twos) = (cast::<_, v1::Node>(&v0s), cast::<_, v2::Node>(&v0s));
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for &n in ones.iter().rev() {
+                let k = pool.tx(|tx| Ok(*tx.ext(n)?.key())).unwrap();
+                assert_eq!(k >> 40, 1);
+            }
+        });
+        s.spawn(|| {
+            for &n in &twos {
+                let name = pool
+                    .tx(|tx| Ok(tx.ext(n)?.name().as_str().to_owned()))
+                    .unwrap();
+                assert!(name.starts_with('n'), "{name}");
+            }
+        });
+    });
+    assert_eq!(
+        pool.objects().unwrap().len() as u32,
+        2 * N,
+        "each node and its group 2"
+    );
+    pool.tx(|tx| {
+        for (k, &n) in twos.iter().enumerate() {
+            assert_eq!(tx.groups_present(n)?, 2);
+            let e = tx.ext(n)?;
+            assert_eq!(*e.key(), k as u64 + (1 << 40));
+            assert_eq!(e.name().as_str(), format!("n{}", k * 3));
+        }
+        Ok(())
+    })
+    .unwrap();
+    assert!(pool.verify_objects(|_, _| {}).unwrap().is_empty());
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
