@@ -93,6 +93,25 @@ mod v1_changed {
     }
 }
 
+/// `v1` with group 1 grown past the reserve: this build would keep it in an object of its
+/// own.
+mod v1_grown {
+    use pgl::{extendible, Persistent};
+
+    #[extendible(reserve = 16)]
+    #[derive(Persistent, Debug, Clone, Copy)]
+    #[pgl(id = 0x5eed_7e50)]
+    #[repr(C)]
+    pub struct Node {
+        pub key: u32,
+        pub value: u32,
+        #[extension(1, replaces = key, init = |old| u64::from(old.key()) + (1 << 40))]
+        pub key64: u64,
+        #[extension(1, init = 0)]
+        pub extra: u64,
+    }
+}
+
 /// `v1_changed` grown by `v2`'s group 2, whose init reads the changed group 1.
 mod v2_changed {
     use pgl::{extendible, PStr, Persistent};
@@ -407,6 +426,11 @@ fn an_inline_group_of_another_layout_is_a_layout_mismatch() {
     let fresh = Oid::<v1_changed::Node>::from_raw(v0s[1].raw());
     let up = pool.tx(|tx| tx.upgrade(fresh));
     assert!(is_group_1(&up), "upgrade from v0: {up:?}");
+    // Group 1 grown past the reserve: the link's inline group is no longer where this
+    // build looks, which is the group's change, not damage to the link.
+    let grown = Oid::<v1_grown::Node>::from_raw(created.raw());
+    let read = pool.tx(|tx| tx.ext(grown).map(drop));
+    assert!(is_group_1(&read), "grown: {read:?}");
     let alloc = pool.tx(|tx| {
         tx.alloc_ext(v1_changed::NodeData {
             key: 1,

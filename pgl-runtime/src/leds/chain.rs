@@ -111,25 +111,42 @@ fn inline_at<T: Extendible>(k: usize) -> Option<usize> {
 
 /// How many of the groups this build knows the base's reserve holds, from its link:
 /// `Error::Corrupt` if the link counts more inline groups than the reserve has room for
-/// (a damaged link; a reserve changed since is a layout mismatch, caught before).
-fn inline_known<T: Extendible>(oid: Oid<T>, link: u64) -> Result<usize> {
+/// (a damaged link; a reserve changed since is a layout mismatch, caught before), or one
+/// that this build keeps in an object of its own (`LayoutMismatch` if the pool stored
+/// that group with another layout: it grew past the reserve since).
+fn inline_known<T: Extendible>(tx: &Tx<'_>, oid: Oid<T>, link: u64) -> Result<usize> {
     check_inline_count(oid.raw(), T::TYPE_NAME, link, T::__RESERVE)?;
     let n = inline_count(link).min(T::GROUPS);
-    match (1..=n).find(|&k| inline_at::<T>(k).is_none()) {
-        None => Ok(n),
-        Some(k) => Err(Error::Corrupt {
-            what: "extension link",
-            offset: oid.raw(),
-            detail: format!(
-                "the `{}` object's link counts {} extension groups in its reserve, but group \
-                 {} does not fit there: the link is damaged; `pgl check` verifies the objects",
-                T::TYPE_NAME,
-                inline_count(link),
-                k
-            ),
+    let Some(k) = (1..=n).find(|&k| inline_at::<T>(k).is_none()) else {
+        return Ok(n);
+    };
+    let (type_id, compiled) = T::GROUP_KEYS[k - 1];
+    let stored = crate::tx::list_types(tx.eng)?
+        .into_iter()
+        .find(|t| t.type_id == type_id);
+    if let Some(found) = stored.filter(|t| t.layout != compiled) {
+        return Err(Error::LayoutMismatch {
+            type_name: format!("{} extension group {k}", core::any::type_name::<T>()),
+            stored_name: found.name,
+            type_id,
+            stored: found.layout,
+            compiled,
+            group: Some(k as u32),
             pool_file: None,
-        }),
+        });
     }
+    Err(Error::Corrupt {
+        what: "extension link",
+        offset: oid.raw(),
+        detail: format!(
+            "the `{}` object's link counts {} extension group(s) in its reserve, but this \
+             build keeps group {k} in an object of its own: the link is damaged; `pgl check` \
+             verifies the objects",
+            T::TYPE_NAME,
+            inline_count(link),
+        ),
+        pool_file: None,
+    })
 }
 
 /// An upgrade asked for by an extension group's init (see `Tx::complete`).
@@ -175,7 +192,7 @@ impl<'p> Tx<'p> {
         if T::GROUPS > MAX_GROUPS {
             return Err(too_many_groups::<T>());
         }
-        let inline = inline_known(oid, whole)?;
+        let inline = inline_known(self, oid, whole)?;
         let mut chain = Chain {
             offs: [0; MAX_GROUPS],
             present: inline,
@@ -285,7 +302,7 @@ impl<'p> Tx<'p> {
         // Inline groups are read through `base` itself.
         let base = self.get(oid).map_err(|e| self.base_error::<T>(e))?;
         let reads = |link| {
-            let inline = inline_known(oid, link)?;
+            let inline = inline_known(self, oid, link)?;
             self.with_groups(GroupScope::Read, || {
                 T::__reads(self, separate(link), inline)
             })
@@ -309,7 +326,7 @@ impl<'p> Tx<'p> {
         // `base` holds the owner's write lock, which opening its groups needs.
         let base = self.open(oid).map_err(|e| self.base_error::<T>(e))?;
         let muts = |link| {
-            let inline = inline_known(oid, link)?;
+            let inline = inline_known(self, oid, link)?;
             self.with_groups(GroupScope::Write, || {
                 T::__muts(self, separate(link), inline)
             })
