@@ -207,6 +207,12 @@ impl<'m, 'a> Gen<'m, 'a> {
         format_ident!("__Pgl{}V{}", self.name, j)
     }
 
+    /// Where group `k` lies in the reserve (`usize::MAX`: in an object of its own).
+    fn inline_at(k: usize) -> TokenStream {
+        let i = k - 1;
+        quote!(<Self as ::pgl::__private::Extendible>::__INLINE_AT[#i])
+    }
+
     fn g(k: usize) -> Ident {
         format_ident!("g{}", k)
     }
@@ -517,20 +523,18 @@ impl<'m, 'a> Gen<'m, 'a> {
                     #ok(#some(#handles { #(#gs: #locals,)* }))
                 }
             };
-            let inline_at =
-                (0..n).map(|i| quote!(<Self as ::pgl::__private::Extendible>::__INLINE_AT[#i]));
-            let inline_at: Vec<_> = inline_at.collect();
+            let inline_at: Vec<_> = (1..=n).map(Self::inline_at).collect();
+            // The same for read handles and micro-buffers: both deref to the group, and
+            // both base handles show the reserve (`__inline`).
+            let refs = quote!(#f { #(#gs: match &__pgl_h.#gs {
+                #some(__pgl_r) => &**__pgl_r,
+                #none => __pgl_b.__inline::<#tys>(#inline_at),
+            },)* });
             (
                 follow("get", &r),
                 follow("open", &m),
-                quote!(#f { #(#gs: match &__pgl_h.#gs {
-                    #some(__pgl_r) => &**__pgl_r,
-                    #none => __pgl_b.__inline::<#tys>(#inline_at),
-                },)* }),
-                quote!(#f { #(#gs: match &__pgl_h.#gs {
-                    #some(__pgl_r) => &**__pgl_r,
-                    #none => __pgl_b.__inline::<#tys>(#inline_at),
-                },)* }),
+                refs.clone(),
+                refs,
                 // SAFETY (of each `__inline_place`): the offsets are `inline_places`'s, so
                 // each inline group lies in the reserve, aligned, apart from the others and
                 // from the value; each is made once here, and the places borrow the base
@@ -552,11 +556,9 @@ impl<'m, 'a> Gen<'m, 'a> {
                 .map(|i| quote!(__pgl_groups.get(#i).copied().unwrap_or(0)))
                 .collect();
             let prev_handles: Vec<_> = (1..k).map(|j| format_ident!("__pgl_h{}", j)).collect();
-            let prev_inline: Vec<_> = (0..k - 1)
-                .map(|i| quote!(<Self as ::pgl::__private::Extendible>::__INLINE_AT[#i]))
-                .collect();
+            let prev_inline: Vec<_> = (1..k).map(Self::inline_at).collect();
             let ty = self.group_ty(k);
-            let at = k - 1;
+            let at = Self::inline_at(k);
             let fields = self.m.groups[k - 1].iter().enumerate().map(|(i, f)| {
                 let fi = f.ident;
                 let v = self.init_value(k, i);
@@ -586,7 +588,7 @@ impl<'m, 'a> Gen<'m, 'a> {
                     };
                     if __pgl_inline {
                         __pgl_tx.__inline_layout::<#ty>(true)?;
-                        let __pgl_at = <Self as ::pgl::__private::Extendible>::__INLINE_AT[#at];
+                        let __pgl_at = #at;
                         __pgl_image.put(__pgl_at, &__pgl_value)?;
                         #ok(0)
                     } else {
@@ -604,7 +606,7 @@ impl<'m, 'a> Gen<'m, 'a> {
         let allocs = (1..=n).rev().map(|k| {
             let ty = self.group_ty(k);
             let g = Self::g_local(k);
-            let at = k - 1;
+            let at = Self::inline_at(k);
             let fields = self.m.groups[k - 1].iter().enumerate().map(|(i, f)| {
                 let fi = f.ident;
                 if let Some(local) = data_local(Loc::Group { group: k, field: i }) {
@@ -616,7 +618,7 @@ impl<'m, 'a> Gen<'m, 'a> {
             });
             quote! {
                 let mut #g = #ty { #(#fields,)* __pgl_next: #link::NULL };
-                match <Self as ::pgl::__private::Extendible>::__INLINE_AT[#at] {
+                match #at {
                     ::core::primitive::usize::MAX => {
                         #g.__pgl_next = #link::new(__pgl_next);
                         __pgl_next = __pgl_tx.alloc(#g)?.raw();
