@@ -19,9 +19,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Copies at least this long use streaming stores. Measured here (fig3, 1 thread): for
-/// lane copies and new objects streaming helps little below 2 KiB; for ranges whose lines
-/// are cached (applying an update) it is 1.5x slower, so `apply` never streams.
+/// Copies at least this long use streaming stores in `write_durable`. Measured here (fig3,
+/// 1 thread): for new objects streaming helps little below 2 KiB; for ranges whose lines
+/// are cached (applying an update) it is 1.5x slower, so `apply` never streams. Redo
+/// records stream from a shorter length (`Media::write_durable_from`, see `commit.rs`).
 pub(crate) const STREAM_MIN: usize = 2048;
 
 enum Backing {
@@ -891,7 +892,7 @@ impl Media {
     /// # Safety
     /// As for [`Media::write`].
     #[inline]
-    unsafe fn write_durable_from(&self, off: u64, src: &[u8], min: usize) {
+    pub(crate) unsafe fn write_durable_from(&self, off: u64, src: &[u8], min: usize) {
         let streams = matches!(self.backing, Backing::File { .. })
             && matches!(
                 self.mode,
