@@ -256,7 +256,10 @@ impl Engine {
     /// through `fence_with_retires`, which settles deferred records too). A logged commit
     /// passes its own lane as `skip`: its new seal replaces that lane's previous record, so
     /// the old retire mark no longer matters once this fence completes (and before it, this
-    /// transaction is not committed). A direct commit writes no record, so it skips nothing.
+    /// transaction is not committed); after the fence the lane's marks count as durable, so
+    /// that later commits do not write back a line its next settle rewrites (`clwb` evicts
+    /// the line it writes back on this machine: the rewrite would wait for a read of it from
+    /// memory). A direct commit writes no record, so it skips nothing.
     pub(crate) fn fence_with_retire_marks(&self, skip: Option<usize>, mine: &Touched) {
         self.fence_with_retire_marks_near(skip, mine, self.lanes.meeting(mine));
     }
@@ -274,8 +277,10 @@ impl Engine {
         // re-read from `gens` (not zero-initialised: only entries named by `mask` are read).
         let mut mask = 0u64;
         let mut gens = [std::mem::MaybeUninit::<u64>::uninit(); 64];
+        let mut sealing = None;
         eng.lanes.for_pending_retires(mine, near, |i, g| {
             if Some(i) == skip {
+                sealing = Some((i, g));
                 return;
             }
             eng.flush_retire(i);
@@ -283,6 +288,11 @@ impl Engine {
             mask |= 1 << i;
         });
         eng.media.fence();
+        // The skipped lane's marks retire a record its seal replaced, durable now (unless
+        // the write-back failed: then they stay pending).
+        if let Some((i, g)) = sealing.filter(|_| eng.media.check().is_ok()) {
+            eng.lanes.mark_flushed(i, g);
+        }
         while mask != 0 {
             let i = mask.trailing_zeros() as usize;
             mask &= mask - 1;
