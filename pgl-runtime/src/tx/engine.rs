@@ -288,9 +288,12 @@ impl Engine {
             mask |= 1 << i;
         });
         eng.media.fence();
-        // The skipped lane's marks retire a record its seal replaced, durable now (unless
-        // the write-back failed: then they stay pending).
-        if let Some((i, g)) = sealing.filter(|_| eng.media.check().is_ok()) {
+        // Counted durable only if no write-back failed (then they all stay pending). The
+        // skipped lane's marks retire a record its seal replaced, durable now.
+        if eng.media.check().is_err() {
+            return;
+        }
+        if let Some((i, g)) = sealing {
             eng.lanes.mark_flushed(i, g);
         }
         while mask != 0 {
