@@ -25,17 +25,8 @@ fn scenario(suite: &mut Suite, fault: bool) {
         config(1),
         7,
     );
-    run.setup(|pool, root, m, rng| {
-        for (slot, n) in [(0, 1024), (1, 256)] {
-            let data = rng.bytes(n);
-            pool.tx(|tx| {
-                let o = tx_alloc(tx, &data)?;
-                tx_set_slot(tx, root, slot, o, false)
-            })
-            .expect("setup alloc");
-            m.put(slot, data);
-        }
-    });
+    // Slots 0 and 1: the model is empty.
+    run.setup(|pool, root, m, rng| fill_slots(pool, root, m, rng, &[1024, 256]));
     pgl::fault::set_drop_apply_flush(fault);
     for (slot, n, at, len) in [(0, 1024, 64, 200), (0, 1024, 512, 300), (1, 256, 0, 256)] {
         let patch = run.rng.bytes(len);

@@ -259,16 +259,7 @@ fn stream(op: &str, tune: impl Fn(&mut pgl::Config), first_seed: u64, observe_co
         let mut run = suite.run(format!("{op} #{seed}"), cfg, seed);
         run.observe_copies = observe_copies;
         run.setup(|pool, root, m, rng| {
-            for n in [64, 64, 256, 1024, 4096, 16384] {
-                let slot = m.free_slot();
-                let data = rng.bytes(n);
-                pool.tx(|tx| {
-                    let o = tx_alloc(tx, &data)?;
-                    tx_set_slot(tx, root, slot, o, false)
-                })
-                .expect("setup alloc");
-                m.put(slot, data);
-            }
+            fill_slots(pool, root, m, rng, &[64, 64, 256, 1024, 4096, 16384]);
         });
         let workers = [Worker::new(&run.pool), Worker::new(&run.pool)];
         let mut orphans = Vec::new();
@@ -621,16 +612,7 @@ fn alternating_lanes_beside_another_thread(tune: impl Fn(&mut pgl::Config), seed
         let pool = Pool::create_sim(&sim, &cfg).expect("create");
         let root = pool.root::<Root>().expect("root");
         let mut m = Model::default();
-        for n in [64, 64, 256] {
-            let slot = m.free_slot();
-            let data = rng.bytes(n);
-            pool.tx(|tx| {
-                let o = tx_alloc(tx, &data)?;
-                tx_set_slot(tx, root, slot, o, false)
-            })
-            .expect("setup alloc");
-            m.put(slot, data);
-        }
+        fill_slots(&pool, root, &mut m, &mut rng, &[64, 64, 256]);
         let workers = [Worker::new(&pool), Worker::new(&pool)];
         let mut orphans: Vec<(u64, Vec<u8>)> = Vec::new();
         let deferred_before = pool.stats().deferred_applies;

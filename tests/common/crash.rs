@@ -253,6 +253,21 @@ pub fn tx_set_slot(
     Ok(())
 }
 
+/// Allocates an object of each size in `sizes` (random bytes from `rng`) into the first
+/// empty root slots, a transaction each, and records them in `m`.
+pub fn fill_slots(pool: &Pool, root: Oid<Root>, m: &mut Model, rng: &mut Rng, sizes: &[usize]) {
+    for &n in sizes {
+        let slot = m.free_slot();
+        let data = rng.bytes(n);
+        pool.tx(|tx| {
+            let o = tx_alloc(tx, &data)?;
+            tx_set_slot(tx, root, slot, o, false)
+        })
+        .expect("setup alloc");
+        m.put(slot, data);
+    }
+}
+
 /// The raw oid in root slot `slot` (read outside any transaction).
 pub fn slot_oid(pool: &Pool, root: Oid<Root>, slot: usize) -> u64 {
     pool.get(root).expect("root readable")[slot]
