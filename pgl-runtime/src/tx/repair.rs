@@ -148,24 +148,16 @@ impl Engine {
             // not verify: a type mismatch on an intact object is the caller's mistake.
             let mut out = Outcome::Unrecoverable;
             if !super::thread::detached_held(self.id) && self.objects.read_for(stripe, WAIT) {
-                let block = self.heap.locate(payload).map(|place| {
-                    let mut b = vec![0u8; (HEADER_SIZE + place.capacity) as usize];
-                    // SAFETY: a located block inside the pool, read under the object's
-                    // read lock (no writer).
-                    unsafe { self.media.read(place.hdr, &mut b) };
-                    (place, b)
-                });
+                let found = self.verify_located(payload);
                 self.objects.release(stripe, Held::Read);
-                if let Ok((place, b)) = block {
-                    let h = ObjectHeader::from_bytes(b[..16].try_into().expect("16 bytes"));
-                    if !self.checksums || block_verifies(place.hdr, place.capacity, &b) {
+                if let Ok((h, verdict)) = found {
+                    if verdict.is_ok() || !self.checksums {
                         out = Outcome::Intact {
                             type_id: h.type_id,
                             size: h.size,
                         };
                     } else {
-                        let hdr = b[..16].try_into().expect("16 bytes");
-                        self.repairs.beyond_repair(payload, hdr);
+                        self.repairs.beyond_repair(payload, h.to_bytes());
                     }
                 }
             }
@@ -419,18 +411,26 @@ impl Engine {
         let Ok(stripe) = super::read_lock(self, offset) else {
             return e;
         };
-        let found = self.heap.locate(offset).map(|place| {
-            let mut h = [0u8; 16];
-            // SAFETY: a located block's header inside the pool, under the object's read
-            // lock (no writer).
-            unsafe { self.media.read(place.hdr, &mut h) };
-            super::verify_block(self, offset, &ObjectHeader::from_bytes(&h), place.capacity)
-        });
+        let found = self.verify_located(offset);
         self.objects.release(stripe, Held::Read);
         match found {
-            Ok(Err(damage)) => damage,
+            Ok((_, Err(damage))) => damage,
             _ => e,
         }
+    }
+
+    /// The header of the object at `payload`, located, and whether its block verifies
+    /// (`verify_block`, in place; always without checksums). Call it under the object's
+    /// read lock.
+    fn verify_located(&self, payload: u64) -> Result<(ObjectHeader, Result<()>)> {
+        let place = self.heap.locate(payload)?;
+        let mut h = [0u8; 16];
+        // SAFETY: a located block's header inside the pool, under the object's read lock
+        // (the caller's: no writer).
+        unsafe { self.media.read(place.hdr, &mut h) };
+        let h = ObjectHeader::from_bytes(&h);
+        let verdict = super::verify_block(self, payload, &h, place.capacity);
+        Ok((h, verdict))
     }
 }
 
