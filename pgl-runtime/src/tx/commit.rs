@@ -60,8 +60,9 @@ const GUARDED_LOG_DIVISOR: u64 = 8;
 
 /// Lane copies of a record at least this long are written with streaming stores. A lane's
 /// lines are written again by the lane's next commit, and a cached store to a line that
-/// `clwb` wrote back costs a read of it first on this machine. Measured in one process
-/// (fig3 overwrite, 1 thread, 6 paired rounds, 2026-12-06): streaming records from 512 B
+/// `clwb` wrote back costs a read of it first on this machine. Measured with one build,
+/// the threshold switched between runs (fig3 overwrite, 1 thread, 6 paired rounds run in
+/// turn, 2026-12-06): streaming records from 512 B
 /// took 18-19 % off a 1 KiB overwrite and 5-7 % off 512 B, with and without parity; from
 /// 0 B it made 64 B 2-5 % slower; at 2 KiB, the old threshold, 1 KiB records were cached.
 const RECORD_STREAM_MIN: usize = 512;
