@@ -17,6 +17,16 @@ type Small = [u64; 4];
 type Mid = [u8; 3000];
 type Large = [u8; 100_000];
 
+/// Scribbles `len` random bytes at byte `at` of each object of `oids` (from its header's
+/// start), object `i` with seed `i + 1`.
+fn scribble_each(pool: &Pool, oids: &[u64], at: u64, len: u64) {
+    for (i, &oid) in oids.iter().enumerate() {
+        let seed = i as u64 + 1;
+        pool.inject(&Fault::ObjectScribble { oid, at, len, seed })
+            .unwrap();
+    }
+}
+
 /// A pool with parity as asked, holding one small, one mid-sized and one large object.
 fn pool_of_three(name: &str, parity: bool) -> (std::path::PathBuf, Pool, [u64; 3]) {
     let p = path(name);
@@ -61,11 +71,7 @@ fn a_damaged_header_without_parity_is_reported_as_damage_not_as_a_wrong_oid() {
     // The size field, the type id, and both.
     for (k, (at, len)) in [(0u64, 8u64), (8, 4), (0, 12)].into_iter().enumerate() {
         let (p, pool, oids) = pool_of_three(&format!("np{k}"), false);
-        for (i, &oid) in oids.iter().enumerate() {
-            let seed = i as u64 + 1;
-            pool.inject(&Fault::ObjectScribble { oid, at, len, seed })
-                .unwrap();
-        }
+        scribble_each(&pool, &oids, at, len);
         every_read_reports_damage(&pool, oids);
         let msg = pool
             .get(Oid::<Small>::from_raw(oids[0]))
@@ -104,21 +110,14 @@ fn a_damaged_root_header_without_parity_is_reported_as_damage() {
 #[test]
 fn a_header_damaged_with_its_parity_is_reported_as_damage() {
     let (p, pool, oids) = pool_of_three("both", true);
+    scribble_each(&pool, &oids, 8, 4);
     for (i, &oid) in oids.iter().enumerate() {
-        let seed = i as u64 + 1;
-        pool.inject(&Fault::ObjectScribble {
-            oid,
-            at: 8,
-            len: 4,
-            seed,
-        })
-        .unwrap();
         // Other random bytes over the same bytes of its parity page.
         let offset = support::parity_of(&pool, oid - 8);
         pool.inject(&Fault::Scribble {
             offset,
             len: 4,
-            seed: seed + 10,
+            seed: i as u64 + 11,
         })
         .unwrap();
     }
@@ -182,16 +181,7 @@ fn damage_that_its_parity_agrees_with_counts_as_unrecoverable_once() {
 #[test]
 fn a_scrub_repairs_an_object_whose_size_field_was_scribbled() {
     let (p, pool, oids) = pool_of_three("scrub-size", true);
-    for (i, &oid) in oids.iter().enumerate() {
-        let seed = i as u64 + 1;
-        pool.inject(&Fault::ObjectScribble {
-            oid,
-            at: 0,
-            len: 8,
-            seed,
-        })
-        .unwrap();
-    }
+    scribble_each(&pool, &oids, 0, 8);
     let r = pool.scrub(true, |_, _| {}).unwrap();
     assert!(r.is_clean(), "{r:?}");
     assert_eq!(r.objects_repaired, 3, "{r:?}");
