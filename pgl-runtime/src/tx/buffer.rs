@@ -55,7 +55,12 @@ pub(crate) struct Buffer {
     /// Bytes of the payload after the value that ends with that link: the reserve of an
     /// `#[extendible(reserve = N)]` object (see `leds::inline`), 0 for every other.
     pub reserve: usize,
+    /// `[canary][payload words][canary]`, then (in a buffer reused for a smaller object)
+    /// words a larger object used, left as they are.
     storage: Vec<u128>,
+    /// Words of the payload (its bytes rounded up to 16): the trailing canary's index
+    /// is `words + 1`.
+    words: usize,
     canary: u128,
     dirty: Vec<(u32, u32)>,
 }
@@ -79,13 +84,17 @@ impl Buffer {
             link: None,
             reserve: 0,
             storage,
+            words,
             canary: c,
             dirty: Vec::new(),
         }
     }
 
     /// Reuses this buffer's allocation for another object. The payload's contents are
-    /// unspecified (the caller fills all of it); the padding after it is zeroed.
+    /// unspecified (the caller fills all of it); the padding after it is zeroed. Storage
+    /// is only ever grown, never shortened: a buffer that held a larger object is reused
+    /// without writing its payload's words first (an open copies the object over them;
+    /// zeroing them too cost as much again, for an object of tens of KiB).
     pub(crate) fn reset(
         &mut self,
         off: u64,
@@ -97,8 +106,6 @@ impl Buffer {
         let words = size.div_ceil(16);
         if self.storage.len() < words + 2 {
             self.storage.resize(words + 2, 0);
-        } else {
-            self.storage.truncate(words + 2);
         }
         if words > 0 {
             self.storage[words] = 0;
@@ -115,6 +122,7 @@ impl Buffer {
         self.pending_read = None;
         self.link = None;
         self.reserve = 0;
+        self.words = words;
         self.canary = c;
         self.dirty.clear();
     }
@@ -197,7 +205,7 @@ impl Buffer {
 
     /// Whether both canaries and the padding after the payload are intact.
     pub(crate) fn canaries_ok(&self) -> bool {
-        let words = self.storage.len() - 2;
+        let words = self.words;
         if self.storage[0] != self.canary || self.storage[words + 1] != self.canary {
             return false;
         }
@@ -213,8 +221,7 @@ impl Buffer {
 
     /// Overwrites a canary (error injection: `Fault::SmashCanary`).
     pub(crate) fn smash_canary(&mut self) {
-        let last = self.storage.len() - 1;
-        self.storage[last] ^= 0xdead;
+        self.storage[self.words + 1] ^= 0xdead;
     }
 }
 
@@ -250,5 +257,33 @@ mod tests {
         let mut b = Buffer::new(4096, 32, 1, 99, BufKind::Open);
         b.smash_canary();
         assert!(!b.canaries_ok());
+    }
+
+    #[test]
+    fn a_reused_buffer_guards_the_size_it_holds_now() {
+        let mut b = Buffer::new(4096, 100, 1, 99, BufKind::Open);
+        b.payload_mut().fill(0xee);
+        // Smaller: the old payload's words stay behind, the padding is zeroed.
+        b.reset(8192, 20, 2, 99, BufKind::Open);
+        assert!(b.canaries_ok());
+        b.payload_mut().fill(0xff);
+        assert!(b.canaries_ok());
+        // SAFETY: test: one byte past the payload, inside the padding.
+        unsafe { *b.payload_ptr().add(20) = 1 };
+        assert!(!b.canaries_ok(), "an overrun of the smaller payload");
+        b.reset(8192, 32, 2, 99, BufKind::Open);
+        // SAFETY: test: the first byte after a 32-byte payload is its trailing canary.
+        unsafe { *b.payload_ptr().add(32) ^= 1 };
+        assert!(!b.canaries_ok(), "its trailing canary, not the old one");
+        // Larger again: room, canaries where the new size puts them.
+        b.reset(4096, 100, 1, 99, BufKind::Open);
+        b.payload_mut().fill(0xaa);
+        assert!(b.canaries_ok());
+        b.smash_canary();
+        assert!(!b.canaries_ok());
+        b.reset(4096, 200, 1, 99, BufKind::Open);
+        assert_eq!(b.payload().len(), 200);
+        b.payload_mut().fill(0xaa);
+        assert!(b.canaries_ok());
     }
 }
