@@ -228,6 +228,38 @@ fn a_group_that_fits_the_reserve_is_upgraded_in_place_without_an_object() {
 }
 
 #[test]
+fn freeing_a_node_whose_groups_are_all_inline_checks_no_checksum() {
+    // Its link names no separate group, so the free follows nothing and, as for any
+    // object freed under the default verify policy, reads no payload to verify; one
+    // naming a separate group is verified first (see
+    // `leds_api::freeing_an_owner_whose_link_is_scribbled_frees_nothing`). A pool
+    // without parity, so the scribble stays (nothing could repair it): 1 fault injected,
+    // freed with its object.
+    let path = support::test_dir().join(format!("pgl-reserve-free-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let pool = Pool::create(&path, &Config::small(NAME).parity(false)).unwrap();
+    let nodes = cast::<_, v1::Node>(&v0_nodes(&pool, 2));
+    pool.tx(|tx| tx.ext(nodes[0]).map(drop)).unwrap();
+    assert_eq!(pool.tx(|tx| tx.groups_present(nodes[0])).unwrap(), 1);
+    pool.inject(&pgl::Fault::ObjectScribble {
+        oid: nodes[0].raw(),
+        at: 16, // the payload's first byte (`at` counts from the header)
+        len: 4,
+        seed: 5,
+    })
+    .unwrap();
+    let r = pool.tx(|tx| tx.open(nodes[0]).map(drop));
+    assert!(
+        matches!(r, Err(Error::ChecksumMismatch { .. })),
+        "the scribble is there: {r:?}"
+    );
+    pool.tx(|tx| tx.free(nodes[0])).unwrap();
+    assert_eq!(pool.objects().unwrap().len(), 1, "the other node is left");
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
 fn groups_past_the_reserve_are_separate_objects_after_the_inline_ones() {
     let (pool, path) = pool("mixed");
     let v0s = v0_nodes(&pool, 4);

@@ -838,11 +838,16 @@ impl<'p> Tx<'p> {
         self.refuse_root(off)?;
         // The link says what else is freed: followed only once the owner's checksum
         // vouches for it, whatever the verify policy (a damaged link could name another
-        // chain's group of the same type).
+        // chain's group of the same type). One naming no separate group (groups held in
+        // the reserve only are part of the owner) frees nothing else: no checksum to
+        // check, as for an owner never upgraded; `tail` still refuses an inline count the
+        // reserve cannot hold.
         let tail = match link {
             0 => Vec::new(),
             link => {
-                self.verify_link_holder(off)?;
+                if crate::leds::separate(link) != 0 {
+                    self.verify_link_holder(off)?;
+                }
                 self.tail::<T>(off, link)?
             }
         };
