@@ -383,6 +383,16 @@ impl Tx<'_> {
                 }
             }
         }
+        // The parity the apply step reads (a 4 KiB object's is 64 lines nobody has read
+        // lately), fetched as soon as the ranges are known: while the metadata, the record
+        // and its CRC are built and streamed. (Issued after the record's streaming stores
+        // instead, it waited behind them: 1 KiB MLPC overwrite 8 % slower, 4 KiB 3 %, in
+        // paired rounds.) Not a checksum word's: it shares its line with the object's first
+        // bytes, whose parity the object's first range fetches when it starts there, and
+        // costs one miss at most when not.
+        for it in items.iter().filter(|it| !it.sum) {
+            eng.parity.prefetch(&eng.media, it.off, it.len as u64);
+        }
         // metadata, under the metadata locks (ascending stripes)
         let lane = &mut *st.lane;
         let mut held = std::mem::take(&mut lane.meta_held);
@@ -939,13 +949,6 @@ impl Tx<'_> {
         }
         // 3c. new objects, straight into their still-free space
         let mut written = self.write_new_objects(news, hdrs, guards);
-        // The parity the apply step reads, fetched while the record drains (a 4 KiB
-        // object's parity is 64 lines nobody has read lately). Not a checksum word's: it
-        // shares its line with the object's first bytes, whose parity the object's first
-        // range fetches when it starts there, and costs one miss at most when not.
-        for it in items.iter().filter(|it| !it.sum) {
-            eng.parity.prefetch(media, it.off, it.len as u64);
-        }
         // 3d. retire marks that may not be durable yet, and the ordering point
         self.eng
             .fence_with_retires(FenceFor::Record(self.lane.idx), touched);
