@@ -635,6 +635,18 @@ impl<'p> Tx<'p> {
             let sum = (sealed && self.eng.seals_trusted())
                 .then(|| self.sealed_sum(off, size, T::TYPE_ID))
                 .flatten();
+            if sum.is_none() && self.eng.checksums {
+                // The commit checksums these bytes (the block's old ones, usually not read
+                // since their object was freed): fetched now, they arrive while the rest
+                // of the transaction and of its commit runs. MLC fig3 alloc (no parity, so
+                // no seal is trusted), paired rounds: 4 KiB 15 % faster, 1 KiB 5 %. Not
+                // when the seal gives the sum: prefetching those bytes then measured
+                // slower (MLPC 4 KiB, +19 %). At most `UNFILLED_PREFETCH_MAX` bytes: a
+                // larger object's tail is left to the checksum's own reads.
+                self.eng
+                    .media
+                    .prefetch(off, size.min(UNFILLED_PREFETCH_MAX) as u64);
+            }
             buf.pending_read = Some(PendingRead { sum });
         }
         Ok(Oid::from_raw(off))
@@ -1129,6 +1141,10 @@ impl Drop for Tx<'_> {
         self.abort();
     }
 }
+
+/// Most bytes of an unfilled allocation's old contents fetched ahead of the checksum the
+/// commit computes over them (see `Tx::alloc_unzeroed`).
+const UNFILLED_PREFETCH_MAX: usize = 16 << 10;
 
 /// `Error::ZeroSized` for a zero-sized `T` (`[U; 0]`): checked before the type is
 /// registered or anything reserved.
