@@ -228,35 +228,65 @@ fn a_group_that_fits_the_reserve_is_upgraded_in_place_without_an_object() {
 }
 
 #[test]
-fn freeing_a_node_whose_groups_are_all_inline_checks_no_checksum() {
-    // Its link names no separate group, so the free follows nothing and, as for any
-    // object freed under the default verify policy, reads no payload to verify; one
-    // naming a separate group is verified first (see
-    // `leds_api::freeing_an_owner_whose_link_is_scribbled_frees_nothing`). A pool
-    // without parity, so the scribble stays (nothing could repair it): 1 fault injected,
-    // freed with its object.
-    let path = support::test_dir().join(format!("pgl-reserve-free-{}", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    let pool = Pool::create(&path, &Config::small(NAME).parity(false)).unwrap();
-    let nodes = cast::<_, v1::Node>(&v0_nodes(&pool, 2));
-    pool.tx(|tx| tx.ext(nodes[0]).map(drop)).unwrap();
-    assert_eq!(pool.tx(|tx| tx.groups_present(nodes[0])).unwrap(), 1);
-    pool.inject(&pgl::Fault::ObjectScribble {
-        oid: nodes[0].raw(),
-        at: 16, // the payload's first byte (`at` counts from the header)
-        len: 4,
-        seed: 5,
-    })
-    .unwrap();
-    let r = pool.tx(|tx| tx.open(nodes[0]).map(drop));
-    assert!(
-        matches!(r, Err(Error::ChecksumMismatch { .. })),
-        "the scribble is there: {r:?}"
-    );
-    pool.tx(|tx| tx.free(nodes[0])).unwrap();
-    assert_eq!(pool.objects().unwrap().len(), 1, "the other node is left");
-    drop(pool);
-    std::fs::remove_file(path).unwrap();
+fn freeing_a_node_whose_link_lost_its_separate_group_frees_it_with_that_group_or_nothing() {
+    // A v2 node keeps group 1 inline and group 2 in an object of its own: its link is
+    // group 2's offset with an inline count of 1. Damage that clears the offset and leaves
+    // a count (a stray write of zeros over the link's upper bytes, when the offset is a
+    // multiple of 256) reads as a node whose groups are all inline. The free must check
+    // the node's checksum before it trusts that link: with parity the node is repaired
+    // and freed with its group; without, the free is refused and nothing is freed. Taken
+    // at its word, the node would be freed and its group 2 left allocated, linked from
+    // nothing, for good.
+    for parity in [false, true] {
+        let path = support::test_dir().join(format!(
+            "pgl-reserve-lost-separate-{parity}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&path);
+        let cfg = Config::small(NAME).parity(parity);
+        let nodes = {
+            let pool = Pool::create(&path, &cfg).unwrap();
+            let nodes = pool
+                .tx(|tx| {
+                    (0..2)
+                        .map(|k| {
+                            tx.alloc_ext(v2::NodeData {
+                                value: k,
+                                key64: u64::from(k),
+                                name: PStr::truncating("sep"),
+                            })
+                        })
+                        .collect::<pgl::Result<Vec<_>>>()
+                })
+                .unwrap();
+            assert_eq!(
+                pool.objects().unwrap().len(),
+                4,
+                "two nodes, a group 2 each"
+            );
+            nodes
+        };
+        let link_at = nodes[0].raw() + core::mem::size_of::<v2::Node>() as u64 - 8;
+        support::file_write(&path, link_at, &1u64.to_le_bytes());
+        let pool = Pool::open_with(&path, &cfg).unwrap();
+        let r = pool.tx(|tx| tx.free(nodes[0]));
+        if parity {
+            r.unwrap();
+            assert_eq!(
+                pool.objects().unwrap().len(),
+                2,
+                "repaired, then freed with its group 2: the other node and its group left"
+            );
+        } else {
+            assert!(
+                matches!(r, Err(Error::ChecksumMismatch { offset, .. }) if offset == nodes[0].raw()),
+                "{r:?}"
+            );
+            assert_eq!(pool.objects().unwrap().len(), 4, "nothing was freed");
+        }
+        drop(pool);
+        std::fs::remove_file(path).unwrap();
+    }
 }
 
 #[test]

@@ -850,16 +850,14 @@ impl<'p> Tx<'p> {
         self.refuse_root(off)?;
         // The link says what else is freed: followed only once the owner's checksum
         // vouches for it, whatever the verify policy (a damaged link could name another
-        // chain's group of the same type). One naming no separate group (groups held in
-        // the reserve only are part of the owner) frees nothing else: no checksum to
-        // check, as for an owner never upgraded; `tail` still refuses an inline count the
-        // reserve cannot hold.
+        // chain's group of the same type). That includes a link naming no separate group,
+        // only inline ones: the same damage that clears a separate group's offset leaves
+        // the inline count standing, and taken at its word it would free the owner and
+        // leave that group allocated, linked from nothing.
         let tail = match link {
             0 => Vec::new(),
             link => {
-                if crate::leds::separate(link) != 0 {
-                    self.verify_link_holder(off)?;
-                }
+                self.verify_link_holder(off)?;
                 self.tail::<T>(off, link)?
             }
         };
