@@ -36,7 +36,8 @@ pub(crate) struct PendingRead {
 pub(crate) struct Buffer {
     /// Payload offset in the pool.
     pub off: u64,
-    /// Payload bytes.
+    /// Payload bytes: `new` and `reset` size `storage` for them (see `words`); never
+    /// raised after that.
     pub size: usize,
     /// Type id of the object.
     pub type_id: u32,
@@ -55,12 +56,9 @@ pub(crate) struct Buffer {
     /// Bytes of the payload after the value that ends with that link: the reserve of an
     /// `#[extendible(reserve = N)]` object (see `leds::inline`), 0 for every other.
     pub reserve: usize,
-    /// `[canary][payload words][canary]`, then (in a buffer reused for a smaller object)
-    /// words a larger object used, left as they are.
+    /// `[canary][payload words][canary]` (see `words`), then (in a buffer reused for a
+    /// smaller object) words a larger object used, left as they are.
     storage: Vec<u128>,
-    /// Words of the payload (its bytes rounded up to 16): the trailing canary's index
-    /// is `words + 1`.
-    words: usize,
     canary: u128,
     dirty: Vec<(u32, u32)>,
 }
@@ -84,7 +82,6 @@ impl Buffer {
             link: None,
             reserve: 0,
             storage,
-            words,
             canary: c,
             dirty: Vec::new(),
         }
@@ -122,9 +119,14 @@ impl Buffer {
         self.pending_read = None;
         self.link = None;
         self.reserve = 0;
-        self.words = words;
         self.canary = c;
         self.dirty.clear();
+    }
+
+    /// Words of the payload (its bytes rounded up to 16): the trailing canary's index is
+    /// `words + 1`, as `new` and `reset` placed it for `size`.
+    fn words(&self) -> usize {
+        self.size.div_ceil(16)
     }
 
     /// Bytes of storage held.
@@ -205,7 +207,7 @@ impl Buffer {
 
     /// Whether both canaries and the padding after the payload are intact.
     pub(crate) fn canaries_ok(&self) -> bool {
-        let words = self.words;
+        let words = self.words();
         if self.storage[0] != self.canary || self.storage[words + 1] != self.canary {
             return false;
         }
@@ -221,7 +223,8 @@ impl Buffer {
 
     /// Overwrites a canary (error injection: `Fault::SmashCanary`).
     pub(crate) fn smash_canary(&mut self) {
-        self.storage[self.words + 1] ^= 0xdead;
+        let trailing = self.words() + 1;
+        self.storage[trailing] ^= 0xdead;
     }
 }
 
