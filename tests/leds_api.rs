@@ -1100,12 +1100,6 @@ fn an_upgrade_that_fails_half_way_leaves_no_group_behind() {
     std::fs::remove_file(path).unwrap();
 }
 
-/// The object lock stripe of the object at `off` (`ObjectLocks::stripe`, copied: the
-/// test needs two objects that share one).
-fn lock_stripe(off: u64) -> u64 {
-    (off >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - 14)
-}
-
 #[test]
 fn a_free_that_fails_half_way_frees_neither_the_owner_nor_part_of_its_chain() {
     // A `pool.get` handle this thread holds on an object that shares a lock stripe with
@@ -1116,26 +1110,15 @@ fn a_free_that_fails_half_way_frees_neither_the_owner_nor_part_of_its_chain() {
     let path = support::test_dir().join(format!("pgl-leds-half-free-{}", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let pool = Pool::create(&path, &Config::new("half-free")).unwrap();
-    // Consecutive blocks spread over the stripes: enough of them meet every stripe.
-    let others: Vec<Oid<[u64; 2]>> = (0..20)
-        .flat_map(|_| {
-            pool.tx(|tx| {
-                (0..1000)
-                    .map(|i| tx.alloc([i, i]))
-                    .collect::<pgl::Result<Vec<_>>>()
-            })
-            .unwrap()
-        })
-        .collect();
-    let owners: Vec<Oid<v1::Node>> = (0..4).map(|k| v1_node(&pool, k, k, 0, "owner")).collect();
-    let found = owners.iter().find_map(|&o| {
-        let g1 = pool.tx(|tx| Ok(Extendible::__link(&*tx.get(o)?))).unwrap();
-        let x = others.iter().find(|x| {
-            lock_stripe(x.raw()) == lock_stripe(g1) && lock_stripe(x.raw()) != lock_stripe(o.raw())
-        })?;
-        Some((o, *x))
-    });
-    let (owner, other) = found.expect("an object sharing a stripe with an owner's group");
+    let owner: Oid<v1::Node> = v1_node(&pool, 0, 0, 0, "owner");
+    let g1 = pool
+        .tx(|tx| Ok(Extendible::__link(&*tx.get(owner)?)))
+        .unwrap();
+    let other = support::stripe_mates(
+        &pool,
+        support::lock_stripe(g1),
+        support::lock_stripe(owner.raw()),
+    )[0];
     let before = pool.objects().unwrap().len();
     let held = pool.get(other).unwrap();
     let r = pool.tx(|tx| {

@@ -41,12 +41,6 @@ mod v1 {
 /// Long enough for any of these steps; a lock left held makes the step retry for minutes.
 const LIMIT_SECS: u64 = 60;
 
-/// The object lock stripe of the object at `off` (`ObjectLocks::stripe`, copied: the
-/// tests need objects that share one).
-fn lock_stripe(off: u64) -> u64 {
-    (off >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - 14)
-}
-
 fn new_pool(name: &str, cfg: Config) -> (Pool, std::path::PathBuf) {
     let path = support::test_dir().join(format!("pgl-glock-{name}-{}", std::process::id()));
     let _ = std::fs::remove_file(&path);
@@ -101,7 +95,7 @@ fn an_owner_read_then_changed_in_one_transaction_also_when_its_group_shares_its_
             })
             .unwrap();
         for o in oids {
-            if lock_stripe(o.raw()) == lock_stripe(group_of(&pool, o)) {
+            if support::lock_stripe(o.raw()) == support::lock_stripe(group_of(&pool, o)) {
                 found = Some(o);
                 break 'search;
             }
@@ -110,8 +104,8 @@ fn an_owner_read_then_changed_in_one_transaction_also_when_its_group_shares_its_
     let same = found.expect("an owner whose group shares its lock stripe");
     let other = counter(&pool, 7);
     assert_ne!(
-        lock_stripe(other.raw()),
-        lock_stripe(group_of(&pool, other))
+        support::lock_stripe(other.raw()),
+        support::lock_stripe(group_of(&pool, other))
     );
     for (o, what) in [(same, "same stripe"), (other, "other stripes")] {
         assert_eq!(read_then_bump(&pool, o, what), 1, "{what}");
@@ -301,20 +295,7 @@ fn threads_reading_and_upgrading_the_same_owners_all_get_through() {
 
 /// Objects sharing a lock stripe with `g` but not with `o`, allocated for the search.
 fn stripe_mates_of(pool: &Pool, o: Oid<v1::Counter>, g: u64) -> Vec<Oid<[u64; 2]>> {
-    // Consecutive blocks spread over the stripes: enough of them meet every stripe.
-    (0..20)
-        .flat_map(|_| {
-            pool.tx(|tx| {
-                (0..1000)
-                    .map(|i| tx.alloc([i, i]))
-                    .collect::<pgl::Result<Vec<_>>>()
-            })
-            .unwrap()
-        })
-        .filter(|x| {
-            lock_stripe(x.raw()) == lock_stripe(g) && lock_stripe(x.raw()) != lock_stripe(o.raw())
-        })
-        .collect()
+    support::stripe_mates(pool, support::lock_stripe(g), support::lock_stripe(o.raw()))
 }
 
 #[test]

@@ -71,6 +71,36 @@ pub fn file_flip(path: &std::path::Path, off: u64) {
     file_write(path, off, &[b[0] ^ 1]);
 }
 
+/// The object lock stripe of the object at `off` (`ObjectLocks::stripe`, copied: tests
+/// need objects that share one; one that no longer matches finds none, and fails).
+pub fn lock_stripe(off: u64) -> u64 {
+    let region = (off >> 18).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - 14);
+    (off >> 4).wrapping_add(region) & ((1 << 14) - 1)
+}
+
+/// Small objects, allocated for the search, whose lock stripe is `want` and not `avoid`.
+/// Within a 256 KiB region consecutive blocks take every other stripe or fewer (blocks of
+/// 32 bytes or more), each region from its own start: it allocates region after region
+/// until some match.
+pub fn stripe_mates(pool: &pgl::Pool, want: u64, avoid: u64) -> Vec<pgl::Oid<[u64; 2]>> {
+    for _ in 0..1000 {
+        let found: Vec<_> = pool
+            .tx(|tx| {
+                (0..1000)
+                    .map(|i| tx.alloc([i, i]))
+                    .collect::<pgl::Result<Vec<_>>>()
+            })
+            .unwrap()
+            .into_iter()
+            .filter(|x| lock_stripe(x.raw()) == want && lock_stripe(x.raw()) != avoid)
+            .collect();
+        if !found.is_empty() {
+            return found;
+        }
+    }
+    panic!("no object on lock stripe {want} in a million");
+}
+
 /// Where zone parity keeps byte `off` of the zones of `pool`.
 pub fn parity_of(pool: &pgl::Pool, off: u64) -> u64 {
     let g = pool.info().header.geo;
