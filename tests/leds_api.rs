@@ -1114,11 +1114,12 @@ fn a_free_that_fails_half_way_frees_neither_the_owner_nor_part_of_its_chain() {
     let g1 = pool
         .tx(|tx| Ok(Extendible::__link(&*tx.get(owner)?)))
         .unwrap();
-    let other = support::stripe_mates(
-        &pool,
-        support::lock_stripe(g1),
-        support::lock_stripe(owner.raw()),
-    )[0];
+    let (want, avoid) = (support::lock_stripe(g1), support::lock_stripe(owner.raw()));
+    assert_ne!(
+        want, avoid,
+        "the owner shares its group's stripe: no object can hold that stripe alone"
+    );
+    let other = support::stripe_mates(&pool, want, avoid)[0];
     let before = pool.objects().unwrap().len();
     let held = pool.get(other).unwrap();
     let r = pool.tx(|tx| {
