@@ -72,7 +72,8 @@ pub fn file_flip(path: &std::path::Path, off: u64) {
 }
 
 /// The object lock stripe of the object at `off` (`ObjectLocks::stripe`, copied: tests
-/// need objects that share one; one that no longer matches finds none, and fails).
+/// need objects that share one; a copy that no longer matches picks objects that do not,
+/// and the tests that rely on their conflict fail).
 pub fn lock_stripe(off: u64) -> u64 {
     let region = (off >> 18).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - 14);
     (off >> 4).wrapping_add(region) & ((1 << 14) - 1)
