@@ -12,11 +12,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 const WRITER: u64 = 1 << 63;
 
+/// Bits of an object lock stripe's index.
+const STRIPE_BITS: u32 = 14;
 /// Number of object lock stripes.
-pub(crate) const OBJECT_STRIPES: usize = 1 << 14;
+pub(crate) const OBJECT_STRIPES: usize = 1 << STRIPE_BITS;
 /// Object stripes are laid out in order over regions of `1 << REGION_SHIFT` bytes (256
 /// KiB): as many 16-byte units as there are stripes.
-const REGION_SHIFT: u32 = OBJECT_STRIPES.trailing_zeros() + 4;
+const REGION_SHIFT: u32 = STRIPE_BITS + 4;
 /// Number of metadata lock stripes.
 pub(crate) const META_STRIPES: usize = 1 << 10;
 const _: () = assert!(META_STRIPES.is_power_of_two());
@@ -53,7 +55,8 @@ impl ObjectLocks {
     /// region keeps what lies at the same place in many regions (large objects at chunk
     /// starts, runs' first blocks) out of one stripe.
     pub(crate) fn stripe(off: u64) -> u32 {
-        let region = (off >> REGION_SHIFT).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - 14);
+        let region =
+            (off >> REGION_SHIFT).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - STRIPE_BITS);
         ((off >> 4).wrapping_add(region) & (OBJECT_STRIPES as u64 - 1)) as u32
     }
 
