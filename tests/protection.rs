@@ -468,9 +468,9 @@ fn a_commit_over_a_damaged_metadata_word_leaves_parity_right_after_the_repair() 
 
 #[test]
 fn a_zeroed_zone_metadata_copy_is_not_taken_for_the_good_one() {
-    // A zone's metadata copy A fits one page; a media error nobody read before the pool
-    // closed leaves that page zeroed. A zeroed copy verifies (a new zone is zeros), but it
-    // differs from copy B: it is the damaged one, and B must be copied over it, not it
+    // A zone's metadata copy A fits one page; that page zeroed while the pool was closed
+    // (a lost page read back as zeros). A zeroed copy verifies (a new zone is zeros), but
+    // it differs from copy B: it is the damaged one, and B must be copied over it, not it
     // over B (which would free every chunk of the zone).
     let p = path("zeroed");
     let cfg = Config::small("meta").size(Config::small("meta").geometry().pool_size(4));
@@ -487,11 +487,13 @@ fn a_zeroed_zone_metadata_copy_is_not_taken_for_the_good_one() {
         assert!(objs.len() < 20, "an object lands in zone 1");
     };
     assert!(in_zone_1.raw() < geo.zone_offset(2));
-    pool.inject(&Fault::MediaError {
-        offset: geo.chunk_offset(1, 0),
-    })
-    .unwrap();
     drop(pool);
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        f.write_all_at(&[0u8; 4096], geo.chunk_offset(1, 0))
+            .unwrap();
+    }
     let pool = Pool::open_with(&p, &cfg).unwrap();
     assert_eq!(pool.stats().metadata_repairs, 1, "copy A rewritten");
     for (i, &o) in objs.iter().enumerate() {

@@ -79,10 +79,26 @@ pub enum Fault {
     /// faults (emulated with `mprotect`, as a poisoned page of real persistent memory
     /// raises `SIGBUS`). The next load from it is caught by pgl's handler, which rebuilds
     /// the page from parity (a parity page from its column's data rows), and the load
-    /// completes as if nothing happened. Only pages of the zones' rows, data or parity.
+    /// completes as if nothing happened. A page no load has met when the pool closes is
+    /// rebuilt then, as a load would have rebuilt it (or lost for good, and its column's
+    /// parity recomputed, if another page of its column was lost too). Only pages of the
+    /// zones' rows, data or parity.
     MediaError {
         /// A byte of the page.
         offset: u64,
+    },
+    /// A page whose bytes were destroyed while the pool was closed: the page holding
+    /// `offset` holds random bytes, durably, and parity still holds its old ones.
+    /// The next session meets it as damage, not as a fault: checksums find the objects on
+    /// it damaged and parity rebuilds each (only their bytes: a repairing scrub makes
+    /// the page's column agree with its parity again). This is how `pgl inject media`
+    /// damages a pool, which its own process closes before any program reads it. Only
+    /// pages of the zones' rows, data or parity.
+    LostPage {
+        /// A byte of the page.
+        offset: u64,
+        /// Seed of the random bytes.
+        seed: u64,
     },
     /// Overwrites a guard word (canary) of the micro-buffer of object `oid` in the current
     /// transaction, as a buffer overrun in the program would: the commit then fails with
@@ -149,6 +165,11 @@ impl core::fmt::Display for Fault {
             Fault::MediaError { offset } => write!(
                 f,
                 "a media error on the page at pool offset {:#x}",
+                offset / crate::geometry::PAGE * crate::geometry::PAGE
+            ),
+            Fault::LostPage { offset, seed } => write!(
+                f,
+                "a lost page (random bytes, parity kept; seed {seed}) at pool offset {:#x}",
                 offset / crate::geometry::PAGE * crate::geometry::PAGE
             ),
             Fault::SmashCanary { oid } => {
@@ -317,6 +338,11 @@ impl Fault {
                 within("pool", 0, size, offset / PAGE * PAGE, PAGE)?,
                 PAGE,
                 How::Random(0),
+            ),
+            Fault::LostPage { offset, seed } => (
+                within("pool", 0, size, offset / PAGE * PAGE, PAGE)?,
+                PAGE,
+                How::Random(seed),
             ),
             Fault::HeaderScribble {
                 copy,

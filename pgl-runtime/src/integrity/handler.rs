@@ -31,10 +31,9 @@
 //! damaged, so nothing is lost silently. While the pool is open, `lost_pages` keeps its
 //! column from being rebuilt from the parity that no longer agrees with it; when the pool
 //! closes, that parity is recomputed (`unprotect_all`). A page still lost (unread) when the
-//! pool closes is zeroed with its column's parity left intact: the next session rebuilds
-//! it like any single damaged page (a lost parity page is recomputed from its data rows;
-//! a page whose damage the next session could not see, a plain run bitmap's or any page
-//! of a pool without object checksums, is rebuilt from parity at the close instead). Once `lost_pages` is full, a loss it cannot record
+//! pool closes is rebuilt then, as a load would have rebuilt it, if its column has no other
+//! loss (a lost parity page is recomputed from its data rows); otherwise it is lost for
+//! good like the handler's zero-filled pages. Once `lost_pages` is full, a loss it cannot record
 //! sets `lost_overflow`: from then on every column may hold an unrecorded zero-filled page,
 //! so the handler rebuilds nothing more (each lost page is reported lost) and the close
 //! recomputes the parity of every zone (pages still lost then are lost for good too).
@@ -305,31 +304,29 @@ impl FaultCtx {
             })
     }
 
-    /// Makes every page still marked lost accessible again (their bytes stay destroyed).
-    /// Their loss becomes durable: the bytes are zeroed, and their columns' parity is left
-    /// as it is, so that the next session rebuilds them (checksums report their objects
-    /// damaged; parity repairs them) as it would any single damaged page of a column.
-    /// A parity page still lost is recomputed from its data rows instead (no checksum
-    /// covers it, so nothing would repair it). Pages the handler zero-filled because their column could not rebuild them are
-    /// gone for good instead: the parity page of each of their columns is recomputed from
+    /// Makes every page still marked lost accessible again. A data page whose column has no
+    /// other loss is rebuilt from parity, as a load would have rebuilt it. The others are
+    /// zeroed: a parity page still lost is recomputed from its data rows (below), and a data
+    /// page whose column lost another page is gone for good with the pages the handler
+    /// zero-filled. For those, the parity page of each of their columns is recomputed from
     /// the rows as they are, since once the pool is closed nothing remembers which pages
     /// were zeroed, and a later lost page of such a column would be "rebuilt" from parity
     /// that still holds the zeroed pages' old bytes. If the handler zero-filled more pages
     /// than it could record, the parity of every zone is recomputed. Called with the pool
     /// closing (and unregistered), so that nothing else accesses it.
     ///
-    /// Pages for which `undetectable` holds are rebuilt from parity instead, as a load
-    /// would have rebuilt them, where the handler would (their column has no other loss):
-    /// the next session would not know them damaged (a plain run bitmap zeroed reads as
-    /// free blocks, and its objects would be allocated over; without checksums, objects
-    /// read back as zeros).
-    pub(crate) fn unprotect_all(&self, media: &Media, undetectable: impl Fn(u64) -> bool) {
+    /// Zeroing a lost page that its column could rebuild, and leaving it to the next
+    /// session, repaired each object on it as it was read (checksums find them), but
+    /// nothing else on the page: its free blocks and the objects not read yet kept their
+    /// zeros, its column disagreed with its parity, and a second page lost in that column
+    /// later could not be rebuilt.
+    pub(crate) fn unprotect_all(&self, media: &Media) {
         // First, while every lost page still counts as lost in its column.
         let parity = self.parity();
         let mut buf = Box::new([0u8; PAGE as usize]);
         let mut rebuilt = Vec::new();
         for page in self.poisoned_pages() {
-            if !parity.enabled() || !undetectable(page) || self.column_has_other_loss(page) {
+            if !parity.enabled() || self.column_has_other_loss(page) {
                 continue;
             }
             // SAFETY: a page-aligned page of the mapping, protected by `destroy`; the pool
@@ -1013,9 +1010,8 @@ mod tests {
         // What the handler does for a machine check on that page.
         ctx.repair(page, false).expect("mprotect works");
         assert_eq!(ctx.lost.load(Ordering::Relaxed), 1);
-        let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            ctx.unprotect_all(&media, |_| false)
-        }));
+        let closed =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ctx.unprotect_all(&media)));
         drop(media);
         std::fs::remove_file(&path).expect("remove");
         assert!(closed.is_ok(), "the close panicked");

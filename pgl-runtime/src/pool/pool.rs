@@ -688,8 +688,10 @@ impl Pool {
         }
         eng.refuse_held_here("pool.inject")
             .map_err(|e| eng.named(e))?;
-        if let crate::Fault::MediaError { offset } = *fault {
-            return self.inject_media_error(offset);
+        match *fault {
+            crate::Fault::MediaError { offset } => return self.inject_media_error(offset),
+            crate::Fault::LostPage { offset, .. } => self.refuse_outside_rows(fault, offset)?,
+            _ => {}
         }
         let target = || {
             fault.target(&eng.media.path(), &eng.geo, eng.media.len(), |oid| {
@@ -719,7 +721,9 @@ impl Pool {
         .map_err(|e| eng.named(e))
     }
 
-    fn inject_media_error(&self, offset: u64) -> Result<()> {
+    /// `Error::InvalidFault` for `fault`, a media error at `offset`, unless its page lies in
+    /// the zones' rows (data or parity), where parity can rebuild it.
+    fn refuse_outside_rows(&self, fault: &crate::Fault, offset: u64) -> Result<()> {
         let eng = &self.inner.eng;
         let page = offset / PAGE * PAGE;
         if page
@@ -728,14 +732,23 @@ impl Pool {
             || (eng.map.parity_of(page).is_none()
                 && crate::integrity::parity_column_of(&eng.geo, page).is_none())
         {
-            return Err(crate::Fault::MediaError { offset }.refused(
-                &eng.media.path(),
-                "a media error can be injected only into the zones' rows (data rows, where \
+            return Err(eng.named(
+                fault.refused(
+                    &eng.media.path(),
+                    "a media error can be injected only into the zones' rows (data rows, where \
                  objects and allocator metadata live, and parity rows; `pgl info --objects` \
                  lists objects' offsets)"
-                    .into(),
+                        .into(),
+                ),
             ));
         }
+        Ok(())
+    }
+
+    fn inject_media_error(&self, offset: u64) -> Result<()> {
+        let eng = &self.inner.eng;
+        let page = offset / PAGE * PAGE;
+        self.refuse_outside_rows(&crate::Fault::MediaError { offset }, offset)?;
         if let Some(size) = crate::integrity::handler::unsupported_page_size() {
             return Err(Error::FaultInjection {
                 path: eng.media.path(),

@@ -308,7 +308,8 @@ impl Engine {
 impl Drop for Engine {
     /// Leaves the live engines (`deferred::closed`). Unregisters from the media-error
     /// handler before the media and parity it points at go away, and gives back access to
-    /// pages still lost to emulated media errors (their bytes stay destroyed), so that the
+    /// pages still lost to emulated media errors (rebuilt from parity where their column
+    /// allows, zeroed otherwise: `FaultCtx::unprotect_all`), so that the
     /// memory can be unmapped or reused.
     fn drop(&mut self) {
         super::deferred::closed(self.id);
@@ -317,10 +318,7 @@ impl Drop for Engine {
             crate::integrity::handler::unregister(slot);
         }
         if let Some(ctx) = self.fault.get() {
-            // What the next session could not see damaged: without checksums, any page.
-            ctx.unprotect_all(&self.media, |page| {
-                !self.checksums || self.heap.holds_plain_bitmap(page)
-            });
+            ctx.unprotect_all(&self.media);
         }
     }
 }

@@ -75,7 +75,8 @@ pub(crate) enum FaultArg {
         #[arg(value_parser = parse_size)]
         len: u64,
     },
-    /// A media error: the page holding OFFSET loses its contents.
+    /// A media error, as the next program to open the pool finds it: the page holding
+    /// OFFSET loses its contents (random bytes; parity keeps the old ones).
     Media {
         /// A pool byte in a zone's rows (hex or decimal, e.g. an oid); its 4096-byte page
         /// is lost.
@@ -114,7 +115,9 @@ impl FaultArg {
                 len,
                 seed,
             },
-            FaultArg::Media { offset } => Fault::MediaError { offset },
+            // Not `MediaError`: this process closes the pool next, and a close rebuilds
+            // the pages a media error left unread.
+            FaultArg::Media { offset } => Fault::LostPage { offset, seed },
         }
     }
 }
