@@ -65,6 +65,8 @@ pub(crate) const fn max_inline(reserve: usize) -> usize {
 
 /// `Error::Corrupt` if the base link `link` of the `type_name` object at `owner`, whose
 /// reserve has `reserve` bytes, counts more inline groups than [`max_inline`] allows.
+/// Inlined (every `tx.ext` checks it), the error built out of line.
+#[inline]
 pub(crate) fn check_inline_count(
     owner: u64,
     type_name: &str,
@@ -75,11 +77,17 @@ pub(crate) fn check_inline_count(
     if n <= max {
         return Ok(());
     }
+    Err(too_many_inline(owner, type_name, n, reserve, max))
+}
+
+#[cold]
+#[inline(never)]
+fn too_many_inline(owner: u64, type_name: &str, n: usize, reserve: usize, max: usize) -> Error {
     let room = match reserve {
         0 => format!("`{type_name}` has no reserve"),
         r => format!("its {r}-byte reserve holds at most {max} (each ends with an 8-byte link)"),
     };
-    Err(Error::Corrupt {
+    Error::Corrupt {
         what: "extension link",
         offset: owner,
         detail: format!(
@@ -88,7 +96,7 @@ pub(crate) fn check_inline_count(
              `pgl check` verifies the objects"
         ),
         pool_file: None,
-    })
+    }
 }
 
 /// Payloads up to this size are imaged without a heap allocation (an upgrade makes one

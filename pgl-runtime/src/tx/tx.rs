@@ -173,12 +173,19 @@ impl<'p> Tx<'p> {
     /// Checks `T`'s layout against the pool's type registry; when `storing` (an
     /// allocation) and the pool has never stored `T`, registers it in this transaction
     /// (see `registry`). Reads and opens never register: the type of an existing object
-    /// was registered when it was stored.
+    /// was registered when it was stored. Inlined: every `get`, `open` and `alloc` checks
+    /// it, and a known type is one load; the registry is read out of line.
     #[inline]
     fn check_layout<T: Persistent>(&self, storing: bool) -> Result<()> {
         if self.eng.types.knows::<T>() {
             return Ok(());
         }
+        self.check_unknown_layout::<T>(storing)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn check_unknown_layout<T: Persistent>(&self, storing: bool) -> Result<()> {
         if storing {
             super::registry::check_in_tx::<T>(self)
         } else {
