@@ -151,6 +151,50 @@ fn a_read_of_an_intact_object_as_the_wrong_type_counts_no_damage() {
 }
 
 #[test]
+fn a_wrong_type_read_does_not_wait_for_other_transactions() {
+    // A repair freezes the pool: it waits for every transaction in flight (up to 10 s),
+    // then keeps new ones out. A read with the wrong type of an intact object has nothing
+    // to repair: it must be told so by the object's checksum, without the freeze, so it
+    // returns while another thread's transaction stays open.
+    let (p, pool, [s, m, _]) = pool_of_three("wrong-busy", true);
+    let pool = std::sync::Arc::new(pool);
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let (done_tx, done) = std::sync::mpsc::channel::<()>();
+    let other = {
+        let pool = pool.clone();
+        std::thread::spawn(move || {
+            pool.tx(|tx| {
+                tx.open(Oid::<Mid>::from_raw(m))?[0] = 9;
+                ready_tx.send(()).unwrap();
+                done.recv().unwrap();
+                Ok(())
+            })
+            .unwrap();
+        })
+    };
+    ready.recv().unwrap();
+    let wrong = Oid::<[u8; 32]>::from_raw(s);
+    let t = std::time::Instant::now();
+    assert!(matches!(pool.get(wrong), Err(Error::TypeMismatch { .. })));
+    let r = pool.tx(|tx| tx.open(wrong).map(|_| ()));
+    assert!(matches!(r, Err(Error::TypeMismatch { .. })), "{r:?}");
+    let took = t.elapsed();
+    done_tx.send(()).unwrap();
+    other.join().unwrap();
+    // Against the freeze's 10 s wait, not a performance bound: both reads return at once
+    // unless one waits for the other thread.
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "the wrong-type reads waited {took:?} for the other transaction"
+    );
+    let st = pool.stats();
+    assert_eq!((st.objects_repaired, st.objects_unrecoverable), (0, 0));
+    assert_eq!(pool.get(Oid::<Mid>::from_raw(m)).unwrap()[0], 9);
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
 fn damage_that_its_parity_agrees_with_counts_as_unrecoverable_once() {
     // The same bits flipped in an object and in its parity page: the column still XORs to
     // zero, so parity cannot see which row is wrong (the docs' "a row and the parity page").

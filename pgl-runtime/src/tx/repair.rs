@@ -169,6 +169,12 @@ impl Engine {
             // need (and perhaps this object's lock).
             return Ok(Outcome::Busy);
         }
+        if let Some(intact) = self.verifies_now(payload, stripe) {
+            // Nothing to rebuild: a read with the wrong type of an intact object, or one
+            // another thread repaired meanwhile. Told without freezing the pool, which
+            // would wait for every transaction in flight.
+            return Ok(intact);
+        }
         if !self.lock_object(stripe) {
             return Ok(Outcome::Busy);
         }
@@ -188,6 +194,25 @@ impl Engine {
         }
         self.objects.release(stripe, Held::Write);
         out.map(|o| self.count(o))
+    }
+
+    /// `Outcome::Intact` if the object at `payload` verifies now against its checksum (read
+    /// under its read lock, `stripe`); `None` if it does not, if the pool keeps no
+    /// checksums (then nothing tells an intact object from a damaged one), or if the lock
+    /// could not be taken within `WAIT`.
+    fn verifies_now(&self, payload: u64, stripe: u32) -> Option<Outcome> {
+        if !self.checksums || !self.objects.read_for(stripe, WAIT) {
+            return None;
+        }
+        let found = self.verify_located(payload);
+        self.objects.release(stripe, Held::Read);
+        match found {
+            Ok((h, Ok(()))) => Some(Outcome::Intact {
+                type_id: h.type_id,
+                size: h.size,
+            }),
+            _ => None,
+        }
     }
 
     /// Tries to rebuild the checked allocation-bitmap word at `off` from parity, with the
