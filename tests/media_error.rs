@@ -488,6 +488,50 @@ fn pages_zeroed_before_a_close_leave_their_column_rebuildable() {
     std::fs::remove_file(&p).unwrap();
 }
 
+#[test]
+fn two_pages_of_one_column_still_lost_at_close_leave_it_rebuildable() {
+    // Two pages of one column lost and never read before the pool closes (`a`, `b`): the
+    // close cannot rebuild either (each is the other's second loss), so both are lost for
+    // good, zeroed, and their column's parity must be recomputed over the zeros, as for
+    // the pages the handler zero-filled: the next session no longer knows which pages were
+    // zeroed, and a later lost page of the column (`c`) is rebuilt from that parity.
+    // Faults: 3 media errors; 2 lost for good at the close, 1 repaired.
+    let p = path("two-unread");
+    let cfg = Config::small("media");
+    let geo = cfg.geometry();
+    let cfg = cfg.size(geo.pool_size(2));
+    let pool = Pool::create(&p, &cfg).unwrap();
+    let [a, b, c] = same_column(&pool, &geo, 3, true)[..] else {
+        unreachable!()
+    };
+    let want_c = *pool.get(c).unwrap();
+    for o in [a, b] {
+        pool.inject(&Fault::MediaError { offset: o.raw() }).unwrap();
+    }
+    drop(pool);
+    let pool = Pool::open_with(&p, &cfg).unwrap();
+    assert_eq!(
+        pool.verify_parity().unwrap(),
+        Vec::<u64>::new(),
+        "the column of the two zeroed pages agrees with its parity"
+    );
+    for o in [a, b] {
+        assert!(
+            pool.tx(|tx| Ok(*tx.open(o)?)).is_err(),
+            "the loss is reported"
+        );
+    }
+    pool.inject(&Fault::MediaError { offset: c.raw() }).unwrap();
+    assert!(
+        *pool.get(c).unwrap() == want_c,
+        "rebuilt from its column's parity"
+    );
+    let s = pool.stats();
+    assert_eq!((s.media_errors_repaired, s.media_errors_lost), (1, 0));
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
+
 /// `count` page columns, each holding the first pages of `n` objects, one per row (other
 /// rows of one zone); the objects of each column in allocation order.
 fn columns(

@@ -370,12 +370,13 @@ impl FaultCtx {
             // SAFETY: as above; the page is accessible again.
             unsafe { media.write(v - 1, &[0u8; PAGE as usize]) };
             media.flush(v - 1, PAGE);
-            if parity_column_of(&self.geo, v - 1).is_some() {
-                // A parity page: no checksum would ever find it zeroed, and the next
-                // session would rebuild its column's lost pages from the zeroes. It is
-                // recomputed from the data rows instead (below).
-                zeroed.push(v - 1);
-            }
+            // Lost for good, its column's parity recomputed from the rows as they are
+            // (below). A parity page: no checksum would ever find it zeroed, and the next
+            // session would rebuild its column's lost pages from the zeroes. A data page
+            // (its column lost another page too, or it could not be rebuilt above): its
+            // column's parity still holds its old bytes, from which a later lost page of
+            // the column would be "rebuilt" wrong and counted repaired.
+            zeroed.push(v - 1);
         }
         // `None` before the zones: a page there that a machine check zero-filled (the
         // header, the lanes) has no parity to recompute.
@@ -414,9 +415,10 @@ impl FaultCtx {
 
     /// Makes `page` lost, as a media error would: every access to it faults from now on.
     /// Its bytes stay in place, unreadable, until the handler writes what parity rebuilds
-    /// over them (or the pool closes first, which zeroes them): a thread that reads the page
-    /// in the moment between the handler's `mprotect` and its write sees those bytes, never
-    /// a destroyed page, just as no thread can read a poisoned line of real persistent
+    /// over them (or the pool closes first, which rebuilds them where their column allows
+    /// and zeroes them otherwise: `unprotect_all`): a thread that reads the page in the
+    /// moment between the handler's `mprotect` and its write sees those bytes, never a
+    /// destroyed page, just as no thread can read a poisoned line of real persistent
     /// memory before it is rewritten. `Ok(false)` if too many emulated errors are
     /// outstanding; the OS error if the page could not be protected (nothing changed).
     ///
