@@ -88,12 +88,17 @@ pub enum Fault {
         offset: u64,
     },
     /// A page whose bytes were destroyed while the pool was closed: the page holding
-    /// `offset` holds random bytes, durably, and parity still holds its old ones.
-    /// The next session meets it as damage, not as a fault: checksums find the objects on
-    /// it damaged and parity rebuilds each (only their bytes: a repairing scrub makes
-    /// the page's column agree with its parity again). This is how `pgl inject media`
-    /// damages a pool, which its own process closes before any program reads it. Only
-    /// pages of the zones' rows, data or parity.
+    /// `offset` holds random bytes, durably, and parity still holds its old ones. Nothing
+    /// marks the page lost (a real media error's poison would fault on the next load): the
+    /// next session meets it as damage, found only where a check covers it. Checksums find
+    /// the objects on it damaged and parity rebuilds each (only their bytes: a repairing
+    /// scrub makes the page's column agree with its parity again), and the open rebuilds
+    /// checked run bitmap words. What no check covers is found only by a parity check
+    /// (`pool.verify_parity`, a scrub, `pgl check`): a parity page (a repairing scrub
+    /// recomputes it), a plain run bitmap's words (their blocks read as allocated or free
+    /// at random, so live blocks may be allocated again) and, without checksums, objects.
+    /// This is how `pgl inject media` damages a pool, which its own process closes before
+    /// any program reads it. Only pages of the zones' rows, data or parity.
     LostPage {
         /// A byte of the page.
         offset: u64,

@@ -75,8 +75,9 @@ pub(crate) enum FaultArg {
         #[arg(value_parser = parse_size)]
         len: u64,
     },
-    /// A media error, as the next program to open the pool finds it: the page holding
-    /// OFFSET loses its contents (random bytes; parity keeps the old ones).
+    /// A media error as damage the next program to open the pool finds: the page holding
+    /// OFFSET loses its contents (random bytes; parity keeps the old ones), found where
+    /// checksums or checked bitmaps cover it, elsewhere only by `pgl check` or a scrub.
     Media {
         /// A pool byte in a zone's rows (hex or decimal, e.g. an oid); its 4096-byte page
         /// is lost.
