@@ -435,8 +435,10 @@ fn pages_zeroed_before_a_close_leave_their_column_rebuildable() {
     // lost when the pool closes (`d`, never read, on a page of objects alone) is rebuilt
     // at the close from its column's parity, as a load would have rebuilt it: the next
     // session finds it intact and its column agreeing with parity, and the column
-    // rebuilds a lost page (`e`) as before. (Left zeroed for the next session, `d` alone
-    // was repaired when read; the rest of its page kept its zeros, and `e` was lost.)
+    // rebuilds a lost page (`e`) as before; a scrub then finds every object intact.
+    // (Left zeroed for the next session, `d` alone was repaired when read: the rest of
+    // its page kept its zeros, the column disagreed with its parity, and the objects of
+    // that page the test never reads were damaged.)
     // Faults: 5 media errors; 2 lost for good (reported), 3 repaired (1 at the close).
     let p = path("zeroed-close");
     let cfg = Config::small("media");
@@ -484,6 +486,18 @@ fn pages_zeroed_before_a_close_leave_their_column_rebuildable() {
     let s = pool.stats();
     assert_eq!((s.media_errors_repaired, s.media_errors_lost), (2, 0));
     assert_eq!(pool.verify_parity().unwrap(), Vec::<u64>::new());
+    // Every object, those beside `d` and `e` on their pages included: damage is reported
+    // on the pages of `a` and `b` alone (lost for good: their objects, or the bitmap
+    // words over them), nowhere else.
+    let report = pool.scrub(false, |_, _| {}).unwrap();
+    let page = |off: u64| off / 4096;
+    assert!(!report.damaged.is_empty(), "the pages lost for good");
+    for (off, e) in &report.damaged {
+        assert!(
+            [a, b].iter().any(|o| page(o.raw()) == page(*off)),
+            "damage at {off:#x} beyond the pages lost for good: {e}"
+        );
+    }
     drop(pool);
     std::fs::remove_file(&p).unwrap();
 }
@@ -807,6 +821,62 @@ fn plain_run_config() -> Config {
     c.size = c.geometry().pool_size(1);
     c.max_size = c.size;
     c
+}
+
+#[test]
+fn a_lost_page_no_check_would_find_is_refused() {
+    // `LostPage` marks nothing lost: a plain run bitmap's random words would free live
+    // blocks, and without checksums objects would read back wrong, all unreported. Both
+    // are refused, the pool unchanged; `MediaError` (rebuilt on the next load) is not.
+    let p = path("lost-unnoticed");
+    let cfg = plain_run_config();
+    let geo = cfg.geometry();
+    let pool = Pool::create(&p, &cfg).unwrap();
+    let objs: Vec<Oid<u64>> = (0..400u64)
+        .map(|i| pool.tx(|tx| tx.alloc(1000 + i)).unwrap())
+        .collect();
+    let rel = objs[0].raw() - geo.zones_offset();
+    let run = geo.zones_offset() + rel / geo.chunk_size * geo.chunk_size;
+    let r = pool.inject(&Fault::LostPage {
+        offset: run,
+        seed: 3,
+    });
+    match r {
+        Err(Error::InvalidFault { reason, .. }) => {
+            assert!(
+                reason.contains("plain (unchecked) allocation bitmap"),
+                "{reason}"
+            )
+        }
+        other => panic!("a plain bitmap's page: {other:?}"),
+    }
+    pool.inject(&Fault::MediaError { offset: run }).unwrap();
+    drop(pool);
+    let pool = Pool::open_with(&p, &cfg).unwrap();
+    for (i, o) in objs.iter().enumerate() {
+        assert_eq!(*pool.get(*o).unwrap(), 1000 + i as u64, "object {i}");
+    }
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+
+    let p = path("lost-no-sums");
+    let mut cfg = Config::new("media");
+    cfg.checksums = false;
+    let pool = Pool::create(&p, &cfg).unwrap();
+    let o: Oid<Obj> = pool.tx(|tx| tx.alloc(value(1))).unwrap();
+    let r = pool.inject(&Fault::LostPage {
+        offset: o.raw(),
+        seed: 3,
+    });
+    match r {
+        Err(Error::InvalidFault { reason, .. }) => {
+            assert!(reason.contains("no object checksums"), "{reason}")
+        }
+        other => panic!("a pool without checksums: {other:?}"),
+    }
+    assert!(*pool.get(o).unwrap() == value(1), "unchanged");
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
 }
 
 #[test]

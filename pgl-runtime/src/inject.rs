@@ -93,12 +93,13 @@ pub enum Fault {
     /// next session meets it as damage, found only where a check covers it. Checksums find
     /// the objects on it damaged and parity rebuilds each (only their bytes: a repairing
     /// scrub makes the page's column agree with its parity again), and the open rebuilds
-    /// checked run bitmap words. What no check covers is found only by a parity check
-    /// (`pool.verify_parity`, a scrub, `pgl check`): a parity page (a repairing scrub
-    /// recomputes it), a plain run bitmap's words (their blocks read as allocated or free
-    /// at random, so live blocks may be allocated again) and, without checksums, objects.
+    /// checked run bitmap words; a parity page is found by a parity check
+    /// (`pool.verify_parity`, a scrub, `pgl check`; a repairing scrub recomputes it).
     /// This is how `pgl inject media` damages a pool, which its own process closes before
-    /// any program reads it. Only pages of the zones' rows, data or parity.
+    /// any program reads it. Only pages of the zones' rows, data or parity, and only where
+    /// a check would find the loss: a page holding a plain (unchecked) run bitmap's words,
+    /// or objects of a pool without checksums, is refused (its random bytes would be taken
+    /// as data: live blocks allocated again, objects read wrong, nothing reported).
     LostPage {
         /// A byte of the page.
         offset: u64,

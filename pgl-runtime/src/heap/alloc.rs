@@ -445,6 +445,14 @@ impl Heap {
             })
     }
 
+    /// Whether the page at `page` holds words of a plain run's bitmap, as the volatile
+    /// chunk kinds say: no check guards them, so damage to them goes unnoticed (a zeroed
+    /// or random word frees live blocks).
+    pub(crate) fn holds_plain_bitmap(&self, page: u64) -> bool {
+        self.run_bitmap_at(page)
+            .is_some_and(|(checked, within, words)| !checked && within < words * 8)
+    }
+
     /// For `off` in a chunk the volatile chunk kinds say is a run of a known class:
     /// whether the run's bitmap is checked, `off`'s offset in the chunk, and how many
     /// words the bitmap has (it starts the chunk).

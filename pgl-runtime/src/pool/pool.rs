@@ -690,7 +690,7 @@ impl Pool {
             .map_err(|e| eng.named(e))?;
         match *fault {
             crate::Fault::MediaError { offset } => return self.inject_media_error(offset),
-            crate::Fault::LostPage { offset, .. } => self.refuse_outside_rows(fault, offset)?,
+            crate::Fault::LostPage { offset, .. } => self.refuse_unnoticed_loss(fault, offset)?,
             _ => {}
         }
         let target = || {
@@ -743,6 +743,34 @@ impl Pool {
             ));
         }
         Ok(())
+    }
+
+    /// `Error::InvalidFault` for `fault`, a page lost while the pool was closed, unless a
+    /// check would find the loss: its page must lie in the zones' rows, and hold neither
+    /// a plain run bitmap's words nor, in a pool without checksums, objects. Nothing marks
+    /// such a page lost, so the next session would take its random bytes as data: live
+    /// blocks freed, objects read wrong, with nothing reported. (A real media error
+    /// faults on the next load instead: `Fault::MediaError`.)
+    fn refuse_unnoticed_loss(&self, fault: &crate::Fault, offset: u64) -> Result<()> {
+        self.refuse_outside_rows(fault, offset)?;
+        let eng = &self.inner.eng;
+        let page = offset / PAGE * PAGE;
+        let unnoticed = if eng.heap.holds_plain_bitmap(page) {
+            "the page holds words of a plain (unchecked) allocation bitmap"
+        } else if !eng.checksums && eng.map.parity_of(page).is_some() {
+            "the pool keeps no object checksums"
+        } else {
+            return Ok(());
+        };
+        Err(eng.named(fault.refused(
+            &eng.media.path(),
+            format!(
+                "{unnoticed}, so nothing would find the page's bytes damaged until a parity \
+                 check (live blocks may be allocated again, objects read wrong, meanwhile); \
+                 inject Fault::MediaError from a program instead: the page is rebuilt from \
+                 parity on its next load"
+            ),
+        )))
     }
 
     fn inject_media_error(&self, offset: u64) -> Result<()> {

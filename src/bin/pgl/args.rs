@@ -76,8 +76,8 @@ pub(crate) enum FaultArg {
         len: u64,
     },
     /// A media error as damage the next program to open the pool finds: the page holding
-    /// OFFSET loses its contents (random bytes; parity keeps the old ones), found where
-    /// checksums or checked bitmaps cover it, elsewhere only by `pgl check` or a scrub.
+    /// OFFSET loses its contents (random bytes; parity keeps the old ones). Refused where
+    /// no check would find it (a plain run bitmap; objects of a pool without checksums).
     Media {
         /// A pool byte in a zone's rows (hex or decimal, e.g. an oid); its 4096-byte page
         /// is lost.
