@@ -154,15 +154,27 @@ fn parity_page_of(geo: &pgl::geometry::Geometry, off: u64) -> u64 {
     geo.parity_offset(zone) + col
 }
 
-/// A new pool holding `value(0..40)`, with 1 fault injected: a media error on the parity
-/// page of the 18th object's first page. Its path, config, the pool and the objects.
-fn forty_with_a_lost_parity_page(name: &str) -> (std::path::PathBuf, Config, Pool, Vec<Oid<Obj>>) {
+/// The start of the chunk holding pool offset `off` (a run's first page holds its bitmap).
+fn chunk_of(geo: &pgl::geometry::Geometry, off: u64) -> u64 {
+    let rel = off - geo.zones_offset();
+    geo.zones_offset() + rel / geo.chunk_size * geo.chunk_size
+}
+
+/// A new pool of `cfg` holding `value(0..40)`: its path, the pool and the objects.
+fn forty(name: &str, cfg: &Config) -> (std::path::PathBuf, Pool, Vec<Oid<Obj>>) {
     let p = path(name);
-    let cfg = Config::small("media");
-    let pool = Pool::create(&p, &cfg).unwrap();
+    let pool = Pool::create(&p, cfg).unwrap();
     let objs: Vec<Oid<Obj>> = (0..40)
         .map(|i| pool.tx(|tx| tx.alloc(value(i))).unwrap())
         .collect();
+    (p, pool, objs)
+}
+
+/// A new pool holding `value(0..40)`, with 1 fault injected: a media error on the parity
+/// page of the 18th object's first page. Its path, config, the pool and the objects.
+fn forty_with_a_lost_parity_page(name: &str) -> (std::path::PathBuf, Config, Pool, Vec<Oid<Obj>>) {
+    let cfg = Config::small("media");
+    let (p, pool, objs) = forty(name, &cfg);
     pool.inject(&Fault::MediaError {
         offset: parity_page_of(&cfg.geometry(), objs[17].raw()),
     })
@@ -248,16 +260,12 @@ fn media_errors_outside_the_data_rows_are_refused() {
 fn a_page_lost_while_closed_is_found_by_checksums_and_its_objects_rebuilt() {
     // `LostPage`: the page's bytes destroyed behind the pool's back, parity kept. The next
     // session opens every object in a transaction (which verifies it; a `pool.get` does
-    // only under `VerifyPolicy::Conservative`): each one on the page fails its checksum and is
-    // rebuilt from parity; a repairing scrub then makes the page's column agree with
-    // parity.
+    // only under `VerifyPolicy::Conservative`): each one on the page fails its checksum
+    // and is rebuilt from parity; a repairing scrub then makes the page's column agree
+    // with parity.
     // Faults: 1 lost page; every object on it repaired, none lost.
-    let p = path("lost-page");
     let cfg = Config::new("media");
-    let pool = Pool::create(&p, &cfg).unwrap();
-    let objs: Vec<Oid<Obj>> = (0..40)
-        .map(|i| pool.tx(|tx| tx.alloc(value(i))).unwrap())
-        .collect();
+    let (p, pool, objs) = forty("lost-page", &cfg);
     let page = (objs[5].raw() + 100) / 4096 * 4096;
     let size = std::mem::size_of::<Obj>() as u64;
     let on_page = objs
@@ -426,6 +434,16 @@ fn same_column(
     panic!("no {n} objects share a page column");
 }
 
+/// A new pool of two zones (`Config::small`): its path, config, geometry and the pool.
+fn two_zones(name: &str) -> (std::path::PathBuf, Config, pgl::geometry::Geometry, Pool) {
+    let p = path(name);
+    let cfg = Config::small("media");
+    let geo = cfg.geometry();
+    let cfg = cfg.size(geo.pool_size(2));
+    let pool = Pool::create(&p, &cfg).unwrap();
+    (p, cfg, geo, pool)
+}
+
 #[test]
 fn pages_zeroed_before_a_close_leave_their_column_rebuildable() {
     // Pages lost for good are zero-filled by the handler: `a` and `b` (two losses in one
@@ -440,11 +458,7 @@ fn pages_zeroed_before_a_close_leave_their_column_rebuildable() {
     // its page kept its zeros, the column disagreed with its parity, and the objects of
     // that page the test never reads were damaged.)
     // Faults: 5 media errors; 2 lost for good (reported), 3 repaired (1 at the close).
-    let p = path("zeroed-close");
-    let cfg = Config::small("media");
-    let geo = cfg.geometry();
-    let cfg = cfg.size(geo.pool_size(2));
-    let pool = Pool::create(&p, &cfg).unwrap();
+    let (p, cfg, geo, pool) = two_zones("zeroed-close");
     let [a, b, c] = same_column(&pool, &geo, 3, false)[..] else {
         unreachable!()
     };
@@ -510,11 +524,7 @@ fn two_pages_of_one_column_still_lost_at_close_leave_it_rebuildable() {
     // the pages the handler zero-filled: the next session no longer knows which pages were
     // zeroed, and a later lost page of the column (`c`) is rebuilt from that parity.
     // Faults: 3 media errors; 2 lost for good at the close, 1 repaired.
-    let p = path("two-unread");
-    let cfg = Config::small("media");
-    let geo = cfg.geometry();
-    let cfg = cfg.size(geo.pool_size(2));
-    let pool = Pool::create(&p, &cfg).unwrap();
+    let (p, cfg, geo, pool) = two_zones("two-unread");
     let [a, b, c] = same_column(&pool, &geo, 3, true)[..] else {
         unreachable!()
     };
@@ -553,18 +563,9 @@ fn a_lost_page_holding_a_checked_run_bitmap_is_repaired_at_the_next_open() {
     // parity; the objects on the page are repaired as they are read; allocation goes on
     // without handing out a live block.
     // Faults: 1 lost page.
-    let p = path("lost-bitmap");
     let cfg = Config::small("media");
-    let geo = cfg.geometry();
-    let pool = Pool::create(&p, &cfg).unwrap();
-    let objs: Vec<Oid<Obj>> = (0..40)
-        .map(|i| pool.tx(|tx| tx.alloc(value(i))).unwrap())
-        .collect();
-    let chunk = |o: u64| {
-        let rel = o - geo.zones_offset();
-        geo.zones_offset() + rel / geo.chunk_size * geo.chunk_size
-    };
-    let run = chunk(objs[0].raw());
+    let (p, pool, objs) = forty("lost-bitmap", &cfg);
+    let run = chunk_of(&cfg.geometry(), objs[0].raw());
     pool.inject(&Fault::LostPage {
         offset: run,
         seed: 5,
@@ -611,15 +612,10 @@ fn a_lost_parity_page_is_reported_by_a_scrub_and_recomputed_by_a_repairing_one()
     // it. A scrub reports its column; a repairing scrub recomputes it, after which the
     // column rebuilds a lost data page byte-exact.
     // Faults: 1 lost page, then 1 media error (repaired).
-    let p = path("lost-parity");
     let cfg = Config::small("media");
-    let geo = cfg.geometry();
-    let pool = Pool::create(&p, &cfg).unwrap();
-    let objs: Vec<Oid<Obj>> = (0..40)
-        .map(|i| pool.tx(|tx| tx.alloc(value(i))).unwrap())
-        .collect();
+    let (p, pool, objs) = forty("lost-parity", &cfg);
     let o = objs[17];
-    let parity = parity_page_of(&geo, o.raw());
+    let parity = parity_page_of(&cfg.geometry(), o.raw());
     pool.inject(&Fault::LostPage {
         offset: parity,
         seed: 5,
@@ -823,20 +819,32 @@ fn plain_run_config() -> Config {
     c
 }
 
-#[test]
-fn a_lost_page_no_check_would_find_is_refused() {
-    // `LostPage` marks nothing lost: a plain run bitmap's random words would free live
-    // blocks, and without checksums objects would read back wrong, all unreported. Both
-    // are refused, the pool unchanged; `MediaError` (rebuilt on the next load) is not.
-    let p = path("lost-unnoticed");
+/// A new pool of `plain_run_config` holding `1000 + i` for `i` in 0..400, all in one run:
+/// its path, config, the pool, the objects and the run's chunk (whose first page holds
+/// the plain bitmap).
+#[allow(clippy::type_complexity)]
+fn one_plain_run(name: &str) -> (std::path::PathBuf, Config, Pool, Vec<Oid<u64>>, u64) {
+    let p = path(name);
     let cfg = plain_run_config();
     let geo = cfg.geometry();
     let pool = Pool::create(&p, &cfg).unwrap();
     let objs: Vec<Oid<u64>> = (0..400u64)
         .map(|i| pool.tx(|tx| tx.alloc(1000 + i)).unwrap())
         .collect();
-    let rel = objs[0].raw() - geo.zones_offset();
-    let run = geo.zones_offset() + rel / geo.chunk_size * geo.chunk_size;
+    let run = chunk_of(&geo, objs[0].raw());
+    assert!(
+        objs.iter().all(|o| chunk_of(&geo, o.raw()) == run),
+        "one run"
+    );
+    (p, cfg, pool, objs, run)
+}
+
+#[test]
+fn a_lost_page_no_check_would_find_is_refused() {
+    // `LostPage` marks nothing lost: a plain run bitmap's random words would free live
+    // blocks, and without checksums objects would read back wrong, all unreported. Both
+    // are refused, the pool unchanged; `MediaError` (rebuilt on the next load) is not.
+    let (p, cfg, pool, objs, run) = one_plain_run("lost-unnoticed");
     let r = pool.inject(&Fault::LostPage {
         offset: run,
         seed: 3,
@@ -881,20 +889,7 @@ fn a_lost_page_no_check_would_find_is_refused() {
 
 #[test]
 fn a_plain_run_bitmap_page_still_lost_at_close_does_not_free_its_objects() {
-    let p = path("plain-bitmap");
-    let cfg = plain_run_config();
-    let geo = cfg.geometry();
-    let pool = Pool::create(&p, &cfg).unwrap();
-    let objs: Vec<Oid<u64>> = (0..400u64)
-        .map(|i| pool.tx(|tx| tx.alloc(1000 + i)).unwrap())
-        .collect();
-    // The run's chunk: its first page holds the (plain) bitmap.
-    let chunk = |o: u64| {
-        let rel = o - geo.zones_offset();
-        geo.zones_offset() + rel / geo.chunk_size * geo.chunk_size
-    };
-    let run = chunk(objs[0].raw());
-    assert!(objs.iter().all(|o| chunk(o.raw()) == run), "one run");
+    let (p, cfg, pool, objs, run) = one_plain_run("plain-bitmap");
     pool.inject(&Fault::MediaError { offset: run }).unwrap();
     drop(pool);
     let pool = Pool::open_with(&p, &cfg).unwrap();

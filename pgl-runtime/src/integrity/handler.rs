@@ -315,11 +315,11 @@ impl FaultCtx {
     /// than it could record, the parity of every zone is recomputed. Called with the pool
     /// closing (and unregistered), so that nothing else accesses it.
     ///
-    /// Zeroing a lost page that its column could rebuild, and leaving it to the next
-    /// session, repaired each object on it as it was read (checksums find them), but
-    /// nothing else on the page: its free blocks and the objects not read yet kept their
-    /// zeros, its column disagreed with its parity, and a second page lost in that column
-    /// later could not be rebuilt.
+    /// Why a page its column can rebuild is rebuilt here, not zeroed for the next session:
+    /// that session repairs objects, not pages (checksums find each object on the page as
+    /// it is read, and parity rebuilds its bytes alone), so the page's free blocks and the
+    /// objects not read yet would keep their zeros, its column would disagree with its
+    /// parity, and a second page lost in that column could not be rebuilt.
     pub(crate) fn unprotect_all(&self, media: &Media) {
         // First, while every lost page still counts as lost in its column.
         let parity = self.parity();

@@ -735,9 +735,9 @@ impl Pool {
             return Err(eng.named(
                 fault.refused(
                     &eng.media.path(),
-                    "a media error can be injected only into the zones' rows (data rows, where \
-                 objects and allocator metadata live, and parity rows; `pgl info --objects` \
-                 lists objects' offsets)"
+                    "a media error can be injected only into the zones' rows (data rows, \
+                     where objects and allocator metadata live, and parity rows; `pgl info \
+                     --objects` lists objects' offsets)"
                         .into(),
                 ),
             ));
