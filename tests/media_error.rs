@@ -405,33 +405,15 @@ fn a_crash_point_taken_over_a_lost_page_does_not_hang() {
     assert_eq!((s.media_errors_repaired, s.media_errors_lost), (1, 0));
 }
 
-/// `n` objects whose first pages share one page column, each in another row of one zone;
-/// with `data_only`, on pages past their chunk's first (which holds a run's bitmap).
+/// `n` objects of `value(i)` whose first pages share one page column, each in another row
+/// of one zone (`support::same_column`).
 fn same_column(
     pool: &Pool,
     geo: &pgl::geometry::Geometry,
     n: usize,
     data_only: bool,
 ) -> Vec<Oid<Obj>> {
-    // (zone, page column) -> (row, object) found there
-    let mut seen = std::collections::HashMap::<_, Vec<(u64, Oid<Obj>)>>::new();
-    for i in 0..20_000u64 {
-        let o: Oid<Obj> = pool.tx(|tx| tx.alloc(value(i))).unwrap();
-        let rel = o.raw() - geo.zones_offset();
-        if data_only && rel % geo.chunk_size < 4096 {
-            continue;
-        }
-        let key = (rel / geo.zone_size(), rel % geo.row_size() / 4096);
-        let row = rel % geo.zone_size() / geo.row_size();
-        let found = seen.entry(key).or_default();
-        if found.iter().all(|&(r, _)| r != row) {
-            found.push((row, o));
-            if found.len() == n {
-                return found.iter().map(|&(_, o)| o).collect();
-            }
-        }
-    }
-    panic!("no {n} objects share a page column");
+    support::same_column(pool, geo, n, data_only, value)
 }
 
 /// A new pool of two zones (`Config::small`): its path, config, geometry and the pool.

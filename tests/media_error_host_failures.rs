@@ -107,6 +107,57 @@ fn a_lost_page_the_handler_cannot_unprotect_goes_to_the_previous_handler() {
 }
 
 #[test]
+fn a_page_left_unreadable_at_close_keeps_only_its_own_column_as_it_is() {
+    // `a` and `b` are lost for good (one column, both read: the handler zero-fills them);
+    // the close recomputes their column's parity over the zeros. `s`, in another column
+    // of the zone, is lost and never read, and the close cannot make it readable again
+    // (every mprotect fails then): its own column cannot be recomputed, but that must not
+    // keep `a` and `b`'s from it, or a later loss there (`c`) is rebuilt from parity that
+    // still holds their old bytes: wrong bytes, counted as repaired.
+    // Faults: 4 media errors; 2 lost for good, 1 left unreadable at close, 1 repaired.
+    let _on = SWITCHES.lock().unwrap_or_else(|e| e.into_inner());
+    let p = path("stuck-close");
+    let cfg = Config::small("media");
+    let geo = cfg.geometry();
+    let cfg = cfg.size(geo.pool_size(2));
+    let pool = Pool::create(&p, &cfg).unwrap();
+    let value = |i: u64| [i; 100];
+    let [a, b, c] = support::same_column(&pool, &geo, 3, true, value)[..] else {
+        unreachable!()
+    };
+    let zone = |o: Oid<[u64; 100]>| (o.raw() - geo.zones_offset()) / geo.zone_size();
+    let column = |o: Oid<[u64; 100]>| (o.raw() - geo.zones_offset()) % geo.row_size() / 4096;
+    let s = (0..20_000u64)
+        .map(|i| pool.tx(|tx| tx.alloc(value(i))).unwrap())
+        .find(|&o| zone(o) == zone(a) && column(o) != column(a))
+        .expect("an object in another column of the zone");
+    let want_c = *pool.get(c).unwrap();
+    for o in [a, b] {
+        pool.inject(&Fault::MediaError { offset: o.raw() }).unwrap();
+    }
+    for o in [a, b] {
+        assert!(
+            pool.tx(|tx| Ok(*tx.open(o)?)).is_err(),
+            "the loss is reported"
+        );
+    }
+    pool.inject(&Fault::MediaError { offset: s.raw() }).unwrap();
+    fault::set_fail_mprotect(true);
+    drop(pool);
+    fault::set_fail_mprotect(false);
+    let pool = Pool::open_with(&p, &cfg).unwrap();
+    pool.inject(&Fault::MediaError { offset: c.raw() }).unwrap();
+    assert!(
+        *pool.get(c).unwrap() == want_c,
+        "rebuilt from its column's parity, recomputed over the zeros"
+    );
+    let st = pool.stats();
+    assert_eq!((st.media_errors_repaired, st.media_errors_lost), (1, 0));
+    drop(pool);
+    std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
 fn media_errors_are_refused_where_system_pages_are_not_4_kib() {
     // The handler protects and rebuilds 4 KiB pages; with 16 KiB system pages `mprotect`
     // of one would fail (or protect its neighbours). The pool works; injection says why not.

@@ -488,12 +488,7 @@ fn a_zeroed_zone_metadata_copy_is_not_taken_for_the_good_one() {
     };
     assert!(in_zone_1.raw() < geo.zone_offset(2));
     drop(pool);
-    {
-        use std::os::unix::fs::FileExt;
-        let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
-        f.write_all_at(&[0u8; 4096], geo.chunk_offset(1, 0))
-            .unwrap();
-    }
+    support::file_write(&p, geo.chunk_offset(1, 0), &[0u8; 4096]);
     let pool = Pool::open_with(&p, &cfg).unwrap();
     assert_eq!(pool.stats().metadata_repairs, 1, "copy A rewritten");
     for (i, &o) in objs.iter().enumerate() {

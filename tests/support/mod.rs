@@ -59,6 +59,37 @@ pub fn file_write(path: &std::path::Path, off: u64, bytes: &[u8]) {
     f.write_all(bytes).unwrap();
 }
 
+/// `n` objects `make(i)`, for i = 0, 1, ..., whose first pages share one page column, each
+/// in another row of one zone (the objects allocated on the way stay allocated); with
+/// `data_only`, on pages past their chunk's first (which holds a run's bitmap).
+pub fn same_column<T: pgl::Persistent>(
+    pool: &pgl::Pool,
+    geo: &pgl::geometry::Geometry,
+    n: usize,
+    data_only: bool,
+    make: impl Fn(u64) -> T,
+) -> Vec<pgl::Oid<T>> {
+    // (zone, page column) -> (row, object) found there
+    let mut seen = std::collections::HashMap::<_, Vec<(u64, pgl::Oid<T>)>>::new();
+    for i in 0..20_000u64 {
+        let o = pool.tx(|tx| tx.alloc(make(i))).unwrap();
+        let rel = o.raw() - geo.zones_offset();
+        if data_only && rel % geo.chunk_size < 4096 {
+            continue;
+        }
+        let key = (rel / geo.zone_size(), rel % geo.row_size() / 4096);
+        let row = rel % geo.zone_size() / geo.row_size();
+        let found = seen.entry(key).or_default();
+        if found.iter().all(|&(r, _)| r != row) {
+            found.push((row, o));
+            if found.len() == n {
+                return found.iter().map(|&(_, o)| o).collect();
+            }
+        }
+    }
+    panic!("no {n} objects share a page column");
+}
+
 /// Flips bit 0 of the byte at `off` of the file at `path`.
 pub fn file_flip(path: &std::path::Path, off: u64) {
     let mut b = [0u8];

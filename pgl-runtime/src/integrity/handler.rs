@@ -385,7 +385,12 @@ impl FaultCtx {
                 .map(|rel| rel / self.geo.zone_size())
         };
         let readable = |zone: u64| stuck.iter().all(|&p| zone_of(p) != Some(zone));
-        zeroed.retain(|&p| zone_of(p).is_some_and(readable));
+        // A column's parity is recomputed from its pages alone: only a page left
+        // unreadable in that column keeps it as it is (`None`: no column, no parity).
+        zeroed.retain(|&p| {
+            let col = self.column_key(p);
+            col.is_some() && stuck.iter().all(|&s| self.column_key(s) != col)
+        });
         if parity.enabled() && self.lost_overflow.load(Ordering::Acquire) {
             for z in (0..self.geo.zones_for(media.len())).filter(|&z| readable(z)) {
                 let data = super::parity::zone_extents(media, &self.geo, z);
@@ -450,6 +455,16 @@ impl FaultCtx {
         }
     }
 
+    /// The zone and in-row offset of `page`'s column (a data or a parity page); `None`
+    /// outside the zones' rows.
+    fn column_key(&self, page: u64) -> Option<(u64, u64)> {
+        let g = &self.geo;
+        match (column_of(g, page), parity_column_of(g, page)) {
+            (Some((zone, _, col)), _) | (None, Some((zone, col))) => Some((zone, col)),
+            (None, None) => None,
+        }
+    }
+
     /// Whether another page of `page`'s column in its zone (data rows and parity row) is
     /// lost too, or may be (an unrecorded loss).
     fn column_has_other_loss(&self, page: u64) -> bool {
@@ -457,9 +472,8 @@ impl FaultCtx {
             return true;
         }
         let g = &self.geo;
-        let (zone, col) = match (column_of(g, page), parity_column_of(g, page)) {
-            (Some((zone, _, col)), _) | (None, Some((zone, col))) => (zone, col),
-            (None, None) => return true,
+        let Some((zone, col)) = self.column_key(page) else {
+            return true;
         };
         let lost = |other: u64| {
             other != page
