@@ -449,15 +449,7 @@ fn pages_zeroed_before_a_close_leave_their_column_rebuildable() {
     };
     let want = |o: Oid<Obj>| *pool.get(o).unwrap();
     let (want_c, want_d, want_e) = (want(c), want(d), want(e));
-    for o in [a, b] {
-        pool.inject(&Fault::MediaError { offset: o.raw() }).unwrap();
-    }
-    for o in [a, b] {
-        assert!(
-            pool.tx(|tx| Ok(*tx.open(o)?)).is_err(),
-            "the loss is reported"
-        );
-    }
+    support::lose_for_good(&pool, &[a, b]);
     pool.inject(&Fault::MediaError { offset: d.raw() }).unwrap();
     assert_eq!(pool.stats().media_errors_lost, 2);
     drop(pool);
@@ -472,13 +464,8 @@ fn pages_zeroed_before_a_close_leave_their_column_rebuildable() {
         "the page lost at close was rebuilt from its column's intact parity"
     );
     assert_eq!(pool.stats().objects_repaired, 0, "nothing left to repair");
-    for (o, want) in [(c, want_c), (e, want_e)] {
-        pool.inject(&Fault::MediaError { offset: o.raw() }).unwrap();
-        assert!(
-            *pool.get(o).unwrap() == want,
-            "rebuilt from its column's parity"
-        );
-    }
+    support::assert_rebuilt(&pool, c, &want_c);
+    support::assert_rebuilt(&pool, e, &want_e);
     let s = pool.stats();
     assert_eq!((s.media_errors_repaired, s.media_errors_lost), (2, 0));
     assert_eq!(pool.verify_parity().unwrap(), Vec::<u64>::new());
@@ -527,11 +514,7 @@ fn two_pages_of_one_column_still_lost_at_close_leave_it_rebuildable() {
             "the loss is reported"
         );
     }
-    pool.inject(&Fault::MediaError { offset: c.raw() }).unwrap();
-    assert!(
-        *pool.get(c).unwrap() == want_c,
-        "rebuilt from its column's parity"
-    );
+    support::assert_rebuilt(&pool, c, &want_c);
     let s = pool.stats();
     assert_eq!((s.media_errors_repaired, s.media_errors_lost), (1, 0));
     drop(pool);
@@ -713,12 +696,7 @@ fn more_lost_pages_than_the_handler_records_are_never_rebuilt_from_stale_parity(
     drop(pool);
     let pool = Pool::open_with(&p, &cfg).unwrap();
     assert_eq!(pool.verify_parity().unwrap(), Vec::<u64>::new());
-    let d = cols[last][3];
-    pool.inject(&Fault::MediaError { offset: d.raw() }).unwrap();
-    assert!(
-        *pool.get(d).unwrap() == wants[last][3],
-        "rebuilt from its column's parity"
-    );
+    support::assert_rebuilt(&pool, cols[last][3], &wants[last][3]);
     let s = pool.stats();
     assert_eq!((s.media_errors_repaired, s.media_errors_lost), (1, 0));
     drop(pool);
@@ -776,11 +754,7 @@ fn a_parity_page_still_lost_at_close_leaves_its_column_rebuildable() {
     let o = objs[17];
     drop(pool);
     let pool = Pool::open_with(&p, &cfg).unwrap();
-    pool.inject(&Fault::MediaError { offset: o.raw() }).unwrap();
-    assert!(
-        *pool.get(o).unwrap() == value(17),
-        "rebuilt from its column's parity"
-    );
+    support::assert_rebuilt(&pool, o, &value(17));
     let s = pool.stats();
     assert_eq!((s.media_errors_repaired, s.media_errors_lost), (1, 0));
     assert_eq!(pool.verify_parity().unwrap(), Vec::<u64>::new());

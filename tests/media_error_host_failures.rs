@@ -132,25 +132,14 @@ fn a_page_left_unreadable_at_close_keeps_only_its_own_column_as_it_is() {
         .find(|&o| zone(o) == zone(a) && column(o) != column(a))
         .expect("an object in another column of the zone");
     let want_c = *pool.get(c).unwrap();
-    for o in [a, b] {
-        pool.inject(&Fault::MediaError { offset: o.raw() }).unwrap();
-    }
-    for o in [a, b] {
-        assert!(
-            pool.tx(|tx| Ok(*tx.open(o)?)).is_err(),
-            "the loss is reported"
-        );
-    }
+    support::lose_for_good(&pool, &[a, b]);
     pool.inject(&Fault::MediaError { offset: s.raw() }).unwrap();
     fault::set_fail_mprotect(true);
     drop(pool);
     fault::set_fail_mprotect(false);
     let pool = Pool::open_with(&p, &cfg).unwrap();
-    pool.inject(&Fault::MediaError { offset: c.raw() }).unwrap();
-    assert!(
-        *pool.get(c).unwrap() == want_c,
-        "rebuilt from its column's parity, recomputed over the zeros"
-    );
+    // Rebuilt from its column's parity, recomputed over the zeros.
+    support::assert_rebuilt(&pool, c, &want_c);
     let st = pool.stats();
     assert_eq!((st.media_errors_repaired, st.media_errors_lost), (1, 0));
     drop(pool);

@@ -90,6 +90,34 @@ pub fn same_column<T: pgl::Persistent>(
     panic!("no {n} objects share a page column");
 }
 
+/// Loses the pages of `objs` to media errors, then opens each in a transaction: with two
+/// of them in one page column, neither can be rebuilt, and each loss must be reported.
+pub fn lose_for_good<T: pgl::Persistent + Copy>(pool: &pgl::Pool, objs: &[pgl::Oid<T>]) {
+    for o in objs {
+        pool.inject(&pgl::Fault::MediaError { offset: o.raw() })
+            .unwrap();
+    }
+    for &o in objs {
+        assert!(
+            pool.tx(|tx| Ok(*tx.open(o)?)).is_err(),
+            "the loss of {:#x} is reported",
+            o.raw()
+        );
+    }
+}
+
+/// Loses the page of `o` to a media error and reads `o`: its bytes must come back as
+/// `want`, rebuilt from its column's parity.
+pub fn assert_rebuilt<T: pgl::Persistent + PartialEq>(pool: &pgl::Pool, o: pgl::Oid<T>, want: &T) {
+    pool.inject(&pgl::Fault::MediaError { offset: o.raw() })
+        .unwrap();
+    assert!(
+        *pool.get(o).unwrap() == *want,
+        "{:#x} rebuilt from its column's parity",
+        o.raw()
+    );
+}
+
 /// Flips bit 0 of the byte at `off` of the file at `path`.
 pub fn file_flip(path: &std::path::Path, off: u64) {
     let mut b = [0u8];
