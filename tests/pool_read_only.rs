@@ -123,6 +123,43 @@ fn changes_to_a_read_only_pool_are_refused_with_read_only() {
     );
 }
 
+/// A transaction in a read-only pool that met an object it could not verify (no parity to
+/// rebuild it from), handled the error and changed nothing commits as the read it is, not
+/// as a change refused with `Error::ReadOnly`.
+#[test]
+fn a_failed_open_in_a_read_only_pool_is_no_change() {
+    let file = TempFile::new("ro", "failed-open");
+    let pool = Pool::create(&file.0, &Config::small(LAYOUT).parity(false)).unwrap();
+    let [damaged, fine] = [5, 6].map(|value| {
+        pool.tx(|tx| {
+            tx.alloc(Item {
+                value,
+                label: [0; 24],
+            })
+        })
+        .unwrap()
+    });
+    // Faults: 1 scribble, beyond repair (no parity), reported at each open.
+    pool.inject(&Fault::ObjectScribble {
+        oid: damaged.raw(),
+        at: 16,
+        len: 4,
+        seed: 1,
+    })
+    .unwrap();
+    drop(pool);
+    let pool = Pool::open_read_only(&file.0).unwrap();
+    let r = pool.tx(|tx| {
+        let failed = tx.open(damaged).map(|m| m.value);
+        assert!(
+            matches!(failed, Err(Error::ChecksumMismatch { .. })),
+            "{failed:?}"
+        );
+        Ok(tx.get(fine)?.value)
+    });
+    assert_eq!(r.unwrap(), 6, "committed as a read");
+}
+
 /// Read-only opens share a file; a writer and a reader exclude each other (a reader beside
 /// a writer would see its commits half made).
 #[test]

@@ -279,12 +279,19 @@ impl Tx<'_> {
         if eng.media.is_private() {
             // `Pool::open_read_only`: a change would stay in memory and be lost. Objects
             // opened (verified, repaired from parity if damaged) and left unchanged are
-            // a read: nothing to write.
+            // a read: nothing to write. A free is in `frees` (its buffer is `Freed`, as is
+            // the forgotten buffer of an object that failed verification when opened,
+            // which changes nothing).
             let changes = !st.lane.scratch.meta.is_empty()
+                || !st.lane.scratch.frees.is_empty()
                 || st.lane.scratch.bufs.iter().any(|b| {
                     // SAFETY: as above.
                     let buf = unsafe { b.as_ref() };
-                    buf.kind != BufKind::Open || buf.is_dirty()
+                    match buf.kind {
+                        BufKind::New => true,
+                        BufKind::Open => buf.is_dirty(),
+                        BufKind::Freed => false,
+                    }
                 });
             if changes {
                 return Err(Error::ReadOnly {
