@@ -147,18 +147,17 @@ impl Engine {
             // lock (a `Detached` of this thread may hold the object's write lock), and does
             // not verify: a type mismatch on an intact object is the caller's mistake.
             let mut out = Outcome::Unrecoverable;
-            if !super::thread::detached_held(self.id) && self.objects.read_for(stripe, WAIT) {
-                let found = self.verify_located(payload);
-                self.objects.release(stripe, Held::Read);
-                if let Ok((h, verdict)) = found {
-                    if verdict.is_ok() || !self.checksums {
-                        out = Outcome::Intact {
-                            type_id: h.type_id,
-                            size: h.size,
-                        };
-                    } else {
-                        self.repairs.beyond_repair(payload, h.to_bytes());
-                    }
+            let found = (!super::thread::detached_held(self.id))
+                .then(|| self.verify_read_locked(payload, stripe))
+                .flatten();
+            if let Some((h, verdict)) = found {
+                if verdict.is_ok() || !self.checksums {
+                    out = Outcome::Intact {
+                        type_id: h.type_id,
+                        size: h.size,
+                    };
+                } else {
+                    self.repairs.beyond_repair(payload, h.to_bytes());
                 }
             }
             return Ok(out);
@@ -201,18 +200,27 @@ impl Engine {
     /// checksums (then nothing tells an intact object from a damaged one), or if the lock
     /// could not be taken within `WAIT`.
     fn verifies_now(&self, payload: u64, stripe: u32) -> Option<Outcome> {
-        if !self.checksums || !self.objects.read_for(stripe, WAIT) {
+        if !self.checksums {
             return None;
         }
-        let found = self.verify_located(payload);
-        self.objects.release(stripe, Held::Read);
-        match found {
-            Ok((h, Ok(()))) => Some(Outcome::Intact {
+        match self.verify_read_locked(payload, stripe)? {
+            (h, Ok(())) => Some(Outcome::Intact {
                 type_id: h.type_id,
                 size: h.size,
             }),
             _ => None,
         }
+    }
+
+    /// `verify_located` under the object's read lock (`stripe`), taken for the call; `None`
+    /// if the lock could not be taken within `WAIT` or the object could not be located.
+    fn verify_read_locked(&self, payload: u64, stripe: u32) -> Option<(ObjectHeader, Result<()>)> {
+        if !self.objects.read_for(stripe, WAIT) {
+            return None;
+        }
+        let found = self.verify_located(payload);
+        self.objects.release(stripe, Held::Read);
+        found.ok()
     }
 
     /// Tries to rebuild the checked allocation-bitmap word at `off` from parity, with the
