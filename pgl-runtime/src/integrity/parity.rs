@@ -19,7 +19,7 @@
 //! recomputation, every zone's parity row equals the XOR of its data rows.
 
 use super::stripe::StripeLock;
-use super::xor::{xor_delta_atomic, xor_delta_into, xor_into};
+use super::xor::{xor_delta_atomic, xor_delta_into, xor_delta_store, xor_into};
 use crate::geometry::{Geometry, ZoneMap, PAGE};
 use crate::persist::{DataExtents, Media};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -108,7 +108,27 @@ impl Parity {
     /// it (the object's or metadata word's lock).
     pub(crate) unsafe fn write(&self, media: &Media, off: u64, new: &[u8]) {
         // SAFETY: the caller's contract.
-        unsafe { self.apply(media, off, new, Then::Write) }
+        unsafe { self.apply(media, off, [&[], new], Then::Write, |_, _| {}) }
+    }
+
+    /// `write` of `head` then `data`, one after the other from `off` (an object's checksum
+    /// word and the changed range of its payload that starts where the word ends: one
+    /// stripe hold for both, where two writes would take it twice). Calls
+    /// `parity_range(offset, len)` for each range of parity bytes it updated, for the
+    /// caller's flushes.
+    ///
+    /// # Safety
+    /// As `write`, for `[off, off + head.len() + data.len())`.
+    pub(crate) unsafe fn write_parts(
+        &self,
+        media: &Media,
+        off: u64,
+        head: &[u8],
+        data: &[u8],
+        parity_range: impl FnMut(u64, u64),
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe { self.apply(media, off, [head, data], Then::Write, parity_range) }
     }
 
     /// The parity update of a new object's bytes `new`, to be written at `off` later (by
@@ -119,7 +139,7 @@ impl Parity {
     /// The range lies inside the pool, in a block reserved for the caller's transaction.
     pub(crate) unsafe fn update_new(&self, media: &Media, off: u64, new: &[u8]) {
         // SAFETY: the caller's contract.
-        unsafe { self.apply(media, off, new, Then::Pending) }
+        unsafe { self.apply(media, off, [&[], new], Then::Pending, |_, _| {}) }
     }
 
     /// Loads a byte of every page of `[off, off + len)` that parity covers, and of its
@@ -197,23 +217,39 @@ impl Parity {
         }
     }
 
+    /// The bytes of `parts`, one after the other from `off`, updated into parity and then
+    /// written or counted pending (`then`); `parity_range` is told each parity range
+    /// updated.
+    ///
     /// # Safety
-    /// As `write` / `update_new`.
-    unsafe fn apply(&self, media: &Media, off: u64, new: &[u8], then: Then) {
+    /// As `write` / `update_new`, for `[off, off + parts[0].len() + parts[1].len())`; the
+    /// parts are the caller's bytes, never the pool's.
+    unsafe fn apply(
+        &self,
+        media: &Media,
+        off: u64,
+        parts: [&[u8]; 2],
+        then: Then,
+        mut parity_range: impl FnMut(u64, u64),
+    ) {
+        let len = (parts[0].len() + parts[1].len()) as u64;
         if !self.enabled {
             if let Then::Write = then {
-                // SAFETY: the caller's contract.
-                unsafe { media.write(off, new) };
+                pieces(parts, 0, len as usize, |k, bytes| {
+                    // SAFETY: the caller's contract.
+                    unsafe { media.write(off + k as u64, bytes) }
+                });
             }
             return;
         }
-        self.each_page(off, new.len() as u64, |parity, at, n| {
+        self.each_page(off, len, |parity, at, n| {
             let from = (at - off) as usize;
-            let data = &new[from..from + n as usize];
             let Some(parity) = parity else {
                 if let Then::Write = then {
-                    // SAFETY: the caller's contract (no parity covers these bytes).
-                    unsafe { media.write(at, data) };
+                    pieces(parts, from, n as usize, |k, bytes| {
+                        // SAFETY: the caller's contract (no parity covers these bytes).
+                        unsafe { media.write(at + k as u64, bytes) }
+                    });
                 }
                 return;
             };
@@ -233,32 +269,46 @@ impl Parity {
             } else {
                 stripe.lock.lock();
             }
-            // SAFETY: `at..at + n` lies in the pool (caller) and in one data row, whose
-            // parity `parity..parity + n` lies in the same zone's parity row (a parity
-            // page, which holds every word overlapping it). Shared, every access to the
-            // stripe's parity bytes is an atomic XOR (exclusive holders are kept out);
-            // exclusive, none but ours. The caller excludes writers of the data bytes. The
-            // two ranges do not overlap.
-            unsafe {
-                let old = std::slice::from_raw_parts(media.ptr(at) as *const u8, n as usize);
-                if small {
-                    xor_delta_atomic(media.ptr(parity), old, data);
-                } else {
-                    let p = std::slice::from_raw_parts_mut(media.ptr(parity), n as usize);
-                    xor_delta_into(p, old, data);
-                }
-                match then {
-                    Then::Write => media.write(at, data),
-                    Then::Pending => {
-                        stripe.pending.fetch_add(1, Ordering::Relaxed);
+            pieces(parts, from, n as usize, |k, bytes| {
+                let (at, parity, n) = (at + k as u64, parity + k as u64, bytes.len());
+                // SAFETY: `at..at + n` lies in the pool (caller) and in one data row, whose
+                // parity `parity..parity + n` lies in the same zone's parity row (a parity
+                // page, which holds every word overlapping it). Shared, every access to the
+                // stripe's parity bytes is an atomic XOR (exclusive holders are kept out);
+                // exclusive, none but ours. The caller excludes writers of the data bytes.
+                // The two ranges do not overlap, and `bytes` is the caller's, not the
+                // pool's.
+                unsafe {
+                    match then {
+                        Then::Write if !small => {
+                            xor_delta_store(media.ptr(parity), media.ptr(at), bytes);
+                        }
+                        Then::Write => {
+                            let old = std::slice::from_raw_parts(media.ptr(at) as *const u8, n);
+                            xor_delta_atomic(media.ptr(parity), old, bytes);
+                            media.write(at, bytes);
+                        }
+                        Then::Pending => {
+                            let old = std::slice::from_raw_parts(media.ptr(at) as *const u8, n);
+                            if small {
+                                xor_delta_atomic(media.ptr(parity), old, bytes);
+                            } else {
+                                let p = std::slice::from_raw_parts_mut(media.ptr(parity), n);
+                                xor_delta_into(p, old, bytes);
+                            }
+                        }
                     }
                 }
+            });
+            if let Then::Pending = then {
+                stripe.pending.fetch_add(1, Ordering::Relaxed);
             }
             if small {
                 stripe.lock.unlock_shared();
             } else {
                 stripe.lock.unlock();
             }
+            parity_range(parity, n);
         });
     }
 
@@ -271,6 +321,21 @@ impl Parity {
     /// Flushes the parity bytes of `[off, off + len)` (updated by `write` or `update_new`).
     pub(crate) fn flush(&self, media: &Media, off: u64, len: u64) {
         self.each_parity_range(off, len, |parity, n| media.flush(parity, n));
+    }
+}
+
+/// Calls `f(k, bytes)` for the bytes at `from..from + n` of the concatenation of `parts`:
+/// one slice or two, `k` bytes into that range.
+#[inline(always)]
+fn pieces(parts: [&[u8]; 2], from: usize, n: usize, mut f: impl FnMut(usize, &[u8])) {
+    let [head, data] = parts;
+    let h = head.len();
+    if from < h {
+        f(0, &head[from..(from + n).min(h)]);
+    }
+    if from + n > h {
+        let start = from.max(h);
+        f(start - from, &data[start - h..from + n - h]);
     }
 }
 
