@@ -2,10 +2,10 @@
 //! `P[i] = XOR over the data rows r of row_r[i]`, so any one lost page of a page column can
 //! be rebuilt from the others.
 //!
-//! Kept at run time by `update`, called before every in-place write to the rows (applied
-//! redo entries, new objects, direct metadata stores): it XORs `old ^ new` into the parity
-//! bytes under the parity page's stripe lock; the commit then `flush`es them with its data,
-//! so they become durable under the same ordering point. Ranges of up to
+//! Kept at run time by `write` and `update_new`, called for every in-place write to the
+//! rows (applied redo entries, new objects, direct metadata stores): they XOR `old ^ new`
+//! into the parity bytes under the parity page's stripe lock; the commit then `flush`es
+//! them with its data, so they become durable under the same ordering point. Ranges of up to
 //! `Config::parity_atomic_max` bytes take the lock shared and XOR with atomic 8-byte
 //! `fetch_xor`s, so commits writing other rows of the column go on at once; longer ones
 //! take it exclusive and use the vectorised kernel (the crossover `benches/parity.rs`
@@ -105,7 +105,8 @@ impl Parity {
     ///
     /// # Safety
     /// The range lies inside the pool, and the caller holds what excludes other writers of
-    /// it (the object's or metadata word's lock).
+    /// it (the object's or metadata word's lock). `new` is the caller's bytes, not the
+    /// pool's.
     pub(crate) unsafe fn write(&self, media: &Media, off: u64, new: &[u8]) {
         // SAFETY: the caller's contract.
         unsafe { self.apply(media, off, [&[], new], Then::Write, |_, _| {}) }

@@ -286,7 +286,8 @@ mod cpu {
     #[inline(always)]
     pub(super) unsafe fn stream(dst: *mut u8, src: *const u8, len: usize) {
         if len >= STREAM_WIDE_MIN && std::is_x86_feature_detected!("avx2") {
-            // SAFETY: the caller's contract; AVX2 was just detected.
+            // SAFETY: the caller's contract; `len >= STREAM_WIDE_MIN` (128 > 16); AVX2 was
+            // just detected.
             return unsafe { stream_avx2(dst, src, len) };
         }
         // SAFETY: the caller's contract.
@@ -318,14 +319,14 @@ mod cpu {
     /// aligned and one last for a 16-byte tail.
     ///
     /// # Safety
-    /// As `stream`, and the CPU has AVX2.
+    /// As `stream`, with `len` at least 16, and the CPU has AVX2.
     #[target_feature(enable = "avx2")]
     unsafe fn stream_avx2(dst: *mut u8, src: *const u8, len: usize) {
         use core::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm256_stream_si256};
         let mut i = 0;
         if dst as usize & 31 != 0 {
-            // SAFETY: `dst` is 16-byte aligned and `len >= 16` (a multiple of 16, and more
-            // than 0 here); the tail copy takes the first 16 bytes.
+            // SAFETY: the first 16 bytes: `dst` is 16-byte aligned, and `len` is at least 16
+            // (this function's contract), so they lie in both ranges.
             unsafe { stream_sse2(dst, src, 16) };
             i = 16;
         }

@@ -975,9 +975,10 @@ impl Tx<'_> {
         let drop_flush = crate::fault::drop_apply_flush();
         let mut apply = |dst: u64, head: &[u8], data: &[u8], data_flush: bool| {
             // SAFETY: each target is an object range locked by this transaction or a metadata
-            // word under its metadata lock; all inside the pool. Cached stores: the object's
-            // lines are in the cache (it was just read), where streaming stores measured 1.5x
-            // slower.
+            // word under its metadata lock; all inside the pool. The bytes are the
+            // transaction's own (its buffers, `sums`, `guarded`, zeros, a value), never the
+            // pool's. Cached stores: the object's lines are in the cache (it was just read),
+            // where streaming stores measured 1.5x slower.
             unsafe {
                 eng.parity
                     .write_parts(media, dst, head, data, |p, n| flushes.push((p, p + n)))
@@ -995,10 +996,11 @@ impl Tx<'_> {
             let data = unsafe { std::slice::from_raw_parts(it.src, it.len) };
             // An object's checksum word, applied with the range that starts where it ends
             // (a whole-object write): one stripe hold for both.
-            if let Some(sum) = items.get(k + 1).filter(|s| s.sum && s.off + 4 == it.off) {
-                // SAFETY: a checksum item is 4 bytes of `sums`.
-                let sum = unsafe { std::slice::from_raw_parts(sum.src, 4) };
-                written += apply(it.off - 4, sum, data, !drop_flush);
+            let next = items.get(k + 1);
+            if let Some(sum) = next.filter(|s| s.sum && s.off + s.len as u64 == it.off) {
+                // SAFETY: a checksum item's `src` points into `sums`, `len` (4) bytes long.
+                let bytes = unsafe { std::slice::from_raw_parts(sum.src, sum.len) };
+                written += apply(sum.off, bytes, data, !drop_flush);
                 k += 2;
                 continue;
             }
