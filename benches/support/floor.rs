@@ -8,11 +8,14 @@
 //! fence does not stall the CPU, the next locked instruction waits for the write-backs
 //! (pgl's locks and counters, pmemlog's lock, pmemobj's), so every real commit pays it.
 //!
-//! x86-64 only (streaming stores, `clwb`; AVX2 for the overwrite's XOR): elsewhere the
-//! floors are not measured.
+//! The copies, checksums and XOR are pgl's own kernels (its streaming copy, Adler-32, seal
+//! checksum and fused parity update), so a floor tracks what they cost.
+//!
+//! x86-64 only (`clwb`): elsewhere the floors are not measured.
 
 #![allow(dead_code)] // each bench uses one of the floors
 
+use pgl::integrity::xor::xor_delta_store;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -88,7 +91,7 @@ pub fn log_append(dir: &str, size: usize, n: usize, runs: usize) -> Option<f64> 
             let at = (i % per_ring) * line;
             // SAFETY: `at + line <= per_ring * line <= cap`: inside the mapping, which is
             // page-aligned, so `base + at` is 64-byte aligned; `src` holds `line` bytes.
-            unsafe { cpu::stream(base.add(at), src.as_ptr(), line) };
+            unsafe { pgl::persist::stream_copy(base.add(at), &src) };
             ordering_point();
         }
     }))
@@ -108,7 +111,7 @@ pub fn log_append(dir: &str, size: usize, n: usize, runs: usize) -> Option<f64> 
 /// No lock, no allocator lookup, no record bookkeeping: the bytes, checksums and the one
 /// fence alone.
 pub fn overwrite(dir: &str, size: usize, n: usize, runs: usize) -> Option<f64> {
-    if !cfg!(target_arch = "x86_64") || !cpu::avx2() {
+    if !cfg!(target_arch = "x86_64") {
         return None;
     }
     let stride = 16 + size; // header + payload, as objects lie in a run
@@ -131,7 +134,9 @@ pub fn overwrite(dir: &str, size: usize, n: usize, runs: usize) -> Option<f64> {
             // `[o, o + size)` with `o + size <= data`, their parity at `parity + o`
             // (`< 2 * data`), the lanes `[lanes[c], lanes[c] + record)` with
             // `record <= lane`; lane offsets are 4096-aligned; `buf`, `head` and `fill`
-            // hold what is read from them; sizes are multiples of 32; AVX2 was checked.
+            // hold what is read from them, and `buf` is not in the mapping (the fused
+            // kernel's contract). The bench's sizes are multiples of 16: whole granules are
+            // streamed, nothing is left for a cache-line flush.
             unsafe {
                 std::ptr::copy_nonoverlapping(base.add(o), buf.as_mut_ptr(), size);
                 std::hint::black_box(pgl::checksum::adler32(&buf));
@@ -142,8 +147,8 @@ pub fn overwrite(dir: &str, size: usize, n: usize, runs: usize) -> Option<f64> {
                 seal.update(&buf);
                 std::hint::black_box(seal.finish());
                 for l in lanes {
-                    cpu::stream(base.add(l), head.as_ptr(), 64);
-                    cpu::stream(base.add(l + 64), buf.as_ptr(), size);
+                    pgl::persist::stream_copy(base.add(l), &head);
+                    pgl::persist::stream_copy(base.add(l + 64), &buf);
                 }
                 if let Some(p) = prev {
                     for off in [obj(p), parity + obj(p)] {
@@ -151,7 +156,7 @@ pub fn overwrite(dir: &str, size: usize, n: usize, runs: usize) -> Option<f64> {
                     }
                 }
                 ordering_point();
-                cpu::xor_apply(base.add(o), base.add(parity + o), buf.as_ptr(), size);
+                xor_delta_store(base.add(parity + o), base.add(o), &buf);
             }
             prev = Some(i);
         }
@@ -166,60 +171,7 @@ fn ordering_point() {
 
 #[cfg(target_arch = "x86_64")]
 mod cpu {
-    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
-
-    /// Streams `len` bytes (a multiple of 16) from `src` to the 16-byte aligned `dst` as
-    /// pgl's own streaming copy does: 32-byte streaming stores from 128 bytes where the CPU
-    /// has AVX2, 16-byte ones otherwise.
-    ///
-    /// # Safety
-    /// Both ranges valid for `len` bytes, not overlapping; `dst` 16-byte aligned.
-    pub unsafe fn stream(dst: *mut u8, src: *const u8, len: usize) {
-        if len >= 128 && avx2() {
-            // SAFETY: the caller's contract; AVX2 was just checked.
-            return unsafe { stream_wide(dst, src, len) };
-        }
-        for i in (0..len).step_by(16) {
-            // SAFETY: `i + 16 <= len`; `dst + i` is 16-byte aligned; SSE2 is baseline.
-            unsafe {
-                let v = _mm_loadu_si128(src.add(i) as *const __m128i);
-                _mm_stream_si128(dst.add(i) as *mut __m128i, v);
-            }
-        }
-    }
-
-    /// `stream` in 32-byte stores (a 16-byte one first where `dst` is not 32-byte aligned,
-    /// and one for a 16-byte tail).
-    ///
-    /// # Safety
-    /// As `stream`, and the CPU has AVX2.
-    #[target_feature(enable = "avx2")]
-    unsafe fn stream_wide(dst: *mut u8, src: *const u8, len: usize) {
-        use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm256_stream_si256};
-        let mut i = 0;
-        let narrow = |i: usize| {
-            // SAFETY: `i + 16 <= len` at each call below; `dst + i` is 16-byte aligned.
-            unsafe {
-                let v = _mm_loadu_si128(src.add(i) as *const __m128i);
-                _mm_stream_si128(dst.add(i) as *mut __m128i, v);
-            }
-        };
-        if dst as usize & 31 != 0 {
-            narrow(0);
-            i = 16;
-        }
-        while i + 32 <= len {
-            // SAFETY: `i + 32 <= len`; `dst + i` is 32-byte aligned; AVX2 (caller).
-            unsafe {
-                let v = _mm256_loadu_si256(src.add(i) as *const __m256i);
-                _mm256_stream_si256(dst.add(i) as *mut __m256i, v);
-            }
-            i += 32;
-        }
-        if i < len {
-            narrow(i);
-        }
-    }
+    use std::arch::x86_64::_mm_sfence;
 
     /// `clwb` of every line of `[p, p + len)`.
     ///
@@ -237,37 +189,6 @@ mod cpu {
         }
     }
 
-    /// For each byte: `parity ^= obj ^ new`, then `obj = new` (`len` a multiple of 32),
-    /// 32 bytes at a time (pgl's own kernel is as wide or wider).
-    ///
-    /// # Safety
-    /// The three ranges are valid for `len` bytes; `obj` and `parity` do not overlap; the
-    /// CPU has AVX2 (`overwrite` checks).
-    #[target_feature(enable = "avx2")]
-    pub unsafe fn xor_apply(obj: *mut u8, parity: *mut u8, new: *const u8, len: usize) {
-        use std::arch::x86_64::{
-            __m256i, _mm256_loadu_si256, _mm256_storeu_si256, _mm256_xor_si256,
-        };
-        for i in (0..len).step_by(32) {
-            // SAFETY: `i + 32 <= len` inside each range (caller); AVX2 (caller).
-            unsafe {
-                let o = _mm256_loadu_si256(obj.add(i) as *const __m256i);
-                let p = _mm256_loadu_si256(parity.add(i) as *const __m256i);
-                let w = _mm256_loadu_si256(new.add(i) as *const __m256i);
-                _mm256_storeu_si256(
-                    parity.add(i) as *mut __m256i,
-                    _mm256_xor_si256(p, _mm256_xor_si256(o, w)),
-                );
-                _mm256_storeu_si256(obj.add(i) as *mut __m256i, w);
-            }
-        }
-    }
-
-    /// Whether the CPU has AVX2.
-    pub fn avx2() -> bool {
-        std::arch::is_x86_feature_detected!("avx2")
-    }
-
     pub fn sfence() {
         // SAFETY: `sfence` has no preconditions.
         unsafe { _mm_sfence() }
@@ -276,11 +197,6 @@ mod cpu {
 
 #[cfg(not(target_arch = "x86_64"))]
 mod cpu {
-    pub unsafe fn stream(_: *mut u8, _: *const u8, _: usize) {}
     pub unsafe fn write_back(_: *const u8, _: usize) {}
-    pub unsafe fn xor_apply(_: *mut u8, _: *mut u8, _: *const u8, _: usize) {}
-    pub fn avx2() -> bool {
-        false
-    }
     pub fn sfence() {}
 }

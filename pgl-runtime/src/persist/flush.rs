@@ -174,7 +174,7 @@ pub(crate) fn prefetch_lines(p: *const u8, len: usize) {
 /// # Safety
 /// `dst..dst + src.len()` must be mapped, writable memory owned by the caller.
 #[inline]
-pub(crate) unsafe fn stream_copy(dst: *mut u8, src: &[u8]) -> [(*const u8, usize); 2] {
+pub unsafe fn stream_copy(dst: *mut u8, src: &[u8]) -> [(*const u8, usize); 2] {
     let len = src.len();
     if (dst as usize | len) & 15 == 0 {
         // Whole granules (log records, lane records): no partial piece to copy or flush.

@@ -8,6 +8,10 @@ mod new_file;
 mod sim;
 
 pub(crate) use extents::DataExtents;
+/// pgl's streaming copy, public for the floor benchmarks (`benches/support/floor.rs`),
+/// which stream records as pgl does.
+#[doc(hidden)]
+pub use flush::stream_copy;
 pub use flush::FlushMode;
 pub(crate) use media::try_lock_file;
 pub(crate) use media::FileKind;
