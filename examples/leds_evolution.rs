@@ -338,15 +338,13 @@ versions!(
 versions!(HashNativeAdd, TreeNativeAdd, native_add, |tx, n| Ok(
     u64::from(tx.get(n)?.key)
 ));
-versions!(HashAutoChange, TreeAutoChange, auto_change, |tx, n| Ok(*tx
-    .ext(n)?
-    .key()));
+versions!(HashAutoChange, TreeAutoChange, auto_change, |tx, n| tx
+    .ext_with(n, |e| *e.key()));
 versions!(HashAutoAdd, TreeAutoAdd, auto_add, |tx, n| Ok(u64::from(
     tx.get(n)?.key
 )));
-versions!(HashAutoChangeR, TreeAutoChangeR, auto_change_r, |tx, n| Ok(
-    *tx.ext(n)?.key()
-));
+versions!(HashAutoChangeR, TreeAutoChangeR, auto_change_r, |tx, n| tx
+    .ext_with(n, |e| *e.key()));
 versions!(HashAutoAddR, TreeAutoAddR, auto_add_r, |tx, n| Ok(
     u64::from(tx.get(n)?.key)
 ));

@@ -633,3 +633,70 @@ fn two_threads_upgrading_one_node_to_two_versions_leave_one_chain() {
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
+
+/// `tx.ext_with` shows what `tx.ext` shows, on each of its paths: an old node (upgraded
+/// inside the call), an upgraded one whose group lives in its reserve (the path that reads
+/// nothing but the node), one opened in this transaction (read from its buffer), one
+/// with a separate group past the reserve, and errors: another build's layout of the
+/// inline group, a wrong oid, a node freed in this transaction.
+#[test]
+fn ext_with_reads_what_ext_reads_on_every_path() {
+    use v1::NodeExtFields as _;
+    use v2::NodeExtFields as _;
+    let (pool, path) = pool("ext-with");
+    let v0s = v0_nodes(&pool, 4);
+    let v1s = cast::<_, v1::Node>(&v0s);
+    let upgrades = pool.stats().upgrades;
+    // An old node: upgraded by the call, the init's value shown, once.
+    let key = pool.tx(|tx| tx.ext_with(v1s[1], |e| *e.key())).unwrap();
+    assert_eq!(key, 1 + (1 << 40));
+    assert_eq!(pool.stats().upgrades - upgrades, 1);
+    // Upgraded: the same value, no second upgrade, and `ext` agrees.
+    pool.tx(|tx| {
+        let with = tx.ext_with(v1s[1], |e| (*e.key(), e.value, e.oid()))?;
+        let e = tx.ext(v1s[1])?;
+        assert_eq!(with, (*e.key(), e.value, e.oid()));
+        assert_eq!(with, (1 + (1 << 40), 3, v1s[1]));
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(pool.stats().upgrades - upgrades, 1, "upgraded once");
+    // Written and read back in the same transaction: from the node's buffer.
+    pool.tx(|tx| {
+        tx.ext_mut(v1s[1])?.set_key64(77);
+        assert_eq!(tx.ext_with(v1s[1], |e| *e.key())?, 77);
+        // A handle of the view and one of the base at once: both borrow it shared.
+        let base = tx.get(v1s[1])?;
+        assert_eq!(tx.ext_with(v1s[1], |e| e.value)?, base.value);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(pool.tx(|tx| tx.ext_with(v1s[1], |e| *e.key())).unwrap(), 77);
+    // A separate group (v2's group 2) after the inline one.
+    let v2s = cast::<_, v2::Node>(&v0s);
+    let name = pool
+        .tx(|tx| tx.ext_with(v2s[2], |e| (*e.key(), e.name().as_str().to_owned())))
+        .unwrap();
+    assert_eq!(name, (2 + (1 << 40), "n6".to_owned()));
+    assert_eq!(pool.objects().unwrap().len(), 5, "one separate group 2");
+    // Another build's layout of group 1: the error `ext` gives, and nothing written.
+    use v1_changed::NodeExtFields as _;
+    let changed = Oid::<v1_changed::Node>::from_raw(v1s[1].raw());
+    let r = pool.tx(|tx| tx.ext_with(changed, |e| *e.pair()));
+    assert!(
+        matches!(r, Err(Error::LayoutMismatch { group: Some(1), .. })),
+        "{r:?}"
+    );
+    // Not an object of the type, and an object freed in this transaction.
+    let wrong = Oid::<v1::Node>::from_raw(v1s[0].raw() + 16);
+    let r = pool.tx(|tx| tx.ext_with(wrong, |e| e.value));
+    assert!(matches!(r, Err(Error::InvalidOid { .. })), "{r:?}");
+    let r = pool.tx(|tx| {
+        tx.free(v1s[3])?;
+        tx.ext_with(v1s[3], |e| e.value)
+    });
+    assert!(r.is_err(), "a freed node is not read: {r:?}");
+    assert_eq!(pool.tx(|tx| tx.ext_with(v1s[3], |e| e.value)).unwrap(), 9);
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}

@@ -409,6 +409,7 @@ impl<'m, 'a> Gen<'m, 'a> {
         let gs: Vec<_> = (1..=self.groups).map(Self::g).collect();
         let tys: Vec<_> = (1..=self.groups).map(|k| self.group_ty(k)).collect();
         quote! {
+            #[derive(Default)]
             #vis struct #reads<'__pgl_a> {
                 #(pub #gs: ::core::option::Option<::pgl::__private::Read<'__pgl_a, #tys>>,)*
             }

@@ -14,7 +14,7 @@ use super::inline::{check_inline_count, ObjImage};
 use super::link::{base_link, inline_count, separate, ExtLink, MAX_INLINE};
 use super::view::{Ext, ExtMut};
 use crate::persistent::{group_type_id, Oid, Persistent};
-use crate::tx::{GroupScope, Tx};
+use crate::tx::{GroupScope, Read, Tx};
 use crate::{Error, Result};
 
 /// Offsets of groups 1 to `GROUPS` (0 where missing or inline), how many are present,
@@ -107,6 +107,19 @@ fn inline_at<T: Extendible>(k: usize) -> Option<usize> {
         .get(k.checked_sub(1)?)
         .copied()
         .filter(|&at| at != usize::MAX)
+}
+
+/// Whether this build keeps every group of `T` in its reserve (a constant: `const fn` of
+/// the generated `__INLINE_AT`).
+const fn all_inline<T: Extendible>() -> bool {
+    let mut k = 0;
+    while k < T::GROUPS {
+        if k >= T::__INLINE_AT.len() || T::__INLINE_AT[k] == usize::MAX || k >= MAX_INLINE {
+            return false;
+        }
+        k += 1;
+    }
+    true
 }
 
 /// How many of the groups this build knows the base's reserve holds, from its link:
@@ -293,14 +306,63 @@ impl<'p> Tx<'p> {
     /// transaction: the missing groups are allocated, initialised by their `init`
     /// expressions and linked (nothing of it is durable unless the transaction commits).
     /// The base object is never moved: every oid of it stays valid.
+    #[inline(always)]
     pub fn ext<T: Extendible>(&self, oid: Oid<T>) -> Result<Ext<'_, T>> {
+        // Inlined (as `get` is): the handles are made here, from one word the out-of-line
+        // read returns (see `Tx::read_handle`).
+        let at = self.read_raw(oid).map_err(|e| self.base_error::<T>(e))?;
+        // SAFETY: what `read_raw` returned for `oid`.
+        let base = unsafe { self.read_handle(oid, at) };
+        if self.all_in_reserve(&base) {
+            return Ok(Ext::new(oid, base, Default::default()));
+        }
+        self.ext_from(oid, base)
+    }
+
+    /// Runs `f` on a read view of an `#[extendible]` object, as [`Tx::ext`] would give
+    /// (upgrading the object first if it lacks groups), and returns what `f` returns.
+    ///
+    /// The same view, made where `f` runs: the cheapest way to read a few fields of an
+    /// object, as no view is returned and moved (a read of a field kept inline costs
+    /// about what [`Tx::get`] does). The book's chapter "Evolving your structs" shows it.
+    #[inline(always)]
+    pub fn ext_with<T: Extendible, R>(
+        &self,
+        oid: Oid<T>,
+        f: impl FnOnce(&Ext<'_, T>) -> R,
+    ) -> Result<R> {
+        let at = self.read_raw(oid).map_err(|e| self.base_error::<T>(e))?;
+        // SAFETY: what `read_raw` returned for `oid`.
+        let base = unsafe { self.read_handle(oid, at) };
+        if self.all_in_reserve(&base) {
+            return Ok(f(&Ext::new(oid, base, Default::default())));
+        }
+        Ok(f(&self.ext_from(oid, base)?))
+    }
+
+    /// Whether `base` has every group this build knows, all of them in its reserve, with
+    /// layouts this process has checked: then its view needs no group handle
+    /// (`T::Reads::default()`), and `ext_from` would find just that.
+    #[inline(always)]
+    fn all_in_reserve<T: Extendible>(&self, base: &Read<'_, T>) -> bool {
+        all_inline::<T>()
+            && base.__link() == base_link(0, T::GROUPS)
+            && T::GROUP_KEYS
+                .iter()
+                .all(|&(id, layout)| self.eng.types.contains(id, layout))
+    }
+
+    /// `ext` from the base's read handle, for every case but `all_in_reserve`'s: groups in
+    /// objects of their own, groups missing (the upgrade), group layouts not checked yet
+    /// in this process, damage.
+    #[inline(never)]
+    fn ext_from<'t, T: Extendible>(&'t self, oid: Oid<T>, base: Read<'t, T>) -> Result<Ext<'t, T>> {
         // An upgraded object is read by following its links once; one that lacks groups,
         // or whose group has another layout, takes the walk, which upgrades it or names
         // the group at fault. Other errors (damage, conflicts) go up as they are, for the
         // transaction to repair or retry.
         // The groups are read under the base's lock (see `GroupScope`): `base` holds it.
         // Inline groups are read through `base` itself.
-        let base = self.get(oid).map_err(|e| self.base_error::<T>(e))?;
         let reads = |link| {
             let inline = inline_known(self, oid, link)?;
             self.with_groups(GroupScope::Read, || {

@@ -48,6 +48,9 @@ pub const MAX_GROUPS: usize = 32;
 ///   apart from the other groups), and `__refs_of_reads`, `__refs_of_muts` and `__places`
 ///   make references and places of inline group `k` only there, from the base handle
 ///   they are given.
+/// - `Reads::default()` holds no group handle: it is what `__reads` gives for an object
+///   whose groups all lie in its reserve (`Tx::ext` makes it without calling `__reads`
+///   when this process has checked their layouts).
 ///
 /// A hand-written impl could open another owner's group there and change it under that
 /// owner's readers, whose references into the pool would see it change.
@@ -57,7 +60,7 @@ pub unsafe trait Extendible: Persistent {
     type Data: ExtendibleData<Struct = Self>;
     /// The read handles of groups 1 to `GROUPS`.
     #[doc(hidden)]
-    type Reads<'tx>;
+    type Reads<'tx>: Default;
     /// The micro-buffer handles of groups 1 to `GROUPS`.
     #[doc(hidden)]
     type Muts<'tx>;

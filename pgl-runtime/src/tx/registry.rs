@@ -142,8 +142,9 @@ impl TypeCache {
         self.contains_key(const { Self::key(T::TYPE_ID, T::LAYOUT) })
     }
 
-    #[cfg(test)]
-    fn contains(&self, type_id: u32, layout: u64) -> bool {
+    /// Whether the type with this id and layout fingerprint is known (as `knows`).
+    #[inline]
+    pub(crate) fn contains(&self, type_id: u32, layout: u64) -> bool {
         self.contains_key(Self::key(type_id, layout))
     }
 

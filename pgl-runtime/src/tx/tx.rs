@@ -24,6 +24,30 @@ use std::cell::{Cell, RefCell};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+/// Where [`Tx::read_raw`] found an object, in one word: its address in the mapping (read
+/// in place), or the address of this transaction's buffer of it with the low bit set
+/// (payloads are 16-byte aligned, buffers 8-byte aligned).
+///
+/// One word because of what a wider value costs here: a `Read` returned by an out-of-line
+/// function is stored a word at a time and then copied on by 16-byte loads, and each such
+/// load waits until the stores it overlaps have landed (a failed store-to-load forward,
+/// ~5 ns). `Tx::get` and `Tx::ext` are inlined around `read_raw` and make their handles
+/// from this word where they are used.
+#[derive(Clone, Copy)]
+pub(crate) struct ReadAt(usize);
+
+impl ReadAt {
+    fn in_place<T>(p: *const T) -> ReadAt {
+        debug_assert!(p as usize & 1 == 0);
+        ReadAt(p as usize)
+    }
+
+    fn buffer(b: NonNull<Buffer>) -> ReadAt {
+        debug_assert!(b.as_ptr() as usize & 1 == 0);
+        ReadAt(b.as_ptr() as usize | 1)
+    }
+}
+
 pub(crate) struct TxState<'p> {
     /// The lane, with the transaction's containers (`lane.scratch`, kept there: a
     /// transaction reuses its lane's allocations and moves nothing).
@@ -388,10 +412,48 @@ impl<'p> Tx<'p> {
     /// one, else from NVMM under a read lock held until the transaction ends. Either way
     /// the handle borrows the object: opening or freeing it while the handle lives fails
     /// with `Error::AlreadyBorrowed`.
+    #[inline]
     pub fn get<T: Persistent>(&self, oid: Oid<T>) -> Result<Read<'_, T>> {
+        let at = self.read_raw(oid)?;
+        // SAFETY: what `read_raw` returned, for this very object.
+        Ok(unsafe { self.read_handle(oid, at) })
+    }
+
+    /// The handle of what [`Tx::read_raw`] returned for `oid` (see [`ReadAt`]).
+    ///
+    /// # Safety
+    /// `at` is what `read_raw(oid)` returned, and no handle was made of it yet (the handle
+    /// takes over the borrow `read_raw` counted).
+    #[inline]
+    pub(crate) unsafe fn read_handle<T: Persistent>(&self, oid: Oid<T>, at: ReadAt) -> Read<'_, T> {
+        let (p, src) = if at.0 & 1 == 0 {
+            (
+                at.0 as *const T,
+                ReadSource::InPlace(&self.reads, oid.raw()),
+            )
+        } else {
+            // SAFETY: the address of a buffer of this transaction (`read_raw`, the caller's
+            // promise), which lives until the transaction ends: not null.
+            let b = unsafe { NonNull::new_unchecked((at.0 & !1) as *mut Buffer) };
+            // SAFETY: as above; only its payload's address is read, and the buffer is not
+            // exclusively borrowed (`read_raw` refused that).
+            let p = unsafe { b.as_ref() }.payload().as_ptr() as *const T;
+            (p, ReadSource::Buffer(b))
+        };
+        // SAFETY: `p` is a live `T` with its reserve, shared-borrowed (`read_raw`: a
+        // buffer's borrow, or an in-place read under the lock this transaction holds, its
+        // borrow entered in `self.reads`), and this handle is the only one made of it.
+        unsafe { Read::new(p, src) }
+    }
+
+    /// [`Tx::get`]'s work, out of line: where the `T` lies (in place, or this
+    /// transaction's buffer of it), with its borrow counted (the buffer's `borrow`, or the
+    /// transaction's `InPlaceReads`). The caller makes the handle at once
+    /// ([`Tx::read_handle`]), whose drop gives the borrow back.
+    pub(crate) fn read_raw<T: Persistent>(&self, oid: Oid<T>) -> Result<ReadAt> {
         if T::__GROUP && self.groups.get() == GroupScope::Read {
-            if let Some(r) = self.group_in_place(oid)? {
-                return Ok(r);
+            if let Some(p) = self.group_in_place(oid)? {
+                return Ok(ReadAt::in_place(p));
             }
         }
         self.check_layout::<T>(false)?;
@@ -404,16 +466,15 @@ impl<'p> Tx<'p> {
                 return Err(Error::already_borrowed(off));
             }
             buf.borrow += 1;
-            let p = buf.payload().as_ptr() as *const T;
-            // SAFETY: shared-borrowed buffer of a T.
-            return Ok(unsafe { Read::new(p, ReadSource::Buffer(b)) });
+            // A shared-borrowed buffer of a T.
+            return Ok(ReadAt::buffer(b));
         }
         self.lock(&mut st, off, Held::Read)?;
         let p = self.vet_in_place::<T>(off)?;
         self.reads.enter(off, &mut st.lane.scratch.reads);
-        // SAFETY: a live object of type T (checked), 16-byte aligned in the mapping, under a
-        // lock this transaction holds until it ends; its borrow is counted just above.
-        Ok(unsafe { Read::new(p, ReadSource::InPlace(&self.reads, off)) })
+        // A live object of type T (checked), 16-byte aligned in the mapping, under a lock
+        // this transaction holds until it ends; its borrow is counted just above.
+        Ok(ReadAt::in_place(p))
     }
 
     /// Checks that the object at `off` is a live `T` (verifying it too under the
@@ -432,7 +493,7 @@ impl<'p> Tx<'p> {
     /// An extension group read in place for `Tx::ext` (which holds the owner locked: see
     /// [`GroupScope`]), under the group's own read lock; `None` if this transaction made a
     /// buffer of a group, which `get` then looks for.
-    fn group_in_place<T: Persistent>(&self, oid: Oid<T>) -> Result<Option<Read<'_, T>>> {
+    fn group_in_place<T: Persistent>(&self, oid: Oid<T>) -> Result<Option<*const T>> {
         self.check_layout::<T>(false)?;
         let mut st = self.st.borrow_mut();
         if st.group_bufs {
@@ -445,14 +506,12 @@ impl<'p> Tx<'p> {
         self.lock(&mut st, off, Held::Read)?;
         let p = self.vet_in_place::<T>(off)?;
         self.reads.enter(off, &mut st.lane.scratch.reads);
-        // SAFETY: a live object of type T (checked), 16-byte aligned in the mapping, its
-        // borrow counted just above, under its read lock, which this transaction holds
-        // until it ends: no commit changes it meanwhile (its writers take the write lock
-        // in `open`; a repair freezes the pool, which waits for this transaction); this
-        // transaction has no buffer of it to read instead (`group_bufs`).
-        Ok(Some(unsafe {
-            Read::new(p, ReadSource::InPlace(&self.reads, off))
-        }))
+        // A live object of type T (checked), 16-byte aligned in the mapping, its borrow
+        // counted just above, under its read lock, which this transaction holds until it
+        // ends: no commit changes it meanwhile (its writers take the write lock in `open`;
+        // a repair freezes the pool, which waits for this transaction); this transaction
+        // has no buffer of it to read instead (`group_bufs`).
+        Ok(Some(p))
     }
 
     /// Checks that the object at `off`, whose lock this transaction holds, is a `T` (as
