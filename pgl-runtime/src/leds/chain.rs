@@ -308,11 +308,8 @@ impl<'p> Tx<'p> {
     /// The base object is never moved: every oid of it stays valid.
     #[inline(always)]
     pub fn ext<T: Extendible>(&self, oid: Oid<T>) -> Result<Ext<'_, T>> {
-        // Inlined (as `get` is): the handles are made here, from one word the out-of-line
-        // read returns (see `Tx::read_handle`).
-        let at = self.read_raw(oid).map_err(|e| self.base_error::<T>(e))?;
-        // SAFETY: what `read_raw` returned for `oid`.
-        let base = unsafe { self.read_handle(oid, at) };
+        // Inlined, as `get` is: the handles are made here (see `Tx::read_handle`).
+        let base = self.get(oid).map_err(|e| self.base_error::<T>(e))?;
         if self.all_in_reserve(&base) {
             return Ok(Ext::new(oid, base, Default::default()));
         }
@@ -331,9 +328,7 @@ impl<'p> Tx<'p> {
         oid: Oid<T>,
         f: impl FnOnce(&Ext<'_, T>) -> R,
     ) -> Result<R> {
-        let at = self.read_raw(oid).map_err(|e| self.base_error::<T>(e))?;
-        // SAFETY: what `read_raw` returned for `oid`.
-        let base = unsafe { self.read_handle(oid, at) };
+        let base = self.get(oid).map_err(|e| self.base_error::<T>(e))?;
         if self.all_in_reserve(&base) {
             return Ok(f(&Ext::new(oid, base, Default::default())));
         }

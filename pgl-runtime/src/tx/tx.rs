@@ -31,10 +31,10 @@ use std::sync::Arc;
 /// One word because of what a wider value costs here: a `Read` returned by an out-of-line
 /// function is stored a word at a time and then copied on by 16-byte loads, and each such
 /// load waits until the stores it overlaps have landed (a failed store-to-load forward,
-/// ~5 ns). `Tx::get` and `Tx::ext` are inlined around `read_raw` and make their handles
-/// from this word where they are used.
+/// ~5 ns). `Tx::get` is inlined around `read_raw` and makes its handle from this word
+/// where it is used (`Tx::ext` and `Tx::ext_with` are inlined too, for their views).
 #[derive(Clone, Copy)]
-pub(crate) struct ReadAt(usize);
+struct ReadAt(usize);
 
 impl ReadAt {
     fn in_place<T>(p: *const T) -> ReadAt {
@@ -425,7 +425,7 @@ impl<'p> Tx<'p> {
     /// `at` is what `read_raw(oid)` returned, and no handle was made of it yet (the handle
     /// takes over the borrow `read_raw` counted).
     #[inline]
-    pub(crate) unsafe fn read_handle<T: Persistent>(&self, oid: Oid<T>, at: ReadAt) -> Read<'_, T> {
+    unsafe fn read_handle<T: Persistent>(&self, oid: Oid<T>, at: ReadAt) -> Read<'_, T> {
         let (p, src) = if at.0 & 1 == 0 {
             (
                 at.0 as *const T,
@@ -450,7 +450,7 @@ impl<'p> Tx<'p> {
     /// transaction's buffer of it), with its borrow counted (the buffer's `borrow`, or the
     /// transaction's `InPlaceReads`). The caller makes the handle at once
     /// ([`Tx::read_handle`]), whose drop gives the borrow back.
-    pub(crate) fn read_raw<T: Persistent>(&self, oid: Oid<T>) -> Result<ReadAt> {
+    fn read_raw<T: Persistent>(&self, oid: Oid<T>) -> Result<ReadAt> {
         if T::__GROUP && self.groups.get() == GroupScope::Read {
             if let Some(p) = self.group_in_place(oid)? {
                 return Ok(ReadAt::in_place(p));
