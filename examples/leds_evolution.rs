@@ -31,8 +31,11 @@
 //! reserve is the v0 program's choice, made before it knew the change; both rows are
 //! against the same Manual and native runs.
 //!
-//! `loads%` is P-Auto's overhead on nodes upgraded beforehand: the extra loads alone;
-//! the rest of `LEDS%` is the upgrades (allocating or writing and linking the groups).
+//! P-Auto reads the key with `tx.ext_with(node, |n| *n.key())`, which makes the node's
+//! view where the closure runs (a view returned by `tx.ext` and moved costs more than the
+//! read: the book's "Evolving your structs", "What it costs"). `loads%` is P-Auto's
+//! overhead on nodes upgraded beforehand: the extra loads alone; the rest of `LEDS%` is
+//! the upgrades (allocating or writing and linking the groups).
 //!
 //! NVMM bytes are what the pool wrote to media, in place and to redo records
 //! (`stats().bytes_written + bytes_logged`): Manual's are the migration's, LEDS's the
