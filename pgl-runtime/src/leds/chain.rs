@@ -340,7 +340,7 @@ impl<'p> Tx<'p> {
     /// (`T::Reads::default()`), and `ext_from` would find just that.
     #[inline(always)]
     fn all_in_reserve<T: Extendible>(&self, base: &Read<'_, T>) -> bool {
-        all_inline::<T>()
+        (const { all_inline::<T>() })
             && base.__link() == base_link(0, T::GROUPS)
             && T::GROUP_KEYS
                 .iter()
