@@ -308,7 +308,7 @@ impl<'p> Tx<'p> {
     /// The base object is never moved: every oid of it stays valid.
     #[inline(always)]
     pub fn ext<T: Extendible>(&self, oid: Oid<T>) -> Result<Ext<'_, T>> {
-        // Inlined, as `get` is: the handles are made here (see `Tx::read_handle`).
+        // Inlined, as `get` is: the handles are made here (see `tx::ReadAt`).
         let base = self.get(oid).map_err(|e| self.base_error::<T>(e))?;
         if self.all_in_reserve(&base) {
             return Ok(Ext::new(oid, base, Default::default()));
