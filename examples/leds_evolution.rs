@@ -25,11 +25,11 @@
 //!
 //! P-Auto runs twice, on nodes declared two ways (`rsv`): `#[extendible]` as the paper's
 //! LEDS (every extension group a separate object, linked from the node), and
-//! `#[extendible(reserve = 16)]`, whose nodes keep 16 bytes for later groups (the
-//! widened key's group fits, and lives inline: read with the node, upgraded by writing the
-//! node alone; Layout-Add's 16-byte name does not fit and stays a separate object). The
-//! reserve is the v0 program's choice, made before it knew the change; both rows are
-//! against the same Manual and native runs.
+//! `#[extendible(reserve = 8)]`, whose nodes keep one word for later groups (the widened
+//! key's group fits, as the last group a reserve holds needs no link, and lives inline:
+//! read with the node, upgraded by writing the node alone; Layout-Add's 16-byte name does
+//! not fit and stays a separate object). The reserve is the v0 program's choice, made
+//! before it knew the change; both rows are against the same Manual and native runs.
 //!
 //! P-Auto reads the key with `tx.ext_with(node, |n| *n.key())`, which makes the node's
 //! view where the closure runs (a view returned by `tx.ext` and moved costs more than the
@@ -195,12 +195,12 @@ macro_rules! leds_versions {
 // As the paper's LEDS: every group a separate object.
 leds_versions!(v0, auto_change, auto_add, ());
 // With room for the widened key in each node: the group lives inline (`RESERVE`).
-leds_versions!(v0r, auto_change_r, auto_add_r, (reserve = 16));
+leds_versions!(v0r, auto_change_r, auto_add_r, (reserve = 8));
 
-/// The reserve of the second LEDS variant: the 8-byte widened key and its group's 8-byte
-/// link fit; Layout-Add's 16-byte name does not (its group stays a separate object, which
-/// its workload never reads).
-const RESERVE: usize = 16;
+/// The reserve of the second LEDS variant: one word, which the widened key's group fits
+/// (the last group a reserve holds ends without its link); Layout-Add's 16-byte name does
+/// not (its group stays a separate object, which its workload never reads).
+const RESERVE: usize = 8;
 
 /// Layout-Change as the Manual model stores it: new types, written contiguously.
 mod native_change {

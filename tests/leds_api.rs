@@ -884,9 +884,9 @@ fn the_hidden_linked_alloc_gives_a_new_chain_to_one_owner() {
 static_assertions::assert_not_impl_any!(pgl::Ext<'static, v1::Node>: Send, Sync);
 static_assertions::assert_not_impl_any!(pgl::ExtMut<'static, v1::Node>: Send, Sync);
 
-/// An oid of the type `_of` is (for naming a group's hidden type, which only
+/// An oid of the group type `_of` shows (for naming a group's hidden type, which only
 /// `#[extendible]`'s glue does).
-fn oid_as<T: Persistent>(_of: &T, off: u64) -> Oid<T> {
+fn oid_as<T: Persistent>(_of: pgl::__private::GroupRef<'_, T>, off: u64) -> Oid<T> {
     Oid::from_raw(off)
 }
 

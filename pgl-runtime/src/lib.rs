@@ -72,7 +72,9 @@ pub use values::{PBool, PBytes, PStr};
 /// Items the code `#[extendible]` generates names (through the facade). Not an API.
 #[doc(hidden)]
 pub mod __leds {
-    pub use crate::leds::{inline_places, run_init, zeroed, ExtGroups, ExtPlaces, ObjImage};
+    pub use crate::leds::{
+        inline_places, run_init, zeroed, ExtGroups, ExtPlaces, GroupPlace, GroupRef, ObjImage,
+    };
 }
 
 /// The items most programs need.

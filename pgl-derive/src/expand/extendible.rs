@@ -238,14 +238,17 @@ impl<'m, 'a> Gen<'m, 'a> {
         self.m.field(loc).ident.as_ref().expect("named fields only")
     }
 
-    /// `self.base.f` / `self.gK.f`, through `root` (`self` of an old view).
+    /// `self.base.f` / group `K`'s field `f` (by its offset), through `root` (`self` of
+    /// an old view).
     fn read_path(&self, root: TokenStream, loc: Loc) -> TokenStream {
         let f = self.field_ident(loc);
         match loc {
             Loc::Base(_) => quote!(#root.base.#f),
             Loc::Group { group, .. } => {
                 let g = Self::g(group);
-                quote!(#root.#g.#f)
+                let gty = self.group_ty(group);
+                let fty = self.field_ty(loc);
+                quote!(*#root.#g.field::<#fty>(::core::mem::offset_of!(#gty, #f)))
             }
         }
     }
@@ -377,7 +380,10 @@ impl<'m, 'a> Gen<'m, 'a> {
             quote_spanned! {name.span()=>
                 #[doc = #doc]
                 #[inline]
-                pub fn #name(&self) -> #fty where for<'__pgl> #fty: ::core::marker::Copy {
+                pub fn #name(&self) -> #fty
+                where
+                    for<'__pgl> #fty: ::core::marker::Copy + ::pgl::__private::Persistent,
+                {
                     #path
                 }
             }
@@ -387,7 +393,7 @@ impl<'m, 'a> Gen<'m, 'a> {
             /// the `init` of the next extension group.
             pub struct #ty<'__pgl_a> {
                 base: &'__pgl_a #ident,
-                #(#gs: &'__pgl_a #gtys,)*
+                #(#gs: ::pgl::__private::GroupRef<'__pgl_a, #gtys>,)*
             }
             impl #ty<'_> {
                 #(#methods)*
@@ -408,6 +414,7 @@ impl<'m, 'a> Gen<'m, 'a> {
         let vis = self.vis;
         let gs: Vec<_> = (1..=self.groups).map(Self::g).collect();
         let tys: Vec<_> = (1..=self.groups).map(|k| self.group_ty(k)).collect();
+        let fields = self.field_methods();
         quote! {
             #[derive(Default)]
             #vis struct #reads<'__pgl_a> {
@@ -416,8 +423,43 @@ impl<'m, 'a> Gen<'m, 'a> {
             #vis struct #muts<'__pgl_a> {
                 #(pub #gs: ::core::option::Option<::pgl::__private::Mut<'__pgl_a, #tys>>,)*
             }
-            #vis struct #refs<'__pgl_a> { #(pub #gs: &'__pgl_a #tys,)* }
-            #vis struct #places<'__pgl_a> { #(pub #gs: ::pgl::__private::Place<'__pgl_a, #tys>,)* }
+            #vis struct #refs<'__pgl_a> { #(pub #gs: ::pgl::__private::GroupRef<'__pgl_a, #tys>,)* }
+            #vis struct #places<'__pgl_a> { #(pub #gs: ::pgl::__private::GroupPlace<'__pgl_a, #tys>,)* }
+            #fields
+        }
+    }
+
+    /// Each group field's reference and place, by the field's name, as methods of the
+    /// `Refs` and `Places` glue (which can name the group's struct; `<Struct>ExtFields`,
+    /// outside this block, cannot).
+    fn field_methods(&self) -> TokenStream {
+        let (refs, places) = (self.glue("Refs"), self.glue("Places"));
+        let mut by_ref = Vec::new();
+        let mut by_place = Vec::new();
+        for (k, fields) in self.m.groups.iter().enumerate() {
+            let g = Self::g(k + 1);
+            let gty = self.group_ty(k + 1);
+            for f in fields {
+                let (fi, ty) = (f.ident, &f.field.ty);
+                let at = quote!(::core::mem::offset_of!(#gty, #fi));
+                let bound = quote!(where for<'__pgl> #ty: ::pgl::__private::Persistent);
+                by_ref.push(quote! {
+                    #[inline(always)]
+                    pub fn #fi(&self) -> &'__pgl_a #ty #bound {
+                        self.#g.field::<#ty>(#at)
+                    }
+                });
+                by_place.push(quote! {
+                    #[inline(always)]
+                    pub fn #fi(self) -> ::pgl::__private::Place<'__pgl_a, #ty> #bound {
+                        self.#g.field::<#ty>(#at)
+                    }
+                });
+            }
+        }
+        quote! {
+            impl<'__pgl_a> #refs<'__pgl_a> { #(#by_ref)* }
+            impl<'__pgl_a> #places<'__pgl_a> { #(#by_place)* }
         }
     }
 
@@ -526,23 +568,26 @@ impl<'m, 'a> Gen<'m, 'a> {
             };
             let inline_at: Vec<_> = (1..=n).map(Self::inline_at).collect();
             // The same for read handles and micro-buffers: both deref to the group, and
-            // both base handles show the reserve (`__inline`).
-            let refs = quote!(#f { #(#gs: match &__pgl_h.#gs {
-                #some(__pgl_r) => &**__pgl_r,
-                #none => __pgl_b.__inline::<#tys>(#inline_at),
-            },)* });
+            // both base handles show the reserve.
+            let group_ref = quote!(::pgl::__private::GroupRef);
+            let refs = |inline: TokenStream| {
+                quote!(#f { #(#gs: match &__pgl_h.#gs {
+                    #some(__pgl_r) => #group_ref::of(&**__pgl_r),
+                    #none => #group_ref::#inline(__pgl_b, #inline_at),
+                },)* })
+            };
             (
                 follow("get", &r),
                 follow("open", &m),
-                refs.clone(),
-                refs,
-                // SAFETY (of each `__inline_place`): the offsets are `inline_places`'s, so
-                // each inline group lies in the reserve, aligned, apart from the others and
-                // from the value; each is made once here, and the places borrow the base
+                refs(quote!(inline)),
+                refs(quote!(inline_of_mut)),
+                // SAFETY (of each `GroupPlace::inline`): the offsets are `inline_places`'s,
+                // so each inline group lies in the reserve, aligned, apart from the others
+                // and from the value; each is made once here, and the views borrow the base
                 // handle (`'__pgl_a`) as long as they live.
                 quote!(#p { #(#gs: match &mut __pgl_h.#gs {
-                    #some(__pgl_m) => __pgl_m.place(),
-                    #none => unsafe { __pgl_b.__inline_place::<#tys>(#inline_at) },
+                    #some(__pgl_m) => ::pgl::__private::GroupPlace::of(__pgl_m.place()),
+                    #none => unsafe { ::pgl::__private::GroupPlace::inline(&mut *__pgl_b, #inline_at) },
                 },)* }),
             )
         };
@@ -570,14 +615,14 @@ impl<'m, 'a> Gen<'m, 'a> {
                     let __pgl_value = {
                         #(
                             let #prev_handles;
-                            let #prev_locals: &#prev_tys = match #prev_at {
+                            let #prev_locals: ::pgl::__private::GroupRef<'_, #prev_tys> = match #prev_at {
                                 0 => {
                                     __pgl_tx.__inline_layout::<#prev_tys>(false)?;
                                     __pgl_image.group::<#prev_tys>(#prev_inline)?
                                 }
                                 __pgl_off => {
                                     #prev_handles = __pgl_tx.get(#oid::<#prev_tys>::from_raw(__pgl_off))?;
-                                    &*#prev_handles
+                                    ::pgl::__private::GroupRef::of(&*#prev_handles)
                                 }
                             };
                         )*
@@ -590,7 +635,7 @@ impl<'m, 'a> Gen<'m, 'a> {
                     if __pgl_inline {
                         __pgl_tx.__inline_layout::<#ty>(true)?;
                         let __pgl_at = #at;
-                        __pgl_image.put(__pgl_at, &__pgl_value)?;
+                        __pgl_image.put_group(__pgl_at, &__pgl_value)?;
                         #ok(0)
                     } else {
                         #ok(__pgl_tx.alloc(__pgl_value)?.raw())
@@ -626,7 +671,7 @@ impl<'m, 'a> Gen<'m, 'a> {
                     }
                     __pgl_at => {
                         __pgl_tx.__inline_layout::<#ty>(true)?;
-                        __pgl_image.put(__pgl_at, &#g)?;
+                        __pgl_image.put_group(__pgl_at, &#g)?;
                         __pgl_inline += 1;
                     }
                 }
@@ -794,21 +839,24 @@ impl<'m, 'a> Gen<'m, 'a> {
                 if !handle::visible_enough(&self.m.field(*loc).vis, self.vis) {
                     return None;
                 }
-                let g = Self::g(group);
                 let f = self.field_ident(*loc);
                 let ty = self.field_ty(*loc);
                 let bare = syn::ext::IdentExt::unraw(name);
                 let setter = format_ident!("set_{}", bare);
                 let place_fn = format_ident!("{}_mut", bare);
                 let get_doc = format!("`{name}` (extension group {group}), read in place.");
-                let set_doc = format!("Sets `{name}` (extension group {group}), marking only its bytes modified.");
+                let set_doc = format!(
+                    "Sets `{name}` (extension group {group}), marking only its bytes modified."
+                );
                 let place_doc = format!("The place of `{name}` (extension group {group}).");
                 Some(quote_spanned! {name.span()=>
                     #[doc = #get_doc]
                     #[inline]
-                    fn #name(&self) -> &#ty {
-                        let __pgl_g = <Self as #groups>::__groups(self).#g;
-                        &__pgl_g.#f
+                    fn #name(&self) -> &#ty
+                    where
+                        for<'__pgl> #ty: ::pgl::__private::Persistent,
+                    {
+                        <Self as #groups>::__groups(self).#f()
                     }
                     #[doc = #set_doc]
                     #[inline]
@@ -817,7 +865,7 @@ impl<'m, 'a> Gen<'m, 'a> {
                         Self: #places,
                         for<'__pgl> #ty: ::pgl::__private::Persistent,
                     {
-                        <Self as #places>::__places(self).#g.project(|__pgl_w| &__pgl_w.#f).set(#value)
+                        <Self as #places>::__places(self).#f().set(#value)
                     }
                     #[doc = #place_doc]
                     #[inline]
@@ -826,7 +874,7 @@ impl<'m, 'a> Gen<'m, 'a> {
                         Self: #places,
                         for<'__pgl> #ty: ::pgl::__private::Persistent,
                     {
-                        <Self as #places>::__places(self).#g.project(|__pgl_w| &__pgl_w.#f)
+                        <Self as #places>::__places(self).#f()
                     }
                 })
             })

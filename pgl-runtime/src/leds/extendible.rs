@@ -34,7 +34,10 @@ pub const MAX_GROUPS: usize = 32;
 /// An implementor guarantees that:
 /// - the struct's last field is the [`ExtLink`](super::ExtLink) to group 1, which
 ///   `__link` reads, and each group ends with the link to the next (the module's
-///   invariant);
+///   invariant; the link of a group kept inline is never read, and the last inline
+///   group's may lie past the object: inline groups are reached only as
+///   [`GroupRef`](super::GroupRef) and [`GroupPlace`](super::GroupPlace), which cover
+///   their fields alone);
 /// - `__muts` opens only the groups of the chain that starts at `first`, `__set_next`
 ///   only group `k` at `off`, `__alloc` only the groups it allocates itself, and
 ///   `__upgrade` opens no group: none of them changes a group of an owner the caller

@@ -5,28 +5,39 @@
 //! (no allocation), freed and copied with it.
 //!
 //! ```text
-//! payload: [ value ........ | link ][ reserve: group 1 | pad | group 2 | (free) ]
+//! payload: [ value ........ | link ][ reserve: group 1 | pad | group 2 ....... | (free) ]
 //!                                     ^ at[0]              ^ at[1]
+//! group k: [ fields | link ]   the last group in the reserve may end without its link
 //! ```
 //!
 //! Invariant: where each group goes depends only on the sizes and alignments of the value
 //! and of the groups before it, and the reserve's size ([`inline_places`]), all of which
 //! are frozen with the layouts the pool records: every build that knows group `k` puts it
-//! at the same offset. Inline groups are a prefix, groups `1..=n`, with `n` kept in the
+//! at the same offset. Each group starts where the one before it ends, link included,
+//! aligned; a group goes inline if its fields fit, so only the last inline group can end
+//! without its link (the one after it would start past the reserve). An inline group's
+//! link is never read or written: the base's link says where the separate groups start.
+//! Inline groups are a prefix, groups `1..=n`, with `n` kept in the
 //! low bits of the base's link (`link::inline_count`); the groups after them are separate
 //! objects, linked from the base as before. The reserve belongs to pgl: the program's
 //! handles of the value (`Mut`, `Place`, `write_bytes`) cover only the value, so only the
-//! generated glue writes it, through `tx.ext_mut` and the upgrade.
+//! generated glue writes it, through `tx.ext_mut` and the upgrade (`GroupPlace`).
+//!
+//! Pools of format 8 and older kept a group inline only if its link fit too: the groups
+//! they placed lie where this rule places them, and a group they kept separate that now
+//! fits stays separate in those objects (the base's link counts their inline groups).
 
+use super::group::{fields_len, GroupRef};
 use super::link::{inline_count, LINK_SIZE, MAX_INLINE};
 use crate::persistent::{object_size, Persistent};
 use crate::{Error, Result};
 
 /// Where the groups of a struct go: for each group `k` (`groups[k - 1]`, its size and
-/// alignment) its payload offset inside the reserve, or `usize::MAX` if it is kept in a
-/// separate object. The value takes `value_size` bytes and the reserve the `reserve`
-/// after it; groups are laid in order, each aligned, until one does not fit (it and all
-/// after it are separate), at most [`MAX_INLINE`] of them.
+/// alignment, link included) its payload offset inside the reserve, or `usize::MAX` if it
+/// is kept in a separate object. The value takes `value_size` bytes and the reserve the
+/// `reserve` after it; groups are laid in order, each aligned where the one before it
+/// ends, until one's fields (all of it but its link) do not fit (it and all after it are
+/// separate), at most [`MAX_INLINE`] of them.
 #[must_use]
 pub const fn inline_places<const G: usize>(
     value_size: usize,
@@ -40,7 +51,7 @@ pub const fn inline_places<const G: usize>(
     while k < G && k < MAX_INLINE {
         let (size, align) = groups[k];
         let start = at.next_multiple_of(align);
-        if start + size > end {
+        if start + size.saturating_sub(LINK_SIZE) > end {
             break;
         }
         out[k] = start;
@@ -50,12 +61,17 @@ pub const fn inline_places<const G: usize>(
     out
 }
 
-/// The most extension groups a reserve of `reserve` bytes can hold inline: every group
-/// ends with its 8-byte link, so at most one per 8 bytes (and at most [`MAX_INLINE`]),
-/// whatever groups later builds add. A base link counting more is damaged.
+/// The most extension groups a reserve of `reserve` bytes can hold inline, whatever
+/// groups later builds add: every group has a field, and every group but the last ends
+/// with its 8-byte link, so `n` groups take at least `9 (n - 1) + 1` bytes (and at most
+/// [`MAX_INLINE`] are kept). A base link counting more is damaged.
 #[must_use]
 pub(crate) const fn max_inline(reserve: usize) -> usize {
-    let n = reserve / LINK_SIZE;
+    let n = if reserve == 0 {
+        0
+    } else {
+        1 + (reserve - 1) / (LINK_SIZE + 1)
+    };
     if n < MAX_INLINE {
         n
     } else {
@@ -85,7 +101,10 @@ pub(crate) fn check_inline_count(
 fn too_many_inline(owner: u64, type_name: &str, n: usize, reserve: usize, max: usize) -> Error {
     let room = match reserve {
         0 => format!("`{type_name}` has no reserve"),
-        r => format!("its {r}-byte reserve holds at most {max} (each ends with an 8-byte link)"),
+        r => format!(
+            "its {r}-byte reserve holds at most {max} (each has a field, and all but the last \
+             end with an 8-byte link)"
+        ),
     };
     Error::Corrupt {
         what: "extension link",
@@ -169,11 +188,10 @@ impl ObjImage {
         unsafe { core::slice::from_raw_parts_mut(self.words_mut().as_mut_ptr() as *mut u8, len) }
     }
 
-    /// `Error::Corrupt` unless a `G` fits at `at`, aligned.
-    fn check<G: Persistent>(&self, at: usize) -> Result<()> {
-        let fits = at
-            .checked_add(size_of::<G>())
-            .is_some_and(|end| end <= self.len);
+    /// `Error::Corrupt` unless `len` bytes fit at `at`, aligned for `G` (whose `what`
+    /// they are).
+    fn check<G: Persistent>(&self, at: usize, len: usize, what: &str) -> Result<()> {
+        let fits = at.checked_add(len).is_some_and(|end| end <= self.len);
         if fits && at % align_of::<G>() == 0 {
             return Ok(());
         }
@@ -181,9 +199,8 @@ impl ObjImage {
             what: "inline extension group",
             offset: at as u64,
             detail: format!(
-                "a {}-byte `{}` does not fit at byte {at} of a {}-byte object: the struct's \
-                 reserve cannot hold it",
-                size_of::<G>(),
+                "{what} ({len} bytes) of `{}` does not fit at byte {at} of a {}-byte object: \
+                 the struct's reserve cannot hold it",
                 G::TYPE_NAME,
                 self.len
             ),
@@ -196,32 +213,35 @@ impl ObjImage {
     /// # Errors
     /// `Error::Corrupt` if the image is shorter than a `T`.
     pub fn value<T: Persistent>(&self) -> Result<&T> {
-        self.check::<T>(0)?;
+        self.check::<T>(0, size_of::<T>(), "the value")?;
         // SAFETY: a `T` fits at offset 0 (checked), which is 16-byte aligned (`u128`
         // storage, `align_of::<T>() <= MAX_ALIGN`); every bit pattern is a valid `T`; the
         // reference borrows `self`.
         Ok(unsafe { &*(self.words().as_ptr() as *const T) })
     }
 
-    /// The group stored inline at payload offset `at`.
+    /// The fields of the group stored inline at payload offset `at`.
     ///
     /// # Errors
-    /// `Error::Corrupt` if a `G` does not fit there, aligned.
-    pub fn group<G: Persistent>(&self, at: usize) -> Result<&G> {
-        self.check::<G>(at)?;
-        // SAFETY: a `G` fits at `at`, aligned (checked; the storage is 16-byte aligned and
-        // `align_of::<G>() <= MAX_ALIGN`); any bytes are a valid `G`; borrows `self`.
-        Ok(unsafe { &*((self.words().as_ptr() as *const u8).add(at) as *const G) })
+    /// `Error::Corrupt` if they do not fit there, aligned.
+    pub fn group<G: Persistent>(&self, at: usize) -> Result<GroupRef<'_, G>> {
+        self.check::<G>(at, fields_len::<G>(), "the fields of a group")?;
+        let ptr = core::ptr::NonNull::from(&self.bytes()[at..]).cast::<u8>();
+        // SAFETY: the group's fields lie at `at`, aligned for `G` (checked; the storage is
+        // 16-byte aligned and `align_of::<G>() <= MAX_ALIGN`), initialised, and borrowed
+        // with `self`, which nothing changes meanwhile.
+        Ok(unsafe { GroupRef::new(ptr) })
     }
 
-    /// Stores `value` inline at payload offset `at`.
+    /// Stores the fields of `group` (all of it but its link, which an inline group does
+    /// not keep) inline at payload offset `at`.
     ///
     /// # Errors
-    /// `Error::Corrupt` if a `G` does not fit there, aligned.
-    pub fn put<G: Persistent>(&mut self, at: usize, value: &G) -> Result<()> {
-        self.check::<G>(at)?;
-        self.bytes_mut()[at..at + size_of::<G>()]
-            .copy_from_slice(crate::persistent::bytes_of(value));
+    /// `Error::Corrupt` if they do not fit there, aligned.
+    pub fn put_group<G: Persistent>(&mut self, at: usize, group: &G) -> Result<()> {
+        let len = fields_len::<G>();
+        self.check::<G>(at, len, "the fields of a group")?;
+        self.bytes_mut()[at..at + len].copy_from_slice(&crate::persistent::bytes_of(group)[..len]);
         Ok(())
     }
 }
@@ -231,18 +251,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn groups_are_laid_in_order_aligned_until_one_does_not_fit() {
-        // A 20-byte value and 40 bytes of reserve: a 12-byte group (align 4) at 20, a
-        // 16-byte group (align 8) at 32, then a 16-byte group that would end at 64 > 60.
-        let at = inline_places(20, 40, [(12, 4), (16, 8), (16, 8), (4, 4)]);
+    fn groups_are_laid_in_order_aligned_until_ones_fields_do_not_fit() {
+        // A 20-byte value and 40 bytes of reserve (to 60): a 12-byte group (align 4) at 20,
+        // a 16-byte group (align 8) at 32, then a 24-byte group at 48 whose 16 bytes of
+        // fields would end at 64 > 60.
+        let at = inline_places(20, 40, [(12, 4), (16, 8), (24, 8), (4, 4)]);
         assert_eq!(
             at,
             [20, 32, usize::MAX, usize::MAX],
             "the 4-byte group would fit, but groups after a separate one are separate"
         );
-        assert_eq!(inline_places(24, 0, [(8, 8)]), [usize::MAX], "no reserve");
-        assert_eq!(inline_places(24, 16, [(16, 8)]), [24], "exact fit");
-        let many = inline_places(8, 1024, [(8, 8); 20]);
+        assert_eq!(inline_places(24, 0, [(16, 8)]), [usize::MAX], "no reserve");
+        assert_eq!(inline_places(24, 16, [(16, 8)]), [24], "whole");
+        assert_eq!(
+            inline_places(24, 8, [(16, 8), (16, 8)]),
+            [24, usize::MAX],
+            "the last group kept ends without its link; the next would start past the reserve"
+        );
+        assert_eq!(
+            inline_places(24, 7, [(16, 8)]),
+            [usize::MAX],
+            "one byte short"
+        );
+        assert_eq!(
+            inline_places(24, 24, [(16, 8), (16, 8)]),
+            [24, 40],
+            "the first whole, the second without its link"
+        );
+        let many = inline_places(8, 1024, [(9, 1); 20]);
         assert_eq!(
             many.iter().filter(|&&a| a != usize::MAX).count(),
             MAX_INLINE
@@ -250,27 +286,51 @@ mod tests {
     }
 
     #[test]
-    fn a_reserve_holds_at_most_one_group_per_link() {
+    fn a_reserve_holds_at_most_one_group_per_field_and_link() {
         assert_eq!(max_inline(0), 0);
-        assert_eq!(max_inline(15), 1);
+        assert_eq!(max_inline(1), 1);
+        assert_eq!(max_inline(9), 1);
+        assert_eq!(max_inline(10), 2);
         assert_eq!(max_inline(16), 2);
         assert_eq!(max_inline(4096), MAX_INLINE);
+        // The bound holds for the densest groups `inline_places` lays: one byte of field
+        // each, at alignment 1.
+        for r in 0..200 {
+            let n = inline_places(8, r, [(9, 1); 40])
+                .iter()
+                .filter(|&&a| a != usize::MAX)
+                .count();
+            assert_eq!(n, max_inline(r), "reserve {r}");
+        }
         assert!(check_inline_count(0x40, "N", 0x1232, 16).is_ok());
         assert!(check_inline_count(0x40, "N", 0x1233, 16).is_err());
         assert!(check_inline_count(0x40, "N", 0x1230, 0).is_ok());
         assert!(check_inline_count(0x40, "N", 0x1231, 0).is_err());
     }
 
+    /// A group of one `u64` field, then its link.
+    type Wide = [u64; 2];
+
     #[test]
-    fn an_image_reads_and_writes_groups_where_they_fit() {
+    fn an_image_reads_and_writes_group_fields_where_they_fit() {
         let mut img = ObjImage::zeroed(40);
-        img.put(24, &0x1122_3344_5566_7788u64).unwrap();
-        assert_eq!(*img.group::<u64>(24).unwrap(), 0x1122_3344_5566_7788);
+        img.put_group::<Wide>(24, &[0x1122_3344_5566_7788, 0x99])
+            .unwrap();
+        assert_eq!(
+            *img.group::<Wide>(24).unwrap().field::<u64>(0),
+            0x1122_3344_5566_7788
+        );
         assert_eq!(img.bytes()[24], 0x88);
-        assert!(img.group::<u64>(36).is_err(), "past the end");
-        assert!(img.group::<u64>(20).is_err(), "misaligned");
+        img.put_group::<Wide>(32, &[5, 0x99]).unwrap();
+        assert_eq!(
+            img.bytes()[32..40],
+            5u64.to_le_bytes(),
+            "fields only: the link is not stored, and not needed to fit"
+        );
+        assert!(img.group::<Wide>(36).is_err(), "past the end");
+        assert!(img.group::<Wide>(20).is_err(), "misaligned");
         assert!(
-            img.put(usize::MAX - 2, &1u64).is_err(),
+            img.put_group::<Wide>(usize::MAX - 2, &[1, 0]).is_err(),
             "overflowing offset"
         );
         assert_eq!(*img.value::<[u64; 3]>().unwrap(), [0; 3]);
@@ -279,11 +339,12 @@ mod tests {
         assert_eq!(copy.bytes(), img.bytes());
         // Past the inline storage: on the heap, the same.
         let mut big = ObjImage::zeroed(SMALL + 24);
-        big.put(SMALL + 16, &7u64).unwrap();
+        big.put_group::<Wide>(SMALL + 16, &[7, 0]).unwrap();
         assert_eq!(
             *ObjImage::from_bytes(big.bytes())
-                .group::<u64>(SMALL + 16)
-                .unwrap(),
+                .group::<Wide>(SMALL + 16)
+                .unwrap()
+                .field::<u64>(0),
             7
         );
     }

@@ -1,9 +1,10 @@
 //! The runtime side of `#[extendible]` structs (LEDS): the extension link, the trait the
-//! attribute implements, groups kept inline in a reserve, the handles that show an object with all its groups, the lazy
+//! attribute implements, groups kept inline in a reserve, the views of a group's fields, the handles that show an object with all its groups, the lazy
 //! upgrade, and the Reset and Manual retention models.
 
 mod chain;
 mod extendible;
+mod group;
 mod inline;
 mod journal;
 mod link;
@@ -15,6 +16,8 @@ mod view;
 #[doc(hidden)]
 pub use extendible::{run_init, zeroed, ExtGroups, ExtPlaces};
 pub use extendible::{Extendible, ExtendibleData, MAX_GROUPS};
+#[doc(hidden)]
+pub use group::{GroupPlace, GroupRef};
 pub(crate) use inline::check_inline_count;
 #[doc(hidden)]
 pub use inline::{inline_places, ObjImage};

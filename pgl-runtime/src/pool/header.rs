@@ -59,8 +59,11 @@ pub const MAGIC: [u8; 8] = *b"PGLPOOL\0";
 /// for power-of-two payloads (`heap::ClassTable::StepsAndPowers`, header flag
 /// POWER_CLASSES): pools made since are cut to them, older pools keep the classes they were
 /// made with (their runs name classes by number), and older builds refuse version 8, whose
-/// class numbers they would misread.
-pub const FORMAT_VERSION: u32 = 8;
+/// class numbers they would misread. Version 9 lets the last extension group an
+/// `#[extendible(reserve = N)]` object keeps inline end without its unused link
+/// (`leds::inline`): groups older builds placed stay where they are, and older builds
+/// refuse version 9, whose objects they would read as having a damaged link.
+pub const FORMAT_VERSION: u32 = 9;
 /// The oldest format version this build reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
 /// Header flag: a process has the pool open; still set after a crash.

@@ -105,58 +105,11 @@ impl<'tx, T: Persistent> Mut<'tx, T> {
         &self.buf().payload()[..core::mem::size_of::<T>()]
     }
 
-    /// The extension group kept inline at payload offset `at` (`#[extendible]`'s glue).
-    ///
-    /// # Panics
-    /// Unless a `G` lies at `at`, aligned, inside the object's reserve (as
-    /// `Extendible::__INLINE_AT` says).
-    #[doc(hidden)]
-    #[inline]
-    pub fn __inline<G: Persistent>(&self, at: usize) -> &G {
-        assert_in_reserve::<T, G>(at);
-        // SAFETY: the buffer's payload is the value then the reserve, 16-byte aligned; a
-        // `G` lies at `at` inside the reserve, aligned (asserted); any bytes are a valid
-        // `G`; `&self` keeps every `&mut` into the buffer away while the reference lives.
-        unsafe { &*(self.buf().payload().as_ptr().add(at) as *const G) }
+    /// The buffer, for a view of part of it that takes over this handle's borrow
+    /// (`leds::GroupPlace`).
+    pub(crate) fn buf_ptr(&mut self) -> NonNull<Buffer> {
+        self.buf
     }
-
-    /// The place of the extension group kept inline at payload offset `at`
-    /// (`#[extendible]`'s glue).
-    ///
-    /// # Panics
-    /// Unless a `G` lies at `at`, aligned, inside the object's reserve.
-    ///
-    /// # Safety
-    /// The place does not outlive this handle, and no other place or reference of those
-    /// bytes is used while it lives (the places the glue makes at once are of distinct
-    /// groups, which `inline_places` lays apart).
-    #[doc(hidden)]
-    #[inline]
-    pub unsafe fn __inline_place<'b, G: Persistent>(&mut self, at: usize) -> Place<'b, G> {
-        assert_in_reserve::<T, G>(at);
-        // SAFETY: the buffer is live for 'tx and exclusively borrowed by this handle; the
-        // range lies in its payload's reserve, aligned (asserted; the payload is 16-byte
-        // aligned); the caller vouches that the place is the only access to it while it
-        // lives, and for no longer than the handle.
-        unsafe { Place::new(self.buf, at) }
-    }
-}
-
-/// Panics unless a `G` fits at payload offset `at` of a `T` object inside its reserve,
-/// aligned for `G` (payloads are 16-byte aligned, `align_of::<G>() <= MAX_ALIGN`).
-fn assert_in_reserve<T: Persistent, G: Persistent>(at: usize) {
-    let value = core::mem::size_of::<T>();
-    let fits = at >= value
-        && at % core::mem::align_of::<G>() == 0
-        && at
-            .checked_add(core::mem::size_of::<G>())
-            .is_some_and(|end| end <= crate::persistent::object_size::<T>());
-    assert!(
-        fits,
-        "an extension group `{}` does not fit at byte {at} of the reserve of a `{}`",
-        G::TYPE_NAME,
-        T::TYPE_NAME
-    );
 }
 
 impl<T: Persistent> Deref for Mut<'_, T> {
@@ -330,19 +283,11 @@ impl<'tx, T: Persistent> Read<'tx, T> {
         Read { ptr, src }
     }
 
-    /// The extension group kept inline at payload offset `at` (`#[extendible]`'s glue).
-    ///
-    /// # Panics
-    /// Unless a `G` lies at `at`, aligned, inside the object's reserve (as
-    /// `Extendible::__INLINE_AT` says).
-    #[doc(hidden)]
+    /// Where the object's payload starts: its value, then its `T::__RESERVE` bytes of
+    /// reserve, valid and unchanged for as long as this handle is borrowed (see `new`).
     #[inline]
-    pub fn __inline<G: Persistent>(&self, at: usize) -> &G {
-        assert_in_reserve::<T, G>(at);
-        // SAFETY: the reserve follows the value and is as stable as it for `'tx` (see
-        // `new`); a `G` lies at `at` inside it, aligned (asserted); any bytes are a valid
-        // `G`; the reference borrows this handle, which holds the object's borrow.
-        unsafe { &*((self.ptr as *const u8).add(at) as *const G) }
+    pub(crate) fn payload_ptr(&self) -> *const u8 {
+        self.ptr as *const u8
     }
 }
 

@@ -22,6 +22,7 @@ mod thread;
 #[allow(clippy::module_inception)]
 mod tx;
 
+pub(crate) use buffer::Buffer;
 pub use engine::VerifyPolicy;
 pub(crate) use engine::{Engine, Options};
 pub use handle::{Mut, Read, Ref};

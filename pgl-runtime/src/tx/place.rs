@@ -57,6 +57,12 @@ impl<'a, T: Persistent> Place<'a, T> {
         }
     }
 
+    /// The buffer and offset, for a view of part of the place that takes over its borrow
+    /// (`leds::GroupPlace`).
+    pub(crate) fn into_parts(self) -> (NonNull<Buffer>, usize) {
+        (self.buf, self.base)
+    }
+
     fn buf_mut(&mut self) -> &mut Buffer {
         // SAFETY: live and exclusively borrowed for 'a (see `new`); `&mut self` makes this
         // the only access.

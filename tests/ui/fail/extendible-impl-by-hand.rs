@@ -4,7 +4,7 @@
 // change it under that owner's readers; the trait is `unsafe` to implement.
 use std::marker::PhantomData;
 
-use pgl::__private::{Extendible, ExtendibleData, Tx};
+use pgl::__private::{Extendible, ExtendibleData, GroupRef, Tx};
 use pgl::{extendible, Oid, Persistent};
 
 #[extendible]
@@ -30,7 +30,7 @@ impl ExtendibleData for EvilData {
     type Struct = Evil;
 }
 
-fn group_type<'r, G: 'r>(_: fn(<Node as Extendible>::Refs<'r>) -> &'r G) -> PhantomData<G> {
+fn group_type<'r, G: Persistent>(_: fn(<Node as Extendible>::Refs<'r>) -> GroupRef<'r, G>) -> PhantomData<G> {
     PhantomData
 }
 
