@@ -3,18 +3,18 @@
 //! this build.
 //!
 //! Format 8 kept an extension group in a reserve only if its link fit too; this build
-//! keeps the last one without it. So `Tight`'s group 1 (8 bytes of fields in an 8-byte
-//! reserve) was a separate object for the objects the format-8 build upgraded or created,
-//! and is inline for those this build upgrades: both kinds live side by side in one pool
-//! and must read alike. `Roomy`'s group lies where both formats put it.
+//! keeps the last one without it. So `Tight`'s group 1 and `Pair`'s group 2 were separate
+//! objects for the objects the format-8 build upgraded or created, and are inline for
+//! those this build upgrades: both kinds live side by side in one pool and must read
+//! alike. `Roomy`'s group lies where both formats put it.
 
 mod support;
 
-use pgl::{Extendible, Oid, Pool};
+use pgl::{Extendible, Oid, Pool, Tx};
 
 include!("fixtures/leds_shape.rs");
 
-/// v2 adds a group 2 to both structs: past each reserve, so a separate object.
+/// v2 adds a group 2 to `Roomy` and `Tight`: past their reserves, so a separate object.
 mod v2 {
     use pgl::{extendible, Persistent};
 
@@ -28,7 +28,7 @@ mod v2 {
         #[extension(1, replaces = key, init = |old| super::widened(old.key()))]
         pub key64: u64,
         #[extension(2, init = |old| super::tag_of(old.key64()))]
-        pub tag: u32,
+        pub tag: u64,
     }
 
     #[extendible(reserve = 8)]
@@ -41,24 +41,18 @@ mod v2 {
         #[extension(1, replaces = key, init = |old| super::widened(old.key()))]
         pub key64: u64,
         #[extension(2, init = |old| super::tag_of(old.key64()))]
-        pub tag: u32,
+        pub tag: u64,
     }
 }
 
-fn tag_of(key: u64) -> u32 {
-    (key >> 32) as u32 ^ 0xa5
-}
-
-/// What object `word` of the root holds after the v1 program (key, value).
-fn expected(word: usize) -> (u64, u32) {
-    let n = V0_OBJECTS as usize;
-    if word < 2 * n {
-        let (i, tight) = (word % n, word >= n);
-        let value = if i % 4 == 2 { i + 1000 } else { i };
-        (widened(v0_key(i as u64, tight)), value as u32)
-    } else {
-        let j = word - 2 * n;
-        (0x7777_0000_0000 + j as u64, 90 + j as u32)
+/// What object `w` of the root holds after the fixture's v1 program (key, value).
+fn expected(w: usize) -> (u64, u32) {
+    match kind_of(w) {
+        (kind, i) if w < first_new_word(Kind::Roomy) => {
+            let value = if i % 4 == 2 { i + 1000 } else { i };
+            (widened(v0_key(i, kind)), value as u32)
+        }
+        (kind, i) => made(i, kind),
     }
 }
 
@@ -71,17 +65,62 @@ fn count(pool: &Pool, type_id: u32) -> usize {
         .count()
 }
 
-/// Whether root word `w` holds a `Tight` object.
-fn is_tight(w: usize) -> bool {
-    let n = V0_OBJECTS as usize;
-    (n..2 * n).contains(&w) || (18..20).contains(&w)
+/// The type id of group `k` of `T`.
+fn group<T: Extendible>(k: usize) -> u32 {
+    T::GROUP_KEYS[k - 1].0
+}
+
+/// Key, value and (for `Pair`) tag of the object at `raw`, read with the v1 definitions
+/// (upgrading it if it is a v0 object).
+fn read_v1(tx: &Tx<'_>, kind: Kind, raw: u64) -> pgl::Result<(u64, u32, Option<u64>)> {
+    use v1::{PairExtFields as _, RoomyExtFields as _, TightExtFields as _};
+    match kind {
+        Kind::Roomy => tx.ext_with(Oid::<v1::Roomy>::from_raw(raw), |n| {
+            (*n.key(), n.value, None)
+        }),
+        Kind::Tight => tx.ext_with(Oid::<v1::Tight>::from_raw(raw), |n| {
+            (*n.key(), n.value, None)
+        }),
+        Kind::Pair => tx.ext_with(Oid::<v1::Pair>::from_raw(raw), |n| {
+            (*n.key(), n.value, Some(*n.tag()))
+        }),
+    }
+}
+
+/// Checks every object the root lists with the v1 definitions, whose keys are
+/// `expected`'s XOR `flip`.
+fn check_v1(pool: &Pool, words: &LedsRoot, flip: u64, when: &str) {
+    pool.tx(|tx| {
+        for (w, &raw) in words[..OBJECT_WORDS].iter().enumerate() {
+            let (kind, _) = kind_of(w);
+            let (key, value) = expected(w);
+            let key = key ^ flip;
+            let tag = (kind == Kind::Pair).then(|| tag_of(key));
+            assert_eq!(
+                read_v1(tx, kind, raw)?,
+                (key, value, tag),
+                "{when}: root word {w}"
+            );
+        }
+        Ok(())
+    })
+    .unwrap();
 }
 
 #[test]
 fn a_format_8_pools_groups_in_and_out_of_reserves_read_upgrade_and_evolve() {
     let path = support::fixture::unpack("pool-v8-leds.bin", "");
-    let tight_groups = <v1::Tight as Extendible>::GROUP_KEYS[0].0;
-    let roomy_groups = <v1::Roomy as Extendible>::GROUP_KEYS[0].0;
+    // The group objects of each kind that format 8 made: half the v0 objects (the even
+    // ones, upgraded) and every created one.
+    let by_format_8 = V0_OBJECTS / 2 + NEW_OBJECTS;
+    let separate = |pool: &Pool| {
+        [
+            count(pool, group::<v1::Roomy>(1)),
+            count(pool, group::<v1::Tight>(1)),
+            count(pool, group::<v1::Pair>(1)),
+            count(pool, group::<v1::Pair>(2)),
+        ]
+    };
 
     // v1 on the format-8 pool.
     let pool = Pool::open(&path, "fixture").unwrap();
@@ -89,110 +128,109 @@ fn a_format_8_pools_groups_in_and_out_of_reserves_read_upgrade_and_evolve() {
     let root = pool.root::<LedsRoot>().unwrap();
     let words = *pool.get(root).unwrap();
     assert_eq!(words[63], 1, "the fixture's v1 program finished");
-    // Format 8 kept `Tight`'s group 1 in objects of its own: 4 upgraded, 2 created.
+    // Format 8 kept `Tight`'s group 1 and `Pair`'s group 2 in objects of their own.
     assert_eq!(
-        count(&pool, tight_groups),
-        6,
-        "Tight groups the format-8 build made"
-    );
-    assert_eq!(
-        count(&pool, roomy_groups),
-        0,
-        "Roomy groups live in the reserve"
+        separate(&pool),
+        [0, by_format_8, 0, by_format_8],
+        "the groups the format-8 build made in objects of their own"
     );
     let upgrades = pool.stats().upgrades;
-    {
-        use v1::{RoomyExtFields as _, TightExtFields as _};
-        pool.tx(|tx| {
-            for (w, &raw) in words[..20].iter().enumerate() {
-                let (key, value) = expected(w);
-                let (k, v) = if is_tight(w) {
-                    tx.ext_with(Oid::<v1::Tight>::from_raw(raw), |n| (*n.key(), n.value))?
-                } else {
-                    tx.ext_with(Oid::<v1::Roomy>::from_raw(raw), |n| (*n.key(), n.value))?
-                };
-                assert_eq!((k, v), (key, value), "root word {w}");
-            }
-            Ok(())
-        })
-        .unwrap();
-    }
-    // The odd v0 objects of each struct were upgraded just now: `Tight`'s into its
-    // reserve, without its link, so no group object was made.
-    assert_eq!(pool.stats().upgrades - upgrades, 8);
+    check_v1(&pool, &words, 0, "first read");
+    // The odd v0 objects were upgraded just now, each group that fits into the reserve,
+    // without its link: no group object was made.
     assert_eq!(
-        count(&pool, tight_groups),
-        6,
+        pool.stats().upgrades - upgrades,
+        (KINDS.len() * V0_OBJECTS / 2) as u64
+    );
+    assert_eq!(
+        separate(&pool),
+        [0, by_format_8, 0, by_format_8],
         "this build upgrades into the reserve"
     );
-    assert_eq!(count(&pool, roomy_groups), 0);
 
-    // Writes through every kind of group: whole inline (Roomy), separate (Tight, older),
-    // inline without its link (Tight, upgraded just now).
+    // Writes through every kind of group: whole inline (Roomy, Pair's group 1), separate
+    // (Tight's and Pair's older ones), inline without its link (the ones upgraded above).
     {
-        use v1::{RoomyExtFields as _, TightExtFields as _};
+        use v1::{PairExtFields as _, RoomyExtFields as _, TightExtFields as _};
         pool.tx(|tx| {
-            for (w, &raw) in words[..20].iter().enumerate() {
+            for (w, &raw) in words[..OBJECT_WORDS].iter().enumerate() {
                 let key = expected(w).0 ^ 0xff;
-                if is_tight(w) {
-                    tx.ext_mut(Oid::<v1::Tight>::from_raw(raw))?.set_key(key);
-                } else {
-                    tx.ext_mut(Oid::<v1::Roomy>::from_raw(raw))?.set_key(key);
+                match kind_of(w).0 {
+                    Kind::Roomy => tx.ext_mut(Oid::<v1::Roomy>::from_raw(raw))?.set_key(key),
+                    Kind::Tight => tx.ext_mut(Oid::<v1::Tight>::from_raw(raw))?.set_key(key),
+                    Kind::Pair => {
+                        let mut m = tx.ext_mut(Oid::<v1::Pair>::from_raw(raw))?;
+                        m.set_key(key);
+                        m.set_tag(tag_of(key));
+                    }
                 }
             }
             Ok(())
         })
         .unwrap();
-        // Copies of a `Tight` object with a separate group (word 8, upgraded by the
-        // format-8 build) and of one with its group inline (word 9, upgraded above).
-        let copies = pool
-            .tx(|tx| {
-                Ok([
-                    tx.copy_ext(Oid::<v1::Tight>::from_raw(words[8]))?,
-                    tx.copy_ext(Oid::<v1::Tight>::from_raw(words[9]))?,
-                ])
-            })
-            .unwrap();
-        pool.tx(|tx| {
-            for (c, w) in copies.iter().zip([8, 9]) {
-                let key = tx.ext_with(*c, |n| *n.key())?;
-                assert_eq!(key, expected(w).0 ^ 0xff, "copy of word {w}");
-            }
-            // The copies go; so does word 8's original, with its group.
-            for c in copies {
-                tx.free(c)?;
-            }
-            tx.free(Oid::<v1::Tight>::from_raw(words[8]))?;
-            tx.open(root)?[8] = 0;
-            Ok(())
-        })
-        .unwrap();
     }
+    check_v1(&pool, &words, 0xff, "after the writes");
+    // Copies of objects with groups the format-8 build put in objects of their own (the
+    // first of each kind, upgraded by it) and with groups this build put inline (the
+    // second), then frees: the copies, and the first `Tight` and `Pair` with their groups.
+    let firsts = [first_word(Kind::Tight), first_word(Kind::Pair)];
+    pool.tx(|tx| {
+        let mut copies = Vec::new();
+        for w in [firsts, firsts.map(|w| w + 1)].concat() {
+            let (kind, _) = kind_of(w);
+            copies.push(match kind {
+                Kind::Tight => tx.copy_ext(Oid::<v1::Tight>::from_raw(words[w]))?.raw(),
+                _ => tx.copy_ext(Oid::<v1::Pair>::from_raw(words[w]))?.raw(),
+            });
+        }
+        for (c, w) in copies.iter().zip([firsts, firsts.map(|w| w + 1)].concat()) {
+            let (kind, _) = kind_of(w);
+            let (key, _, _) = read_v1(tx, kind, *c)?;
+            assert_eq!(key, expected(w).0 ^ 0xff, "copy of word {w}");
+            match kind {
+                Kind::Tight => tx.free(Oid::<v1::Tight>::from_raw(*c))?,
+                _ => tx.free(Oid::<v1::Pair>::from_raw(*c))?,
+            }
+        }
+        tx.free(Oid::<v1::Tight>::from_raw(words[firsts[0]]))?;
+        tx.free(Oid::<v1::Pair>::from_raw(words[firsts[1]]))?;
+        let mut r = tx.open(root)?;
+        for w in firsts {
+            r[w] = 0;
+        }
+        Ok(())
+    })
+    .unwrap();
     assert_eq!(
-        count(&pool, tight_groups),
-        5,
-        "the copy's group and word 8's freed"
+        separate(&pool),
+        [0, by_format_8 - 1, 0, by_format_8 - 1],
+        "the copies' groups and the freed objects' went with them"
     );
     assert!(pool.scrub(false, |_, _| {}).unwrap().is_clean());
     drop(pool);
 
-    // v2 adds group 2, past both reserves: a separate object for every object, linked
-    // from the base (inline group 1) or from the separate group 1.
+    // v2 adds group 2 to `Roomy` and `Tight`, past both reserves: a separate object for
+    // each, linked from the base (inline group 1) or from the separate group 1. `Pair`
+    // is read as before.
     for run in 0..2 {
         let pool = Pool::open(&path, "fixture").unwrap();
+        check_v1_pairs(&pool, &words, &firsts, run);
         use v2::{RoomyExtFields as _, TightExtFields as _};
         pool.tx(|tx| {
-            for w in (0..20).filter(|&w| w != 8) {
+            for (w, &raw) in words[..OBJECT_WORDS].iter().enumerate() {
                 let key = expected(w).0 ^ 0xff;
-                let (k, v, tag) = if is_tight(w) {
-                    let o = Oid::<v2::Tight>::from_raw(words[w]);
-                    tx.ext_with(o, |n| (*n.key(), n.value, *n.tag()))?
-                } else {
-                    let o = Oid::<v2::Roomy>::from_raw(words[w]);
-                    tx.ext_with(o, |n| (*n.key(), n.value, *n.tag()))?
+                let got = match kind_of(w).0 {
+                    _ if firsts.contains(&w) => continue,
+                    Kind::Roomy => tx.ext_with(Oid::<v2::Roomy>::from_raw(raw), |n| {
+                        (*n.key(), n.value, *n.tag())
+                    })?,
+                    Kind::Tight => tx.ext_with(Oid::<v2::Tight>::from_raw(raw), |n| {
+                        (*n.key(), n.value, *n.tag())
+                    })?,
+                    Kind::Pair => continue,
                 };
                 assert_eq!(
-                    (k, v, tag),
+                    got,
                     (key, expected(w).1, tag_of(key)),
                     "v2 run {run}, root word {w}"
                 );
@@ -200,15 +238,16 @@ fn a_format_8_pools_groups_in_and_out_of_reserves_read_upgrade_and_evolve() {
             Ok(())
         })
         .unwrap();
+        let per_kind = V0_OBJECTS + NEW_OBJECTS;
+        assert_eq!(count(&pool, group::<v2::Roomy>(2)), per_kind, "run {run}");
         assert_eq!(
-            count(&pool, <v2::Tight as Extendible>::GROUP_KEYS[1].0),
-            9,
-            "run {run}: a group 2 for each `Tight` object"
+            count(&pool, group::<v2::Tight>(2)),
+            per_kind - 1,
+            "run {run}"
         );
-        assert_eq!(count(&pool, <v2::Roomy as Extendible>::GROUP_KEYS[1].0), 10);
         assert_eq!(
-            count(&pool, tight_groups),
-            5,
+            count(&pool, group::<v1::Tight>(1)),
+            by_format_8 - 1,
             "run {run}: group 1 stays where it was"
         );
         assert!(
@@ -218,4 +257,20 @@ fn a_format_8_pools_groups_in_and_out_of_reserves_read_upgrade_and_evolve() {
         drop(pool);
     }
     std::fs::remove_file(&path).unwrap();
+}
+
+/// `Pair`'s objects after the writes, but the freed one.
+fn check_v1_pairs(pool: &Pool, words: &LedsRoot, freed: &[usize], run: usize) {
+    pool.tx(|tx| {
+        for (w, &raw) in words[..OBJECT_WORDS].iter().enumerate() {
+            if kind_of(w).0 != Kind::Pair || freed.contains(&w) {
+                continue;
+            }
+            let key = expected(w).0 ^ 0xff;
+            let want = (key, expected(w).1, Some(tag_of(key)));
+            assert_eq!(read_v1(tx, Kind::Pair, raw)?, want, "run {run}: word {w}");
+        }
+        Ok(())
+    })
+    .unwrap();
 }

@@ -443,9 +443,12 @@ impl<'m, 'a> Gen<'m, 'a> {
                 let (fi, ty) = (f.ident, &f.field.ty);
                 let at = quote!(::core::mem::offset_of!(#gty, #fi));
                 let bound = quote!(where for<'__pgl> #ty: ::pgl::__private::Persistent);
+                // By value, as the place's: a method call tries `self` receivers before
+                // `&self` ones, so a `&self` method here would lose to any trait method of
+                // the same name taking `self` (`Into::into` for a field named `into`).
                 by_ref.push(quote! {
                     #[inline(always)]
-                    pub fn #fi(&self) -> &'__pgl_a #ty #bound {
+                    pub fn #fi(self) -> &'__pgl_a #ty #bound {
                         self.#g.field::<#ty>(#at)
                     }
                 });
