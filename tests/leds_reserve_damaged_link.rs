@@ -2,7 +2,8 @@
 //! no checksums (or a crafted file) leaves it: a count of inline groups (its low 4 bits)
 //! that the object's reserve cannot hold is `Error::Corrupt` on every path that reads it
 //! (`ext`, `free`, `copy_ext`), never read as inline groups, and frees or copies nothing.
-//! Every group ends with its 8-byte link, so a reserve of `N` bytes holds at most `N / 8`.
+//! Every group has a field and all but the last one a reserve holds end with an 8-byte
+//! link, so a reserve of `N` bytes holds at most `1 + (N - 1) / 9` (2 for 16 bytes).
 
 mod support;
 
@@ -10,7 +11,7 @@ use pgl::{Config, Error, Pool};
 
 mod v1 {
     use pgl::{extendible, Persistent};
-    /// Group 1 fills the 16-byte reserve: it holds at most 2 groups by size.
+    /// Group 1 fills the 16-byte reserve, which holds at most 2 groups by size.
     #[extendible(reserve = 16)]
     #[derive(Persistent)]
     #[pgl(id = 0x1ed5_f001)]
