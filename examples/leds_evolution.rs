@@ -60,7 +60,6 @@
 use auto_change::{HNodeExtFields as _, TNodeExtFields as _};
 use auto_change_r::{HNodeExtFields as _, TNodeExtFields as _};
 use pgl::prelude::*;
-use pgl::Extendible;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -728,35 +727,35 @@ fn auto_run(
     let pool = setup.build(map, reserve)?;
     let access = match (map, change, reserve) {
         (Map::Hash, Change::Change, false) => {
-            upgrade_all::<auto_change::HNode>(&pool)?;
+            pool.upgrade_all::<auto_change::HNode>()?;
             workload(&pool, work, hash_delete::<HashAutoChange>)
         }
         (Map::Hash, Change::Add, false) => {
-            upgrade_all::<auto_add::HNode>(&pool)?;
+            pool.upgrade_all::<auto_add::HNode>()?;
             workload(&pool, work, hash_delete::<HashAutoAdd>)
         }
         (Map::Tree, Change::Change, false) => {
-            upgrade_all::<auto_change::TNode>(&pool)?;
+            pool.upgrade_all::<auto_change::TNode>()?;
             workload(&pool, work, tree_delete::<TreeAutoChange>)
         }
         (Map::Tree, Change::Add, false) => {
-            upgrade_all::<auto_add::TNode>(&pool)?;
+            pool.upgrade_all::<auto_add::TNode>()?;
             workload(&pool, work, tree_delete::<TreeAutoAdd>)
         }
         (Map::Hash, Change::Change, true) => {
-            upgrade_all::<auto_change_r::HNode>(&pool)?;
+            pool.upgrade_all::<auto_change_r::HNode>()?;
             workload(&pool, work, hash_delete::<HashAutoChangeR>)
         }
         (Map::Hash, Change::Add, true) => {
-            upgrade_all::<auto_add_r::HNode>(&pool)?;
+            pool.upgrade_all::<auto_add_r::HNode>()?;
             workload(&pool, work, hash_delete::<HashAutoAddR>)
         }
         (Map::Tree, Change::Change, true) => {
-            upgrade_all::<auto_change_r::TNode>(&pool)?;
+            pool.upgrade_all::<auto_change_r::TNode>()?;
             workload(&pool, work, tree_delete::<TreeAutoChangeR>)
         }
         (Map::Tree, Change::Add, true) => {
-            upgrade_all::<auto_add_r::TNode>(&pool)?;
+            pool.upgrade_all::<auto_add_r::TNode>()?;
             workload(&pool, work, tree_delete::<TreeAutoAddR>)
         }
     }?;
@@ -767,25 +766,6 @@ fn auto_run(
         bytes,
         upgrades,
     })
-}
-
-/// Upgrades every `T` of the pool, 256 to a transaction.
-fn upgrade_all<T: Extendible>(pool: &Pool) -> pgl::Result<()> {
-    let all: Vec<u64> = pool
-        .objects()?
-        .into_iter()
-        .filter(|(_, h)| h.type_id == T::TYPE_ID)
-        .map(|(off, _)| off)
-        .collect();
-    for batch in all.chunks(256) {
-        pool.tx(|tx| {
-            for &off in batch {
-                tx.upgrade(Oid::<T>::from_raw(off))?;
-            }
-            Ok(())
-        })?;
-    }
-    Ok(())
 }
 
 /// The fastest of the repetitions (the times shown): interference from the rest of the

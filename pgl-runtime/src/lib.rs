@@ -57,7 +57,7 @@ pub use heap::{ClassTable, SizeClasses};
 pub use inject::Fault;
 pub use leds::{
     type_key, type_keys, Ext, ExtLink, ExtMut, Extendible, ExtendibleData, Migration,
-    PendingMigration, Remap, MAX_GROUPS,
+    PendingMigration, Remap, MAX_GROUPS, UPGRADE_BATCH,
 };
 pub use log::{ForcePolicy, Log, LogConfig, LogStats, Lsn, RecoveryReport, Reservation};
 pub use persist::{CrashPoint, CrashSim, FlushMode};

@@ -1,8 +1,10 @@
 //! The runtime side of `#[extendible]` structs (LEDS): the extension link, the trait the
-//! attribute implements, groups kept inline in a reserve, the views of a group's fields, the handles that show an object with all its groups, the lazy
-//! upgrade, and the Reset and Manual retention models.
+//! attribute implements, groups kept inline in a reserve, the views of a group's fields,
+//! the handles that show an object with all its groups, the lazy upgrade (and the eager
+//! one over a whole pool), and the Reset and Manual retention models.
 
 mod chain;
+mod eager;
 mod extendible;
 mod group;
 mod inline;
@@ -13,6 +15,7 @@ mod reset;
 mod settle;
 mod view;
 
+pub use eager::UPGRADE_BATCH;
 #[doc(hidden)]
 pub use extendible::{run_init, zeroed, ExtGroups, ExtPlaces};
 pub use extendible::{Extendible, ExtendibleData, MAX_GROUPS};
