@@ -132,12 +132,6 @@ impl<'a, G: Persistent> GroupRef<'a, G> {
         // every bit pattern is a valid `U`.
         unsafe { &*(self.ptr.as_ptr().add(at) as *const U) }
     }
-
-    /// The group's fields, as bytes.
-    pub fn bytes(self) -> &'a [u8] {
-        // SAFETY: `fields_len::<G>()` valid bytes from `ptr`, for 'a (the invariant).
-        unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), fields_len::<G>()) }
-    }
 }
 
 /// The fields of an extension group `G` in a micro-buffer, for writing
@@ -206,7 +200,6 @@ mod tests {
         assert_eq!(fields_len::<[u64; 2]>(), 8);
         assert_eq!(*g.field::<u64>(0), 0x1122_3344_5566_7788);
         assert_eq!(*g.field::<u32>(4), 0x1122_3344);
-        assert_eq!(g.bytes().len(), 8, "the link is not part of the fields");
         let past = std::panic::catch_unwind(|| *g.field::<u64>(8));
         assert!(past.is_err(), "the link is not a field");
         let misaligned = std::panic::catch_unwind(|| *g.field::<u32>(2));
