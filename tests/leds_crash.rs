@@ -10,7 +10,8 @@
 //! the op); every image (nothing pending, everything pending, then random subsets of the
 //! pending words) is recovered with `Pool::open_sim` and checked. `PGL_CRASH_STATES` raises
 //! the number of images (default 10,000 per op). The upgrade is checked again with
-//! `#[extendible(reserve = N)]`, where a group may be written into the base's reserve.
+//! `#[extendible(reserve = N)]`, where a group may be written into the base's reserve, and
+//! run over the whole pool by `pool.upgrade_all`, whose rerun after a crash finishes it.
 
 mod common;
 mod support;
@@ -314,6 +315,47 @@ fn crash_during_an_upgrade_leaves_the_object_unupgraded_or_fully_upgraded() {
         },
     );
     assert_eq!(pool.stats().upgrades, 1);
+}
+
+/// `pool.upgrade_all` (all three nodes, one batch): a crash leaves every node un-upgraded
+/// or every one fully upgraded, and calling it again on the recovered pool finishes the
+/// work with nothing leaked.
+#[test]
+fn crash_during_upgrade_all_leaves_each_batch_undone_or_done_and_a_rerun_finishes() {
+    let (sim, pool, root, cfg) = setup();
+    explore(
+        "upgrade_all v0 -> v2",
+        &sim,
+        &pool,
+        &cfg,
+        |pool| assert_eq!(pool.upgrade_all::<v2::Node>().unwrap(), NODES as u64),
+        |p| {
+            let states = (0..NODES)
+                .map(|i| node_state(p, root, i))
+                .collect::<Result<Vec<_>, _>>()?;
+            let objects = p.objects().map_err(|e| e.to_string())?.len();
+            match (states.as_slice(), objects) {
+                ([0, 0, 0], o) if o == 1 + NODES => {}
+                ([2, 2, 2], o) if o == 1 + 3 * NODES => {}
+                other => return Err(format!("(groups per node, objects) = {other:?}")),
+            }
+            // The rerun upgrades what the crash left undone, and only that.
+            let left = if states[0] == 0 { NODES as u64 } else { 0 };
+            match p.upgrade_all::<v2::Node>() {
+                Ok(n) if n == left => {}
+                other => return Err(format!("rerun upgraded {other:?}, not {left}")),
+            }
+            let after = (0..NODES)
+                .map(|i| node_state(p, root, i))
+                .collect::<Result<Vec<_>, _>>()?;
+            let objects = p.objects().map_err(|e| e.to_string())?.len();
+            if after != [2, 2, 2] || objects != 1 + 3 * NODES {
+                return Err(format!("after the rerun: {after:?}, {objects} objects"));
+            }
+            Ok(())
+        },
+    );
+    assert_eq!(pool.stats().upgrades, NODES as u64);
 }
 
 #[test]
