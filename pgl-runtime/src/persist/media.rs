@@ -875,6 +875,40 @@ impl Media {
         unsafe { self.write_durable_from(off, src, STREAM_MIN) }
     }
 
+    /// [`Media::write_durable`], but the write-back of bytes it stores through the cache is
+    /// left to the caller: `owe(off, len)` is called for them (streamed bytes need none).
+    /// For writers of several pieces that share lines, which can then write each line
+    /// back once.
+    ///
+    /// # Safety
+    /// As for [`Media::write`].
+    #[inline]
+    pub(crate) unsafe fn write_durable_owing(
+        &self,
+        off: u64,
+        src: &[u8],
+        mut owe: impl FnMut(u64, u64),
+    ) {
+        if self.streams() && src.len() >= STREAM_MIN {
+            // SAFETY: the caller's contract.
+            unsafe { self.write_durable_from(off, src, STREAM_MIN) }
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { self.write(off, src) };
+            owe(off, src.len() as u64);
+        }
+    }
+
+    /// Whether `write_durable` streams (file media flushed by instructions).
+    #[inline]
+    fn streams(&self) -> bool {
+        matches!(self.backing, Backing::File { .. })
+            && matches!(
+                self.mode,
+                FlushMode::Clwb | FlushMode::Clflushopt | FlushMode::Clflush
+            )
+    }
+
     /// [`Media::write_durable`] streaming at any length: for bytes nothing will read back
     /// soon, into lines probably not cached (streaming skips reading them in first). Pieces
     /// of 16-byte granules that `src` only partly covers are stored and flushed instead.
@@ -893,12 +927,7 @@ impl Media {
     /// As for [`Media::write`].
     #[inline]
     pub(crate) unsafe fn write_durable_from(&self, off: u64, src: &[u8], min: usize) {
-        let streams = matches!(self.backing, Backing::File { .. })
-            && matches!(
-                self.mode,
-                FlushMode::Clwb | FlushMode::Clflushopt | FlushMode::Clflush
-            );
-        if streams && src.len() >= min {
+        if self.streams() && src.len() >= min {
             // SAFETY: bounds and ownership are the caller's contract.
             let parts = unsafe { stream_copy(self.ptr(off), src) };
             for (p, n) in parts {

@@ -386,6 +386,13 @@ impl CrashSim {
         }
     }
 
+    /// The lines written back and not yet fenced, in the order their write-backs were
+    /// issued (a line issued twice is listed twice), of every thread.
+    #[cfg(test)]
+    pub(crate) fn pending_lines(&self) -> Vec<u32> {
+        self.pending.lock().iter().map(|&(_, l)| l).collect()
+    }
+
     pub(crate) fn fence(&self) {
         if !self.in_hook.swap(true, Ordering::AcqRel) {
             // Taken out of its lock while it runs, so that it may set or clear the hook.

@@ -21,6 +21,7 @@ use super::lane::Touched;
 use super::record::{self, RecordWriter, ENTRIES_OFFSET, RETIRED_OFFSET, SEAL_OFFSET};
 use super::tx::{Tx, TxState};
 use crate::checksum::adler32_patch;
+use crate::geometry::LINE;
 use crate::heap::layout::{
     meta_copy_offset, object_checksum, ObjectHeader, CHECKSUM_PREFIX, HDR_CHECKSUM_OFFSET,
     HEADER_SIZE, META_SUM_OFFSET,
@@ -110,6 +111,20 @@ fn merge_ranges(r: &mut Vec<(u64, u64)>) {
         }
     }
     r.truncate(n);
+}
+
+/// Rounds the byte ranges `r` out to whole cache lines and merges them (`merge_ranges`), so
+/// that each line is written back once. A partial write's range and its object's checksum
+/// word usually share a line without touching: flushed as two ranges, the line was
+/// written back twice, and the second write-back waits for the first (a 64-byte object's
+/// lazy upgrade, which writes 16 bytes and the word, measured ~170 ns slower than one
+/// marking the whole object, which flushes the line once).
+fn merge_lines(r: &mut Vec<(u64, u64)>) {
+    for x in r.iter_mut() {
+        x.0 -= x.0 % LINE;
+        x.1 = x.1.next_multiple_of(LINE);
+    }
+    merge_ranges(r);
 }
 
 /// Calls `f(offset, bytes)` for the pieces of new object `buf` a commit writes: its header
@@ -502,7 +517,13 @@ impl Tx<'_> {
             if items.is_empty() && fills.is_empty() && news.is_empty() && vals.len() <= 1 {
                 self.commit_direct(&vals, &touched)
             } else if items.is_empty() && fills.is_empty() && vals.len() == 1 && guards.is_empty() {
-                self.commit_new_direct(&mut lane.hdrs, &news, vals[0], &touched)
+                self.commit_new_direct(
+                    &mut lane.hdrs,
+                    &mut lane.record.flushes,
+                    &news,
+                    vals[0],
+                    &touched,
+                )
             } else {
                 self.commit_logged(
                     &mut lane.record,
@@ -688,6 +709,7 @@ impl Tx<'_> {
     fn commit_new_direct(
         &self,
         hdrs: &mut Vec<[u8; 16]>,
+        flushes: &mut Vec<(u64, u64)>,
         news: &[NonNull<Buffer>],
         val: (u64, u64),
         touched: &Touched,
@@ -696,7 +718,7 @@ impl Tx<'_> {
         let media = &eng.media;
         new_headers(media, news, hdrs, eng.checksums);
         self.new_objects_parity(news, hdrs, &[]);
-        let written = 8 + self.write_new_objects(news, hdrs, &[]);
+        let written = 8 + self.write_new_objects(news, hdrs, &[], flushes);
         // The word may be covered by another lane's record that is not yet retired: that
         // retire mark must be durable before the word is (see `fence_with_retires`).
         self.eng.fence_with_retires(FenceFor::Direct, touched);
@@ -798,24 +820,37 @@ impl Tx<'_> {
     }
 
     /// Writes the new objects into their still-free blocks and flushes them and their
-    /// parity; returns the bytes written.
+    /// parity, each line once (`merge_lines`: an object's header and payload are two
+    /// pieces, which share a line and a parity line); returns the bytes written.
+    /// `flushes`: scratch.
     fn write_new_objects(
         &self,
         news: &[NonNull<Buffer>],
         hdrs: &[[u8; 16]],
         guards: &[Guard],
+        flushes: &mut Vec<(u64, u64)>,
     ) -> u64 {
         let eng = self.eng;
         let mut written = 0;
+        flushes.clear();
         for (b, h) in news.iter().zip(hdrs) {
             // SAFETY: buffers live until release.
             let buf = unsafe { b.as_ref() };
             new_pieces(buf, h, guards, |off, bytes| {
+                let len = bytes.len() as u64;
                 // SAFETY: as in `new_objects_parity`.
-                unsafe { eng.media.write_durable(off, bytes) };
-                eng.parity.flush(&eng.media, off, bytes.len() as u64);
-                written += bytes.len() as u64;
+                unsafe {
+                    eng.media
+                        .write_durable_owing(off, bytes, |a, n| flushes.push((a, a + n)))
+                };
+                eng.parity
+                    .each_parity_range(off, len, |p, n| flushes.push((p, p + n)));
+                written += len;
             });
+        }
+        merge_lines(flushes);
+        for &(a, z) in flushes.iter() {
+            eng.media.flush(a, z - a);
         }
         written
     }
@@ -955,7 +990,7 @@ impl Tx<'_> {
             };
         }
         // 3c. new objects, straight into their still-free space
-        let mut written = self.write_new_objects(news, hdrs, guards);
+        let mut written = self.write_new_objects(news, hdrs, guards, flushes);
         // 3d. retire marks that may not be durable yet, and the ordering point
         self.eng
             .fence_with_retires(FenceFor::Record(self.lane.idx), touched);
@@ -1019,7 +1054,7 @@ impl Tx<'_> {
         for &(off, v) in vals {
             written += apply(off, &[], &v.to_le_bytes(), !drop_flush);
         }
-        merge_ranges(flushes);
+        merge_lines(flushes);
         let c = &self.lane.counters;
         c.add(Counter::BytesLogged, eng.lane_copies().end * n as u64);
         c.add(Counter::BytesWritten, written);
@@ -1055,7 +1090,26 @@ impl Tx<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{merge_ranges, outside_guards, Guard};
+    use super::{merge_lines, merge_ranges, outside_guards, Guard};
+
+    #[test]
+    fn merged_lines_cover_each_touched_line_once() {
+        let lines = |mut r: Vec<(u64, u64)>| {
+            merge_lines(&mut r);
+            r
+        };
+        // A range and a checksum word apart in one line: one line.
+        assert_eq!(lines(vec![(40, 56), (8, 12)]), vec![(0, 64)]);
+        // Across a boundary, and touching the next line's start.
+        assert_eq!(lines(vec![(60, 70)]), vec![(0, 128)]);
+        assert_eq!(lines(vec![(0, 64), (64, 65)]), vec![(0, 128)]);
+        // Lines apart stay apart; aligned ranges are kept as they are.
+        assert_eq!(
+            lines(vec![(130, 131), (0, 1), (256, 320)]),
+            vec![(0, 64), (128, 192), (256, 320)]
+        );
+        assert!(lines(Vec::new()).is_empty());
+    }
 
     #[test]
     fn pieces_outside_guards_cover_exactly_the_unguarded_bytes() {

@@ -466,6 +466,37 @@ mod tests {
         assert!(super::owed_entries().contains(&pool.engine().id));
     }
 
+    /// A write-back of a line still on its way makes the next one wait for it: a commit
+    /// writes each line back once. Here a partial write, whose range shares its line with
+    /// the object's checksum word without touching it, is seen at the fences after it.
+    #[test]
+    fn a_commit_writes_each_line_back_once() {
+        let (sim, _cfg, pool, root) = pool("pgl-deferred-once-per-line");
+        owe_a_record(&pool, root);
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        sim.set_fence_hook(move |sim| log.lock().unwrap().push(sim.pending_lines()));
+        for v in 4..8 {
+            set(&pool, root, v);
+        }
+        sim.clear_fence_hook();
+        let seen = seen.lock().unwrap();
+        assert!(
+            seen.iter().any(|lines| !lines.is_empty()),
+            "no write-back seen"
+        );
+        for lines in seen.iter() {
+            let mut once = lines.clone();
+            once.sort_unstable();
+            once.dedup();
+            assert_eq!(
+                once.len(),
+                lines.len(),
+                "a line written back twice: {lines:?}"
+            );
+        }
+    }
+
     fn close_on_another_thread(pool: Pool) {
         std::thread::scope(|s| {
             s.spawn(move || drop(pool));
