@@ -1015,20 +1015,48 @@ mod reentrant1 {
     }
 }
 
-/// The pool and item an `init` of `reentrant1` upgrades again, and what that gave.
-type Reentry = (Option<(Pool, u64)>, Vec<String>);
+/// The same with a reserve: group 1 is built in it (`leds::chain`'s own path for groups
+/// kept inline).
+mod reentrant_r0 {
+    use pgl::{extendible, Persistent};
+    #[extendible(reserve = 8)]
+    #[derive(Persistent)]
+    #[pgl(id = 0x5eed_0032)]
+    #[repr(C)]
+    pub struct Item {
+        pub key: u32,
+        pub _pad: u32,
+    }
+}
+
+mod reentrant_r1 {
+    use pgl::{extendible, Persistent};
+    #[extendible(reserve = 8)]
+    #[derive(Persistent)]
+    #[pgl(id = 0x5eed_0032)]
+    #[repr(C)]
+    pub struct Item {
+        pub key: u32,
+        pub _pad: u32,
+        #[extension(1, init = |old| super::reenter(old.key()))]
+        pub wide: u64,
+    }
+}
+
+/// The upgrade an `init` of `reentrant1` or `reentrant_r1` makes through the pool (taken
+/// by the first init that runs), and what each gave.
+type Reentry = (Option<Box<dyn FnOnce() -> pgl::Result<()>>>, Vec<String>);
 
 thread_local! {
     static REENTER: std::cell::RefCell<Reentry> = const { std::cell::RefCell::new((None, Vec::new())) };
 }
 
-/// `reentrant1`'s init: upgrades the item it is given through the captured pool (the
-/// nested `pool.tx` joins the transaction of the upgrade), once.
+/// The inits of `reentrant1` and `reentrant_r1`: run the upgrade the test left (through a
+/// captured pool: its `pool.tx` joins the transaction of the upgrade), once.
 fn reenter(key: u32) -> u64 {
     let target = REENTER.with(|r| r.borrow_mut().0.take());
-    if let Some((pool, off)) = target {
-        let r = pool.tx(|tx| tx.ext(Oid::<reentrant1::Item>::from_raw(off)).map(drop));
-        let seen = match r {
+    if let Some(upgrade) = target {
+        let seen = match upgrade() {
             Ok(()) => "ok".to_owned(),
             Err(e) => e.to_string(),
         };
@@ -1037,14 +1065,15 @@ fn reenter(key: u32) -> u64 {
     u64::from(key) * 10
 }
 
-#[test]
-fn an_init_that_upgrades_through_the_pool_is_refused_not_a_stack_overflow() {
-    let (pool, path) = pool("reenter");
-    let item = pool
-        .tx(|tx| tx.alloc_ext(reentrant0::ItemData { key: 7, _pad: 0 }))
-        .unwrap()
-        .cast::<reentrant1::Item>();
-    REENTER.with(|r| r.borrow_mut().0 = Some((pool.clone(), item.raw())));
+/// An upgrade of `item` whose init upgrades `item` again through the pool: refused, with
+/// the transaction, and nothing upgraded; `wide` reads the widened key once it can.
+fn upgrade_reentering<T: pgl::Extendible>(
+    pool: &Pool,
+    item: Oid<T>,
+    wide: impl Fn(&pgl::Tx<'_>, Oid<T>) -> pgl::Result<u64>,
+) {
+    let p = pool.clone();
+    REENTER.with(|r| r.borrow_mut().0 = Some(Box::new(move || p.tx(|tx| tx.ext(item).map(drop)))));
     let r = pool.tx(|tx| tx.ext(item).map(drop));
     let seen = REENTER.with(|r| std::mem::take(&mut r.borrow_mut().1));
     assert_eq!(
@@ -1060,8 +1089,25 @@ fn an_init_that_upgrades_through_the_pool_is_refused_not_a_stack_overflow() {
     }
     assert_eq!(pool.tx(|tx| tx.groups_present(item)).unwrap(), 0);
     // Without a pool to call back into, the init is an ordinary one.
+    assert_eq!(pool.tx(|tx| wide(tx, item)).unwrap(), 70);
+}
+
+#[test]
+fn an_init_that_upgrades_through_the_pool_is_refused_not_a_stack_overflow() {
+    let (pool, path) = pool("reenter");
+    let item = pool
+        .tx(|tx| tx.alloc_ext(reentrant0::ItemData { key: 7, _pad: 0 }))
+        .unwrap()
+        .cast::<reentrant1::Item>();
     use reentrant1::ItemExtFields as _;
-    assert_eq!(pool.tx(|tx| Ok(*tx.ext(item)?.wide())).unwrap(), 70);
+    upgrade_reentering(&pool, item, |tx, i| Ok(*tx.ext(i)?.wide()));
+    // The same where the group is built in the reserve.
+    let item = pool
+        .tx(|tx| tx.alloc_ext(reentrant_r0::ItemData { key: 7, _pad: 0 }))
+        .unwrap()
+        .cast::<reentrant_r1::Item>();
+    use reentrant_r1::ItemExtFields as _;
+    upgrade_reentering(&pool, item, |tx, i| Ok(*tx.ext(i)?.wide()));
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }

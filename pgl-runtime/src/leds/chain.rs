@@ -301,6 +301,63 @@ impl<'p> Tx<'p> {
         Ok(true)
     }
 
+    /// The lazy upgrade of an object of a `T` whose groups this build keeps all in the
+    /// reserve, when its link names no separate group: the missing groups are built in
+    /// the reserve from their inits and the link counts them, one write of the object
+    /// `base` holds open. The link alone says which groups are present, so none of
+    /// `complete`'s chain bookkeeping is needed. Whether it upgraded; `None` if the link
+    /// names a separate group (an older build's pool), which is `complete`'s case.
+    fn upgrade_in_reserve<T: Extendible>(
+        &self,
+        oid: Oid<T>,
+        base: &mut crate::tx::Mut<'_, T>,
+    ) -> Result<Option<bool>> {
+        debug_assert!(all_inline::<T>());
+        let link = base.__link();
+        if separate(link) != 0 {
+            return Ok(None);
+        }
+        // Every group this build knows has its place in the reserve: the count is
+        // checked against the reserve's room, as the walk would.
+        let have = inline_known(self, oid, link)?;
+        if have == T::GROUPS {
+            return Ok(Some(false));
+        }
+        // As in `complete`: an init that reached the pool and asked for an upgrade.
+        if self.group_scope() == GroupScope::Init {
+            return Err(upgrade_in_init());
+        }
+        let mut image = ObjImage::from_bytes(base.payload());
+        for k in have + 1..=T::GROUPS {
+            // No separate group precedes an inline one: `groups` is all zeros.
+            self.with_groups(GroupScope::Init, || {
+                T::__upgrade(self, k, &mut image, &[0; MAX_GROUPS][..k - 1], true)
+            })
+            .map_err(in_own_part::<T>)?;
+        }
+        // The image is the only thing changed so far: an error above left the object as
+        // it was, so nothing here needs `whole`.
+        let reserve = &image.bytes()[core::mem::size_of::<T>()..];
+        self.relink(base, base_link(0, T::GROUPS), Some(reserve));
+        self.note_upgrade();
+        Ok(Some(true))
+    }
+
+    /// Upgrades `oid`, whose link as last read was `link`, if it lacks groups: through
+    /// `upgrade_in_reserve` where it applies, else by the walk and `complete`.
+    fn upgrade_from<T: Extendible>(&self, oid: Oid<T>, link: u64) -> Result<bool> {
+        // The link as read says whether a group is missing: an object already upgraded
+        // is not opened (its write lock would turn away its other readers).
+        if const { all_inline::<T>() } && separate(link) == 0 && inline_count(link) < T::GROUPS {
+            let mut base = self.open(oid).map_err(|e| self.base_error::<T>(e))?;
+            if let Some(done) = self.upgrade_in_reserve(oid, &mut base)? {
+                return Ok(done);
+            }
+        }
+        let mut chain = self.walk_from(oid, link)?;
+        self.complete(oid, &mut chain)
+    }
+
     /// A read view of an `#[extendible]` object with every extension group this build
     /// knows. An object written by an older program is upgraded first, in this
     /// transaction: the missing groups are allocated, initialised by their `init`
@@ -370,8 +427,7 @@ impl<'p> Tx<'p> {
             return Ok(Ext::new(oid, base, groups));
         }
         drop(base);
-        let mut chain = self.walk_from(oid, link)?;
-        self.complete(oid, &mut chain)?;
+        self.upgrade_from(oid, link)?;
         let base = self.get(oid)?;
         let groups = reads(base.__link())?.ok_or_else(|| incomplete::<T>(oid))?;
         Ok(Ext::new(oid, base, groups))
@@ -381,7 +437,7 @@ impl<'p> Tx<'p> {
     /// update (micro-buffers, like [`Tx::open`]), upgrading it first as [`Tx::ext`] does.
     pub fn ext_mut<T: Extendible>(&self, oid: Oid<T>) -> Result<ExtMut<'_, T>> {
         // `base` holds the owner's write lock, which opening its groups needs.
-        let base = self.open(oid).map_err(|e| self.base_error::<T>(e))?;
+        let mut base = self.open(oid).map_err(|e| self.base_error::<T>(e))?;
         let muts = |link| {
             let inline = inline_known(self, oid, link)?;
             self.with_groups(GroupScope::Write, || {
@@ -389,7 +445,13 @@ impl<'p> Tx<'p> {
             })
             .map_err(in_own_part::<T>)
         };
-        let link = base.__link();
+        let mut link = base.__link();
+        if const { all_inline::<T>() }
+            && inline_count(link) < T::GROUPS
+            && self.upgrade_in_reserve(oid, &mut base)? == Some(true)
+        {
+            link = base.__link();
+        }
         if let Some(groups) = muts(link).or_else(walk_instead)? {
             return Ok(ExtMut::new(base, groups));
         }
@@ -404,8 +466,8 @@ impl<'p> Tx<'p> {
     /// Upgrades an `#[extendible]` object now if it lacks groups this build knows;
     /// whether it did. ([`Tx::ext`] and [`Tx::ext_mut`] do it on their own.)
     pub fn upgrade<T: Extendible>(&self, oid: Oid<T>) -> Result<bool> {
-        let mut chain = self.walk(oid)?;
-        self.complete(oid, &mut chain)
+        let link = self.get(oid).map_err(|e| in_part::<T>(e, 0))?.__link();
+        self.upgrade_from(oid, link)
     }
 
     /// How many of the extension groups this build knows the object carries

@@ -770,8 +770,9 @@ impl<'p> Tx<'p> {
     }
 
     /// Sets the extension link of the `#[extendible]` object `m` holds to `link`, and its
-    /// reserve to `reserve` if given (the inline groups an upgrade made), marking only the
-    /// bytes that change: the one way `leds` relinks an owner (see `tail`).
+    /// reserve to `reserve` if given (the inline groups an upgrade made), marking the link
+    /// if it changes and the reserve from its start to its last changed byte: the one way
+    /// `leds` relinks an owner (see `tail`).
     pub(crate) fn relink<T: Persistent>(
         &self,
         m: &mut Mut<'_, T>,
@@ -779,24 +780,24 @@ impl<'p> Tx<'p> {
         reserve: Option<&[u8]>,
     ) {
         debug_assert!(T::__OWNS_TAIL);
-        let buf = m.buf_mut();
-        if let Some(r) = reserve {
-            let start = core::mem::size_of::<T>();
-            let old = &buf.payload()[start..];
-            debug_assert_eq!(old.len(), r.len(), "a reserve of another size");
-            let first = old.iter().zip(r).position(|(a, b)| a != b);
-            let last = old.iter().zip(r).rposition(|(a, b)| a != b);
-            if let (Some(first), Some(last)) = (first, last) {
-                buf.payload_mut()[start + first..=start + last].copy_from_slice(&r[first..=last]);
-                buf.mark(start + first, start + last + 1);
-            }
-        }
+        // The link first: it ends where the reserve starts, so the two marks make one
+        // range when the reserve's change is marked from its start.
         keep_link(
             &mut self.st.borrow_mut().lane.scratch.links,
             m.buf_mut(),
             link,
             T::__RESERVE,
         );
+        if let Some(r) = reserve {
+            let buf = m.buf_mut();
+            let start = core::mem::size_of::<T>();
+            let old = &buf.payload()[start..];
+            debug_assert_eq!(old.len(), r.len(), "a reserve of another size");
+            if let Some(last) = old.iter().zip(r).rposition(|(a, b)| a != b) {
+                buf.payload_mut()[start..=start + last].copy_from_slice(&r[..=last]);
+                buf.mark(start, start + last + 1);
+            }
+        }
     }
 
     /// Reserves a block for `size` payload bytes of type `type_id`, write-locks it and
