@@ -1065,15 +1065,19 @@ fn reenter(key: u32) -> u64 {
     u64::from(key) * 10
 }
 
-/// An upgrade of `item` whose init upgrades `item` again through the pool: refused, with
-/// the transaction, and nothing upgraded; `wide` reads the widened key once it can.
+/// An upgrade of `item` whose init upgrades `nested` (`item` itself, or another old
+/// object) through the pool: refused, with the transaction, and nothing upgraded; `wide`
+/// reads the widened key once it can (`key * 10`, from `item`'s 32-bit `key`).
 fn upgrade_reentering<T: pgl::Extendible>(
     pool: &Pool,
     item: Oid<T>,
+    nested: Oid<T>,
+    key: u64,
     wide: impl Fn(&pgl::Tx<'_>, Oid<T>) -> pgl::Result<u64>,
 ) {
     let p = pool.clone();
-    REENTER.with(|r| r.borrow_mut().0 = Some(Box::new(move || p.tx(|tx| tx.ext(item).map(drop)))));
+    REENTER
+        .with(|r| r.borrow_mut().0 = Some(Box::new(move || p.tx(|tx| tx.ext(nested).map(drop)))));
     let r = pool.tx(|tx| tx.ext(item).map(drop));
     let seen = REENTER.with(|r| std::mem::take(&mut r.borrow_mut().1));
     assert_eq!(
@@ -1088,8 +1092,9 @@ fn upgrade_reentering<T: pgl::Extendible>(
         other => panic!("the upgrade whose init re-entered: {other:?}"),
     }
     assert_eq!(pool.tx(|tx| tx.groups_present(item)).unwrap(), 0);
+    assert_eq!(pool.tx(|tx| tx.groups_present(nested)).unwrap(), 0);
     // Without a pool to call back into, the init is an ordinary one.
-    assert_eq!(pool.tx(|tx| wide(tx, item)).unwrap(), 70);
+    assert_eq!(pool.tx(|tx| wide(tx, item)).unwrap(), key * 10);
 }
 
 #[test]
@@ -1100,14 +1105,17 @@ fn an_init_that_upgrades_through_the_pool_is_refused_not_a_stack_overflow() {
         .unwrap()
         .cast::<reentrant1::Item>();
     use reentrant1::ItemExtFields as _;
-    upgrade_reentering(&pool, item, |tx, i| Ok(*tx.ext(i)?.wide()));
-    // The same where the group is built in the reserve.
-    let item = pool
-        .tx(|tx| tx.alloc_ext(reentrant_r0::ItemData { key: 7, _pad: 0 }))
-        .unwrap()
-        .cast::<reentrant_r1::Item>();
+    upgrade_reentering(&pool, item, item, 7, |tx, i| Ok(*tx.ext(i)?.wide()));
+    // The same where the group is built in the reserve, for the item itself and for
+    // another old item.
+    let [item, other] = [7, 8].map(|key| {
+        pool.tx(|tx| tx.alloc_ext(reentrant_r0::ItemData { key, _pad: 0 }))
+            .unwrap()
+            .cast::<reentrant_r1::Item>()
+    });
     use reentrant_r1::ItemExtFields as _;
-    upgrade_reentering(&pool, item, |tx, i| Ok(*tx.ext(i)?.wide()));
+    upgrade_reentering(&pool, item, other, 7, |tx, i| Ok(*tx.ext(i)?.wide()));
+    upgrade_reentering(&pool, other, other, 8, |tx, i| Ok(*tx.ext(i)?.wide()));
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }

@@ -700,3 +700,81 @@ fn ext_with_reads_what_ext_reads_on_every_path() {
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
+
+/// Three versions of a struct whose groups all fit a 24-byte reserve, and a build whose
+/// group 2 had another layout (registered in the pool first).
+mod two_inline {
+    pub mod v0 {
+        use pgl::{extendible, Persistent};
+        #[extendible(reserve = 24)]
+        #[derive(Persistent)]
+        #[pgl(id = 0x5eed_7e53)]
+        #[repr(C)]
+        pub struct Node {
+            pub key: u64,
+        }
+    }
+    pub mod v2 {
+        use pgl::{extendible, Persistent};
+        #[extendible(reserve = 24)]
+        #[derive(Persistent)]
+        #[pgl(id = 0x5eed_7e53)]
+        #[repr(C)]
+        pub struct Node {
+            pub key: u64,
+            #[extension(1, init = |old| old.key() + 1)]
+            pub a: u64,
+            #[extension(2, init = |old| old.a() + 1)]
+            pub b: u64,
+        }
+    }
+    pub mod v2_other {
+        use pgl::{extendible, Persistent};
+        #[extendible(reserve = 24)]
+        #[derive(Persistent)]
+        #[pgl(id = 0x5eed_7e53)]
+        #[repr(C)]
+        pub struct Node {
+            pub key: u64,
+            #[extension(1, init = |old| old.key() + 1)]
+            pub a: u64,
+            #[extension(2, init = 0)]
+            pub b: u32,
+        }
+    }
+}
+
+/// An upgrade that fails part way (group 2's layout is another build's) fails its
+/// transaction, as any change made of several steps does: a program that goes on after
+/// the error cannot commit what it did meanwhile, or what the inits before the failure
+/// did.
+#[test]
+fn an_upgrade_in_the_reserve_that_fails_part_way_fails_its_transaction() {
+    use two_inline::{v0, v2, v2_other};
+    let (pool, path) = pool("fails-part-way");
+    pool.tx(|tx| tx.alloc_ext(v2_other::NodeData { key: 1, a: 2, b: 3 }))
+        .unwrap();
+    let old = pool.tx(|tx| tx.alloc_ext(v0::NodeData { key: 7 })).unwrap();
+    let node = old.cast::<v2::Node>();
+    let objects = pool.objects().unwrap().len();
+    let r = pool.tx(|tx| {
+        match tx.ext(node).map(drop) {
+            Err(Error::LayoutMismatch { group, .. }) => assert_eq!(group, Some(2)),
+            other => panic!("expected group 2's LayoutMismatch, got {other:?}"),
+        }
+        tx.alloc(5u64)?; // taken in stride: the transaction still must not commit
+        Ok(())
+    });
+    match r {
+        Err(Error::Aborted { reason }) => assert!(reason.contains("group 2"), "{reason}"),
+        other => panic!("the transaction committed after a failed upgrade: {other:?}"),
+    }
+    assert_eq!(
+        pool.objects().unwrap().len(),
+        objects,
+        "nothing of it is durable"
+    );
+    assert_eq!(pool.tx(|tx| tx.groups_present(node)).unwrap(), 0);
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}

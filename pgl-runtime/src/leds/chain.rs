@@ -327,18 +327,23 @@ impl<'p> Tx<'p> {
         if self.group_scope() == GroupScope::Init {
             return Err(upgrade_in_init());
         }
-        let mut image = ObjImage::from_bytes(base.payload());
-        for k in have + 1..=T::GROUPS {
-            // No separate group precedes an inline one: `groups` is all zeros.
-            self.with_groups(GroupScope::Init, || {
-                T::__upgrade(self, k, &mut image, &[0; MAX_GROUPS][..k - 1], true)
-            })
-            .map_err(in_own_part::<T>)?;
-        }
-        // The image is the only thing changed so far: an error above left the object as
-        // it was, so nothing here needs `whole`.
-        let reserve = &image.bytes()[core::mem::size_of::<T>()..];
-        self.relink(base, base_link(0, T::GROUPS), Some(reserve));
+        // The object changes only in `relink`, but an error part way must still fail the
+        // transaction, as in `complete`: the inits before it may have changed the pool (a
+        // captured `Pool`'s `pool.tx` joins this transaction), and the groups' layouts
+        // may have been registered.
+        self.whole(|| {
+            let mut image = ObjImage::from_bytes(base.payload());
+            for k in have + 1..=T::GROUPS {
+                // No separate group precedes an inline one: `groups` is all zeros.
+                self.with_groups(GroupScope::Init, || {
+                    T::__upgrade(self, k, &mut image, &[0; MAX_GROUPS][..k - 1], true)
+                })
+                .map_err(in_own_part::<T>)?;
+            }
+            let reserve = &image.bytes()[core::mem::size_of::<T>()..];
+            self.relink(base, base_link(0, T::GROUPS), Some(reserve));
+            Ok(())
+        })?;
         self.note_upgrade();
         Ok(Some(true))
     }
@@ -349,6 +354,11 @@ impl<'p> Tx<'p> {
         // The link as read says whether a group is missing: an object already upgraded
         // is not opened (its write lock would turn away its other readers).
         if const { all_inline::<T>() } && separate(link) == 0 && inline_count(link) < T::GROUPS {
+            // Refused before the base is opened: an init asking to upgrade another object
+            // takes no write lock of it.
+            if self.group_scope() == GroupScope::Init {
+                return Err(upgrade_in_init());
+            }
             let mut base = self.open(oid).map_err(|e| self.base_error::<T>(e))?;
             if let Some(done) = self.upgrade_in_reserve(oid, &mut base)? {
                 return Ok(done);
