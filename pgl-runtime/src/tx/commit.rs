@@ -117,7 +117,7 @@ fn merge_ranges(r: &mut Vec<(u64, u64)>) {
 /// that each line is written back once. A partial write's range and its object's checksum
 /// word usually share a line without touching: flushed as two ranges, the line was
 /// written back twice, and the second write-back waits for the first (a 64-byte object's
-/// lazy upgrade, which writes 16 bytes and the word, measured ~170 ns slower than one
+/// lazy upgrade, which writes 16 bytes and the word, measured ~150 ns slower than one
 /// marking the whole object, which flushes the line once).
 fn merge_lines(r: &mut Vec<(u64, u64)>) {
     for x in r.iter_mut() {

@@ -468,7 +468,9 @@ mod tests {
 
     /// A write-back of a line still on its way makes the next one wait for it: a commit
     /// writes each line back once. Here a partial write, whose range shares its line with
-    /// the object's checksum word without touching it, is seen at the fences after it.
+    /// the object's checksum word without touching it, and new objects, whose header and
+    /// payload are two pieces sharing a line and a parity line, are seen at the fences
+    /// after them.
     #[test]
     fn a_commit_writes_each_line_back_once() {
         let (sim, _cfg, pool, root) = pool("pgl-deferred-once-per-line");
@@ -478,6 +480,7 @@ mod tests {
         sim.set_fence_hook(move |sim| log.lock().unwrap().push(sim.pending_lines()));
         for v in 4..8 {
             set(&pool, root, v);
+            pool.tx(|tx| tx.alloc([v; 4]).map(drop)).unwrap();
         }
         sim.clear_fence_hook();
         let seen = seen.lock().unwrap();

@@ -66,7 +66,10 @@ pub(crate) struct Scratch {
 pub(crate) struct RecordScratch {
     /// The record under construction (DRAM), one lane copy long.
     pub stage: Vec<u64>,
-    /// The byte ranges the apply step flushes (`commit::merge_ranges`).
+    /// The ranges the apply step flushes, whole lines (`commit::merge_lines`); before
+    /// the fence, the new objects' write-backs (`write_new_objects`). A deferred record's
+    /// write-backs stay here until the lane is settled (`deferred.rs`), which happens
+    /// before its next transaction begins.
     pub flushes: Vec<(u64, u64)>,
 }
 
