@@ -988,60 +988,41 @@ fn a_transaction_reads_the_groups_of_a_copy_it_made() {
     std::fs::remove_file(path).unwrap();
 }
 
-/// An item whose group 1 `init` calls back into the pool (what `reenter` does).
-mod reentrant0 {
-    use pgl::{extendible, Persistent};
-    #[extendible]
-    #[derive(Persistent)]
-    #[pgl(id = 0x5eed_0031)]
-    #[repr(C)]
-    pub struct Item {
-        pub key: u32,
-        pub _pad: u32,
-    }
+/// Two versions of an item whose group 1 `init` calls back into the pool (what `reenter`
+/// does): `$v0` without the group, `$v1` with it, `#[extendible]` taking `$args`.
+macro_rules! reentrant {
+    ($v0:ident, $v1:ident, $id:tt, ($($args:tt)*)) => {
+        mod $v0 {
+            use pgl::{extendible, Persistent};
+            #[extendible($($args)*)]
+            #[derive(Persistent)]
+            #[pgl(id = $id)]
+            #[repr(C)]
+            pub struct Item {
+                pub key: u32,
+                pub _pad: u32,
+            }
+        }
+
+        mod $v1 {
+            use pgl::{extendible, Persistent};
+            #[extendible($($args)*)]
+            #[derive(Persistent)]
+            #[pgl(id = $id)]
+            #[repr(C)]
+            pub struct Item {
+                pub key: u32,
+                pub _pad: u32,
+                #[extension(1, init = |old| super::reenter(old.key()))]
+                pub wide: u64,
+            }
+        }
+    };
 }
 
-mod reentrant1 {
-    use pgl::{extendible, Persistent};
-    #[extendible]
-    #[derive(Persistent)]
-    #[pgl(id = 0x5eed_0031)]
-    #[repr(C)]
-    pub struct Item {
-        pub key: u32,
-        pub _pad: u32,
-        #[extension(1, init = |old| super::reenter(old.key()))]
-        pub wide: u64,
-    }
-}
-
-/// The same with a reserve: group 1 is built in it (`leds::chain`'s own path for groups
-/// kept inline).
-mod reentrant_r0 {
-    use pgl::{extendible, Persistent};
-    #[extendible(reserve = 8)]
-    #[derive(Persistent)]
-    #[pgl(id = 0x5eed_0032)]
-    #[repr(C)]
-    pub struct Item {
-        pub key: u32,
-        pub _pad: u32,
-    }
-}
-
-mod reentrant_r1 {
-    use pgl::{extendible, Persistent};
-    #[extendible(reserve = 8)]
-    #[derive(Persistent)]
-    #[pgl(id = 0x5eed_0032)]
-    #[repr(C)]
-    pub struct Item {
-        pub key: u32,
-        pub _pad: u32,
-        #[extension(1, init = |old| super::reenter(old.key()))]
-        pub wide: u64,
-    }
-}
+reentrant!(reentrant0, reentrant1, 0x5eed_0031, ());
+// With a reserve: group 1 is built in it (`leds::chain`'s own path for groups kept inline).
+reentrant!(reentrant_r0, reentrant_r1, 0x5eed_0032, (reserve = 8));
 
 /// The upgrade an `init` of `reentrant1` or `reentrant_r1` makes through the pool (taken
 /// by the first init that runs), and what each gave.

@@ -456,10 +456,8 @@ impl<'p> Tx<'p> {
             .map_err(in_own_part::<T>)
         };
         let mut link = base.__link();
-        if const { all_inline::<T>() }
-            && inline_count(link) < T::GROUPS
-            && self.upgrade_in_reserve(oid, &mut base)? == Some(true)
-        {
+        if const { all_inline::<T>() } && inline_count(link) < T::GROUPS {
+            self.upgrade_in_reserve(oid, &mut base)?;
             link = base.__link();
         }
         if let Some(groups) = muts(link).or_else(walk_instead)? {

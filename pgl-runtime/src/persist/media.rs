@@ -887,26 +887,10 @@ impl Media {
         &self,
         off: u64,
         src: &[u8],
-        mut owe: impl FnMut(u64, u64),
+        owe: impl FnMut(u64, u64),
     ) {
-        if self.streams() && src.len() >= STREAM_MIN {
-            // SAFETY: the caller's contract.
-            unsafe { self.write_durable_from(off, src, STREAM_MIN) }
-        } else {
-            // SAFETY: the caller's contract.
-            unsafe { self.write(off, src) };
-            owe(off, src.len() as u64);
-        }
-    }
-
-    /// Whether `write_durable` streams (file media flushed by instructions).
-    #[inline]
-    fn streams(&self) -> bool {
-        matches!(self.backing, Backing::File { .. })
-            && matches!(
-                self.mode,
-                FlushMode::Clwb | FlushMode::Clflushopt | FlushMode::Clflush
-            )
+        // SAFETY: the caller's contract.
+        unsafe { self.write_durable_with(off, src, STREAM_MIN, owe) }
     }
 
     /// [`Media::write_durable`] streaming at any length: for bytes nothing will read back
@@ -927,7 +911,31 @@ impl Media {
     /// As for [`Media::write`].
     #[inline]
     pub(crate) unsafe fn write_durable_from(&self, off: u64, src: &[u8], min: usize) {
-        if self.streams() && src.len() >= min {
+        // SAFETY: the caller's contract.
+        unsafe { self.write_durable_with(off, src, min, |a, n| self.flush(a, n)) }
+    }
+
+    /// The one mechanism of the `write_durable*` family: streams copies of at least `min`
+    /// bytes on back-ends flushed by instructions (the partial granules are stored and
+    /// flushed), else stores `src` through the cache and calls `owe(off, len)` for its
+    /// write-back.
+    ///
+    /// # Safety
+    /// As for [`Media::write`].
+    #[inline]
+    unsafe fn write_durable_with(
+        &self,
+        off: u64,
+        src: &[u8],
+        min: usize,
+        mut owe: impl FnMut(u64, u64),
+    ) {
+        let streams = matches!(self.backing, Backing::File { .. })
+            && matches!(
+                self.mode,
+                FlushMode::Clwb | FlushMode::Clflushopt | FlushMode::Clflush
+            );
+        if streams && src.len() >= min {
             // SAFETY: bounds and ownership are the caller's contract.
             let parts = unsafe { stream_copy(self.ptr(off), src) };
             for (p, n) in parts {
@@ -937,7 +945,7 @@ impl Media {
         } else {
             // SAFETY: as above.
             unsafe { self.write(off, src) };
-            self.flush(off, src.len() as u64);
+            owe(off, src.len() as u64);
         }
     }
 
