@@ -1,0 +1,702 @@
+//! Random op streams over `#[extendible]` objects against a model, with crashes: one
+//! thread allocates, reads, writes, copies, frees and upgrades objects of three shapes of
+//! extension chain, through three versions of the program, in transactions of one or a
+//! few ops; now and then it crashes — between ops, or at a random fence inside one, with a
+//! random subset of the words not yet on media reaching it — recovers, and carries on from
+//! what survived. Versions only move forward, as a program's builds do: some steps switch
+//! to the next version, in the same process or at a reopen.
+//!
+//! The shapes: `W` (`reserve = 24`: both groups inline, the last one without its link),
+//! `R` (`reserve = 16`: group 1 inline, group 2 an object of its own once group 1 needs its
+//! link) and `B` (no reserve: every group an object of its own). Group 1 widens the key
+//! (`replaces = key`), group 2 adds a tag computed from the widened key, so what an upgrade
+//! writes depends on when it runs.
+//!
+//! After every crash, and at the end, the pool must hold exactly what the model says
+//! (before or after the op a crash interrupted): the root's slots, every object's fields
+//! as this version reads them (read in a transaction that is then rolled back, so checking
+//! upgrades nothing), no object leaked or lost (the objects in the pool are the live ones
+//! and their separate groups), every checksum and the parity of every zone sound.
+//! `PGL_LEDS_MODEL_SEEDS` sets the number of streams (default 48, of 150 steps).
+
+mod common;
+
+use common::crash::{crash_points_of, Rng};
+use pgl::{Config, CrashSim, Oid, Pool, Tx};
+use std::sync::Arc;
+
+/// The 64-bit key group 1's init makes of a 32-bit one.
+fn widened(key: u32) -> u64 {
+    u64::from(key) << 20 | 0x5eed
+}
+
+/// What group 2's init makes of the widened key.
+fn tag_of(key64: u64) -> u64 {
+    key64.rotate_left(9) ^ 0xa5a5
+}
+
+/// The three versions of the three shapes (same type ids across versions); `$attr` is
+/// the shape's `#[extendible]` arguments.
+macro_rules! shapes {
+    ($($v1:ident)?; $($v2:ident)?) => {
+        shapes!(@one W, 0x1ed5_f101, (reserve = 24), $($v1)?; $($v2)?);
+        shapes!(@one R, 0x1ed5_f102, (reserve = 16), $($v1)?; $($v2)?);
+        shapes!(@one B, 0x1ed5_f103, (), $($v1)?; $($v2)?);
+    };
+    (@one $name:ident, $id:tt, ($($attr:tt)*), ; ) => {
+        #[pgl::extendible($($attr)*)]
+        #[derive(pgl::Persistent)]
+        #[pgl(id = $id)]
+        #[repr(C)]
+        pub struct $name {
+            pub key: u32,
+            pub value: u32,
+        }
+    };
+    (@one $name:ident, $id:tt, ($($attr:tt)*), $v1:ident; ) => {
+        #[pgl::extendible($($attr)*)]
+        #[derive(pgl::Persistent)]
+        #[pgl(id = $id)]
+        #[repr(C)]
+        pub struct $name {
+            pub key: u32,
+            pub value: u32,
+            #[extension(1, replaces = key, init = |old| super::widened(old.key()))]
+            pub key64: u64,
+        }
+    };
+    (@one $name:ident, $id:tt, ($($attr:tt)*), $v1:ident; $v2:ident) => {
+        #[pgl::extendible($($attr)*)]
+        #[derive(pgl::Persistent)]
+        #[pgl(id = $id)]
+        #[repr(C)]
+        pub struct $name {
+            pub key: u32,
+            pub value: u32,
+            #[extension(1, replaces = key, init = |old| super::widened(old.key()))]
+            pub key64: u64,
+            #[extension(2, init = |old| super::tag_of(old.key64()))]
+            pub tag: u64,
+        }
+    };
+}
+
+mod v0 {
+    shapes!(;);
+}
+mod v1 {
+    shapes!(g1;);
+}
+mod v2 {
+    shapes!(g1; g2);
+}
+
+/// The shape of an object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shape {
+    W,
+    R,
+    B,
+}
+
+const SHAPES: [Shape; 3] = [Shape::W, Shape::R, Shape::B];
+
+impl Shape {
+    /// How many of an object's `level` groups are objects of their own.
+    fn separate(self, level: u8) -> usize {
+        match self {
+            Shape::W => 0,
+            Shape::R => usize::from(level.saturating_sub(1)),
+            Shape::B => usize::from(level),
+        }
+    }
+}
+
+/// What the model knows of one object: its fields as of the groups it carries (`level`).
+#[derive(Clone, Debug, PartialEq)]
+struct Obj {
+    shape: Shape,
+    level: u8,
+    /// The base key (meaningful while `level` is 0: no later version reads it).
+    key32: u32,
+    /// Group 1's key (meaningful from `level` 1).
+    key64: u64,
+    /// Group 2's tag (meaningful from `level` 2).
+    tag: u64,
+    value: u32,
+}
+
+impl Obj {
+    /// The object as an upgrade to version `v` leaves it (the inits of the groups it
+    /// lacks, in order, from its fields as they are then).
+    fn upgraded(&self, v: u8) -> Obj {
+        let mut o = self.clone();
+        if o.level < 1 && v >= 1 {
+            o.key64 = widened(o.key32);
+        }
+        if o.level < 2 && v >= 2 {
+            o.tag = tag_of(o.key64);
+        }
+        o.level = o.level.max(v);
+        o
+    }
+
+    /// What version `v` reads of it: the key (the widened one from version 1), the value,
+    /// and the tag in version 2.
+    fn seen(&self, v: u8) -> Seen {
+        let o = self.upgraded(v);
+        match v {
+            0 => (u64::from(o.key32), o.value, None),
+            1 => (o.key64, o.value, None),
+            _ => (o.key64, o.value, Some(o.tag)),
+        }
+    }
+}
+
+type Seen = (u64, u32, Option<u64>);
+
+/// Root slots that hold objects.
+const SLOTS: usize = 40;
+type Root = [u64; 64];
+
+/// The model: which slot holds which object.
+type Model = Vec<Option<Obj>>;
+
+/// The new fields of a write (`None`: left as it is).
+#[derive(Clone, Copy, Debug)]
+struct Write {
+    key: Option<u64>,
+    value: Option<u32>,
+    tag: Option<u64>,
+}
+
+/// Dispatches `$body` on shape `$s`, with `$T` the struct of that shape in version module
+/// `$v` and `$D` its `Data`.
+macro_rules! with_type {
+    ($v:ident, $s:expr, |$T:ident, $D:ident| $body:expr) => {
+        match $s {
+            Shape::W => {
+                #[allow(unused)]
+                type $T = $v::W;
+                #[allow(unused)]
+                type $D = $v::WData;
+                $body
+            }
+            Shape::R => {
+                #[allow(unused)]
+                type $T = $v::R;
+                #[allow(unused)]
+                type $D = $v::RData;
+                $body
+            }
+            Shape::B => {
+                #[allow(unused)]
+                type $T = $v::B;
+                #[allow(unused)]
+                type $D = $v::BData;
+                $body
+            }
+        }
+    };
+}
+
+/// `with_type!` on the version `$v` names at run time.
+macro_rules! with_version {
+    ($v:expr, $s:expr, |$T:ident, $D:ident| $body:expr) => {
+        match $v {
+            0 => with_type!(v0, $s, |$T, $D| $body),
+            1 => with_type!(v1, $s, |$T, $D| $body),
+            _ => with_type!(v2, $s, |$T, $D| $body),
+        }
+    };
+}
+
+/// Version `v`'s read of the object at `raw` (upgrading it if it lacks groups), through
+/// `tx.ext_with` or, with `view`, a view `tx.ext` returns.
+fn read(tx: &Tx<'_>, v: u8, s: Shape, raw: u64, view: bool) -> pgl::Result<Seen> {
+    use v1::{BExtFields as _, RExtFields as _, WExtFields as _};
+    use v2::{BExtFields as _, RExtFields as _, WExtFields as _};
+    match v {
+        0 => with_type!(v0, s, |T, D| {
+            let n = tx.get(Oid::<T>::from_raw(raw))?;
+            Ok((u64::from(n.key), n.value, None))
+        }),
+        1 => with_type!(v1, s, |T, D| {
+            let oid = Oid::<T>::from_raw(raw);
+            match view {
+                true => tx.ext(oid).map(|n| (*n.key(), n.value, None)),
+                false => tx.ext_with(oid, |n| (*n.key(), n.value, None)),
+            }
+        }),
+        _ => with_type!(v2, s, |T, D| {
+            let oid = Oid::<T>::from_raw(raw);
+            match view {
+                true => tx.ext(oid).map(|n| (*n.key(), n.value, Some(*n.tag()))),
+                false => tx.ext_with(oid, |n| (*n.key(), n.value, Some(*n.tag()))),
+            }
+        }),
+    }
+}
+
+/// Version `v`'s write of `w` into the object at `raw`.
+fn write(tx: &Tx<'_>, v: u8, s: Shape, raw: u64, w: Write) -> pgl::Result<()> {
+    use v1::WFields as _;
+    use v1::{BExtFields as _, BFields as _, RExtFields as _, RFields as _, WExtFields as _};
+    use v2::WFields as _;
+    use v2::{BExtFields as _, BFields as _, RExtFields as _, RFields as _, WExtFields as _};
+    match v {
+        0 => with_type!(v0, s, |T, D| {
+            let mut n = tx.open(Oid::<T>::from_raw(raw))?;
+            if let Some(k) = w.key {
+                n.key = k as u32;
+            }
+            if let Some(x) = w.value {
+                n.value = x;
+            }
+            Ok(())
+        }),
+        1 => with_type!(v1, s, |T, D| {
+            let mut n = tx.ext_mut(Oid::<T>::from_raw(raw))?;
+            if let Some(k) = w.key {
+                n.set_key(k);
+            }
+            if let Some(x) = w.value {
+                n.set_value(x);
+            }
+            Ok(())
+        }),
+        _ => with_type!(v2, s, |T, D| {
+            let mut n = tx.ext_mut(Oid::<T>::from_raw(raw))?;
+            if let Some(k) = w.key {
+                n.set_key(k);
+            }
+            if let Some(x) = w.value {
+                n.set_value(x);
+            }
+            if let Some(t) = w.tag {
+                n.set_tag(t);
+            }
+            Ok(())
+        }),
+    }
+}
+
+/// Version `v` makes `o` (of its level, `v`) with its whole chain; its oid.
+fn alloc(tx: &Tx<'_>, v: u8, o: &Obj) -> pgl::Result<u64> {
+    Ok(match v {
+        0 => with_type!(v0, o.shape, |T, D| {
+            tx.alloc_ext(D {
+                key: o.key32,
+                value: o.value,
+            })?
+            .raw()
+        }),
+        1 => with_type!(v1, o.shape, |T, D| {
+            tx.alloc_ext(D {
+                value: o.value,
+                key64: o.key64,
+            })?
+            .raw()
+        }),
+        _ => with_type!(v2, o.shape, |T, D| {
+            tx.alloc_ext(D {
+                value: o.value,
+                key64: o.key64,
+                tag: o.tag,
+            })?
+            .raw()
+        }),
+    })
+}
+
+fn copy(tx: &Tx<'_>, v: u8, s: Shape, raw: u64) -> pgl::Result<u64> {
+    with_version!(v, s, |T, D| {
+        Ok(tx.copy_ext(Oid::<T>::from_raw(raw))?.raw())
+    })
+}
+
+fn free(tx: &Tx<'_>, v: u8, s: Shape, raw: u64) -> pgl::Result<()> {
+    with_version!(v, s, |T, D| tx.free(Oid::<T>::from_raw(raw)))
+}
+
+/// How many of the groups version `v` knows the object at `raw` carries.
+fn present(tx: &Tx<'_>, v: u8, s: Shape, raw: u64) -> pgl::Result<usize> {
+    with_version!(v, s, |T, D| tx.groups_present(Oid::<T>::from_raw(raw)))
+}
+
+fn upgrade(tx: &Tx<'_>, v: u8, s: Shape, raw: u64) -> pgl::Result<bool> {
+    with_version!(v, s, |T, D| tx.upgrade(Oid::<T>::from_raw(raw)))
+}
+
+fn upgrade_all(pool: &Pool, v: u8, s: Shape) -> pgl::Result<u64> {
+    with_version!(v, s, |T, D| pool.upgrade_all::<T>())
+}
+
+/// One op of a transaction, on slots of the root.
+#[derive(Clone, Debug)]
+enum Op {
+    Alloc { slot: usize, obj: Obj },
+    Read { slot: usize, view: bool },
+    Write { slot: usize, w: Write },
+    Copy { from: usize, to: usize },
+    Free { slot: usize },
+    Upgrade { slot: usize },
+}
+
+/// Runs `ops` in one transaction of version `v`, checking every read against the model;
+/// the model as the transaction leaves it.
+fn run_tx(pool: &Pool, root: Oid<Root>, v: u8, model: &Model, ops: &[Op]) -> Result<Model, String> {
+    pool.tx(|tx| {
+        let mut m = model.clone();
+        for op in ops {
+            let slot_oid =
+                |tx: &Tx<'_>, slot: usize| -> pgl::Result<u64> { Ok(tx.get(root)?[slot]) };
+            match op {
+                Op::Alloc { slot, obj } => {
+                    let raw = alloc(tx, v, obj)?;
+                    tx.open(root)?[*slot] = raw;
+                    m[*slot] = Some(obj.clone());
+                }
+                Op::Read { slot, view } => {
+                    let o = m[*slot].clone().expect("read of a live slot");
+                    let got = read(tx, v, o.shape, slot_oid(tx, *slot)?, *view)?;
+                    let want = o.seen(v);
+                    if got != want {
+                        return Err(pgl::Error::Aborted {
+                            reason: format!("slot {slot}: read {got:?}, the model says {want:?}"),
+                        });
+                    }
+                    m[*slot] = Some(o.upgraded(v));
+                }
+                Op::Write { slot, w } => {
+                    let o = m[*slot].clone().expect("write of a live slot");
+                    write(tx, v, o.shape, slot_oid(tx, *slot)?, *w)?;
+                    let mut o = if v == 0 { o } else { o.upgraded(v) };
+                    if let Some(k) = w.key {
+                        if v == 0 {
+                            o.key32 = k as u32;
+                        } else {
+                            o.key64 = k;
+                        }
+                    }
+                    if let Some(x) = w.value {
+                        o.value = x;
+                    }
+                    if let Some(t) = w.tag {
+                        o.tag = t;
+                    }
+                    m[*slot] = Some(o);
+                }
+                Op::Copy { from, to } => {
+                    let o = m[*from].clone().expect("copy of a live slot");
+                    let raw = copy(tx, v, o.shape, slot_oid(tx, *from)?)?;
+                    tx.open(root)?[*to] = raw;
+                    m[*to] = Some(o);
+                }
+                Op::Free { slot } => {
+                    let o = m[*slot].take().expect("free of a live slot");
+                    free(tx, v, o.shape, slot_oid(tx, *slot)?)?;
+                    tx.open(root)?[*slot] = 0;
+                }
+                Op::Upgrade { slot } => {
+                    let o = m[*slot].clone().expect("upgrade of a live slot");
+                    let did = upgrade(tx, v, o.shape, slot_oid(tx, *slot)?)?;
+                    if did != (o.level < v) {
+                        return Err(pgl::Error::Aborted {
+                            reason: format!("slot {slot}: upgrade said {did} at level {}", o.level),
+                        });
+                    }
+                    m[*slot] = Some(o.upgraded(v));
+                }
+            }
+        }
+        Ok(m)
+    })
+    .map_err(|e| format!("{ops:?}: {e}"))
+}
+
+/// The reason a check's transaction is rolled back when everything matched.
+const CHECKED: &str = "checked: every slot matches";
+
+/// Whether the pool holds exactly `model`, as version `v` reads it.
+fn check(pool: &Pool, root: Oid<Root>, v: u8, model: &Model) -> Result<(), String> {
+    let words = *pool.get(root).map_err(|e| format!("root: {e}"))?;
+    // Read in a transaction that is always rolled back: checking upgrades nothing.
+    let verdict = pool.tx(|tx| {
+        for (slot, o) in model.iter().enumerate() {
+            let raw = words[slot];
+            let found = match o {
+                None if raw == 0 => continue,
+                None => format!("slot {slot} holds {raw:#x}, the model none"),
+                Some(_) if raw == 0 => format!("slot {slot} is empty, the model holds an object"),
+                Some(o) => match present(tx, v, o.shape, raw) {
+                    Ok(n) if n != usize::from(o.level) => {
+                        format!("slot {slot}: {n} groups, the model {}", o.level)
+                    }
+                    Err(e) => format!("slot {slot}: {e}"),
+                    Ok(_) => match read(tx, v, o.shape, raw, false) {
+                        Ok(got) if got == o.seen(v) => continue,
+                        Ok(got) => {
+                            format!("slot {slot}: read {got:?}, the model says {:?}", o.seen(v))
+                        }
+                        Err(e) => format!("slot {slot}: {e}"),
+                    },
+                },
+            };
+            return Err::<(), _>(pgl::Error::Aborted { reason: found });
+        }
+        Err(pgl::Error::Aborted {
+            reason: CHECKED.into(),
+        })
+    });
+    match verdict {
+        Err(pgl::Error::Aborted { reason }) if reason == CHECKED => {}
+        Err(pgl::Error::Aborted { reason }) => return Err(reason),
+        other => return Err(format!("checking: {other:?}")),
+    }
+    // The root, the live objects and their separate groups, nothing else.
+    let want = 1 + model
+        .iter()
+        .flatten()
+        .map(|o| 1 + o.shape.separate(o.level))
+        .sum::<usize>();
+    let objects = pool.objects().map_err(|e| e.to_string())?.len();
+    if objects != want {
+        let mut by_type = std::collections::BTreeMap::new();
+        for (_, h) in pool.objects().map_err(|e| e.to_string())? {
+            *by_type.entry(h.type_id).or_insert(0) += 1;
+        }
+        let shapes: Vec<_> = model.iter().flatten().map(|o| (o.shape, o.level)).collect();
+        return Err(format!(
+            "{objects} objects in the pool, the model has {want} (by type id: {by_type:x?}; \
+             the model's shapes and levels: {shapes:?})"
+        ));
+    }
+    let bad = pool.verify_objects(|_, _| {}).map_err(|e| e.to_string())?;
+    if !bad.is_empty() {
+        return Err(format!("damaged objects: {bad:?}"));
+    }
+    let stale = pool.verify_parity().map_err(|e| e.to_string())?;
+    if !stale.is_empty() {
+        return Err(format!("stale parity in zones {stale:?}"));
+    }
+    Ok(())
+}
+
+/// A small pool of many small chunks: every size class of the three shapes and their
+/// groups gets runs of its own.
+fn config() -> Config {
+    let mut c = Config::small("leds-model");
+    c.chunk_size = 16 << 10;
+    c.rows = 16;
+    c.size = c.geometry().pool_size(2);
+    c
+}
+
+/// What the streams did, summed: so that a run shows each branch was taken.
+#[derive(Default, Debug)]
+struct Tally {
+    /// Crashes recovered from.
+    crashes: u64,
+    /// Of those, in a transaction that changed the model: recovered to the state before
+    /// it, and to the state after it.
+    before: u64,
+    after: u64,
+    /// Steps run by each version.
+    steps: [u64; 3],
+    /// Clean reopens, `upgrade_all` calls, and streams that reached version 2.
+    reopens: u64,
+    upgrade_alls: u64,
+    at_v2: u64,
+}
+
+/// A random op stream of `steps` steps, tallied into `t`.
+fn stream(seed: u64, steps: usize, t: &mut Tally) -> Result<(), String> {
+    let mut rng = Rng::new(seed);
+    let cfg = config();
+    let mut dev: Arc<CrashSim> = CrashSim::new(cfg.size);
+    let mut pool = Pool::create_sim(&dev, &cfg).map_err(|e| e.to_string())?;
+    let root = pool.root::<Root>().map_err(|e| e.to_string())?;
+    let mut model: Model = vec![None; SLOTS];
+    let mut v = 0u8;
+    let mut next_key = 1u32;
+    for step in 0..steps {
+        t.steps[usize::from(v)] += 1;
+        let live: Vec<usize> = (0..SLOTS).filter(|&s| model[s].is_some()).collect();
+        let empty: Vec<usize> = (0..SLOTS).filter(|&s| model[s].is_none()).collect();
+        let mut new_obj = |rng: &mut Rng| {
+            next_key += 1;
+            let key64 = rng.next();
+            Obj {
+                shape: rng.pick(&SHAPES),
+                level: v,
+                key32: next_key,
+                key64,
+                tag: tag_of(key64) ^ 1,
+                value: rng.next() as u32,
+            }
+        };
+        let write = |rng: &mut Rng| Write {
+            key: rng
+                .chance(600)
+                .then(|| rng.next() & if v == 0 { 0xffff_ffff } else { u64::MAX }),
+            value: rng.chance(600).then(|| rng.next() as u32),
+            tag: (v == 2 && rng.chance(400)).then(|| rng.next()),
+        };
+        // One op on the slots as they are (`None`: none fits).
+        let mut one = |rng: &mut Rng, live: &[usize], empty: &[usize]| -> Option<Op> {
+            Some(match rng.below(12) {
+                0..=2 if !empty.is_empty() => Op::Alloc {
+                    slot: rng.pick(empty),
+                    obj: new_obj(rng),
+                },
+                3..=5 if !live.is_empty() => Op::Read {
+                    slot: rng.pick(live),
+                    view: rng.chance(500),
+                },
+                6..=8 if !live.is_empty() => Op::Write {
+                    slot: rng.pick(live),
+                    w: write(rng),
+                },
+                9 if !live.is_empty() && !empty.is_empty() => Op::Copy {
+                    from: rng.pick(live),
+                    to: rng.pick(empty),
+                },
+                10 if !live.is_empty() => Op::Free {
+                    slot: rng.pick(live),
+                },
+                11 if !live.is_empty() && v > 0 => Op::Upgrade {
+                    slot: rng.pick(live),
+                },
+                _ => return None,
+            })
+        };
+        let kind = rng.below(20);
+        match kind {
+            // A version step in the same process (a later build's code running on).
+            0 if v < 2 && rng.chance(300) => v += 1,
+            1 if v > 0 => {
+                let s = rng.pick(&SHAPES);
+                let n = upgrade_all(&pool, v, s)
+                    .map_err(|e| format!("step {step}: upgrade_all: {e}"))?;
+                let mut upgraded = 0;
+                for o in model.iter_mut().flatten().filter(|o| o.shape == s) {
+                    upgraded += u64::from(o.level < v);
+                    *o = o.upgraded(v);
+                }
+                t.upgrade_alls += 1;
+                if n != upgraded {
+                    return Err(format!(
+                        "step {step}: upgrade_all of {s:?} to version {v} upgraded {n}, the model \
+                         {upgraded}"
+                    ));
+                }
+            }
+            // A clean close and reopen, perhaps by the next version.
+            2 => {
+                drop(pool);
+                t.reopens += 1;
+                if v < 2 && rng.chance(200) {
+                    v += 1;
+                }
+                pool = Pool::open_sim_with(&dev, &cfg)
+                    .map_err(|e| format!("step {step}: reopen: {e}"))?;
+                check(&pool, root, v, &model).map_err(|e| format!("step {step}, reopened: {e}"))?;
+            }
+            _ => {
+                // A transaction of one op, or of a few on distinct slots.
+                let n = if rng.chance(300) { rng.range(2, 4) } else { 1 };
+                let (mut live, mut empty) = (live, empty);
+                let mut ops = Vec::new();
+                for _ in 0..n {
+                    let Some(op) = one(&mut rng, &live, &empty) else {
+                        continue;
+                    };
+                    // Later ops of the transaction use other slots.
+                    match &op {
+                        Op::Alloc { slot, .. } => empty.retain(|s| s != slot),
+                        Op::Copy { from, to } => {
+                            live.retain(|s| s != from);
+                            empty.retain(|s| s != to);
+                        }
+                        Op::Read { slot, .. } | Op::Write { slot, .. } | Op::Upgrade { slot } => {
+                            live.retain(|s| s != slot)
+                        }
+                        Op::Free { slot } => live.retain(|s| s != slot),
+                    }
+                    ops.push(op);
+                }
+                if ops.is_empty() {
+                    continue;
+                }
+                // Now and then the transaction is crashed: at one of its fences or after
+                // it, with a random subset of the pending words on media.
+                if rng.chance(120) {
+                    let (after, mut points) =
+                        crash_points_of(&dev, || run_tx(&pool, root, v, &model, &ops));
+                    let after = after.map_err(|e| format!("step {step}: {e}"))?;
+                    points.push(dev.crash_point());
+                    let cp = &points[rng.below(points.len())];
+                    let p = rng.below(3);
+                    let mut keep = Rng::new(rng.next());
+                    let image = cp.device(cfg.size, |_| match p {
+                        0 => false,
+                        1 => true,
+                        _ => keep.chance(500),
+                    });
+                    drop(pool);
+                    t.crashes += 1;
+                    if v < 2 && rng.chance(100) {
+                        v += 1;
+                    }
+                    pool = Pool::open_sim_with(&image, &cfg)
+                        .map_err(|e| format!("step {step}: recovery: {e}"))?;
+                    dev = image;
+                    let changed = after != model;
+                    model = match (check(&pool, root, v, &model), check(&pool, root, v, &after)) {
+                        (Ok(()), _) => {
+                            t.before += u64::from(changed);
+                            model
+                        }
+                        (_, Ok(())) => {
+                            t.after += u64::from(changed);
+                            after
+                        }
+                        (Err(b), Err(a)) => {
+                            return Err(format!(
+                                "step {step}, crash {} in {ops:?}: neither before ({b}) nor \
+                                 after ({a})",
+                                t.crashes
+                            ))
+                        }
+                    };
+                } else {
+                    model = run_tx(&pool, root, v, &model, &ops)
+                        .map_err(|e| format!("step {step}: {e}"))?;
+                }
+            }
+        }
+    }
+    check(&pool, root, v, &model).map_err(|e| format!("at the end: {e}"))?;
+    t.at_v2 += u64::from(v == 2);
+    Ok(())
+}
+
+#[test]
+fn random_op_streams_with_crashes_across_versions_match_the_model() {
+    let seeds: u64 = std::env::var("PGL_LEDS_MODEL_SEEDS")
+        .ok()
+        .map(|v| v.parse().expect("PGL_LEDS_MODEL_SEEDS is a number"))
+        .unwrap_or(48);
+    let mut t = Tally::default();
+    for seed in 0..seeds {
+        stream(seed, 150, &mut t).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    }
+    eprintln!("LEDS op streams: {seeds}, {t:?}");
+    // Every branch was taken: crashes that undid a transaction and crashes that kept it,
+    // reopens, eager upgrades, the last version.
+    assert!(
+        t.before > 0 && t.after > 0 && t.reopens > 0 && t.upgrade_alls > 0 && t.at_v2 > 0,
+        "a branch of the streams was never taken: {t:?}"
+    );
+}
