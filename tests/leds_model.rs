@@ -12,6 +12,10 @@
 //! (`replaces = key`), group 2 adds a tag computed from the widened key, so what an upgrade
 //! writes depends on when it runs.
 //!
+//! Some steps scribble over an object's payload (a base's fields, link or reserve, or a
+//! separate group) behind pgl's back; a scrub must then rebuild exactly that object from
+//! parity, and the model stays as it was.
+//!
 //! After every crash, and at the end, the pool must hold exactly what the model says
 //! (before or after the op a crash interrupted): the root's slots, every object's fields
 //! as this version reads them (read in a transaction that is then rolled back, so checking
@@ -418,6 +422,11 @@ fn run_tx(pool: &Pool, root: Oid<Root>, v: u8, model: &Model, ops: &[Op]) -> Res
 /// The reason a check's transaction is rolled back when everything matched.
 const CHECKED: &str = "checked: every slot matches";
 
+/// The root's words.
+fn words_of(pool: &Pool, root: Oid<Root>) -> Root {
+    *pool.get(root).expect("the root reads")
+}
+
 /// Whether the pool holds exactly `model`, as version `v` reads it.
 fn check(pool: &Pool, root: Oid<Root>, v: u8, model: &Model) -> Result<(), String> {
     let words = *pool.get(root).map_err(|e| format!("root: {e}"))?;
@@ -504,6 +513,10 @@ struct Tally {
     after: u64,
     /// Steps run by each version.
     steps: [u64; 3],
+    /// Scribbles injected over a base (its fields, link or reserve) or a separate group,
+    /// and objects a scrub then rebuilt from parity.
+    scribbles: u64,
+    repaired: u64,
     /// Clean reopens, `upgrade_all` calls, and streams that reached version 2.
     reopens: u64,
     upgrade_alls: u64,
@@ -591,6 +604,46 @@ fn stream(seed: u64, steps: usize, t: &mut Tally) -> Result<(), String> {
                          {upgraded}"
                     ));
                 }
+            }
+            // A scribble over an object's payload (a base's fields, link or reserve, or a
+            // separate group), then a scrub that must rebuild it from parity exactly: the
+            // model does not change.
+            3 if !live.is_empty() => {
+                let objects = pool.objects().map_err(|e| format!("step {step}: {e}"))?;
+                let bases: Vec<u64> = live.iter().map(|&s| words_of(&pool, root)[s]).collect();
+                let candidates: Vec<(u64, u64)> = objects
+                    .iter()
+                    .filter(|(off, _)| *off != root.raw())
+                    .map(|(off, h)| (*off, h.size))
+                    .collect();
+                let (oid, size) = candidates[rng.below(candidates.len())];
+                let len = rng.range(1, 16.min(size as usize)) as u64;
+                let at = 16 + rng.below((size - len + 1) as usize) as u64;
+                let fault = pgl::Fault::ObjectScribble {
+                    oid,
+                    at,
+                    len,
+                    seed: rng.next(),
+                };
+                pool.inject(&fault)
+                    .map_err(|e| format!("step {step}: {fault:?}: {e}"))?;
+                t.scribbles += 1;
+                let r = pool
+                    .scrub(true, |_, _| {})
+                    .map_err(|e| format!("step {step}: scrub after {fault:?}: {e}"))?;
+                if !r.is_clean() || r.objects_repaired != 1 {
+                    let what = if bases.contains(&oid) {
+                        "base"
+                    } else {
+                        "group"
+                    };
+                    return Err(format!(
+                        "step {step}: {fault:?} (a {what}): the scrub repaired {} object(s) and \
+                         left {:?}",
+                        r.objects_repaired, r.damaged
+                    ));
+                }
+                t.repaired += r.objects_repaired;
             }
             // A clean close and reopen, perhaps by the next version.
             2 => {
@@ -694,9 +747,15 @@ fn random_op_streams_with_crashes_across_versions_match_the_model() {
     }
     eprintln!("LEDS op streams: {seeds}, {t:?}");
     // Every branch was taken: crashes that undid a transaction and crashes that kept it,
-    // reopens, eager upgrades, the last version.
+    // reopens, eager upgrades, scribbles, the last version.
     assert!(
-        t.before > 0 && t.after > 0 && t.reopens > 0 && t.upgrade_alls > 0 && t.at_v2 > 0,
+        t.before > 0
+            && t.after > 0
+            && t.reopens > 0
+            && t.upgrade_alls > 0
+            && t.scribbles > 0
+            && t.at_v2 > 0,
         "a branch of the streams was never taken: {t:?}"
     );
+    assert_eq!(t.repaired, t.scribbles, "every scribble repaired");
 }
