@@ -1287,3 +1287,56 @@ fn an_init_cannot_change_a_group_under_a_reader_of_its_owner() {
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
+
+/// Structs a `macro_rules!` macro writes, their extension fields passed in as tokens: the
+/// accessors `#[extendible]` generates mix the fields' names (the caller's tokens) with
+/// their own `self`, which must be one hygiene context (this once failed to compile:
+/// "expected value, found module `self`").
+mod from_a_macro {
+    macro_rules! node {
+        ($name:ident, $id:tt, $($ext:tt)*) => {
+            #[pgl::extendible]
+            #[derive(pgl::Persistent)]
+            #[pgl(id = $id)]
+            #[repr(C)]
+            pub struct $name {
+                pub key: u32,
+                pub value: u32,
+                $($ext)*
+            }
+        };
+    }
+
+    pub mod v0 {
+        node!(Node, 0x1ed5_f0a1,);
+    }
+
+    pub mod v1 {
+        node!(
+            Node,
+            0x1ed5_f0a1,
+            #[extension(1, replaces = key, init = |old| u64::from(old.key()) << 8)]
+            pub key64: u64,
+            #[extension(2, init = |old| old.key64() + u64::from(old.value()))]
+            pub sum: u64,
+        );
+    }
+}
+
+#[test]
+fn structs_written_by_a_macro_upgrade_and_read_their_new_fields() {
+    use from_a_macro::v1::NodeExtFields as _;
+    let (pool, path) = pool("from-a-macro");
+    let old = pool
+        .tx(|tx| tx.alloc_ext(from_a_macro::v0::NodeData { key: 3, value: 4 }))
+        .unwrap();
+    let got = pool
+        .tx(|tx| {
+            let oid = Oid::<from_a_macro::v1::Node>::from_raw(old.raw());
+            tx.ext_with(oid, |n| (*n.key(), *n.sum()))
+        })
+        .unwrap();
+    assert_eq!(got, (3 << 8, (3 << 8) + 4));
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}

@@ -375,7 +375,9 @@ impl<'m, 'a> Gen<'m, 'a> {
         let gtys: Vec<_> = (1..=j).map(|k| self.group_ty(k)).collect();
         let methods = self.m.names[j].iter().map(|(name, loc)| {
             let fty = self.field_ty(*loc);
-            let path = self.read_path(quote!(self), *loc);
+            // `self` with the span of the method's `&self`: where the field's name comes
+            // from another macro's expansion, two spans would be two hygiene contexts.
+            let path = self.read_path(quote_spanned!(name.span()=> self), *loc);
             let doc = format!("`{name}` as version {j} stores it.");
             quote_spanned! {name.span()=>
                 #[doc = #doc]
