@@ -39,15 +39,10 @@ fn tag_of(key64: u64) -> u64 {
     key64.rotate_left(9) ^ 0xa5a5
 }
 
-/// The three versions of the three shapes (same type ids across versions); `$attr` is
-/// the shape's `#[extendible]` arguments.
+/// The three shapes of one version (same type ids across versions), with `$ext` (the
+/// extension fields that version knows) after the base fields.
 macro_rules! shapes {
-    ($($v1:ident)?; $($v2:ident)?) => {
-        shapes!(@one W, 0x1ed5_f101, (reserve = 24), $($v1)?; $($v2)?);
-        shapes!(@one R, 0x1ed5_f102, (reserve = 16), $($v1)?; $($v2)?);
-        shapes!(@one B, 0x1ed5_f103, (), $($v1)?; $($v2)?);
-    };
-    (@one $name:ident, $id:tt, ($($attr:tt)*), ; ) => {
+    (@one $name:ident, $id:tt, ($($attr:tt)*), $($ext:tt)*) => {
         #[pgl::extendible($($attr)*)]
         #[derive(pgl::Persistent)]
         #[pgl(id = $id)]
@@ -55,44 +50,32 @@ macro_rules! shapes {
         pub struct $name {
             pub key: u32,
             pub value: u32,
+            $($ext)*
         }
     };
-    (@one $name:ident, $id:tt, ($($attr:tt)*), $v1:ident; ) => {
-        #[pgl::extendible($($attr)*)]
-        #[derive(pgl::Persistent)]
-        #[pgl(id = $id)]
-        #[repr(C)]
-        pub struct $name {
-            pub key: u32,
-            pub value: u32,
-            #[extension(1, replaces = key, init = |old| super::widened(old.key()))]
-            pub key64: u64,
-        }
-    };
-    (@one $name:ident, $id:tt, ($($attr:tt)*), $v1:ident; $v2:ident) => {
-        #[pgl::extendible($($attr)*)]
-        #[derive(pgl::Persistent)]
-        #[pgl(id = $id)]
-        #[repr(C)]
-        pub struct $name {
-            pub key: u32,
-            pub value: u32,
-            #[extension(1, replaces = key, init = |old| super::widened(old.key()))]
-            pub key64: u64,
-            #[extension(2, init = |old| super::tag_of(old.key64()))]
-            pub tag: u64,
-        }
+    ($($ext:tt)*) => {
+        shapes!(@one W, 0x1ed5_f101, (reserve = 24), $($ext)*);
+        shapes!(@one R, 0x1ed5_f102, (reserve = 16), $($ext)*);
+        shapes!(@one B, 0x1ed5_f103, (), $($ext)*);
     };
 }
 
 mod v0 {
-    shapes!(;);
+    shapes!();
 }
 mod v1 {
-    shapes!(g1;);
+    shapes!(
+        #[extension(1, replaces = key, init = |old| super::widened(old.key()))]
+        pub key64: u64,
+    );
 }
 mod v2 {
-    shapes!(g1; g2);
+    shapes!(
+        #[extension(1, replaces = key, init = |old| super::widened(old.key()))]
+        pub key64: u64,
+        #[extension(2, init = |old| super::tag_of(old.key64()))]
+        pub tag: u64,
+    );
 }
 
 /// The shape of an object.
@@ -178,28 +161,17 @@ struct Write {
 /// `$v` and `$D` its `Data`.
 macro_rules! with_type {
     ($v:ident, $s:expr, |$T:ident, $D:ident| $body:expr) => {
+        with_type!(@arms $v, $s, $T, $D, $body, (W, WData), (R, RData), (B, BData))
+    };
+    (@arms $v:ident, $s:expr, $T:ident, $D:ident, $body:expr, $(($name:ident, $data:ident)),*) => {
         match $s {
-            Shape::W => {
+            $(Shape::$name => {
                 #[allow(unused)]
-                type $T = $v::W;
+                type $T = $v::$name;
                 #[allow(unused)]
-                type $D = $v::WData;
+                type $D = $v::$data;
                 $body
-            }
-            Shape::R => {
-                #[allow(unused)]
-                type $T = $v::R;
-                #[allow(unused)]
-                type $D = $v::RData;
-                $body
-            }
-            Shape::B => {
-                #[allow(unused)]
-                type $T = $v::B;
-                #[allow(unused)]
-                type $D = $v::BData;
-                $body
-            }
+            })*
         }
     };
 }
