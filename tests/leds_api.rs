@@ -1288,13 +1288,15 @@ fn an_init_cannot_change_a_group_under_a_reader_of_its_owner() {
     std::fs::remove_file(path).unwrap();
 }
 
-/// Structs a `macro_rules!` macro writes, their extension fields passed in as tokens: the
-/// accessors `#[extendible]` generates mix the fields' names (the caller's tokens) with
-/// their own `self`, which must be one hygiene context (this once failed to compile:
-/// "expected value, found module `self`").
+/// Structs a `macro_rules!` macro writes, their type id a `$id:literal` and their
+/// extension fields passed in as tokens: what `#[extendible]` generates mixes the caller's
+/// tokens (field names, `init` expressions) with its own (`self`, the old view's binding),
+/// which must meet in one hygiene context. Each once failed to compile ("expected value,
+/// found module `self`"; "cannot find value `__pgl_old`"; "expected an integer literal
+/// type id", the literal arriving in an invisible group).
 mod from_a_macro {
     macro_rules! node {
-        ($name:ident, $id:tt, $($ext:tt)*) => {
+        ($name:ident, $id:literal, $($ext:tt)*) => {
             #[pgl::extendible]
             #[derive(pgl::Persistent)]
             #[pgl(id = $id)]
@@ -1319,6 +1321,8 @@ mod from_a_macro {
             pub key64: u64,
             #[extension(2, init = |old| old.key64() + u64::from(old.value()))]
             pub sum: u64,
+            #[extension(2, init = 7)]
+            pub seven: u64,
         );
     }
 }
@@ -1333,10 +1337,10 @@ fn structs_written_by_a_macro_upgrade_and_read_their_new_fields() {
     let got = pool
         .tx(|tx| {
             let oid = Oid::<from_a_macro::v1::Node>::from_raw(old.raw());
-            tx.ext_with(oid, |n| (*n.key(), *n.sum()))
+            tx.ext_with(oid, |n| (*n.key(), *n.sum(), *n.seven()))
         })
         .unwrap();
-    assert_eq!(got, (3 << 8, (3 << 8) + 4));
+    assert_eq!(got, (3 << 8, (3 << 8) + 4, 7));
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }

@@ -269,6 +269,12 @@ fn parse_pgl(cx: &Ctxt, attr: &Attribute, id: &mut Option<TypeId>, seen_id: &mut
 }
 
 fn parse_type_id(cx: &Ctxt, value: &Expr) -> Option<TypeId> {
+    // A `macro_rules!` macro passes a `$id:literal` (or `$id:expr`) wrapped in an invisible
+    // group.
+    let mut value = value;
+    while let Expr::Group(g) = value {
+        value = &g.expr;
+    }
     let lit: &LitInt = match value {
         Expr::Lit(ExprLit {
             lit: Lit::Int(lit), ..

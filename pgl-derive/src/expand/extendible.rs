@@ -492,8 +492,12 @@ impl<'m, 'a> Gen<'m, 'a> {
             // A closure too: spliced into `__upgrade` as it stands, a `return Ok(off)` (or
             // `?`) in the expression would leave the upgrade with any offset as the new
             // group's, and the runtime would link another object's group to this one.
+            // `__pgl_old` keeps the span of its binding (an identifier spanned like the
+            // user's expression would not name it where that expression comes from another
+            // macro's expansion).
             e => {
-                quote_spanned!(e.span()=> ::pgl::__private::run_init(&__pgl_old, |_| -> #ty { #e }))
+                let old = quote!(__pgl_old);
+                quote_spanned!(e.span()=> ::pgl::__private::run_init(&#old, |_| -> #ty { #e }))
             }
         }
     }
