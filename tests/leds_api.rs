@@ -1291,9 +1291,10 @@ fn an_init_cannot_change_a_group_under_a_reader_of_its_owner() {
 /// Structs a `macro_rules!` macro writes, their type id a `$id:literal` and their
 /// extension fields passed in as tokens: what `#[extendible]` generates mixes the caller's
 /// tokens (field names, `init` expressions) with its own (`self`, the old view's binding),
-/// which must meet in one hygiene context. Each once failed to compile ("expected value,
+/// which must meet in one hygiene context; and fragments such as `$id:literal` and
+/// `$init:expr` arrive in invisible groups. Each once failed to compile ("expected value,
 /// found module `self`"; "cannot find value `__pgl_old`"; "expected an integer literal
-/// type id", the literal arriving in an invisible group).
+/// type id"; "type annotations needed", a closure in a group taken for a constant).
 mod from_a_macro {
     macro_rules! node {
         ($name:ident, $id:literal, $($ext:tt)*) => {
@@ -1311,6 +1312,30 @@ mod from_a_macro {
 
     pub mod v0 {
         node!(Node, 0x1ed5_f0a1,);
+    }
+
+    /// An `init` passed as an `$init:expr` (a closure in an invisible group).
+    macro_rules! with_init {
+        ($name:ident, $id:literal, $init:expr) => {
+            #[pgl::extendible]
+            #[derive(pgl::Persistent)]
+            #[pgl(id = $id)]
+            #[repr(C)]
+            pub struct $name {
+                pub key: u32,
+                pub value: u32,
+                #[extension(1, init = $init)]
+                pub twice: u64,
+            }
+        };
+    }
+
+    pub mod init_v0 {
+        node!(Node, 0x1ed5_f0a2,);
+    }
+
+    pub mod init_v1 {
+        with_init!(Node, 0x1ed5_f0a2, |old| u64::from(old.key()) * 2);
     }
 
     pub mod v1 {
@@ -1341,6 +1366,17 @@ fn structs_written_by_a_macro_upgrade_and_read_their_new_fields() {
         })
         .unwrap();
     assert_eq!(got, (3 << 8, (3 << 8) + 4, 7));
+    use from_a_macro::init_v1::NodeExtFields as _;
+    let old = pool
+        .tx(|tx| tx.alloc_ext(from_a_macro::init_v0::NodeData { key: 5, value: 0 }))
+        .unwrap();
+    let twice = pool
+        .tx(|tx| {
+            let oid = Oid::<from_a_macro::init_v1::Node>::from_raw(old.raw());
+            tx.ext_with(oid, |n| *n.twice())
+        })
+        .unwrap();
+    assert_eq!(twice, 10, "the closure in an `$init:expr` ran as the init");
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
