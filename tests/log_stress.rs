@@ -25,7 +25,7 @@ use pgl::log::{ForcePolicy, Log, LogConfig, Lsn};
 use pgl::CrashSim;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
 const THREADS: u32 = 6;
@@ -125,7 +125,16 @@ struct Seen {
     ahead: u64,
 }
 
-fn writer(log: &Log, sim: &CrashSim, t: u32, shape: Shape, seed: u64) -> Seen {
+/// One writer's run. With `last_probe`, every writer waits there for the others before its
+/// last probe (whose force makes all earlier LSNs durable).
+fn writer(
+    log: &Log,
+    sim: &CrashSim,
+    t: u32,
+    shape: Shape,
+    seed: u64,
+    last_probe: Option<&Barrier>,
+) -> Seen {
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let mut seen = Seen::default();
     let ops = shape.ops;
@@ -228,6 +237,9 @@ fn writer(log: &Log, sim: &CrashSim, t: u32, shape: Shape, seed: u64) -> Seen {
             );
         }
         if u64::from(i) % probe_every == 0 {
+            if let Some(b) = last_probe.filter(|_| i == ops) {
+                b.wait();
+            }
             log.force(last).unwrap();
             let point = sim.crash_point();
             let n = point.pending();
@@ -340,12 +352,19 @@ fn stress(policy: ForcePolicy, shape: Shape, seed: u64) {
         std::thread::spawn(move || {
             let stop = AtomicBool::new(false);
             let seen: Mutex<Vec<Seen>> = Mutex::default();
+            // Without reclaim, the writers' last probes wait for each other: the first
+            // probe's force would otherwise end the run of reservations ahead of the
+            // durable LSN early whenever one writer finished far ahead of the others (a
+            // busy machine), before the completion ring ever filled.
+            let last_probe = Barrier::new(THREADS as usize);
             std::thread::scope(|s| {
                 let (log, sim, stop, seen) = (&*log, &*sim, &stop, &seen);
+                let last_probe = (!shape.reclaim).then_some(&last_probe);
                 let writers: Vec<_> = (0..THREADS)
                     .map(|t| {
                         s.spawn(move || {
-                            let mine = writer(log, sim, t, shape, seed * 16 + u64::from(t));
+                            let seed = seed * 16 + u64::from(t);
+                            let mine = writer(log, sim, t, shape, seed, last_probe);
                             seen.lock().unwrap().push(mine);
                         })
                     })
