@@ -268,14 +268,17 @@ fn parse_pgl(cx: &Ctxt, attr: &Attribute, id: &mut Option<TypeId>, seen_id: &mut
     }
 }
 
-fn parse_type_id(cx: &Ctxt, value: &Expr) -> Option<TypeId> {
-    // A `macro_rules!` macro passes a `$id:literal` (or `$id:expr`) wrapped in an invisible
-    // group.
-    let mut value = value;
-    while let Expr::Group(g) = value {
-        value = &g.expr;
+/// `e` out of the invisible groups a `macro_rules!` macro wraps an `$x:expr` or
+/// `$x:literal` fragment in (a literal or a closure in one is still one).
+pub(crate) fn ungrouped(mut e: &Expr) -> &Expr {
+    while let Expr::Group(g) = e {
+        e = &g.expr;
     }
-    let lit: &LitInt = match value {
+    e
+}
+
+fn parse_type_id(cx: &Ctxt, value: &Expr) -> Option<TypeId> {
+    let lit: &LitInt = match ungrouped(value) {
         Expr::Lit(ExprLit {
             lit: Lit::Int(lit), ..
         }) => lit,

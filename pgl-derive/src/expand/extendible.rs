@@ -474,15 +474,10 @@ impl<'m, 'a> Gen<'m, 'a> {
     fn init_value(&self, k: usize, i: usize) -> TokenStream {
         let f = &self.m.groups[k - 1][i];
         let ty = &f.field.ty;
-        let Some(mut init) = f.init.as_ref() else {
+        let Some(init) = &f.init else {
             return quote!(::pgl::__private::zeroed::<#ty>());
         };
-        // A `macro_rules!` macro passes an `$init:expr` wrapped in an invisible group: a
-        // closure in one is still a closure.
-        while let Expr::Group(g) = init {
-            init = &g.expr;
-        }
-        match init {
+        match crate::attr::ungrouped(init) {
             Expr::Closure(c) => {
                 let mut c = c.clone();
                 if matches!(c.output, syn::ReturnType::Default) {
