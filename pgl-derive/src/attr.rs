@@ -268,13 +268,16 @@ fn parse_pgl(cx: &Ctxt, attr: &Attribute, id: &mut Option<TypeId>, seen_id: &mut
     }
 }
 
-/// `e` out of the invisible groups a `macro_rules!` macro wraps an `$x:expr` or
-/// `$x:literal` fragment in (a literal or a closure in one is still one).
+/// `e` out of parentheses and of the invisible groups a `macro_rules!` macro wraps an
+/// `$x:expr` or `$x:literal` fragment in (a literal or a closure in either is still one).
 pub(crate) fn ungrouped(mut e: &Expr) -> &Expr {
-    while let Expr::Group(g) = e {
-        e = &g.expr;
+    loop {
+        e = match e {
+            Expr::Group(g) => &g.expr,
+            Expr::Paren(p) => &p.expr,
+            _ => return e,
+        };
     }
-    e
 }
 
 fn parse_type_id(cx: &Ctxt, value: &Expr) -> Option<TypeId> {

@@ -205,6 +205,19 @@ impl<'a> Model<'a> {
                 cx.error_spanned_by(shown, reserved_name_message(&crate::ast::unraw(ident)));
                 continue;
             }
+            // Every build must lay the struct and its groups out alike: a pool outlives the
+            // configuration of the program that wrote it.
+            for cfg in field.attrs.iter().filter(|a| a.path().is_ident("cfg")) {
+                cx.error_spanned_by(
+                    cfg,
+                    format!(
+                        "`#[cfg]` on a field of an `#[extendible]` struct: its layout and its \
+                         groups' are stored in the pool and must be the same in every build; \
+                         keep `{}` in all of them (or move what varies out of the struct)",
+                        crate::ast::unraw(ident)
+                    ),
+                );
+            }
             let attrs: Vec<_> = field
                 .attrs
                 .iter()
@@ -328,7 +341,7 @@ impl<'a> Model<'a> {
                         }
                     }
                 }
-                match names.iter_mut().find(|(n, _)| n == f.ident) {
+                match names.iter_mut().find(|(n, _)| same_name(n, f.ident)) {
                     Some((_, l)) if *l == loc => {}
                     Some(_) => cx.error_spanned_by(
                         f.ident,
@@ -362,5 +375,13 @@ impl<'a> Model<'a> {
 }
 
 fn lookup(names: &[(Ident, Loc)], name: &Ident) -> Option<Loc> {
-    names.iter().find(|(n, _)| n == name).map(|(_, l)| *l)
+    names
+        .iter()
+        .find(|(n, _)| same_name(n, name))
+        .map(|(_, l)| *l)
+}
+
+/// Whether two identifiers name the same field (`r#foo` is `foo`).
+fn same_name(a: &Ident, b: &Ident) -> bool {
+    crate::ast::unraw(a) == crate::ast::unraw(b)
 }

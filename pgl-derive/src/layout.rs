@@ -564,6 +564,12 @@ pub(crate) fn where_clause_without_self(cont: &Container<'_>) -> Option<syn::Whe
 /// The field's type with every bare `Self` replaced by the struct's own type, spanned at
 /// the `Self` it replaces.
 fn replace_self(ty: &Type, cont: &Container<'_>) -> Type {
+    replace_self_with(ty, cont.ident, cont.generics)
+}
+
+/// `ty` with every bare `Self` replaced by `ident` with `generics`' parameters, spanned at
+/// the `Self` it replaces.
+pub(crate) fn replace_self_with(ty: &Type, ident: &Ident, generics: &syn::Generics) -> Type {
     struct ReplaceSelf<'c> {
         ident: &'c syn::Ident,
         generics: &'c syn::Generics,
@@ -583,11 +589,7 @@ fn replace_self(ty: &Type, cont: &Container<'_>) -> Type {
         }
     }
     let mut ty = ty.clone();
-    ReplaceSelf {
-        ident: cont.ident,
-        generics: cont.generics,
-    }
-    .visit_type_mut(&mut ty);
+    ReplaceSelf { ident, generics }.visit_type_mut(&mut ty);
     ty
 }
 

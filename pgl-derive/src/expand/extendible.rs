@@ -39,6 +39,14 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
             return quote!(#e #input);
         }
     };
+    // `Self` in a field's type names the struct: spelled out, since the field's type is
+    // also written into the types generated beside it (`<Struct>Data`, the groups, the
+    // views), where `Self` would name those.
+    let mut item = item;
+    let (ident, generics) = (item.ident.clone(), item.generics.clone());
+    for f in item.fields.iter_mut() {
+        f.ty = crate::layout::replace_self_with(&f.ty, &ident, &generics);
+    }
     let cx = Ctxt::new();
     let args = Args::parse(&cx, args);
     if !item.generics.params.is_empty() {
@@ -266,11 +274,15 @@ impl<'m, 'a> Gen<'m, 'a> {
             #base
             #data
             #ext_fields
+            // The groups and views repeat the user's fields: their names and deprecations
+            // are the user's to lint, at the struct.
             #[allow(
                 unused_qualifications,
                 clippy::use_self,
                 clippy::unused_unit,
                 non_camel_case_types,
+                non_snake_case,
+                deprecated,
                 dead_code
             )]
             const _: () = {
@@ -348,7 +360,7 @@ impl<'m, 'a> Gen<'m, 'a> {
         });
         quote! {
             #[doc = #doc]
-            #[allow(dead_code)]
+            #[allow(dead_code, non_snake_case)]
             #vis struct #ty {
                 #(#fields,)*
             }
@@ -904,6 +916,7 @@ impl<'m, 'a> Gen<'m, 'a> {
             #[allow(
                 dead_code,
                 non_snake_case,
+                deprecated,
                 clippy::wrong_self_convention,
                 clippy::must_use_candidate
             )]

@@ -224,6 +224,7 @@ pub(crate) fn expand(
             dead_code,
             non_camel_case_types,
             non_snake_case,
+            deprecated,
             clippy::wrong_self_convention,
             clippy::should_implement_trait,
             clippy::must_use_candidate

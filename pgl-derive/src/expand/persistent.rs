@@ -149,7 +149,8 @@ fn expand(
     let error = error.map(syn::Error::into_compile_error);
     quote! {
         #error
-        #[allow(unused_qualifications, clippy::use_self)]
+        // The checks name the user's fields: their deprecations are the user's to lint.
+        #[allow(unused_qualifications, clippy::use_self, deprecated)]
         const _: () = {
             #field_traits
             #static_checks

@@ -25,9 +25,38 @@ pub const LINK_SIZE: usize = crate::tx::TAIL_LINK;
 
 /// The link from an `#[extendible]` object (or one of its extension groups) to its next
 /// extension group: a pool offset, null until the object is upgraded.
+///
+/// It is pgl's bookkeeping, not the program's data: every link compares equal to every
+/// other, orders equal and hashes to nothing, so that `PartialEq`, `Eq`, `PartialOrd`,
+/// `Ord` and `Hash` derived on an `#[extendible]` struct compare, order and hash its fields
+/// alone (two objects holding the same values are equal, wherever their groups lie).
 #[repr(transparent)]
-#[derive(Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Default)]
 pub struct ExtLink([u8; LINK_SIZE]);
+
+impl PartialEq for ExtLink {
+    fn eq(&self, _: &ExtLink) -> bool {
+        true
+    }
+}
+
+impl Eq for ExtLink {}
+
+impl PartialOrd for ExtLink {
+    fn partial_cmp(&self, other: &ExtLink) -> Option<core::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ExtLink {
+    fn cmp(&self, _: &ExtLink) -> core::cmp::Ordering {
+        core::cmp::Ordering::Equal
+    }
+}
+
+impl core::hash::Hash for ExtLink {
+    fn hash<H: core::hash::Hasher>(&self, _: &mut H) {}
+}
 
 /// The low bits of a base's link that count its inline groups.
 const INLINE_BITS: u64 = 0xf;
@@ -116,6 +145,17 @@ mod tests {
         assert_eq!(obj[12..], 0x40u64.to_le_bytes());
         assert_eq!(core::mem::align_of::<ExtLink>(), 1);
         assert_eq!(format!("{:?}", ExtLink::NULL), "ExtLink(null)");
+    }
+
+    #[test]
+    fn links_compare_order_and_hash_as_nothing() {
+        use std::hash::{BuildHasher, RandomState};
+        let (a, b) = (ExtLink::new(0x40), ExtLink::new(0x1230 | 2));
+        assert_eq!(a, b);
+        assert_eq!(a.cmp(&b), core::cmp::Ordering::Equal);
+        let s = RandomState::new();
+        assert_eq!(s.hash_one(a), s.hash_one(ExtLink::NULL));
+        assert_ne!(a.get(), b.get(), "the values still differ");
     }
 
     #[test]
