@@ -991,31 +991,30 @@ fn a_transaction_reads_the_groups_of_a_copy_it_made() {
 /// Two versions of an item whose group 1 `init` calls back into the pool (what `reenter`
 /// does): `$v0` without the group, `$v1` with it, `#[extendible]` taking `$args`.
 macro_rules! reentrant {
-    ($v0:ident, $v1:ident, $id:tt, ($($args:tt)*)) => {
+    (@item $id:tt, ($($args:tt)*), $($ext:tt)*) => {
+        use pgl::{extendible, Persistent};
+        #[extendible($($args)*)]
+        #[derive(Persistent)]
+        #[pgl(id = $id)]
+        #[repr(C)]
+        pub struct Item {
+            pub key: u32,
+            pub _pad: u32,
+            $($ext)*
+        }
+    };
+    ($v0:ident, $v1:ident, $id:tt, $args:tt) => {
         mod $v0 {
-            use pgl::{extendible, Persistent};
-            #[extendible($($args)*)]
-            #[derive(Persistent)]
-            #[pgl(id = $id)]
-            #[repr(C)]
-            pub struct Item {
-                pub key: u32,
-                pub _pad: u32,
-            }
+            reentrant!(@item $id, $args,);
         }
 
         mod $v1 {
-            use pgl::{extendible, Persistent};
-            #[extendible($($args)*)]
-            #[derive(Persistent)]
-            #[pgl(id = $id)]
-            #[repr(C)]
-            pub struct Item {
-                pub key: u32,
-                pub _pad: u32,
+            reentrant!(
+                @item $id,
+                $args,
                 #[extension(1, init = |old| super::reenter(old.key()))]
                 pub wide: u64,
-            }
+            );
         }
     };
 }
@@ -1284,99 +1283,6 @@ fn an_init_cannot_change_a_group_under_a_reader_of_its_owner() {
             .unwrap(),
         "owner"
     );
-    drop(pool);
-    std::fs::remove_file(path).unwrap();
-}
-
-/// Structs a `macro_rules!` macro writes, their type id a `$id:literal` and their
-/// extension fields passed in as tokens: what `#[extendible]` generates mixes the caller's
-/// tokens (field names, `init` expressions) with its own (`self`, the old view's binding),
-/// which must meet in one hygiene context; and fragments such as `$id:literal` and
-/// `$init:expr` arrive in invisible groups. Each once failed to compile ("expected value,
-/// found module `self`"; "cannot find value `__pgl_old`"; "expected an integer literal
-/// type id"; "type annotations needed", a closure in a group taken for a constant).
-mod from_a_macro {
-    macro_rules! node {
-        ($name:ident, $id:literal, $($ext:tt)*) => {
-            #[pgl::extendible]
-            #[derive(pgl::Persistent)]
-            #[pgl(id = $id)]
-            #[repr(C)]
-            pub struct $name {
-                pub key: u32,
-                pub value: u32,
-                $($ext)*
-            }
-        };
-    }
-
-    pub mod v0 {
-        node!(Node, 0x1ed5_f0a1,);
-    }
-
-    /// An `init` passed as an `$init:expr` (a closure in an invisible group).
-    macro_rules! with_init {
-        ($name:ident, $id:literal, $init:expr) => {
-            #[pgl::extendible]
-            #[derive(pgl::Persistent)]
-            #[pgl(id = $id)]
-            #[repr(C)]
-            pub struct $name {
-                pub key: u32,
-                pub value: u32,
-                #[extension(1, init = $init)]
-                pub twice: u64,
-            }
-        };
-    }
-
-    pub mod init_v0 {
-        node!(Node, 0x1ed5_f0a2,);
-    }
-
-    pub mod init_v1 {
-        with_init!(Node, 0x1ed5_f0a2, |old| u64::from(old.key()) * 2);
-    }
-
-    pub mod v1 {
-        node!(
-            Node,
-            0x1ed5_f0a1,
-            #[extension(1, replaces = key, init = |old| u64::from(old.key()) << 8)]
-            pub key64: u64,
-            #[extension(2, init = |old| old.key64() + u64::from(old.value()))]
-            pub sum: u64,
-            #[extension(2, init = 7)]
-            pub seven: u64,
-        );
-    }
-}
-
-#[test]
-fn structs_written_by_a_macro_upgrade_and_read_their_new_fields() {
-    use from_a_macro::v1::NodeExtFields as _;
-    let (pool, path) = pool("from-a-macro");
-    let old = pool
-        .tx(|tx| tx.alloc_ext(from_a_macro::v0::NodeData { key: 3, value: 4 }))
-        .unwrap();
-    let got = pool
-        .tx(|tx| {
-            let oid = Oid::<from_a_macro::v1::Node>::from_raw(old.raw());
-            tx.ext_with(oid, |n| (*n.key(), *n.sum(), *n.seven()))
-        })
-        .unwrap();
-    assert_eq!(got, (3 << 8, (3 << 8) + 4, 7));
-    use from_a_macro::init_v1::NodeExtFields as _;
-    let old = pool
-        .tx(|tx| tx.alloc_ext(from_a_macro::init_v0::NodeData { key: 5, value: 0 }))
-        .unwrap();
-    let twice = pool
-        .tx(|tx| {
-            let oid = Oid::<from_a_macro::init_v1::Node>::from_raw(old.raw());
-            tx.ext_with(oid, |n| *n.twice())
-        })
-        .unwrap();
-    assert_eq!(twice, 10, "the closure in an `$init:expr` ran as the init");
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
