@@ -24,7 +24,8 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private {
     pub use pgl_runtime::__leds::{
-        inline_places, run_init, zeroed, ExtGroups, ExtPlaces, GroupPlace, GroupRef, ObjImage,
+        all_inline, inline_places, run_init, zeroed, ExtGroups, ExtPlaces, GroupPlace, GroupRef,
+        ObjImage,
     };
     pub use pgl_runtime::persistent::{
         fnv1a64, fold_type_id, group_type_id, mix64, Persistent, MAX_ALIGN,

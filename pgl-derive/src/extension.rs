@@ -30,6 +30,9 @@ pub(crate) struct Args {
     pub(crate) pinned_base: Option<LitInt>,
     /// `reserve = N`: bytes each object keeps after its value for inline groups.
     pub(crate) reserve: Option<LitInt>,
+    /// `upgrade = on_write` (its `on_write`): objects are upgraded in DRAM when read and
+    /// in the pool when written. `upgrade = on_read`, the default, is `None`.
+    pub(crate) on_write: Option<Ident>,
 }
 
 /// The largest `reserve = N`.
@@ -61,12 +64,29 @@ impl Args {
                         ),
                     )),
                 }
+            } else if meta.path.is_ident("upgrade") {
+                let when: Ident = meta.value()?.parse()?;
+                if when == "on_write" {
+                    out.on_write = Some(when);
+                    Ok(())
+                } else if when == "on_read" {
+                    Ok(())
+                } else {
+                    Err(syn::Error::new(
+                        when.span(),
+                        "`upgrade` is `on_read` (the default: an object that lacks extension \
+                         groups is upgraded in the pool when first read) or `on_write` (it is \
+                         read upgraded in DRAM and upgraded in the pool when written through \
+                         `tx.ext_mut`)",
+                    ))
+                }
             } else {
                 Err(meta.error(
                     "unknown `extendible` argument: the arguments are `reserve = N`, the bytes \
-                     each object keeps for extension groups stored inline, and `base = 0x…`, \
+                     each object keeps for extension groups stored inline, `base = 0x…`, \
                      the layout fingerprint the base must keep \
-                     (`<S as pgl::Persistent>::LAYOUT`)",
+                     (`<S as pgl::Persistent>::LAYOUT`), and `upgrade = on_read | on_write`, \
+                     when an object that lacks groups is upgraded in the pool",
                 ))
             }
         });

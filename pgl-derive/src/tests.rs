@@ -327,6 +327,49 @@ fn extendible_with_a_reserve() {
 }
 
 #[test]
+fn extendible_upgraded_on_write() {
+    insta::assert_snapshot!(expand_extendible(
+        quote!(reserve = 8, upgrade = on_write),
+        quote! {
+            #[derive(Persistent)]
+            #[repr(C)]
+            pub struct Node {
+                pub key: u32,
+                pub value: u32,
+                #[extension(1, replaces = key, init = |old| old.key() as u64)]
+                pub key64: u64,
+            }
+        }
+    ));
+}
+
+#[test]
+fn only_upgrade_on_write_sets_the_policy_and_checks_the_reserve() {
+    let node = quote! {
+        #[derive(Persistent)]
+        #[repr(C)]
+        pub struct Node {
+            pub key: u64,
+            #[extension(1, init = 0)]
+            pub tag: u32,
+        }
+    };
+    for (args, on_write) in [
+        (quote!(reserve = 8), false),
+        (quote!(reserve = 8, upgrade = on_read), false),
+        (quote!(reserve = 8, upgrade = on_write), true),
+    ] {
+        let out = expand_extendible(args.clone(), node.clone());
+        assert_eq!(
+            out.contains("const __UPGRADE_ON_WRITE: bool = true;"),
+            on_write,
+            "{args}: {out}"
+        );
+        assert_eq!(out.contains("all_inline"), on_write, "{args}");
+    }
+}
+
+#[test]
 fn a_reserve_reaches_the_persistent_impl_and_the_layout() {
     let out = expand(quote! {
         #[repr(C)]

@@ -73,7 +73,8 @@ pub use values::{PBool, PBytes, PStr};
 #[doc(hidden)]
 pub mod __leds {
     pub use crate::leds::{
-        inline_places, run_init, zeroed, ExtGroups, ExtPlaces, GroupPlace, GroupRef, ObjImage,
+        all_inline, inline_places, run_init, zeroed, ExtGroups, ExtPlaces, GroupPlace, GroupRef,
+        ObjImage,
     };
 }
 

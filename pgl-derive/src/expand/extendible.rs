@@ -268,7 +268,7 @@ impl<'m, 'a> Gen<'m, 'a> {
         let groups = (1..=self.groups).map(|k| self.group_struct(k));
         let views = (0..self.groups).map(|j| self.old_view(j));
         let glue = self.glue_structs();
-        let imp = self.extendible_impl();
+        let imp = self.extendible_impl(args.on_write.as_ref());
         let pinned = self.pinned(args);
         quote! {
             #base
@@ -293,6 +293,31 @@ impl<'m, 'a> Gen<'m, 'a> {
                 #pinned
             };
         }
+    }
+
+    /// With `upgrade = on_write`: its constant, and the check that every group is kept
+    /// in the reserve (where the view upgraded in DRAM reads it), at `on_write`.
+    fn upgrade_policy(&self, on_write: Option<&Ident>) -> (TokenStream, TokenStream) {
+        let Some(on_write) = on_write else {
+            return Default::default();
+        };
+        let ident = self.ident;
+        let message = format!(
+            "`#[extendible(upgrade = on_write)]`: an extension group of `{}` does not fit in \
+             its reserve, and `on_write` needs every group there (a read builds the missing \
+             groups in a copy of the object, which holds its reserve alone); drop `upgrade = on_write` from this \
+             version (its objects are then upgraded when read), or keep the new fields \
+             within the `reserve = N` the first version set",
+            self.name
+        );
+        (
+            quote_spanned!(on_write.span()=> const __UPGRADE_ON_WRITE: bool = true;),
+            quote_spanned! {on_write.span()=>
+                const _: () = if !::pgl::__private::all_inline::<#ident>() {
+                    ::core::panic!(#message)
+                };
+            },
+        )
     }
 
     fn pinned(&self, args: Args) -> TokenStream {
@@ -514,8 +539,9 @@ impl<'m, 'a> Gen<'m, 'a> {
         }
     }
 
-    fn extendible_impl(&self) -> TokenStream {
+    fn extendible_impl(&self, on_write: Option<&Ident>) -> TokenStream {
         let ident = self.ident;
+        let (policy, policy_check) = self.upgrade_policy(on_write);
         let n = self.groups;
         let data = format_ident!("{}Data", self.name);
         let tx = quote!(::pgl::__private::Tx<'_>);
@@ -728,6 +754,7 @@ impl<'m, 'a> Gen<'m, 'a> {
                 type Refs<'__pgl_a> = #refs;
                 type Places<'__pgl_a> = #places;
                 const GROUPS: usize = #n;
+                #policy
                 const GROUP_KEYS: &'static [(u32, u64)] = &[#((
                     <#tys as ::pgl::__private::Persistent>::TYPE_ID,
                     <#tys as ::pgl::__private::Persistent>::LAYOUT,
@@ -834,6 +861,7 @@ impl<'m, 'a> Gen<'m, 'a> {
                     #mk_places
                 }
             }
+            #policy_check
         }
     }
 

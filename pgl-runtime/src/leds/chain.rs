@@ -110,8 +110,10 @@ fn inline_at<T: Extendible>(k: usize) -> Option<usize> {
 }
 
 /// Whether this build keeps every group of `T` in its reserve (a constant: `const fn` of
-/// the generated `__INLINE_AT`).
-const fn all_inline<T: Extendible>() -> bool {
+/// the generated `__INLINE_AT`). `#[extendible(upgrade = on_write)]` asserts it.
+#[doc(hidden)]
+#[must_use]
+pub const fn all_inline<T: Extendible>() -> bool {
     let mut k = 0;
     while k < T::GROUPS {
         if k >= T::__INLINE_AT.len() || T::__INLINE_AT[k] == usize::MAX || k >= MAX_INLINE {
@@ -368,11 +370,61 @@ impl<'p> Tx<'p> {
         self.complete(oid, &mut chain)
     }
 
+    /// For a `T` declared `#[extendible(upgrade = on_write)]` (all its groups in its
+    /// reserve), an object of which lacks groups: its value and reserve with the missing
+    /// groups built by their inits, in DRAM, as the upgrade would build them: what its
+    /// view shows. Nothing is written or locked for update. `None` for an object that
+    /// lacks no group (or names a separate one: a damaged link, which the walk reports),
+    /// and for every other `T`.
+    fn read_through<T: Extendible>(
+        &self,
+        oid: Oid<T>,
+        base: &Read<'_, T>,
+    ) -> Result<Option<ObjImage>> {
+        let link = base.__link();
+        if !(const { T::__UPGRADE_ON_WRITE && all_inline::<T>() }) || separate(link) != 0 {
+            return Ok(None);
+        }
+        let have = inline_known(self, oid, link)?;
+        if have == T::GROUPS {
+            return Ok(None);
+        }
+        // As for an upgrade: an init that reached the pool must not run inits (of this
+        // very object, it would recurse until the stack overflows).
+        if self.group_scope() == GroupScope::Init {
+            return Err(upgrade_in_init());
+        }
+        // The groups present are read through the image: their layouts are checked as
+        // a view's are (`__reads` checks an inline group's, then finds the chain short).
+        self.with_groups(GroupScope::Read, || T::__reads(self, 0, have))
+            .map_err(in_own_part::<T>)?;
+        // SAFETY: a `Read` shows the value and its reserve, `object_size` bytes, valid
+        // and unchanged while it is borrowed (`Read::payload_ptr`).
+        let payload = unsafe {
+            core::slice::from_raw_parts(base.payload_ptr(), crate::persistent::object_size::<T>())
+        };
+        let mut image = ObjImage::from_bytes(payload);
+        for k in have + 1..=T::GROUPS {
+            // No separate group precedes an inline one: `groups` is all zeros.
+            self.with_groups(GroupScope::Init, || {
+                T::__upgrade(self, k, &mut image, &[0; MAX_GROUPS][..k - 1], true)
+            })
+            .map_err(in_own_part::<T>)?;
+        }
+        image.set_link_of::<T>(base_link(0, T::GROUPS));
+        Ok(Some(image))
+    }
+
     /// A read view of an `#[extendible]` object with every extension group this build
     /// knows. An object written by an older program is upgraded first, in this
     /// transaction: the missing groups are allocated, initialised by their `init`
     /// expressions and linked (nothing of it is durable unless the transaction commits).
     /// The base object is never moved: every oid of it stays valid.
+    ///
+    /// For a struct declared `#[extendible(upgrade = on_write)]`, the view shows the
+    /// object upgraded in DRAM instead (the inits run on every such read), and the pool
+    /// is left as it is: the object is upgraded in the pool when it is written through
+    /// [`Tx::ext_mut`] (or by [`Tx::upgrade`]).
     #[inline(always)]
     pub fn ext<T: Extendible>(&self, oid: Oid<T>) -> Result<Ext<'_, T>> {
         // Inlined, as `get` is: the handles are made here (see `tx::ReadAt`).
@@ -398,6 +450,25 @@ impl<'p> Tx<'p> {
         let base = self.get(oid).map_err(|e| self.base_error::<T>(e))?;
         if self.all_in_reserve(&base) {
             return Ok(f(&Ext::new(oid, base, Default::default())));
+        }
+        self.ext_with_from(oid, base, f)
+    }
+
+    /// `ext_with` past its fast path: the view upgraded in DRAM (`read_through`, on the
+    /// stack), or `ext_from`'s.
+    #[inline(never)]
+    fn ext_with_from<T: Extendible, R>(
+        &self,
+        oid: Oid<T>,
+        base: Read<'_, T>,
+        f: impl FnOnce(&Ext<'_, T>) -> R,
+    ) -> Result<R> {
+        if const { T::__UPGRADE_ON_WRITE } {
+            if let Some(image) = self.read_through(oid, &base)? {
+                // SAFETY: the view is dropped at the end of this block, before `image`.
+                let view = unsafe { Ext::over_image(oid, base, &image) };
+                return Ok(f(&view));
+            }
         }
         Ok(f(&self.ext_from(oid, base)?))
     }
@@ -432,6 +503,11 @@ impl<'p> Tx<'p> {
             })
             .map_err(in_own_part::<T>)
         };
+        if const { T::__UPGRADE_ON_WRITE } {
+            if let Some(image) = self.read_through(oid, &base)? {
+                return Ok(Ext::of_image(oid, base, Box::new(image)));
+            }
+        }
         let link = base.__link();
         if let Some(groups) = reads(link).or_else(walk_instead)? {
             return Ok(Ext::new(oid, base, groups));

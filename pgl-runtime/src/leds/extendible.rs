@@ -76,6 +76,12 @@ pub unsafe trait Extendible: Persistent {
 
     /// The number of extension groups this build knows.
     const GROUPS: usize;
+    /// `#[extendible(upgrade = on_write)]`: an object that lacks groups is read through a
+    /// view of it upgraded in DRAM, and upgraded in the pool only when it is written
+    /// through `tx.ext_mut` (or `tx.upgrade`, `pool.upgrade_all`). Only with every group
+    /// kept in the reserve (the attribute checks it when it compiles).
+    #[doc(hidden)]
+    const __UPGRADE_ON_WRITE: bool = false;
     /// The payload offset of each group kept inline (`__INLINE_AT[k - 1]` for group `k`),
     /// `usize::MAX` for groups kept in separate objects: see `leds::inline`.
     #[doc(hidden)]

@@ -188,6 +188,13 @@ impl ObjImage {
         unsafe { core::slice::from_raw_parts_mut(self.words_mut().as_mut_ptr() as *mut u8, len) }
     }
 
+    /// Sets the link that ends the value of the `T` the image holds (a base's link: see
+    /// `leds::link`).
+    pub(crate) fn set_link_of<T: Persistent>(&mut self, link: u64) {
+        let end = size_of::<T>().min(self.len);
+        super::ExtLink::set_at_end_of(&mut self.bytes_mut()[..end], link);
+    }
+
     /// `Error::Corrupt` unless `len` bytes fit at `at`, aligned for `G` (whose `what`
     /// they are).
     fn check<G: Persistent>(&self, at: usize, len: usize, what: &str) -> Result<()> {

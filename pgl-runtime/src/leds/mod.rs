@@ -15,6 +15,8 @@ mod reset;
 mod settle;
 mod view;
 
+#[doc(hidden)]
+pub use chain::all_inline;
 pub use eager::UPGRADE_BATCH;
 #[doc(hidden)]
 pub use extendible::{run_init, zeroed, ExtGroups, ExtPlaces};

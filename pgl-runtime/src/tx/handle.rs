@@ -289,6 +289,23 @@ impl<'tx, T: Persistent> Read<'tx, T> {
     pub(crate) fn payload_ptr(&self) -> *const u8 {
         self.ptr as *const u8
     }
+
+    /// A handle of the same object, holding this one's borrow, that reads the value and
+    /// reserve at `ptr` instead: a copy of them (the view of an `upgrade = on_write`
+    /// object, its missing groups built in DRAM: `leds::chain`). The borrow still keeps the
+    /// object from being opened for update or freed while the copy is shown.
+    ///
+    /// # Safety
+    /// `ptr` must point to a valid `T`, followed by its `T::__RESERVE` bytes, aligned as
+    /// the pool aligns payloads, that nothing changes or frees while the returned handle
+    /// lives.
+    pub(crate) unsafe fn over(self, ptr: *const T) -> Read<'tx, T> {
+        let this = core::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped, so the borrow its source counts is moved, not
+        // duplicated: the returned handle gives it back once, when dropped.
+        let src = unsafe { core::ptr::read(&this.src) };
+        Read { ptr, src }
+    }
 }
 
 impl<T: Persistent> Deref for Read<'_, T> {

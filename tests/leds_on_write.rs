@@ -1,0 +1,351 @@
+//! `#[extendible(upgrade = on_write)]`: an object that lacks extension groups is read
+//! through a view of it upgraded in DRAM (the inits run on every such read) and is
+//! upgraded in the pool only when it is written through `tx.ext_mut` (or by `tx.upgrade`,
+//! `pool.upgrade_all`). Reads write nothing, lock nothing for update, and show the same
+//! values the upgrade would store.
+
+mod support;
+
+use pgl::{Config, Error, Oid, Persistent, Pool};
+use std::sync::Arc;
+
+/// The program that stored the nodes: 32-bit keys, 24 bytes of reserve.
+mod v0 {
+    use pgl::{extendible, Persistent};
+
+    #[extendible(reserve = 24)]
+    #[derive(Persistent, Debug, Clone, Copy)]
+    #[pgl(id = 0x5eed_0e10)]
+    #[repr(C)]
+    pub struct Node {
+        pub key: u32,
+        pub value: u32,
+    }
+}
+
+/// Group 1 widens the key (upgraded when read, the default).
+mod v1 {
+    use pgl::{extendible, Persistent};
+
+    #[extendible(reserve = 24)]
+    #[derive(Persistent, Debug, Clone, Copy)]
+    #[pgl(id = 0x5eed_0e10)]
+    #[repr(C)]
+    pub struct Node {
+        pub key: u32,
+        pub value: u32,
+        #[extension(1, replaces = key, init = |old| u64::from(old.key()) + (1 << 40))]
+        pub key64: u64,
+    }
+}
+
+/// `v1` upgraded when written.
+mod v1w {
+    use pgl::{extendible, Persistent};
+
+    #[extendible(reserve = 24, upgrade = on_write)]
+    #[derive(Persistent, Debug, Clone, Copy)]
+    #[pgl(id = 0x5eed_0e10)]
+    #[repr(C)]
+    pub struct Node {
+        pub key: u32,
+        pub value: u32,
+        #[extension(1, replaces = key, init = |old| u64::from(old.key()) + (1 << 40))]
+        pub key64: u64,
+    }
+}
+
+/// Group 2 (also in the reserve) is made from group 1, upgraded when written.
+mod v2w {
+    use pgl::{extendible, Persistent};
+
+    #[extendible(reserve = 24, upgrade = on_write)]
+    #[derive(Persistent, Debug, Clone, Copy)]
+    #[pgl(id = 0x5eed_0e10)]
+    #[repr(C)]
+    pub struct Node {
+        pub key: u32,
+        pub value: u32,
+        #[extension(1, replaces = key, init = |old| u64::from(old.key()) + (1 << 40))]
+        pub key64: u64,
+        #[extension(2, init = |old| (old.key() * 2) as u32)]
+        pub twice: u32,
+    }
+}
+
+/// `v1w` with group 1 changed (same size, other fields): a pool whose objects carry
+/// `v1`'s group 1 has another layout for it.
+mod v1w_changed {
+    use pgl::{extendible, Persistent};
+
+    #[extendible(reserve = 24, upgrade = on_write)]
+    #[derive(Persistent, Debug, Clone, Copy)]
+    #[pgl(id = 0x5eed_0e10)]
+    #[repr(C)]
+    pub struct Node {
+        pub key: u32,
+        pub value: u32,
+        #[extension(1, init = |old| [old.key(), 7])]
+        pub pair: [u32; 2],
+    }
+}
+
+use v1::NodeExtFields as _;
+use v1w::NodeExtFields as _;
+use v1w_changed::NodeExtFields as _;
+use v2w::NodeExtFields as _;
+
+const NAME: &str = "on-write";
+
+fn pool(name: &str) -> (Pool, std::path::PathBuf) {
+    let path = support::test_dir().join(format!("pgl-on-write-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    (Pool::create(&path, &Config::small(NAME)).unwrap(), path)
+}
+
+fn v0_nodes(pool: &Pool, n: u32) -> Vec<Oid<v0::Node>> {
+    pool.tx(|tx| {
+        (0..n)
+            .map(|k| {
+                tx.alloc_ext(v0::NodeData {
+                    key: k,
+                    value: k * 3,
+                })
+            })
+            .collect()
+    })
+    .unwrap()
+}
+
+fn cast<A: Persistent, B: Persistent>(oids: &[Oid<A>]) -> Vec<Oid<B>> {
+    oids.iter().map(|o| Oid::from_raw(o.raw())).collect()
+}
+
+/// Everything a commit writes to media, in place and to redo records.
+fn nvmm_bytes(pool: &Pool) -> u64 {
+    let s = pool.stats();
+    s.bytes_written + s.bytes_logged
+}
+
+fn key1(k: u32) -> u64 {
+    u64::from(k) + (1 << 40)
+}
+
+#[test]
+fn a_read_shows_the_new_fields_and_writes_nothing() {
+    let (pool, path) = pool("read");
+    let nodes = cast::<_, v2w::Node>(&v0_nodes(&pool, 16));
+    // The layouts of the groups are registered by the first read (as by a first upgrade).
+    pool.tx(|tx| tx.ext_with(nodes[0], |n| *n.key()).map(drop))
+        .unwrap();
+    let (bytes, before) = (nvmm_bytes(&pool), pool.stats());
+    for _ in 0..3 {
+        pool.tx(|tx| {
+            for (k, &n) in nodes.iter().enumerate() {
+                let k = k as u32;
+                let (key, twice, value) = tx.ext_with(n, |e| (*e.key(), *e.twice(), e.value))?;
+                assert_eq!((key, twice, value), (key1(k), (key1(k) * 2) as u32, k * 3));
+                let e = tx.ext(n)?;
+                assert_eq!(
+                    (*e.key(), *e.twice()),
+                    (key, twice),
+                    "ext shows what ext_with does"
+                );
+                assert_eq!(tx.groups_present(n)?, 0, "not upgraded in the pool");
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
+    let after = pool.stats();
+    assert_eq!(nvmm_bytes(&pool), bytes, "the reads wrote nothing");
+    assert_eq!(
+        after.fences, before.fences,
+        "no ordering point: read-only transactions"
+    );
+    assert_eq!(after.upgrades, before.upgrades);
+    assert_eq!(pool.objects().unwrap().len(), 16, "no object was allocated");
+    drop(pool);
+    let pool = Pool::open(&path, NAME).unwrap();
+    pool.tx(|tx| {
+        for &n in &nodes {
+            assert_eq!(tx.groups_present(n)?, 0);
+        }
+        Ok(())
+    })
+    .unwrap();
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn a_write_through_ext_mut_upgrades_the_object_in_the_pool() {
+    let (pool, path) = pool("write");
+    let nodes = cast::<_, v2w::Node>(&v0_nodes(&pool, 4));
+    let upgrades = pool.stats().upgrades;
+    pool.tx(|tx| {
+        let mut m = tx.ext_mut(nodes[1])?;
+        assert_eq!(*m.key(), key1(1), "the init ran before the write");
+        m.set_twice(77);
+        Ok(())
+    })
+    .unwrap();
+    // A base write through `open` changes the base alone: the object still lacks its
+    // groups.
+    pool.tx(|tx| {
+        tx.open(nodes[2])?.value = 50;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(pool.stats().upgrades - upgrades, 1);
+    // `tx.upgrade` upgrades in the pool too.
+    assert!(pool.tx(|tx| tx.upgrade(nodes[3])).unwrap());
+    drop(pool);
+    let pool = Pool::open(&path, NAME).unwrap();
+    pool.tx(|tx| {
+        let present: Vec<usize> = nodes
+            .iter()
+            .map(|&n| tx.groups_present(n))
+            .collect::<pgl::Result<_>>()?;
+        assert_eq!(present, [0, 2, 0, 2]);
+        assert_eq!(
+            tx.ext_with(nodes[1], |e| (*e.key(), *e.twice()))?,
+            (key1(1), 77)
+        );
+        assert_eq!(
+            tx.ext_with(nodes[2], |e| (*e.key(), *e.twice(), e.value))?,
+            (key1(2), (key1(2) * 2) as u32, 50)
+        );
+        assert_eq!(tx.ext_with(nodes[3], |e| *e.twice())?, (key1(3) * 2) as u32);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(pool.objects().unwrap().len(), 4, "the groups are inline");
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn groups_the_pool_holds_are_read_from_it_and_the_missing_ones_made_from_them() {
+    let (pool, path) = pool("partial");
+    let nodes = v0_nodes(&pool, 2);
+    // v1 (upgraded when read) stores group 1, and a key its init would not give.
+    let n1 = Oid::<v1::Node>::from_raw(nodes[0].raw());
+    pool.tx(|tx| {
+        tx.ext_mut(n1)?.set_key64(1000);
+        Ok(())
+    })
+    .unwrap();
+    let w = cast::<_, v2w::Node>(&nodes);
+    pool.tx(|tx| {
+        assert_eq!(tx.groups_present(w[0])?, 1);
+        assert_eq!(tx.ext_with(w[0], |e| (*e.key(), *e.twice()))?, (1000, 2000));
+        assert_eq!(tx.groups_present(w[0])?, 1, "group 2 only in DRAM");
+        Ok(())
+    })
+    .unwrap();
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn a_view_made_in_dram_keeps_the_object_from_being_changed_under_it() {
+    let (pool, path) = pool("borrow");
+    let nodes = cast::<_, v1w::Node>(&v0_nodes(&pool, 2));
+    pool.tx(|tx| {
+        let view = tx.ext(nodes[0])?;
+        assert!(
+            matches!(tx.open(nodes[0]), Err(Error::AlreadyBorrowed { .. })),
+            "the view shows the object: a copy opened for update would diverge from it"
+        );
+        assert!(matches!(
+            tx.ext_mut(nodes[0]),
+            Err(Error::AlreadyBorrowed { .. })
+        ));
+        assert!(matches!(
+            tx.free(nodes[0]),
+            Err(Error::AlreadyBorrowed { .. })
+        ));
+        assert_eq!(*view.key(), key1(0));
+        drop(view);
+        tx.ext_with(nodes[1], |e| {
+            assert!(matches!(
+                tx.open(nodes[1]),
+                Err(Error::AlreadyBorrowed { .. })
+            ));
+            assert_eq!(*e.key(), key1(1));
+        })?;
+        // Dropped: both open for update now, and upgraded by `ext_mut`.
+        tx.ext_mut(nodes[0])?.set_key64(5);
+        tx.open(nodes[1])?.value = 9;
+        Ok(())
+    })
+    .unwrap();
+    pool.tx(|tx| {
+        assert_eq!(
+            (tx.groups_present(nodes[0])?, tx.groups_present(nodes[1])?),
+            (1, 0)
+        );
+        assert_eq!(*tx.ext(nodes[0])?.key(), 5);
+        assert_eq!(
+            tx.ext_with(nodes[1], |e| (*e.key(), e.value))?,
+            (key1(1), 9)
+        );
+        Ok(())
+    })
+    .unwrap();
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn a_group_stored_with_another_layout_is_reported_not_read() {
+    let (pool, path) = pool("mismatch");
+    let nodes = v0_nodes(&pool, 1);
+    let n1 = Oid::<v1::Node>::from_raw(nodes[0].raw());
+    pool.tx(|tx| tx.upgrade(n1).map(drop)).unwrap();
+    let c = Oid::<v1w_changed::Node>::from_raw(nodes[0].raw());
+    let r = pool.tx(|tx| tx.ext_with(c, |e| *e.pair()));
+    assert!(
+        matches!(r, Err(Error::LayoutMismatch { group: Some(1), .. })),
+        "{r:?}"
+    );
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn concurrent_readers_of_an_old_object_neither_upgrade_it_nor_conflict() {
+    let (pool, path) = pool("threads");
+    let nodes = cast::<_, v2w::Node>(&v0_nodes(&pool, 8));
+    pool.tx(|tx| tx.ext_with(nodes[0], |n| *n.key()).map(drop))
+        .unwrap();
+    let pool = Arc::new(pool);
+    let before = pool.stats();
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let (pool, nodes) = (Arc::clone(&pool), nodes.clone());
+            std::thread::spawn(move || {
+                for round in 0..2_000 {
+                    let n = nodes[round % nodes.len()];
+                    let k = (round % nodes.len()) as u32;
+                    let twice = pool.tx(|tx| tx.ext_with(n, |e| *e.twice())).unwrap();
+                    assert_eq!(twice, (key1(k) * 2) as u32);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let after = pool.stats();
+    assert_eq!(after.upgrades, before.upgrades);
+    assert_eq!(after.fences, before.fences);
+    assert_eq!(
+        after.retries, before.retries,
+        "readers take no write lock: none turns another away"
+    );
+    let pool = Arc::into_inner(pool).unwrap();
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
