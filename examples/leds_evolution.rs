@@ -23,30 +23,39 @@
 //! - *LEDS*: the v1 program (`P-Auto`) runs on the v0 data with `#[extendible]` nodes that
 //!   upgrade on first access. Overhead = `(T(P-Auto) - T(P-Manual)) / T(P-Manual)`.
 //!
-//! P-Auto runs twice, on nodes declared two ways (`rsv`): `#[extendible]` as the paper's
-//! LEDS (every extension group a separate object, linked from the node), and
-//! `#[extendible(reserve = 8)]`, whose nodes keep one word for later groups (the widened
-//! key's group fits, as the last group a reserve holds needs no link, and lives inline:
-//! read with the node, upgraded by writing the node alone; Layout-Add's 16-byte name does
-//! not fit and stays a separate object). The reserve is the v0 program's choice, made
-//! before it knew the change; both rows are against the same Manual and native runs.
+//! P-Auto runs on nodes declared in up to three ways (`nodes`): `sep`, `#[extendible]` as
+//! the paper's LEDS (every extension group a separate object, linked from the node);
+//! `r8`, `#[extendible(reserve = 8)]`, whose nodes keep one word for later groups (the
+//! widened key's group fits, as the last group a reserve holds needs no link, and lives
+//! inline: read with the node, upgraded by writing the node alone; Layout-Add's 16-byte
+//! name does not fit and stays a separate object); and, for Layout-Change, `r8+w`, the
+//! same nodes declared `upgrade = on_write`: a read shows the widened key made in DRAM
+//! and stores nothing, and a node is upgraded in the pool only when written through
+//! `tx.ext_mut` (which this workload never does: it rewrites links with `tx.open`). The
+//! reserve is the v0 program's choice, made before it knew the change; every row is
+//! against the same Manual and native runs.
 //!
 //! P-Auto reads the key with `tx.ext_with(node, |n| *n.key())`, which makes the node's
 //! view where the closure runs (a view returned by `tx.ext` and moved costs more than the
 //! read: the book's "Evolving your structs", "What it costs"). `loads%` is P-Auto's
 //! overhead on nodes upgraded beforehand: the extra loads alone; the rest of `LEDS%` is
-//! the upgrades (allocating or writing and linking the groups).
+//! the upgrades (allocating or writing and linking the groups), or with `r8+w` the views
+//! made in DRAM (every read of a node not upgraded makes one).
 //!
 //! NVMM bytes are what the pool wrote to media, in place and to redo records
-//! (`stats().bytes_written + bytes_logged`): Manual's are the migration's, LEDS's the
-//! difference between its run and the native run (negative where it wrote less: with an
-//! added field the v1 program never reads, nothing is upgraded and the nodes stay smaller
-//! than the native ones). `fewer` is
-//! `Manual B / LEDS B` (`all`: LEDS wrote nothing more than the native run); `upgraded`
-//! is the share of nodes P-Auto upgraded. Times are the fastest of the repetitions (this
-//! machine's noise only ever adds time); each percentage is the median over the
-//! repetitions of that repetition's own (its runs are seconds apart, the repetitions
-//! minutes, and the machine's slow phases last minutes).
+//! (`stats().bytes_written + bytes_logged`). Manual's (`Manual B`) are the migration's.
+//! LEDS's (`LEDS B`) are what its retention wrote: P-Auto's bytes less those of the same
+//! run on nodes upgraded beforehand, so the upgrades alone, as the paper counts them (40
+//! bytes per object upgraded). `fewer` is `Manual B / LEDS B` (`all`: the upgrades wrote
+//! nothing). `vs native` is P-Auto's bytes less the native run's: the upgrades and what
+//! the v0 nodes' layout costs the workload besides (their link, and reserve, make them
+//! larger, and the workload rewrites a link with `tx.open(n)?.left = ...`, which marks
+//! the whole value written: every such write stores and logs the larger value; negative
+//! where it wrote less). `upgraded` is the share of nodes P-Auto
+//! upgraded in the pool. Times are the fastest of the repetitions (this machine's noise
+//! only ever adds time); each percentage is the median over the repetitions of that
+//! repetition's own (its runs are seconds apart, the repetitions minutes, and the
+//! machine's slow phases last minutes).
 //!
 //! The run ends with the targets set for this experiment, each marked `met` or `MISSED`
 //! by this run's figures, for each way of declaring the nodes. Small `PGL_LEDS_N` or `PGL_LEDS_RUNS` make the times (a few
@@ -59,6 +68,7 @@
 
 use auto_change::{HNodeExtFields as _, TNodeExtFields as _};
 use auto_change_r::{HNodeExtFields as _, TNodeExtFields as _};
+use auto_change_w::{HNodeExtFields as _, TNodeExtFields as _};
 use pgl::prelude::*;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -87,11 +97,49 @@ macro_rules! roots {
     };
 }
 
+/// Layout-Change under LEDS, module `$m` with `#[extendible($args)]` nodes: the types
+/// and ids of the v0 program's, the key widened by group 1.
+macro_rules! leds_change {
+    ($m:ident, ($($args:tt)*)) => {
+        mod $m {
+            use pgl::prelude::*;
+
+            #[pgl::extendible($($args)*)]
+            #[derive(Persistent)]
+            #[repr(C)]
+            #[pgl(id = 0x1ed5_e001)]
+            pub struct HNode {
+                pub key: u32,
+                pub _pad: u32,
+                pub value: u64,
+                pub next: Oid<HNode>,
+                #[extension(1, replaces = key, init = |old| u64::from(old.key()))]
+                pub key64: u64,
+            }
+
+            #[pgl::extendible($($args)*)]
+            #[derive(Persistent)]
+            #[repr(C)]
+            #[pgl(id = 0x1ed5_e003)]
+            pub struct TNode {
+                pub key: u32,
+                pub _pad: u32,
+                pub value: u64,
+                pub left: Oid<TNode>,
+                pub right: Oid<TNode>,
+                #[extension(1, replaces = key, init = |old| u64::from(old.key()))]
+                pub key64: u64,
+            }
+
+            roots!(0x1ed5_e002, 0x1ed5_e004);
+        }
+    };
+}
+
 /// The three LEDS versions of the nodes, their `#[extendible]` taking `$args`: `$v0`, the
 /// program that built the data (32-bit keys; its nodes are `#[extendible]` from the start,
 /// as LEDS requires of a struct that may gain fields); `$change`, Layout-Change under
-/// LEDS (the same types, same ids, the key widened by group 1); `$add`, Layout-Add under
-/// LEDS (a name added by group 1).
+/// LEDS (`leds_change!`); `$add`, Layout-Add under LEDS (a name added by group 1).
 macro_rules! leds_versions {
     ($v0:ident, $change:ident, $add:ident, ($($args:tt)*)) => {
         mod $v0 {
@@ -123,38 +171,7 @@ macro_rules! leds_versions {
             roots!(0x1ed5_e002, 0x1ed5_e004);
         }
 
-        mod $change {
-            use pgl::prelude::*;
-
-            #[pgl::extendible($($args)*)]
-            #[derive(Persistent)]
-            #[repr(C)]
-            #[pgl(id = 0x1ed5_e001)]
-            pub struct HNode {
-                pub key: u32,
-                pub _pad: u32,
-                pub value: u64,
-                pub next: Oid<HNode>,
-                #[extension(1, replaces = key, init = |old| u64::from(old.key()))]
-                pub key64: u64,
-            }
-
-            #[pgl::extendible($($args)*)]
-            #[derive(Persistent)]
-            #[repr(C)]
-            #[pgl(id = 0x1ed5_e003)]
-            pub struct TNode {
-                pub key: u32,
-                pub _pad: u32,
-                pub value: u64,
-                pub left: Oid<TNode>,
-                pub right: Oid<TNode>,
-                #[extension(1, replaces = key, init = |old| u64::from(old.key()))]
-                pub key64: u64,
-            }
-
-            roots!(0x1ed5_e002, 0x1ed5_e004);
-        }
+        leds_change!($change, ($($args)*));
 
         mod $add {
             use pgl::prelude::*;
@@ -195,6 +212,11 @@ macro_rules! leds_versions {
 leds_versions!(v0, auto_change, auto_add, ());
 // With room for the widened key in each node: the group lives inline (`RESERVE`).
 leds_versions!(v0r, auto_change_r, auto_add_r, (reserve = 8));
+// The same nodes (the v0 data is `v0r`'s), upgraded in the pool only when written: a read
+// shows the widened key made in DRAM. (Layout-Add's name does not fit the reserve, which
+// `upgrade = on_write` needs; its workload never reads the name, so it would run as
+// `auto_add_r` does.)
+leds_change!(auto_change_w, (reserve = 8, upgrade = on_write));
 
 /// The reserve of the second LEDS variant: one word, which the widened key's group fits
 /// (the last group a reserve holds ends without its link); Layout-Add's 16-byte name does
@@ -350,6 +372,8 @@ versions!(HashAutoChangeR, TreeAutoChangeR, auto_change_r, |tx, n| tx
 versions!(HashAutoAddR, TreeAutoAddR, auto_add_r, |tx, n| Ok(
     u64::from(tx.get(n)?.key)
 ));
+versions!(HashAutoChangeW, TreeAutoChangeW, auto_change_w, |tx, n| tx
+    .ext_with(n, |e| *e.key()));
 
 fn bucket_of(key: u64) -> usize {
     (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize % BUCKETS
@@ -444,6 +468,42 @@ enum Change {
     Change,
     /// A 16-byte name added.
     Add,
+}
+
+/// How P-Auto's nodes are declared.
+#[derive(Clone, Copy, PartialEq)]
+enum Nodes {
+    /// `#[extendible]`: every group a separate object, as the paper's LEDS.
+    Separate,
+    /// `#[extendible(reserve = 8)]`: a group that fits lives in the node.
+    Reserve,
+    /// `#[extendible(reserve = 8, upgrade = on_write)]`: the same nodes, upgraded in the
+    /// pool only when written (Layout-Change only: Layout-Add's name does not fit).
+    OnWrite,
+}
+
+impl Nodes {
+    /// The ways of declaring the nodes that `change` runs with.
+    fn for_change(change: Change) -> &'static [Nodes] {
+        match change {
+            Change::Change => &[Nodes::Separate, Nodes::Reserve, Nodes::OnWrite],
+            Change::Add => &[Nodes::Separate, Nodes::Reserve],
+        }
+    }
+
+    /// Whether the v0 program's nodes have the reserve.
+    fn reserve(self) -> bool {
+        self != Nodes::Separate
+    }
+
+    /// The table's `nodes` column.
+    fn label(self) -> &'static str {
+        match self {
+            Nodes::Separate => "sep",
+            Nodes::Reserve => "r8",
+            Nodes::OnWrite => "r8+w",
+        }
+    }
 }
 
 /// A small deterministic generator (xorshift64*), so every run sees the same keys.
@@ -593,13 +653,13 @@ fn workload<R: Persistent>(
 }
 
 /// One run of every program for one map, change and working set. The LEDS runs are
-/// `[without a reserve, with RESERVE]`.
+/// `Nodes::for_change`'s, in its order.
 struct Sample {
     retain: Duration,
     native: Duration,
     retain_bytes: u64,
     native_bytes: u64,
-    auto: [Auto; 2],
+    auto: Vec<Auto>,
 }
 
 /// P-Auto's run, and the same on nodes upgraded beforehand (`access`: the extra loads
@@ -607,7 +667,10 @@ struct Sample {
 struct Auto {
     time: Duration,
     access: Duration,
+    /// NVMM bytes of the run, and of the run on nodes upgraded beforehand (the upgrade
+    /// aside): the difference is what the lazy upgrades wrote.
     bytes: u64,
+    access_bytes: u64,
     upgrades: u64,
 }
 
@@ -676,19 +739,17 @@ fn sample(setup: &Setup, map: Map, change: Change, work: &[u32]) -> pgl::Result<
     let retain = t.elapsed();
     assert_eq!(converted, setup.keys.len() + 1, "every node and the root");
     let retain_bytes = nvmm_bytes(&pool) - before;
-    let before = nvmm_bytes(&pool);
-    let native = match (map, change) {
+    let (native, native_bytes) = measured(&pool, || match (map, change) {
         (Map::Hash, Change::Change) => workload(&pool, work, hash_delete::<HashNativeChange>),
         (Map::Hash, Change::Add) => workload(&pool, work, hash_delete::<HashNativeAdd>),
         (Map::Tree, Change::Change) => workload(&pool, work, tree_delete::<TreeNativeChange>),
         (Map::Tree, Change::Add) => workload(&pool, work, tree_delete::<TreeNativeAdd>),
-    }?;
-    let native_bytes = nvmm_bytes(&pool) - before;
+    })?;
     drop(pool);
-    let auto = [
-        auto_run(setup, map, change, work, false)?,
-        auto_run(setup, map, change, work, true)?,
-    ];
+    let auto = Nodes::for_change(change)
+        .iter()
+        .map(|&nodes| auto_run(setup, map, change, work, nodes))
+        .collect::<pgl::Result<_>>()?;
     Ok(Sample {
         retain,
         native,
@@ -698,74 +759,77 @@ fn sample(setup: &Setup, map: Map, change: Change, work: &[u32]) -> pgl::Result<
     })
 }
 
-/// P-Auto on the v0 data (with nodes of a reserve if `reserve`), then the same on data
+/// P-Auto on the v0 data (its nodes declared as `nodes` says), then the same on data
 /// upgraded beforehand (untimed).
 fn auto_run(
     setup: &Setup,
     map: Map,
     change: Change,
     work: &[u32],
-    reserve: bool,
+    nodes: Nodes,
 ) -> pgl::Result<Auto> {
-    let pool = setup.build(map, reserve)?;
-    let before = nvmm_bytes(&pool);
+    // The workload over the hash map's `$hash` or the tree's `$tree` nodes, their
+    // `HNode`/`TNode` in module `$m` upgraded beforehand with `$pre`.
+    macro_rules! delete {
+        ($pool:expr, $m:ident, $hash:ty, $tree:ty, $pre:expr) => {{
+            let pool = $pool;
+            match map {
+                Map::Hash => {
+                    if $pre {
+                        pool.upgrade_all::<$m::HNode>()?;
+                    }
+                    measured(pool, || workload(pool, work, hash_delete::<$hash>))
+                }
+                Map::Tree => {
+                    if $pre {
+                        pool.upgrade_all::<$m::TNode>()?;
+                    }
+                    measured(pool, || workload(pool, work, tree_delete::<$tree>))
+                }
+            }
+        }};
+    }
+    // Timed on the v0 data as built (`pre` false), or upgraded first.
+    let run = |pool: &Pool, pre: bool| match (change, nodes) {
+        (Change::Change, Nodes::Separate) => {
+            delete!(pool, auto_change, HashAutoChange, TreeAutoChange, pre)
+        }
+        (Change::Change, Nodes::Reserve) => {
+            delete!(pool, auto_change_r, HashAutoChangeR, TreeAutoChangeR, pre)
+        }
+        (Change::Change, Nodes::OnWrite) => {
+            delete!(pool, auto_change_w, HashAutoChangeW, TreeAutoChangeW, pre)
+        }
+        (Change::Add, Nodes::Separate) => delete!(pool, auto_add, HashAutoAdd, TreeAutoAdd, pre),
+        // Not asked for (`Nodes::for_change`): the name does not fit the reserve, and the
+        // workload never reads it, so the nodes would be `auto_add_r`'s.
+        (Change::Add, Nodes::Reserve | Nodes::OnWrite) => {
+            delete!(pool, auto_add_r, HashAutoAddR, TreeAutoAddR, pre)
+        }
+    };
+    let pool = setup.build(map, nodes.reserve())?;
     let upgrades = pool.stats().upgrades;
-    let time = match (map, change, reserve) {
-        (Map::Hash, Change::Change, false) => workload(&pool, work, hash_delete::<HashAutoChange>),
-        (Map::Hash, Change::Add, false) => workload(&pool, work, hash_delete::<HashAutoAdd>),
-        (Map::Tree, Change::Change, false) => workload(&pool, work, tree_delete::<TreeAutoChange>),
-        (Map::Tree, Change::Add, false) => workload(&pool, work, tree_delete::<TreeAutoAdd>),
-        (Map::Hash, Change::Change, true) => workload(&pool, work, hash_delete::<HashAutoChangeR>),
-        (Map::Hash, Change::Add, true) => workload(&pool, work, hash_delete::<HashAutoAddR>),
-        (Map::Tree, Change::Change, true) => workload(&pool, work, tree_delete::<TreeAutoChangeR>),
-        (Map::Tree, Change::Add, true) => workload(&pool, work, tree_delete::<TreeAutoAddR>),
-    }?;
-    let bytes = nvmm_bytes(&pool) - before;
+    let (time, bytes) = run(&pool, false)?;
     let upgrades = pool.stats().upgrades - upgrades;
     drop(pool);
 
-    let pool = setup.build(map, reserve)?;
-    let access = match (map, change, reserve) {
-        (Map::Hash, Change::Change, false) => {
-            pool.upgrade_all::<auto_change::HNode>()?;
-            workload(&pool, work, hash_delete::<HashAutoChange>)
-        }
-        (Map::Hash, Change::Add, false) => {
-            pool.upgrade_all::<auto_add::HNode>()?;
-            workload(&pool, work, hash_delete::<HashAutoAdd>)
-        }
-        (Map::Tree, Change::Change, false) => {
-            pool.upgrade_all::<auto_change::TNode>()?;
-            workload(&pool, work, tree_delete::<TreeAutoChange>)
-        }
-        (Map::Tree, Change::Add, false) => {
-            pool.upgrade_all::<auto_add::TNode>()?;
-            workload(&pool, work, tree_delete::<TreeAutoAdd>)
-        }
-        (Map::Hash, Change::Change, true) => {
-            pool.upgrade_all::<auto_change_r::HNode>()?;
-            workload(&pool, work, hash_delete::<HashAutoChangeR>)
-        }
-        (Map::Hash, Change::Add, true) => {
-            pool.upgrade_all::<auto_add_r::HNode>()?;
-            workload(&pool, work, hash_delete::<HashAutoAddR>)
-        }
-        (Map::Tree, Change::Change, true) => {
-            pool.upgrade_all::<auto_change_r::TNode>()?;
-            workload(&pool, work, tree_delete::<TreeAutoChangeR>)
-        }
-        (Map::Tree, Change::Add, true) => {
-            pool.upgrade_all::<auto_add_r::TNode>()?;
-            workload(&pool, work, tree_delete::<TreeAutoAddR>)
-        }
-    }?;
+    let pool = setup.build(map, nodes.reserve())?;
+    let (access, access_bytes) = run(&pool, true)?;
     drop(pool);
     Ok(Auto {
         time,
         access,
         bytes,
+        access_bytes,
         upgrades,
     })
+}
+
+/// `f`'s result, with the NVMM bytes `pool` wrote while it ran.
+fn measured<R>(pool: &Pool, f: impl FnOnce() -> pgl::Result<R>) -> pgl::Result<(R, u64)> {
+    let before = nvmm_bytes(pool);
+    let r = f()?;
+    Ok((r, nvmm_bytes(pool) - before))
 }
 
 /// The fastest of the repetitions (the times shown): interference from the rest of the
@@ -805,12 +869,14 @@ struct Row {
     map: Map,
     change: Change,
     share: usize,
-    /// The LEDS nodes' reserve (0 or `RESERVE`).
-    reserve: usize,
+    /// How the LEDS nodes are declared.
+    nodes: Nodes,
     manual_pct: f64,
     auto_pct: f64,
     manual_bytes: u64,
-    auto_bytes: i64,
+    /// What P-Auto's lazy upgrades wrote: its bytes less those of the same run on nodes
+    /// upgraded beforehand.
+    retention_bytes: i64,
     upgraded_pct: f64,
 }
 
@@ -824,11 +890,11 @@ fn run(dir: &Path) -> pgl::Result<Vec<Row>> {
     };
     println!("# LEDS retention experiment: {n} keys per map, fastest of {runs} runs");
     println!(
-        "{:<5} {:<6} {:>5} {:>3} | {:>9} {:>9} {:>9} | {:>8} {:>8} {:>8} | {:>11} {:>11} {:>7} | {:>8}",
+        "{:<5} {:<6} {:>5} {:>5} | {:>9} {:>9} {:>9} | {:>8} {:>8} {:>8} | {:>11} {:>11} {:>7} {:>11} | {:>8}",
         "map",
         "layout",
         "work",
-        "rsv",
+        "nodes",
         "retain ms",
         "manual ms",
         "auto ms",
@@ -838,6 +904,7 @@ fn run(dir: &Path) -> pgl::Result<Vec<Row>> {
         "Manual B",
         "LEDS B",
         "fewer",
+        "vs native",
         "upgraded"
     );
     let cases = std::env::var("PGL_LEDS_CASES").unwrap_or_default();
@@ -873,23 +940,25 @@ fn run(dir: &Path) -> pgl::Result<Vec<Row>> {
                 let native = fastest(samples.iter().map(|s| s.native));
                 let s = &samples[0];
                 let manual_pct = paired(&samples, |s| (s.retain, s.native), 0.0);
-                for (v, reserve) in [0, RESERVE].into_iter().enumerate() {
+                for (v, &nodes) in Nodes::for_change(change).iter().enumerate() {
                     let auto = fastest(samples.iter().map(|s| s.auto[v].time));
                     let auto_pct = paired(&samples, |s| (s.auto[v].time, s.native), 100.0);
                     let access_pct = paired(&samples, |s| (s.auto[v].access, s.native), 100.0);
-                    let auto_bytes = s.auto[v].bytes as i64 - s.native_bytes as i64;
-                    let fewer = if auto_bytes > 0 {
-                        format!("{:.1}x", s.retain_bytes as f64 / auto_bytes as f64)
+                    let a = &s.auto[v];
+                    let retention_bytes = a.bytes as i64 - a.access_bytes as i64;
+                    let vs_native = a.bytes as i64 - s.native_bytes as i64;
+                    let fewer = if retention_bytes > 0 {
+                        format!("{:.1}x", s.retain_bytes as f64 / retention_bytes as f64)
                     } else {
                         "all".to_string()
                     };
                     let upgraded_pct = 100.0 * s.auto[v].upgrades as f64 / n as f64;
                     println!(
-                        "{:<5} {:<6} {:>4}% {:>3} | {:>9.1} {:>9.1} {:>9.1} | {:>7.1}% {:>7.1}% {:>7.1}% | {:>11} {:>11} {:>7} | {:>7.1}%",
+                        "{:<5} {:<6} {:>4}% {:>5} | {:>9.1} {:>9.1} {:>9.1} | {:>7.1}% {:>7.1}% {:>7.1}% | {:>11} {:>11} {:>7} {:>11} | {:>7.1}%",
                         if map == Map::Hash { "hash" } else { "tree" },
                         if change == Change::Change { "Change" } else { "Add" },
                         share,
-                        reserve,
+                        nodes.label(),
                         retain.as_secs_f64() * 1e3,
                         native.as_secs_f64() * 1e3,
                         auto.as_secs_f64() * 1e3,
@@ -897,19 +966,20 @@ fn run(dir: &Path) -> pgl::Result<Vec<Row>> {
                         auto_pct,
                         access_pct,
                         s.retain_bytes,
-                        auto_bytes,
+                        retention_bytes,
                         fewer,
+                        vs_native,
                         upgraded_pct,
                     );
                     rows.push(Row {
                         map,
                         change,
                         share,
-                        reserve,
+                        nodes,
                         manual_pct,
                         auto_pct,
                         manual_bytes: s.retain_bytes,
-                        auto_bytes,
+                        retention_bytes,
                         upgraded_pct,
                     });
                 }
@@ -924,8 +994,8 @@ fn run(dir: &Path) -> pgl::Result<Vec<Row>> {
 /// without a reserve and with one.
 fn verdicts(all: &[Row]) {
     let mark = |ok: bool| if ok { "met" } else { "MISSED" };
-    for reserve in [0, RESERVE] {
-        let rows: Vec<&Row> = all.iter().filter(|r| r.reserve == reserve).collect();
+    for nodes in [Nodes::Separate, Nodes::Reserve, Nodes::OnWrite] {
+        let rows: Vec<&Row> = all.iter().filter(|r| r.nodes == nodes).collect();
         let full = |change| {
             rows.iter()
                 .filter(move |r| r.change == change && r.share == 100)
@@ -936,10 +1006,10 @@ fn verdicts(all: &[Row]) {
             rows.iter()
                 .filter(|r| r.share == share)
                 .map(|r| {
-                    if r.auto_bytes <= 0 {
+                    if r.retention_bytes <= 0 {
                         f64::INFINITY
                     } else {
-                        r.manual_bytes as f64 / r.auto_bytes as f64
+                        r.manual_bytes as f64 / r.retention_bytes as f64
                     }
                 })
                 .fold(f64::INFINITY, f64::min)
@@ -950,9 +1020,10 @@ fn verdicts(all: &[Row]) {
             .filter(|r| r.share <= 50)
             .all(|r| r.auto_pct < r.manual_pct);
         println!();
-        match reserve {
-            0 => println!("# targets, LEDS nodes without a reserve (every group a separate object)"),
-            r => println!("# targets, LEDS nodes with `#[extendible(reserve = {r})]` (the widened key inline)"),
+        match nodes {
+            Nodes::Separate => println!("# targets, LEDS nodes without a reserve (every group a separate object)"),
+            Nodes::Reserve => println!("# targets, LEDS nodes with `#[extendible(reserve = {RESERVE})]` (the widened key inline), upgraded when read"),
+            Nodes::OnWrite => println!("# targets, LEDS nodes with `#[extendible(reserve = {RESERVE}, upgrade = on_write)]`, upgraded when written"),
         }
         println!("# (overheads: LEDS with 100 % of the keys deleted)");
         for (name, change, target) in [
@@ -990,7 +1061,7 @@ fn verdicts(all: &[Row]) {
     }
     let tree_touch = all
         .iter()
-        .filter(|r| r.map == Map::Tree && r.change == Change::Change && r.reserve == 0)
+        .filter(|r| r.map == Map::Tree && r.change == Change::Change && r.nodes == Nodes::Separate)
         .map(|r| format!("{} % -> {:.0} %", r.share, r.upgraded_pct))
         .collect::<Vec<_>>()
         .join(", ");

@@ -13,7 +13,9 @@
 //!
 //! The shapes: `W` (`reserve = 24`: both groups inline, the last one without its link),
 //! `R` (`reserve = 16`: group 1 inline, group 2 an object of its own once group 1 needs its
-//! link) and `B` (no reserve: every group an object of its own). Group 1 widens the key
+//! link), `B` (no reserve: every group an object of its own) and `O` (`W` declared
+//! `upgrade = on_write`: a read shows the groups it lacks without storing them; writes,
+//! `tx.upgrade` and `upgrade_all` store them). Group 1 widens the key
 //! (`replaces = key`), group 2 adds a tag computed from the widened key, so what an upgrade
 //! writes depends on when it runs.
 //!
@@ -64,6 +66,7 @@ macro_rules! shapes {
         shapes!(@one W, 0x1ed5_f101, (reserve = 24), $($ext)*);
         shapes!(@one R, 0x1ed5_f102, (reserve = 16), $($ext)*);
         shapes!(@one B, 0x1ed5_f103, (), $($ext)*);
+        shapes!(@one O, 0x1ed5_f104, (reserve = 24, upgrade = on_write), $($ext)*);
     };
 }
 
@@ -91,14 +94,15 @@ enum Shape {
     W,
     R,
     B,
+    O,
 }
 
-const SHAPES: [Shape; 3] = [Shape::W, Shape::R, Shape::B];
+const SHAPES: [Shape; 4] = [Shape::W, Shape::R, Shape::B, Shape::O];
 
 /// The groups of an object of shape `s` with `level` groups that are objects of their own.
 fn separate_groups(s: Shape, level: u8) -> std::ops::RangeInclusive<usize> {
     let first = match s {
-        Shape::W => 3,
+        Shape::W | Shape::O => 3,
         Shape::R => 2,
         Shape::B => 1,
     };
@@ -122,6 +126,15 @@ struct Obj {
 }
 
 impl Obj {
+    /// The object as a read by version `v` leaves it: upgraded, unless its struct is
+    /// upgraded on write.
+    fn read_by(&self, v: u8) -> Obj {
+        match self.shape {
+            Shape::O => self.clone(),
+            _ => self.upgraded(v),
+        }
+    }
+
     /// The object as an upgrade to version `v` leaves it (the inits of the groups it
     /// lacks, in order, from its fields as they are then).
     fn upgraded(&self, v: u8) -> Obj {
@@ -169,7 +182,7 @@ struct Write {
 /// `$v` and `$D` its `Data`.
 macro_rules! with_type {
     ($v:ident, $s:expr, |$T:ident, $D:ident| $body:expr) => {
-        with_type!(@arms $v, $s, $T, $D, $body, (W, WData), (R, RData), (B, BData))
+        with_type!(@arms $v, $s, $T, $D, $body, (W, WData), (R, RData), (B, BData), (O, OData))
     };
     (@arms $v:ident, $s:expr, $T:ident, $D:ident, $body:expr, $(($name:ident, $data:ident)),*) => {
         match $s {
@@ -208,8 +221,8 @@ fn group_id(s: Shape, k: usize) -> u32 {
 /// Version `v`'s read of the object at `raw` (upgrading it if it lacks groups), through
 /// `tx.ext_with` or, with `view`, a view `tx.ext` returns.
 fn read(tx: &Tx<'_>, v: u8, s: Shape, raw: u64, view: bool) -> pgl::Result<Seen> {
-    use v1::{BExtFields as _, RExtFields as _, WExtFields as _};
-    use v2::{BExtFields as _, RExtFields as _, WExtFields as _};
+    use v1::{BExtFields as _, OExtFields as _, RExtFields as _, WExtFields as _};
+    use v2::{BExtFields as _, OExtFields as _, RExtFields as _, WExtFields as _};
     match v {
         0 => with_type!(v0, s, |T, D| {
             let n = tx.get(Oid::<T>::from_raw(raw))?;
@@ -234,10 +247,10 @@ fn read(tx: &Tx<'_>, v: u8, s: Shape, raw: u64, view: bool) -> pgl::Result<Seen>
 
 /// Version `v`'s write of `w` into the object at `raw`.
 fn write(tx: &Tx<'_>, v: u8, s: Shape, raw: u64, w: Write) -> pgl::Result<()> {
-    use v1::WFields as _;
     use v1::{BExtFields as _, BFields as _, RExtFields as _, RFields as _, WExtFields as _};
-    use v2::WFields as _;
+    use v1::{OExtFields as _, OFields as _, WFields as _};
     use v2::{BExtFields as _, BFields as _, RExtFields as _, RFields as _, WExtFields as _};
+    use v2::{OExtFields as _, OFields as _, WFields as _};
     match v {
         0 => with_type!(v0, s, |T, D| {
             let mut n = tx.open(Oid::<T>::from_raw(raw))?;
@@ -363,7 +376,7 @@ fn run_tx(pool: &Pool, root: Oid<Root>, v: u8, model: &Model, ops: &[Op]) -> Res
                             reason: format!("slot {slot}: read {got:?}, the model says {want:?}"),
                         });
                     }
-                    m[*slot] = Some(o.upgraded(v));
+                    m[*slot] = Some(o.read_by(v));
                 }
                 Op::Write { slot, w } => {
                     let o = m[*slot].clone().expect("write of a live slot");
@@ -510,9 +523,11 @@ struct Tally {
     before_after: [u64; 2],
     /// Steps run by each version.
     steps: [u64; 3],
-    /// Crashes in transactions that upgraded objects of each shape (`W`, `R`, `B`),
+    /// Crashes in transactions that upgraded objects of each shape (`W`, `R`, `B`, `O`),
     /// recovered to the state before and after them.
-    upgrade_crashes: [[u64; 2]; 3],
+    upgrade_crashes: [[u64; 2]; 4],
+    /// Reads of `O` objects that lack groups: shown upgraded, left as they were.
+    read_through: u64,
     /// Crashes in `upgrade_all`.
     upgrade_all_crashes: u64,
     /// Scribbles injected over a base (its fields, link or reserve) and over a separate
@@ -783,6 +798,15 @@ fn stream(seed: u64, steps: usize, t: &mut Tally) -> Result<(), String> {
                 if ops.is_empty() {
                     continue;
                 }
+                t.read_through += ops
+                    .iter()
+                    .filter(|op| match op {
+                        Op::Read { slot, .. } => model[*slot]
+                            .as_ref()
+                            .is_some_and(|o| o.shape == Shape::O && o.level < v),
+                        _ => false,
+                    })
+                    .count() as u64;
                 // Now and then the transaction is crashed; more often one that upgrades an
                 // object (a read, write or upgrade of one of an older version).
                 let upgrades = ops.iter().any(|op| match op {
@@ -838,12 +862,14 @@ fn random_op_streams_with_crashes_across_versions_match_the_model() {
         return; // too few streams to expect every branch
     }
     // Every branch was taken: crashes that undid a transaction and crashes that kept it,
-    // for transactions that upgrade objects of each shape too; crashes in `upgrade_all`;
+    // for transactions that upgrade objects of each shape too; reads of `O` objects that
+    // lack groups; crashes in `upgrade_all`;
     // reopens; scribbles over bases and over groups; the last version.
     assert!(
         t.before_after.iter().all(|&n| n > 0)
             && t.upgrade_crashes.iter().flatten().all(|&n| n > 0)
             && t.upgrade_all_crashes > 0
+            && t.read_through > 0
             && t.reopens > 0
             && t.scribbled_bases > 0
             && t.scribbled_groups > 0

@@ -135,9 +135,6 @@ fn key1(k: u32) -> u64 {
 fn a_read_shows_the_new_fields_and_writes_nothing() {
     let (pool, path) = pool("read");
     let nodes = cast::<_, v2w::Node>(&v0_nodes(&pool, 16));
-    // The layouts of the groups are registered by the first read (as by a first upgrade).
-    pool.tx(|tx| tx.ext_with(nodes[0], |n| *n.key()).map(drop))
-        .unwrap();
     let (bytes, before) = (nvmm_bytes(&pool), pool.stats());
     for _ in 0..3 {
         pool.tx(|tx| {
@@ -158,7 +155,11 @@ fn a_read_shows_the_new_fields_and_writes_nothing() {
         .unwrap();
     }
     let after = pool.stats();
-    assert_eq!(nvmm_bytes(&pool), bytes, "the reads wrote nothing");
+    assert_eq!(
+        nvmm_bytes(&pool),
+        bytes,
+        "the reads wrote nothing, not even the groups' layouts (nothing stores them)"
+    );
     assert_eq!(
         after.fences, before.fences,
         "no ordering point: read-only transactions"
@@ -174,6 +175,24 @@ fn a_read_shows_the_new_fields_and_writes_nothing() {
         Ok(())
     })
     .unwrap();
+    drop(pool);
+    // A pool opened read-only shows them too (one upgraded when read could not).
+    let pool = Pool::open_read_only(&path).unwrap();
+    let keys = pool
+        .tx(|tx| {
+            nodes
+                .iter()
+                .map(|&n| tx.ext_with(n, |e| *e.key()))
+                .collect::<pgl::Result<Vec<_>>>()
+        })
+        .unwrap();
+    assert_eq!(keys, (0..16).map(key1).collect::<Vec<_>>());
+    let on_read = Oid::<v1::Node>::from_raw(nodes[0].raw());
+    let r = pool.tx(|tx| tx.ext_with(on_read, |e| *e.key()));
+    assert!(
+        matches!(r, Err(Error::ReadOnly { .. })),
+        "an upgrade on read needs a writable pool: {r:?}"
+    );
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
@@ -318,8 +337,6 @@ fn a_group_stored_with_another_layout_is_reported_not_read() {
 fn concurrent_readers_of_an_old_object_neither_upgrade_it_nor_conflict() {
     let (pool, path) = pool("threads");
     let nodes = cast::<_, v2w::Node>(&v0_nodes(&pool, 8));
-    pool.tx(|tx| tx.ext_with(nodes[0], |n| *n.key()).map(drop))
-        .unwrap();
     let pool = Arc::new(pool);
     let before = pool.stats();
     let threads: Vec<_> = (0..2)

@@ -188,9 +188,7 @@ impl<'p> Tx<'p> {
     /// comes to).
     fn base_error<T: Extendible>(&self, e: Error) -> Error {
         match e {
-            Error::AlreadyBorrowed { .. } if self.group_scope() == GroupScope::Init => {
-                upgrade_in_init()
-            }
+            Error::AlreadyBorrowed { .. } if self.group_scope().runs_inits() => upgrade_in_init(),
             e => in_part::<T>(e, 0),
         }
     }
@@ -236,7 +234,7 @@ impl<'p> Tx<'p> {
         // Inside an upgrade's inits already: an `init` reached the pool through a captured
         // `Pool`, whose `pool.tx` joins this transaction, and asked for an upgrade; of the
         // same object, it would recurse until the stack overflows.
-        if self.group_scope() == GroupScope::Init {
+        if self.group_scope().runs_inits() {
             return Err(upgrade_in_init());
         }
         // The links walked say where the new groups hang (the last one present gets a new
@@ -326,7 +324,7 @@ impl<'p> Tx<'p> {
             return Ok(Some(false));
         }
         // As in `complete`: an init that reached the pool and asked for an upgrade.
-        if self.group_scope() == GroupScope::Init {
+        if self.group_scope().runs_inits() {
             return Err(upgrade_in_init());
         }
         // The object changes only in `relink`, but an error part way must still fail the
@@ -358,7 +356,7 @@ impl<'p> Tx<'p> {
         if const { all_inline::<T>() } && separate(link) == 0 && inline_count(link) < T::GROUPS {
             // Refused before the base is opened: an init asking to upgrade another object
             // takes no write lock of it.
-            if self.group_scope() == GroupScope::Init {
+            if self.group_scope().runs_inits() {
                 return Err(upgrade_in_init());
             }
             let mut base = self.open(oid).map_err(|e| self.base_error::<T>(e))?;
@@ -371,27 +369,28 @@ impl<'p> Tx<'p> {
     }
 
     /// For a `T` declared `#[extendible(upgrade = on_write)]` (all its groups in its
-    /// reserve), an object of which lacks groups: its value and reserve with the missing
-    /// groups built by their inits, in DRAM, as the upgrade would build them: what its
-    /// view shows. Nothing is written or locked for update. `None` for an object that
-    /// lacks no group (or names a separate one: a damaged link, which the walk reports),
-    /// and for every other `T`.
+    /// reserve), an object of which lacks groups: builds in `image` its value and reserve
+    /// with the missing groups made by their inits, as the upgrade would build them: what
+    /// its view shows. Nothing is written or locked for update. Whether it did: not for an
+    /// object that lacks no group (or names a separate one: a damaged link, which the
+    /// walk reports), nor for any other `T`.
     fn read_through<T: Extendible>(
         &self,
         oid: Oid<T>,
         base: &Read<'_, T>,
-    ) -> Result<Option<ObjImage>> {
+        image: &mut ObjImage,
+    ) -> Result<bool> {
         let link = base.__link();
         if !(const { T::__UPGRADE_ON_WRITE && all_inline::<T>() }) || separate(link) != 0 {
-            return Ok(None);
+            return Ok(false);
         }
         let have = inline_known(self, oid, link)?;
         if have == T::GROUPS {
-            return Ok(None);
+            return Ok(false);
         }
         // As for an upgrade: an init that reached the pool must not run inits (of this
         // very object, it would recurse until the stack overflows).
-        if self.group_scope() == GroupScope::Init {
+        if self.group_scope().runs_inits() {
             return Err(upgrade_in_init());
         }
         // The groups present are read through the image: their layouts are checked as
@@ -399,20 +398,18 @@ impl<'p> Tx<'p> {
         self.with_groups(GroupScope::Read, || T::__reads(self, 0, have))
             .map_err(in_own_part::<T>)?;
         // SAFETY: a `Read` shows the value and its reserve, `object_size` bytes, valid
-        // and unchanged while it is borrowed (`Read::payload_ptr`).
-        let payload = unsafe {
-            core::slice::from_raw_parts(base.payload_ptr(), crate::persistent::object_size::<T>())
-        };
-        let mut image = ObjImage::from_bytes(payload);
+        // and unchanged while it is borrowed (`Read::payload_ptr`); they are the pool's or
+        // a buffer's, not the image's.
+        unsafe { image.fill_with::<T>(base.payload_ptr()) };
         for k in have + 1..=T::GROUPS {
             // No separate group precedes an inline one: `groups` is all zeros.
-            self.with_groups(GroupScope::Init, || {
-                T::__upgrade(self, k, &mut image, &[0; MAX_GROUPS][..k - 1], true)
+            self.with_groups(GroupScope::View, || {
+                T::__upgrade(self, k, image, &[0; MAX_GROUPS][..k - 1], true)
             })
             .map_err(in_own_part::<T>)?;
         }
         image.set_link_of::<T>(base_link(0, T::GROUPS));
-        Ok(Some(image))
+        Ok(true)
     }
 
     /// A read view of an `#[extendible]` object with every extension group this build
@@ -464,7 +461,8 @@ impl<'p> Tx<'p> {
         f: impl FnOnce(&Ext<'_, T>) -> R,
     ) -> Result<R> {
         if const { T::__UPGRADE_ON_WRITE } {
-            if let Some(image) = self.read_through(oid, &base)? {
+            let mut image = ObjImage::of::<T>();
+            if self.read_through(oid, &base, &mut image)? {
                 // SAFETY: the view is dropped at the end of this block, before `image`.
                 let view = unsafe { Ext::over_image(oid, base, &image) };
                 return Ok(f(&view));
@@ -504,8 +502,9 @@ impl<'p> Tx<'p> {
             .map_err(in_own_part::<T>)
         };
         if const { T::__UPGRADE_ON_WRITE } {
-            if let Some(image) = self.read_through(oid, &base)? {
-                return Ok(Ext::of_image(oid, base, Box::new(image)));
+            let mut image = Box::new(ObjImage::of::<T>());
+            if self.read_through(oid, &base, &mut image)? {
+                return Ok(Ext::of_image(oid, base, image));
             }
         }
         let link = base.__link();

@@ -175,6 +175,23 @@ impl ObjImage {
         img
     }
 
+    /// Overwrites the image of a `T` (made by [`ObjImage::of`]) with the `T` object's
+    /// payload at `payload`.
+    ///
+    /// # Safety
+    /// `payload` points to `object_size::<T>()` initialised bytes, none of them in the
+    /// image.
+    pub(crate) unsafe fn fill_with<T: Persistent>(&mut self, payload: *const u8) {
+        let len = const { object_size::<T>() };
+        assert_eq!(self.len, len, "an image of a `{}`", T::TYPE_NAME);
+        // SAFETY: the image holds `len` bytes (asserted: `words` has room for them); the
+        // caller vouches for the source, which cannot overlap the image. The length is a
+        // constant, so the copy is inlined.
+        unsafe {
+            core::ptr::copy_nonoverlapping(payload, self.words_mut().as_mut_ptr().cast(), len)
+        };
+    }
+
     /// The payload's bytes.
     pub(crate) fn bytes(&self) -> &[u8] {
         // SAFETY: `words` holds at least `len` initialised bytes, borrowed for as long as

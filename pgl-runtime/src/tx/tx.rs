@@ -100,6 +100,16 @@ pub(crate) enum GroupScope {
     /// a captured `Pool`'s `pool.tx` joins the transaction): groups are refused as
     /// [`GroupScope::Outside`] refuses them, and so is an upgrade (`leds::chain`).
     Init,
+    /// Running the `init`s of a view upgraded in DRAM (`upgrade = on_write`): as `Init`;
+    /// the groups they make are not stored, so their layouts are not registered.
+    View,
+}
+
+impl GroupScope {
+    /// Whether the program's `init`s are running (`Init` or `View`).
+    pub(crate) fn runs_inits(self) -> bool {
+        matches!(self, GroupScope::Init | GroupScope::View)
+    }
 }
 
 /// Puts the previous [`GroupScope`] back when dropped, even if the glue panics.
@@ -226,6 +236,11 @@ impl<'p> Tx<'p> {
     /// reserve's bytes as the new fields. For `#[extendible]`'s glue, not an API.
     #[doc(hidden)]
     pub fn __inline_layout<G: Persistent>(&self, storing: bool) -> Result<()> {
+        // A view upgraded in DRAM stores nothing: the group it makes is checked when an
+        // object comes to carry it.
+        if storing && self.groups.get() == GroupScope::View {
+            return Ok(());
+        }
         self.check_layout::<G>(storing)
     }
 
