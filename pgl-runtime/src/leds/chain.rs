@@ -453,7 +453,7 @@ impl<'p> Tx<'p> {
 
     /// `ext_with` past its fast path: the view upgraded in DRAM (`read_through`, on the
     /// stack), or `ext_from`'s.
-    #[inline(never)]
+    #[inline]
     fn ext_with_from<T: Extendible, R>(
         &self,
         oid: Oid<T>,
@@ -502,9 +502,13 @@ impl<'p> Tx<'p> {
             .map_err(in_own_part::<T>)
         };
         if const { T::__UPGRADE_ON_WRITE } {
-            let mut image = Box::new(ObjImage::of::<T>());
+            let mut image = ObjImage::of::<T>();
             if self.read_through(oid, &base, &mut image)? {
-                return Ok(Ext::of_image(oid, base, image));
+                // The view may live as long as the transaction: so does the image.
+                let image = self.keep(Box::new(image));
+                // SAFETY: an image of a `T`; the transaction keeps it, unchanged, where it
+                // is until it ends, and the view (of lifetime 't) cannot outlive it.
+                return Ok(unsafe { Ext::over_image(oid, base, image.as_ref()) });
             }
         }
         let link = base.__link();

@@ -24,43 +24,23 @@ pub struct Ext<'tx, T: Extendible> {
     base: Read<'tx, T>,
     groups: T::Reads<'tx>,
     oid: Oid<T>,
-    /// The object upgraded in DRAM, which `base` reads (`upgrade = on_write`: see
-    /// `Tx::ext`); declared after `base`, so dropped after it.
-    _image: Option<Box<ObjImage>>,
 }
 
 impl<'tx, T: Extendible> Ext<'tx, T> {
     pub(crate) fn new(oid: Oid<T>, base: Read<'tx, T>, groups: T::Reads<'tx>) -> Self {
-        Ext {
-            base,
-            groups,
-            oid,
-            _image: None,
-        }
+        Ext { base, groups, oid }
     }
 
     /// The view of an object whose value and groups are read from `image` (all its groups
     /// kept in its reserve: no group handle), holding `base`'s borrow of the object.
-    pub(crate) fn of_image(oid: Oid<T>, base: Read<'tx, T>, image: Box<ObjImage>) -> Self {
-        // SAFETY: the image holds a `T`'s value and reserve, aligned as payloads are
-        // (`ObjImage`'s storage is `u128`s); it lives on the heap, where moving the box
-        // does not move it, and the view owns it and drops it after the handle.
-        let base = unsafe { base.over(image.bytes().as_ptr().cast()) };
-        Ext {
-            base,
-            groups: Default::default(),
-            oid,
-            _image: Some(image),
-        }
-    }
-
-    /// As [`Ext::of_image`], the image borrowed.
     ///
     /// # Safety
-    /// The view is dropped before `image` is changed, moved or dropped.
+    /// `image` is an image of a `T` (`ObjImage::of::<T>`), and the view is dropped before
+    /// it is changed, moved or dropped.
     pub(crate) unsafe fn over_image(oid: Oid<T>, base: Read<'tx, T>, image: &ObjImage) -> Self {
-        // SAFETY: as in `of_image`; the caller keeps the image in place while the view
-        // lives.
+        // SAFETY: the image holds a `T`'s value and reserve, aligned as payloads are
+        // (`ObjImage`'s storage is `u128`s), and the caller keeps it in place, unchanged,
+        // while the view lives.
         let base = unsafe { base.over(image.bytes().as_ptr().cast()) };
         Ext::new(oid, base, Default::default())
     }

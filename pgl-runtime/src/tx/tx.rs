@@ -65,6 +65,9 @@ pub(crate) struct TxState<'p> {
     /// `copy_ext` or freed with its owner): group reads then look for their buffer (see
     /// [`GroupScope::Read`]).
     pub group_bufs: bool,
+    /// Values kept until the transaction ends, at addresses that do not move: the images
+    /// the views `tx.ext` returns of `upgrade = on_write` objects read (`leds::chain`).
+    pub kept: Vec<Box<dyn core::any::Any>>,
 }
 
 /// What `#[extendible]`'s generated glue may do with extension groups (types with
@@ -169,6 +172,7 @@ impl<'p> Tx<'p> {
                 upgrades: 0,
                 registered: Vec::new(),
                 owns_registry: false,
+                kept: Vec::new(),
                 group_bufs: false,
             }),
             done: Cell::new(false),
@@ -1102,6 +1106,13 @@ impl<'p> Tx<'p> {
                 self.record_free(st, off, type_id)
             }
         }
+    }
+
+    /// Keeps `value` until this transaction ends; where it lies meanwhile.
+    pub(crate) fn keep<V: 'static>(&self, value: Box<V>) -> NonNull<V> {
+        let at = NonNull::from(&*value);
+        self.st.borrow_mut().kept.push(value);
+        at
     }
 
     /// Counts one object upgraded by `leds` (reported by `stats()` once this commits).
