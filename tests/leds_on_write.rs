@@ -334,6 +334,30 @@ fn a_group_stored_with_another_layout_is_reported_not_read() {
 }
 
 #[test]
+fn a_missing_group_the_pool_stores_with_another_layout_is_reported_by_a_read() {
+    // Node 0 carries group 1 as `v1` lays it out; node 1 carries no group. A build whose
+    // group 1 differs must not show node 1 through its own group 1 while the pool says
+    // otherwise (an upgrade on read, or a write, would be refused the same way).
+    let (pool, path) = pool("missing-mismatch");
+    let nodes = v0_nodes(&pool, 2);
+    let n0 = Oid::<v1::Node>::from_raw(nodes[0].raw());
+    pool.tx(|tx| tx.upgrade(n0).map(drop)).unwrap();
+    let n1 = Oid::<v1w_changed::Node>::from_raw(nodes[1].raw());
+    let r = pool.tx(|tx| tx.ext_with(n1, |e| *e.pair()));
+    assert!(
+        matches!(r, Err(Error::LayoutMismatch { group: Some(1), .. })),
+        "{r:?}"
+    );
+    let r = pool.tx(|tx| tx.ext(n1).map(|e| *e.pair()));
+    assert!(
+        matches!(r, Err(Error::LayoutMismatch { group: Some(1), .. })),
+        "{r:?}"
+    );
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
 fn concurrent_readers_of_an_old_object_neither_upgrade_it_nor_conflict() {
     let (pool, path) = pool("threads");
     let nodes = cast::<_, v2w::Node>(&v0_nodes(&pool, 8));

@@ -38,13 +38,25 @@ pub(crate) struct Args {
 /// The largest `reserve = N`.
 pub(crate) const MAX_RESERVE: u64 = 4096;
 
+/// The most extension groups a reserve holds (`pgl_runtime`'s `MAX_INLINE`: the low 4
+/// bits of a base's link count them).
+pub(crate) const MAX_INLINE: usize = 15;
+
 impl Args {
     pub(crate) fn parse(cx: &Ctxt, args: proc_macro2::TokenStream) -> Args {
         let mut out = Args::default();
         if args.is_empty() {
             return out;
         }
+        let mut seen: Vec<String> = Vec::new();
         let parser = syn::meta::parser(|meta| {
+            // Each argument once: a second would silently override the first.
+            if let Some(name) = meta.path.get_ident().map(Ident::to_string) {
+                if seen.contains(&name) {
+                    return Err(meta.error(format!("`{name}` is given twice: keep one")));
+                }
+                seen.push(name);
+            }
             if meta.path.is_ident("base") {
                 out.pinned_base = Some(meta.value()?.parse()?);
                 Ok(())
@@ -92,6 +104,15 @@ impl Args {
         });
         if let Err(e) = syn::parse::Parser::parse2(parser, args) {
             cx.syn_error(e);
+        }
+        if let (Some(on_write), None) = (&out.on_write, &out.reserve) {
+            cx.error_spanned_by(
+                on_write,
+                "`upgrade = on_write` needs a `reserve = N`: a read builds the groups an \
+                 object lacks in a copy of it, which holds its reserve alone, so every group \
+                 must fit there; add a reserve in the first version that stores the struct \
+                 (it is part of the layout), or drop `upgrade = on_write`",
+            );
         }
         out
     }

@@ -303,12 +303,14 @@ impl<'m, 'a> Gen<'m, 'a> {
         };
         let ident = self.ident;
         let message = format!(
-            "`#[extendible(upgrade = on_write)]`: an extension group of `{}` does not fit in \
-             its reserve, and `on_write` needs every group there (a read builds the missing \
-             groups in a copy of the object, which holds its reserve alone); drop `upgrade = on_write` from this \
-             version (its objects are then upgraded when read), or keep the new fields \
+            "`#[extendible(upgrade = on_write)]`: an extension group of `{}` is not kept in \
+             its reserve (it does not fit, or it is past the {} groups a reserve holds), and \
+             `on_write` needs every group there (a read builds the missing groups in a copy \
+             of the object, which holds its reserve alone); drop `upgrade = on_write` from \
+             this version (its objects are then upgraded when read), or keep the new fields \
              within the `reserve = N` the first version set",
-            self.name
+            self.name,
+            crate::extension::MAX_INLINE
         );
         (
             quote_spanned!(on_write.span()=> const __UPGRADE_ON_WRITE: bool = true;),

@@ -372,8 +372,10 @@ impl<'p> Tx<'p> {
     /// reserve), an object of which lacks groups: builds in `image` its value and reserve
     /// with the missing groups made by their inits, as the upgrade would build them: what
     /// its view shows. Nothing is written or locked for update. Whether it did: not for an
-    /// object that lacks no group (or names a separate one: a damaged link, which the
-    /// walk reports), nor for any other `T`.
+    /// object that lacks no group, nor for any other `T`, nor for one whose link names a
+    /// separate group (a pool of format 8 or older kept a group separate that this build
+    /// keeps inline, or the link is damaged): the walk reads, upgrades (as on read) or
+    /// reports those.
     fn read_through<T: Extendible>(
         &self,
         oid: Oid<T>,
@@ -433,7 +435,8 @@ impl<'p> Tx<'p> {
     }
 
     /// Runs `f` on a read view of an `#[extendible]` object, as [`Tx::ext`] would give
-    /// (upgrading the object first if it lacks groups), and returns what `f` returns.
+    /// (upgrading the object first if it lacks groups; with `upgrade = on_write`, showing
+    /// it upgraded in DRAM), and returns what `f` returns.
     ///
     /// The same view, made where `f` runs: the cheapest way to read a few fields of an
     /// object, as no view is returned and moved (a read of a field kept inline costs
@@ -502,13 +505,9 @@ impl<'p> Tx<'p> {
             .map_err(in_own_part::<T>)
         };
         if const { T::__UPGRADE_ON_WRITE } {
-            let mut image = ObjImage::of::<T>();
+            let mut image = Box::new(ObjImage::of::<T>());
             if self.read_through(oid, &base, &mut image)? {
-                // The view may live as long as the transaction: so does the image.
-                let image = self.keep(Box::new(image));
-                // SAFETY: an image of a `T`; the transaction keeps it, unchanged, where it
-                // is until it ends, and the view (of lifetime 't) cannot outlive it.
-                return Ok(unsafe { Ext::over_image(oid, base, image.as_ref()) });
+                return Ok(Ext::of_image(oid, base, image));
             }
         }
         let link = base.__link();

@@ -10,6 +10,7 @@
 
 use super::extendible::{ExtGroups, ExtPlaces, Extendible};
 use super::inline::ObjImage;
+use crate::persistent::object_size;
 use crate::persistent::Oid;
 use crate::tx::{AsPlace, Mut, Place, Read};
 use core::ops::Deref;
@@ -24,11 +25,42 @@ pub struct Ext<'tx, T: Extendible> {
     base: Read<'tx, T>,
     groups: T::Reads<'tx>,
     oid: Oid<T>,
+    /// The copy of the object `base` reads, upgraded in DRAM, if the view owns it
+    /// (`upgrade = on_write`: see `Tx::ext`). Declared after `base`, so dropped after it.
+    _image: Option<Box<ObjImage>>,
 }
 
 impl<'tx, T: Extendible> Ext<'tx, T> {
     pub(crate) fn new(oid: Oid<T>, base: Read<'tx, T>, groups: T::Reads<'tx>) -> Self {
-        Ext { base, groups, oid }
+        Ext {
+            base,
+            groups,
+            oid,
+            _image: None,
+        }
+    }
+
+    /// The view of an object whose value and groups are read from `image` (all its groups
+    /// kept in its reserve: no group handle), which it owns, holding `base`'s borrow of the
+    /// object.
+    pub(crate) fn of_image(oid: Oid<T>, base: Read<'tx, T>, image: Box<ObjImage>) -> Self {
+        assert_eq!(
+            image.bytes().len(),
+            object_size::<T>(),
+            "an image of a `{}`",
+            T::TYPE_NAME
+        );
+        // SAFETY: the image holds a `T`'s value and reserve (asserted), aligned as payloads
+        // are (`ObjImage`'s storage is `u128`s); it lives on the heap, where moving the
+        // box does not move it, and nothing changes it: the view owns it, shows it only
+        // through `base`, and drops it after `base`.
+        let base = unsafe { base.over(image.bytes().as_ptr().cast()) };
+        Ext {
+            base,
+            groups: Default::default(),
+            oid,
+            _image: Some(image),
+        }
     }
 
     /// The view of an object whose value and groups are read from `image` (all its groups

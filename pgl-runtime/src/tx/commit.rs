@@ -265,9 +265,13 @@ impl Tx<'_> {
             Ok(()) => {
                 self.done.set(true);
                 let mut st = self.st.borrow_mut();
-                // Its registry entries are committed: their types need no lookup again.
+                // Its registry entries are committed: their types need no lookup again,
+                // and types found missing before may be among them.
                 for &(type_id, layout, _) in &st.registered {
                     self.eng.types.insert(type_id, layout);
+                }
+                if !st.registered.is_empty() {
+                    self.eng.types.registered();
                 }
                 self.release(&mut st);
                 Ok(())

@@ -106,12 +106,26 @@ fn decode(e: &EntryBytes) -> core::result::Result<TypeInfo, String> {
 }
 
 /// Verified `(type id, layout)` pairs, an insert-only open-addressing set of atomics so
-/// that the check on every `open`/`alloc`/`get` is a few loads and no lock; and the token
-/// of the transaction that may add entries.
+/// that the check on every `open`/`alloc`/`get` is a few loads and no lock; the type ids
+/// found missing from the registry; and the token of the transaction that may add
+/// entries.
 pub(crate) struct TypeCache {
     slots: Box<[AtomicU64; SLOTS]>,
+    /// Types the committed registry was found not to hold (a read that stores nothing
+    /// accepts them: an extension group no object carries yet), each keyed with the
+    /// number of registrations committed when it was looked up (`absent_key`), so that a
+    /// registration, which bumps that number, makes every such finding stale. Insert-only
+    /// like `slots`; when it is full, lookups of further types read the registry.
+    absent: Box<[AtomicU64; ABSENT_SLOTS]>,
+    /// Transactions that added registry entries and committed, since the pool was opened
+    /// (only this process adds entries: the pool is open in one process at a time).
+    registrations: AtomicU64,
     owner: AtomicU64,
 }
+
+/// Slots of `TypeCache::absent`: a power of two, few (a program reads few types the pool
+/// has never stored), probed in full.
+const ABSENT_SLOTS: usize = 64;
 
 /// Slots of the cache: a power of two, so that probing masks instead of dividing (the
 /// lookup runs on every `get`), and twice the types a registry holds, so that every
@@ -128,8 +142,58 @@ impl TypeCache {
     pub(crate) fn new() -> Self {
         TypeCache {
             slots: Box::new([const { AtomicU64::new(0) }; SLOTS]),
+            absent: Box::new([const { AtomicU64::new(0) }; ABSENT_SLOTS]),
+            registrations: AtomicU64::new(0),
             owner: AtomicU64::new(0),
         }
+    }
+
+    /// The registrations committed so far: read before the registry is searched, it dates
+    /// what the search finds missing.
+    fn registrations(&self) -> u64 {
+        self.registrations.load(Ordering::Acquire)
+    }
+
+    /// Notes that transactions committed new registry entries (after they are visible):
+    /// every type found missing before may be there now.
+    pub(crate) fn registered(&self) {
+        self.registrations.fetch_add(1, Ordering::Release);
+    }
+
+    fn absent_key(type_id: u32, layout: u64, registrations: u64) -> u64 {
+        mix64(Self::key(type_id, layout), registrations) | 1
+    }
+
+    /// Whether the registry was found not to hold this type since the last registration.
+    fn known_absent(&self, type_id: u32, layout: u64) -> bool {
+        let k = Self::absent_key(type_id, layout, self.registrations());
+        let start = k as usize & (ABSENT_SLOTS - 1);
+        for i in 0..ABSENT_SLOTS {
+            match self.absent[(start + i) & (ABSENT_SLOTS - 1)].load(Ordering::Relaxed) {
+                0 => return false,
+                v if v == k => return true,
+                _ => {}
+            }
+        }
+        false
+    }
+
+    /// Notes that a search begun when `registrations` registrations had committed found
+    /// no entry for this type.
+    fn note_absent(&self, type_id: u32, layout: u64, registrations: u64) {
+        let k = Self::absent_key(type_id, layout, registrations);
+        let start = k as usize & (ABSENT_SLOTS - 1);
+        for i in 0..ABSENT_SLOTS {
+            let slot = &self.absent[(start + i) & (ABSENT_SLOTS - 1)];
+            match slot.compare_exchange(0, k, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(v) if v == k => return,
+                Err(_) => {}
+            }
+        }
+        // Full (of findings made stale by registrations, as likely as not): this one takes
+        // its first slot, where a lookup finds it first.
+        self.absent[start].store(k, Ordering::Relaxed);
     }
 
     const fn key(type_id: u32, layout: u64) -> u64 {
@@ -329,9 +393,16 @@ pub(crate) fn check_in_tx<T: Persistent>(tx: &Tx<'_>) -> Result<()> {
 /// Checks `T` against the committed registry without registering it (reads and opens; a
 /// type with no entry, from a pool written before the registry, is accepted).
 pub(crate) fn check_outside<T: Persistent>(eng: &Engine) -> Result<()> {
-    if let Some(found) = list(eng)?.iter().find(|e| e.type_id == T::TYPE_ID) {
-        verdict::<T>(found)?;
-        eng.types.insert(T::TYPE_ID, T::LAYOUT);
+    if eng.types.known_absent(T::TYPE_ID, T::LAYOUT) {
+        return Ok(());
+    }
+    let registrations = eng.types.registrations();
+    match list(eng)?.iter().find(|e| e.type_id == T::TYPE_ID) {
+        Some(found) => {
+            verdict::<T>(found)?;
+            eng.types.insert(T::TYPE_ID, T::LAYOUT);
+        }
+        None => eng.types.note_absent(T::TYPE_ID, T::LAYOUT, registrations),
     }
     Ok(())
 }
@@ -351,6 +422,29 @@ pub(crate) fn list(eng: &Engine) -> Result<Vec<TypeInfo>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_type_found_missing_stays_so_until_a_registration() {
+        let c = TypeCache::new();
+        assert!(!c.known_absent(7, 9));
+        let r = c.registrations();
+        c.note_absent(7, 9, r);
+        assert!(c.known_absent(7, 9));
+        assert!(!c.known_absent(7, 10), "another layout of the id");
+        c.registered();
+        assert!(!c.known_absent(7, 9), "a registration may have added it");
+        c.note_absent(7, 9, r);
+        assert!(
+            !c.known_absent(7, 9),
+            "a search begun before the registration proves nothing now"
+        );
+        // More findings than slots: the latest is always found.
+        for id in 0..(3 * ABSENT_SLOTS as u32) {
+            let r = c.registrations();
+            c.note_absent(id, 1, r);
+            assert!(c.known_absent(id, 1), "{id}");
+        }
+    }
 
     #[test]
     fn entries_round_trip_and_any_flipped_bit_is_caught() {

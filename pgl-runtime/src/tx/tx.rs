@@ -65,9 +65,6 @@ pub(crate) struct TxState<'p> {
     /// `copy_ext` or freed with its owner): group reads then look for their buffer (see
     /// [`GroupScope::Read`]).
     pub group_bufs: bool,
-    /// Values kept until the transaction ends, at addresses that do not move: the images
-    /// the views `tx.ext` returns of `upgrade = on_write` objects read (`leds::chain`).
-    pub kept: Vec<Box<dyn core::any::Any>>,
 }
 
 /// What `#[extendible]`'s generated glue may do with extension groups (types with
@@ -104,7 +101,8 @@ pub(crate) enum GroupScope {
     /// [`GroupScope::Outside`] refuses them, and so is an upgrade (`leds::chain`).
     Init,
     /// Running the `init`s of a view upgraded in DRAM (`upgrade = on_write`): as `Init`;
-    /// the groups they make are not stored, so their layouts are not registered.
+    /// the groups they make are not stored, so their layouts are checked against the
+    /// registry, not registered.
     View,
 }
 
@@ -172,7 +170,6 @@ impl<'p> Tx<'p> {
                 upgrades: 0,
                 registered: Vec::new(),
                 owns_registry: false,
-                kept: Vec::new(),
                 group_bufs: false,
             }),
             done: Cell::new(false),
@@ -240,11 +237,9 @@ impl<'p> Tx<'p> {
     /// reserve's bytes as the new fields. For `#[extendible]`'s glue, not an API.
     #[doc(hidden)]
     pub fn __inline_layout<G: Persistent>(&self, storing: bool) -> Result<()> {
-        // A view upgraded in DRAM stores nothing: the group it makes is checked when an
-        // object comes to carry it.
-        if storing && self.groups.get() == GroupScope::View {
-            return Ok(());
-        }
+        // A view upgraded in DRAM stores nothing: the group it makes is checked against
+        // what the pool holds, not registered.
+        let storing = storing && self.groups.get() != GroupScope::View;
         self.check_layout::<G>(storing)
     }
 
@@ -1106,13 +1101,6 @@ impl<'p> Tx<'p> {
                 self.record_free(st, off, type_id)
             }
         }
-    }
-
-    /// Keeps `value` until this transaction ends; where it lies meanwhile.
-    pub(crate) fn keep<V: 'static>(&self, value: Box<V>) -> NonNull<V> {
-        let at = NonNull::from(&*value);
-        self.st.borrow_mut().kept.push(value);
-        at
     }
 
     /// Counts one object upgraded by `leds` (reported by `stats()` once this commits).

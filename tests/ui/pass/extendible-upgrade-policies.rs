@@ -22,7 +22,7 @@ pub struct OnWrite {
     pub wide: u64,
 }
 
-#[extendible(upgrade = on_write)]
+#[extendible(reserve = 8, upgrade = on_write)]
 #[derive(Persistent)]
 #[repr(C)]
 pub struct NoGroupsYet {
