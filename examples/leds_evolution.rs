@@ -40,7 +40,9 @@
 //! read: the book's "Evolving your structs", "What it costs"). `loads%` is P-Auto's
 //! overhead on nodes upgraded beforehand: the extra loads alone; the rest of `LEDS%` is
 //! the upgrades (allocating or writing and linking the groups), or with `r8+w` the views
-//! made in DRAM (every read of a node not upgraded makes one).
+//! made in DRAM (every read of a node not upgraded makes one). For Layout-Add it is more
+//! than loads: the name never fits the reserve, so every node upgraded beforehand
+//! carries a group of its own, which each delete frees with it.
 //!
 //! NVMM bytes are what the pool wrote to media, in place and to redo records
 //! (`stats().bytes_written + bytes_logged`): Manual's are the migration's, LEDS's the
