@@ -466,7 +466,9 @@ impl<'p> Tx<'p> {
         if const { T::__UPGRADE_ON_WRITE } {
             let mut image = ObjImage::of::<T>();
             if self.read_through(oid, &base, &mut image)? {
-                // SAFETY: the view is dropped at the end of this block, before `image`.
+                // SAFETY: `image` is an image of a `T` (`ObjImage::of`), and the view is
+                // dropped at the end of this block, before it, which nothing changes
+                // meanwhile.
                 let view = unsafe { Ext::over_image(oid, base, &image) };
                 return Ok(f(&view));
             }
