@@ -431,6 +431,23 @@ impl<'p> Tx<'p> {
         if self.all_in_reserve(&base) {
             return Ok(Ext::new(oid, base, Default::default()));
         }
+        self.ext_owned_from(oid, base)
+    }
+
+    /// `ext` past its fast path: the view upgraded in DRAM (`read_through`; the view owns
+    /// the copy), or `ext_from`'s.
+    #[inline(never)]
+    fn ext_owned_from<'t, T: Extendible>(
+        &'t self,
+        oid: Oid<T>,
+        base: Read<'t, T>,
+    ) -> Result<Ext<'t, T>> {
+        if const { T::__UPGRADE_ON_WRITE } {
+            let mut image = ObjImage::of::<T>();
+            if self.read_through(oid, &base, &mut image)? {
+                return Ok(Ext::of_image(oid, base, Box::new(image)));
+            }
+        }
         self.ext_from(oid, base)
     }
 
@@ -454,8 +471,8 @@ impl<'p> Tx<'p> {
         self.ext_with_from(oid, base, f)
     }
 
-    /// `ext_with` past its fast path: the view upgraded in DRAM (`read_through`, on the
-    /// stack), or `ext_from`'s.
+    /// `ext_with` past its fast path: the view upgraded in DRAM (`read_through`, the copy
+    /// on the stack), or `ext_from`'s.
     #[inline]
     fn ext_with_from<T: Extendible, R>(
         &self,
@@ -506,12 +523,6 @@ impl<'p> Tx<'p> {
             })
             .map_err(in_own_part::<T>)
         };
-        if const { T::__UPGRADE_ON_WRITE } {
-            let mut image = Box::new(ObjImage::of::<T>());
-            if self.read_through(oid, &base, &mut image)? {
-                return Ok(Ext::of_image(oid, base, image));
-            }
-        }
         let link = base.__link();
         if let Some(groups) = reads(link).or_else(walk_instead)? {
             return Ok(Ext::new(oid, base, groups));

@@ -14,6 +14,7 @@ use crate::persistent::object_size;
 use crate::persistent::Oid;
 use crate::tx::{AsPlace, Mut, Place, Read};
 use core::ops::Deref;
+use core::ptr::NonNull;
 
 /// A read view of an `#[extendible]` object and all its extension groups, inside a
 /// transaction (`tx.ext(oid)`).
@@ -27,7 +28,20 @@ pub struct Ext<'tx, T: Extendible> {
     oid: Oid<T>,
     /// The copy of the object `base` reads, upgraded in DRAM, if the view owns it
     /// (`upgrade = on_write`: see `Tx::ext`). Declared after `base`, so dropped after it.
-    _image: Option<Box<ObjImage>>,
+    _image: Option<OwnedImage>,
+}
+
+/// A DRAM copy of an object that a view owns and reads through `Read::over`'s pointer.
+/// Held as a raw pointer, not a `Box`: moving a `Box` asserts unique access to its bytes,
+/// which would invalidate the pointer the view reads them through.
+struct OwnedImage(NonNull<ObjImage>);
+
+impl Drop for OwnedImage {
+    fn drop(&mut self) {
+        // SAFETY: the pointer comes from `Box::leak` (`Ext::of_image`) and only this value
+        // holds it, dropped once.
+        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+    }
 }
 
 impl<'tx, T: Extendible> Ext<'tx, T> {
@@ -50,17 +64,13 @@ impl<'tx, T: Extendible> Ext<'tx, T> {
             "an image of a `{}`",
             T::TYPE_NAME
         );
-        // SAFETY: the image holds a `T`'s value and reserve (asserted), aligned as payloads
-        // are (`ObjImage`'s storage is `u128`s); it lives on the heap, where moving the
-        // box does not move it, and nothing changes it: the view owns it, shows it only
-        // through `base`, and drops it after `base`.
-        let base = unsafe { base.over(image.bytes().as_ptr().cast()) };
-        Ext {
-            base,
-            groups: Default::default(),
-            oid,
-            _image: Some(image),
-        }
+        let image = NonNull::from(Box::leak(image));
+        // SAFETY: an image of a `T` (asserted) on the heap, which stays where it is and
+        // unchanged until `OwnedImage` frees it: the view holds that, and drops it after
+        // `base`.
+        let mut view = unsafe { Ext::over_image(oid, base, image.as_ref()) };
+        view._image = Some(OwnedImage(image));
+        view
     }
 
     /// The view of an object whose value and groups are read from `image` (all its groups
