@@ -134,9 +134,35 @@ const ABSENT_SLOTS: usize = 64;
 /// `get`, `open` and `alloc` (with 1,000 types, one in ten was left out when the cache
 /// had 1,024 slots and probed 16).
 const SLOTS: usize = (2 * crate::heap::layout::REGISTRY_MAX_TYPES as usize).next_power_of_two();
-/// Slots probed per lookup: all of them, found or not, stops at the first empty one.
-const PROBES: usize = SLOTS;
-const _: () = assert!(SLOTS.is_power_of_two());
+const _: () = assert!(SLOTS.is_power_of_two() && ABSENT_SLOTS.is_power_of_two());
+
+/// Whether the open-addressed `table` (a power of two of slots) holds the non-zero key
+/// `k`: probed from `k`'s slot on, up to the first empty one (every slot, at most).
+#[inline]
+fn holds<const N: usize>(table: &[AtomicU64; N], k: u64) -> bool {
+    for i in 0..N {
+        match table[(k as usize + i) & (N - 1)].load(Ordering::Relaxed) {
+            0 => return false,
+            v if v == k => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Adds the non-zero key `k` to `table`, in the first empty slot from `k`'s on (where
+/// `holds` finds it); false if the table is full.
+fn add<const N: usize>(table: &[AtomicU64; N], k: u64) -> bool {
+    for i in 0..N {
+        let slot = &table[(k as usize + i) & (N - 1)];
+        match slot.compare_exchange(0, k, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return true,
+            Err(v) if v == k => return true,
+            Err(_) => {}
+        }
+    }
+    false
+}
 
 impl TypeCache {
     pub(crate) fn new() -> Self {
@@ -166,34 +192,21 @@ impl TypeCache {
 
     /// Whether the registry was found not to hold this type since the last registration.
     fn known_absent(&self, type_id: u32, layout: u64) -> bool {
-        let k = Self::absent_key(type_id, layout, self.registrations());
-        let start = k as usize & (ABSENT_SLOTS - 1);
-        for i in 0..ABSENT_SLOTS {
-            match self.absent[(start + i) & (ABSENT_SLOTS - 1)].load(Ordering::Relaxed) {
-                0 => return false,
-                v if v == k => return true,
-                _ => {}
-            }
-        }
-        false
+        holds(
+            &self.absent,
+            Self::absent_key(type_id, layout, self.registrations()),
+        )
     }
 
     /// Notes that a search begun when `registrations` registrations had committed found
     /// no entry for this type.
     fn note_absent(&self, type_id: u32, layout: u64, registrations: u64) {
         let k = Self::absent_key(type_id, layout, registrations);
-        let start = k as usize & (ABSENT_SLOTS - 1);
-        for i in 0..ABSENT_SLOTS {
-            let slot = &self.absent[(start + i) & (ABSENT_SLOTS - 1)];
-            match slot.compare_exchange(0, k, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return,
-                Err(v) if v == k => return,
-                Err(_) => {}
-            }
+        if !add(&self.absent, k) {
+            // Full (of findings made stale by registrations, as likely as not): this one
+            // takes its first slot, where a lookup finds it first.
+            self.absent[k as usize & (ABSENT_SLOTS - 1)].store(k, Ordering::Relaxed);
         }
-        // Full (of findings made stale by registrations, as likely as not): this one takes
-        // its first slot, where a lookup finds it first.
-        self.absent[start].store(k, Ordering::Relaxed);
     }
 
     const fn key(type_id: u32, layout: u64) -> u64 {
@@ -214,26 +227,12 @@ impl TypeCache {
 
     #[inline]
     fn contains_key(&self, k: u64) -> bool {
-        for i in 0..PROBES {
-            match self.slots[(k as usize + i) & (SLOTS - 1)].load(Ordering::Relaxed) {
-                0 => return false,
-                v if v == k => return true,
-                _ => {}
-            }
-        }
-        false
+        holds(&self.slots, k)
     }
 
+    /// Notes the type as verified (a full cache leaves it out: it takes the slow path).
     pub(crate) fn insert(&self, type_id: u32, layout: u64) {
-        let k = Self::key(type_id, layout);
-        for i in 0..PROBES {
-            let slot = &self.slots[(k as usize + i) & (SLOTS - 1)];
-            match slot.compare_exchange(0, k, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return,
-                Err(v) if v == k => return,
-                Err(_) => {}
-            }
-        }
+        add(&self.slots, Self::key(type_id, layout));
     }
 
     /// Takes the right to add entries for the transaction `token` (non-zero); false if
