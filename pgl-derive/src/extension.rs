@@ -38,10 +38,6 @@ pub(crate) struct Args {
 /// The largest `reserve = N`.
 pub(crate) const MAX_RESERVE: u64 = 4096;
 
-/// The most extension groups a reserve holds (`pgl_runtime`'s `MAX_INLINE`: the low 4
-/// bits of a base's link count them).
-pub(crate) const MAX_INLINE: usize = 15;
-
 impl Args {
     pub(crate) fn parse(cx: &Ctxt, args: proc_macro2::TokenStream) -> Args {
         let mut out = Args::default();

@@ -137,6 +137,16 @@ fn derives_persistent(item: &ItemStruct) -> bool {
     })
 }
 
+/// An item that fails to compile, at `span`, with `message` unless the constant `cond`
+/// holds.
+fn const_check(span: proc_macro2::Span, cond: TokenStream, message: &str) -> TokenStream {
+    quote_spanned! {span=>
+        const _: () = if !(#cond) {
+            ::core::panic!(#message)
+        };
+    }
+}
+
 /// A field with its `#[extension]` attributes removed.
 fn strip(field: &syn::Field) -> syn::Field {
     let mut f = field.clone();
@@ -304,21 +314,20 @@ impl<'m, 'a> Gen<'m, 'a> {
         let ident = self.ident;
         let message = format!(
             "`#[extendible(upgrade = on_write)]`: an extension group of `{}` is not kept in \
-             its reserve (it does not fit, or it is past the {} groups a reserve holds), and \
+             its reserve (it does not fit, or it is past the most groups a reserve holds), and \
              `on_write` needs every group there (a read builds the missing groups in a copy \
              of the object, which holds its reserve alone); drop `upgrade = on_write` from \
              this version (its objects are then upgraded when read), or keep the new fields \
              within the `reserve = N` the first version set",
             self.name,
-            crate::extension::MAX_INLINE
         );
         (
             quote_spanned!(on_write.span()=> const __UPGRADE_ON_WRITE: bool = true;),
-            quote_spanned! {on_write.span()=>
-                const _: () = if !::pgl::__private::all_inline::<#ident>() {
-                    ::core::panic!(#message)
-                };
-            },
+            const_check(
+                on_write.span(),
+                quote!(::pgl::__private::all_inline::<#ident>()),
+                &message,
+            ),
         )
     }
 
@@ -333,11 +342,11 @@ impl<'m, 'a> Gen<'m, 'a> {
              when objects were first stored; add new fields in a new `#[extension(N)]` group",
             self.name
         );
-        quote_spanned! {lit.span()=>
-            const _: () = if <#ident as ::pgl::__private::Persistent>::LAYOUT != #lit {
-                ::core::panic!(#message)
-            };
-        }
+        const_check(
+            lit.span(),
+            quote!(<#ident as ::pgl::__private::Persistent>::LAYOUT == #lit),
+            &message,
+        )
     }
 
     /// The struct of group `k`: its fields, then the link to group `k + 1`.
