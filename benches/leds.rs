@@ -9,6 +9,8 @@
 //! the same nodes every transaction), in five ways:
 //!
 //! - `get`: `tx.get(n)?.key` of a plain struct (the native program's read);
+//! - `get-twice`: `tx.get(n)?.key`, then `tx.get(n)?.left` (a tree walk's reads of a node;
+//!   the figure is per node, so it is the cost of two reads);
 //! - `ext_with`: `tx.ext_with(n, |v| *v.key())` of a node that holds its group inline;
 //! - `ext_with-dram`: the same read of a v0 node with `upgrade = on_write`, which makes
 //!   the widened key in DRAM on every read (`read_through`) and stores nothing;
@@ -159,10 +161,19 @@ fn main() -> pgl::Result<()> {
     let dram2: Vec<Oid<v2::Node>> = old(())?.into_iter().map(Oid::cast).collect();
 
     type Read<'a> = Box<dyn Fn(&Tx<'_>) -> pgl::Result<u64> + 'a>;
-    let ways: [(&str, Read<'_>); 5] = [
+    let ways: [(&str, Read<'_>); 6] = [
         (
             "get",
             Box::new(|tx| plain.iter().try_fold(0, |s, &o| Ok(s ^ tx.get(o)?.key))),
+        ),
+        (
+            "get-twice",
+            Box::new(|tx| {
+                plain.iter().try_fold(0, |s, &o| {
+                    let key = tx.get(o)?.key;
+                    Ok(s ^ key ^ tx.get(o)?.left.raw())
+                })
+            }),
         ),
         (
             "ext_with",
@@ -204,6 +215,7 @@ fn main() -> pgl::Result<()> {
     let mut times = vec![Vec::with_capacity(runs); ways.len()];
     for _ in 0..runs {
         for ((_, read), t) in ways.iter().zip(&mut times) {
+            // `get-twice` reads each object twice: ns per object, as the others.
             t.push(per_read(&pool, n, reads, read)?);
         }
     }

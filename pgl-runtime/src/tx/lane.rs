@@ -59,6 +59,8 @@ pub(crate) struct Scratch {
     pub links: SmallMap<u64, u32>,
     /// The allocations of a transaction's `InPlaceReads` (lent to it while it runs).
     pub reads: Option<Box<super::handle::LiveReads>>,
+    /// Objects found live in place, by type (`vetted`).
+    pub vetted: super::vetted::Vetted,
 }
 
 /// Reusable buffers of a logged commit: its record and its apply step.

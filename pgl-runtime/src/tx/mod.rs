@@ -21,6 +21,7 @@ mod tail;
 mod thread;
 #[allow(clippy::module_inception)]
 mod tx;
+mod vetted;
 
 pub(crate) use buffer::Buffer;
 pub use engine::VerifyPolicy;

@@ -11,6 +11,7 @@ use super::held::HeldStripes;
 use super::lane::{Lane, LaneState};
 use super::locks::{Held, ObjectLocks};
 use super::thread::{detached_holds, detached_lane, ref_held};
+use super::vetted;
 use crate::checksum::adler32_patch;
 use crate::heap::layout::{
     object_checksum, ObjectHeader, CHECKSUM_PREFIX, HEADER_SIZE, PREFIX_TYPE_OFFSET,
@@ -385,9 +386,17 @@ impl<'p> Tx<'p> {
                     return Err(Error::already_borrowed(off));
                 }
                 self.lock(&mut st, off, Held::Write)?;
-                let place = self.eng.heap.locate(off)?;
                 let h = self.header(off);
-                Self::check_type::<T>(off, &h, place.capacity)?;
+                // Read before as a live `T` (`vetted`, under the lock this transaction
+                // holds), it still is one, of a size its block holds: the header is
+                // checked again (damage since would make the buffer the wrong size), the
+                // block not.
+                let key = vetted::type_key(T::TYPE_ID, object_size::<T>());
+                let same = h.type_id == T::TYPE_ID && h.size == object_size::<T>() as u64;
+                if !(same && st.lane.scratch.vetted.holds(off, key)) {
+                    let place = self.eng.heap.locate(off)?;
+                    Self::check_type::<T>(off, &h, place.capacity)?;
+                }
                 self.eng.migrating.check("change", h.type_id, off)?;
                 let mut p =
                     self.new_buffer(&mut st, off, h.size as usize, h.type_id, BufKind::Open);
@@ -493,12 +502,28 @@ impl<'p> Tx<'p> {
             // A shared-borrowed buffer of a T.
             return Ok(ReadAt::buffer(b));
         }
-        self.lock(&mut st, off, Held::Read)?;
-        let p = self.vet_in_place::<T>(off)?;
+        let p = self.read_lock_vetted::<T>(&mut st, off)?;
         self.reads.enter(off, &mut st.lane.scratch.reads);
         // A live object of type T (checked), 16-byte aligned in the mapping, under a lock
         // this transaction holds until it ends; its borrow is counted just above.
         Ok(ReadAt::in_place(p))
+    }
+
+    /// Takes the read lock of the object at `off` and vets it as a `T` (`vet_in_place`),
+    /// unless this transaction did both before (`vetted`); where it lies in the mapping.
+    #[inline]
+    fn read_lock_vetted<T: Persistent>(&self, st: &mut TxState<'p>, off: u64) -> Result<*const T> {
+        let key = vetted::type_key(T::TYPE_ID, object_size::<T>());
+        if st.lane.scratch.vetted.holds(off, key) {
+            return Ok(self.eng.media.ptr(off) as *const T);
+        }
+        self.lock(st, off, Held::Read)?;
+        let p = self.vet_in_place::<T>(off)?;
+        // The conservative policy verifies the object on every read: no shortcut.
+        if self.eng.verify != VerifyPolicy::Conservative {
+            st.lane.scratch.vetted.note(off, key);
+        }
+        Ok(p)
     }
 
     /// Checks that the object at `off` is a live `T` (verifying it too under the
@@ -527,8 +552,7 @@ impl<'p> Tx<'p> {
         // The owner's lock alone would cover a group with one owner, but a damaged link
         // (unverified: reads in place check no checksum) can name another owner's group,
         // which that owner's writer changes under the group's write lock alone.
-        self.lock(&mut st, off, Held::Read)?;
-        let p = self.vet_in_place::<T>(off)?;
+        let p = self.read_lock_vetted::<T>(&mut st, off)?;
         self.reads.enter(off, &mut st.lane.scratch.reads);
         // A live object of type T (checked), 16-byte aligned in the mapping, its borrow
         // counted just above, under its read lock, which this transaction holds until it
@@ -1203,6 +1227,8 @@ impl<'p> Tx<'p> {
         sc.undo.clear();
         sc.frees.clear();
         sc.links.clear();
+        // The locks are released: what was vetted under them is not known any more.
+        sc.vetted.clear();
     }
 }
 
