@@ -17,6 +17,14 @@
 //! - `ext-dram`: the same through `tx.ext(n)?.key()`, whose view owns its copy;
 //! - `ext_with-2groups-dram`: a node whose two groups are both missing.
 //!
+//! Then what an upgrade on read (the default policy) adds to a transaction, on nodes of
+//! 64 bytes whose group lives in their reserve: `write-field`, a transaction that writes
+//! one field of a node (`tx.open(n)?.set_left(..)`); `upgrade-on-read`, one that reads
+//! the key of a node not yet upgraded (`ext_with`, which upgrades it: one node written);
+//! `tx.upgrade`, the upgrade alone, asked for; `upgrade-on-read+write-field`, a read
+//! that upgrades and a write of another node in one transaction. CSV
+//! `leds,tx,pgl,<way>,64,1,N,ns` (per transaction) and the ratio to `write-field`.
+//!
 //! CSV `leds,read,pgl,<way>,<reads>,1,N,ns` (per read, the transaction's fixed cost
 //! shared out; median of `PGL_BENCH_RUNS` rounds, default 15, each of which runs every way
 //! in turn) and, on stderr, each way's
@@ -65,6 +73,25 @@ mod v1 {
     }
 }
 
+/// `v1`'s nodes upgraded on read (the default): the first read writes the group.
+mod v1r {
+    use pgl::prelude::*;
+
+    #[extendible(reserve = 24)]
+    #[derive(Persistent)]
+    #[repr(C)]
+    #[pgl(id = 0xbe_1ed5)]
+    pub struct Node {
+        pub key: u32,
+        pub _pad: u32,
+        pub value: u64,
+        pub left: Oid<Node>,
+        pub right: Oid<Node>,
+        #[extension(1, replaces = key, init = |old| u64::from(old.key()))]
+        pub key64: u64,
+    }
+}
+
 mod v2 {
     use pgl::prelude::*;
 
@@ -96,6 +123,8 @@ struct Plain {
 }
 
 use v1::NodeExtFields as _;
+use v1r::NodeExtFields as _;
+use v1r::NodeFields as _;
 use v2::NodeExtFields as _;
 
 fn env_num(name: &str, default: usize) -> usize {
@@ -118,6 +147,100 @@ fn per_read(
         black_box(pool.tx(|tx| read(tx))?);
     }
     Ok(t.elapsed().as_nanos() as f64 / (n * reads) as f64)
+}
+
+/// What an upgrade on read adds to a transaction: `PGL_BENCH_UPGRADES` transactions a
+/// way and round (default 10000), each on nodes of its own, so that every upgrade meets a
+/// node not upgraded yet (and every way nodes as cold). ns per transaction, median of the
+/// rounds.
+fn upgrades(dir: &std::path::Path, runs: usize) -> pgl::Result<()> {
+    let k = env_num("PGL_BENCH_UPGRADES", 10_000).max(1);
+    let path = dir.join(format!("pgl-bench-leds-up-{}.pool", std::process::id()));
+    let pool = Pool::reset(&path, &Config::new("bench-leds-up").size(256 << 20))?;
+    let nodes = |count: usize| -> pgl::Result<Vec<Oid<v1r::Node>>> {
+        let mut v = Vec::with_capacity(count);
+        for chunk in 0..count.div_ceil(1000) {
+            let m = (count - chunk * 1000).min(1000);
+            v.extend(pool.tx(|tx| {
+                (0..m as u32)
+                    .map(|i| {
+                        let o = tx.alloc_ext(v0::NodeData {
+                            key: i,
+                            _pad: 0,
+                            value: i.into(),
+                            left: Oid::NULL,
+                            right: Oid::NULL,
+                        })?;
+                        Ok(o.cast::<v1r::Node>())
+                    })
+                    .collect::<pgl::Result<Vec<_>>>()
+            })?);
+        }
+        Ok(v)
+    };
+    // Upgraded beforehand (writing one upgrades nothing), one a transaction: every way
+    // meets nodes it has not touched since they were made, as cold in the cache.
+    let written = nodes(k * runs)?;
+    pool.upgrade_all::<v1r::Node>()?;
+    let fresh_read = nodes(k * runs)?;
+    let fresh_rw = nodes(k * runs)?;
+    let fresh_up = nodes(k * runs)?;
+    type Step<'a> = Box<dyn Fn(&Tx<'_>, usize) -> pgl::Result<u64> + 'a>;
+    let ways: [(&str, Step<'_>); 4] = [
+        (
+            "write-field",
+            Box::new(|tx, i| {
+                tx.open(written[i])?.set_left(Oid::NULL);
+                Ok(0)
+            }),
+        ),
+        (
+            "upgrade-on-read",
+            Box::new(|tx, i| tx.ext_with(fresh_read[i], |v| *v.key())),
+        ),
+        (
+            "tx.upgrade",
+            Box::new(|tx, i| Ok(u64::from(tx.upgrade(fresh_up[i])?))),
+        ),
+        (
+            "upgrade-on-read+write-field",
+            Box::new(|tx, i| {
+                let key = tx.ext_with(fresh_rw[i], |v| *v.key())?;
+                tx.open(written[i])?.set_left(Oid::NULL);
+                Ok(key)
+            }),
+        ),
+    ];
+    let upgrades_before = pool.stats().upgrades;
+    let mut times = vec![Vec::with_capacity(runs); ways.len()];
+    for r in 0..runs {
+        for ((_, step), t) in ways.iter().zip(&mut times) {
+            let start = Instant::now();
+            for i in r * k..(r + 1) * k {
+                black_box(pool.tx(|tx| step(tx, i))?);
+            }
+            t.push(start.elapsed().as_nanos() as f64 / k as f64);
+        }
+    }
+    assert_eq!(
+        (pool.stats().upgrades - upgrades_before) as usize,
+        3 * k * runs,
+        "each transaction of the three upgrade ways upgraded one node"
+    );
+    let mut base = None;
+    for ((way, _), t) in ways.iter().zip(&mut times) {
+        t.sort_by(f64::total_cmp);
+        let ns = t[t.len() / 2];
+        let base = *base.get_or_insert(ns);
+        println!("leds,tx,pgl,{way},64,1,{k},{ns:.0}");
+        eprintln!(
+            "{way:>28}: {ns:6.0} ns per transaction, {:.2}x write-field",
+            ns / base
+        );
+    }
+    drop(pool);
+    let _ = std::fs::remove_file(&path);
+    Ok(())
 }
 
 fn main() -> pgl::Result<()> {
@@ -211,6 +334,12 @@ fn main() -> pgl::Result<()> {
             *way == "get" || chosen.is_empty() || chosen.split(',').any(|w| w == *way)
         })
         .collect();
+    // `get` alone runs only as the others' baseline, or when asked for.
+    let ways = if ways.len() > 1 || chosen.is_empty() || chosen.split(',').any(|w| w == "get") {
+        ways
+    } else {
+        Vec::new()
+    };
     // Round by round, every way in turn: a slow phase of the machine hits them all.
     let mut times = vec![Vec::with_capacity(runs); ways.len()];
     for _ in 0..runs {
@@ -223,7 +352,7 @@ fn main() -> pgl::Result<()> {
         t.sort_by(f64::total_cmp);
         t[t.len() / 2]
     };
-    let base = median(&mut times[0]);
+    let base = times.first_mut().map_or(0.0, median);
     for ((way, _), t) in ways.iter().zip(&mut times) {
         let ns = median(t);
         println!("leds,read,pgl,{way},{reads},1,{n},{ns:.1}");
@@ -239,5 +368,8 @@ fn main() -> pgl::Result<()> {
     assert_eq!(present, 0, "a read through DRAM stored a group");
     drop(pool);
     let _ = std::fs::remove_file(&path);
+    if chosen.is_empty() || chosen.split(',').any(|w| w == "upgrades") {
+        upgrades(&dir, runs)?;
+    }
     Ok(())
 }

@@ -64,9 +64,10 @@
 //! milliseconds) mostly noise, and the timed verdicts with them.
 //!
 //! Environment: `PGL_BENCH_DIR` (default /dev/shm), `PGL_LEDS_N` (keys, default 20000),
-//! `PGL_LEDS_RUNS` (repetitions, default 5), `PGL_BENCH_PARITY` (0: pools without zone
-//! parity upkeep), `PGL_LEDS_CASES` (a comma-separated subset of `hash-change`,
-//! `hash-add`, `tree-change`, `tree-add`; default all).
+//! `PGL_LEDS_RUNS` (repetitions, default 9: between two runs of one build, a percentage
+//! moved by up to 13 points with 5 repetitions, by up to 6 with 9), `PGL_BENCH_PARITY`
+//! (0: pools without zone parity upkeep), `PGL_LEDS_CASES` (a comma-separated subset of
+//! `hash-change`, `hash-add`, `tree-change`, `tree-add`; default all).
 
 use auto_change::{HNodeExtFields as _, TNodeExtFields as _};
 use auto_change_r::{HNodeExtFields as _, TNodeExtFields as _};
@@ -883,7 +884,7 @@ struct Row {
 
 fn run(dir: &Path) -> pgl::Result<Vec<Row>> {
     let n = env_num("PGL_LEDS_N", 20_000).max(100);
-    let runs = env_num("PGL_LEDS_RUNS", 5).max(1);
+    let runs = env_num("PGL_LEDS_RUNS", 9).max(1);
     let keys = Rng(0x1ed5_2026).keys(n);
     let setup = Setup {
         dir: dir.to_owned(),
