@@ -386,17 +386,25 @@ impl<'p> Tx<'p> {
                     return Err(Error::already_borrowed(off));
                 }
                 self.lock(&mut st, off, Held::Write)?;
-                let h = self.header(off);
                 // Read before as a live `T` (`vetted`, under the lock this transaction
                 // holds), it still is one, of a size its block holds: the header is
                 // checked again (damage since would make the buffer the wrong size), the
-                // block not.
+                // block not. Otherwise the oid is located first: its header is read only
+                // once it is known to be an object's.
                 let key = vetted::type_key(T::TYPE_ID, object_size::<T>());
-                let same = h.type_id == T::TYPE_ID && h.size == object_size::<T>() as u64;
-                if !(same && st.lane.scratch.vetted.holds(off, key)) {
+                let h = if st.lane.scratch.vetted.holds(off, key) {
+                    let h = self.header(off);
+                    if !(h.type_id == T::TYPE_ID && h.size == object_size::<T>() as u64) {
+                        let place = self.eng.heap.locate(off)?;
+                        Self::check_type::<T>(off, &h, place.capacity)?;
+                    }
+                    h
+                } else {
                     let place = self.eng.heap.locate(off)?;
+                    let h = self.header(off);
                     Self::check_type::<T>(off, &h, place.capacity)?;
-                }
+                    h
+                };
                 self.eng.migrating.check("change", h.type_id, off)?;
                 let mut p =
                     self.new_buffer(&mut st, off, h.size as usize, h.type_id, BufKind::Open);
@@ -1208,6 +1216,8 @@ impl<'p> Tx<'p> {
         st.registered.clear();
         let lane = &mut *st.lane;
         let sc = &mut lane.scratch;
+        // What was vetted under the locks is not known once they go.
+        sc.vetted.clear();
         let objects = &self.eng.objects;
         sc.held.release_all(|stripe, h| objects.release(stripe, h));
         for b in sc.bufs.drain(..) {
@@ -1227,8 +1237,6 @@ impl<'p> Tx<'p> {
         sc.undo.clear();
         sc.frees.clear();
         sc.links.clear();
-        // The locks are released: what was vetted under them is not known any more.
-        sc.vetted.clear();
     }
 }
 
