@@ -1338,8 +1338,8 @@ pub(crate) fn group_refused<T: Persistent>(off: u64, what: &str) -> Error {
 }
 
 /// Why `take_stripe` could not take a lock: one byte, so that the common `Ok` comes back
-/// in a register (a `Result<(), Error>` is returned through memory, and the caller's
-/// wide load of it stalled on the narrower stores that wrote it: 10-20 % of a `get`).
+/// in a register (a `Result<(), Error>` is returned through memory, which the caller
+/// loaded and copied on every lock; the `Error` is made in `Tx::lock_failed`, cold).
 #[derive(Clone, Copy, Debug)]
 enum Busy {
     /// Another transaction holds it.

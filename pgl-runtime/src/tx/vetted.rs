@@ -1,6 +1,6 @@
 //! Objects a transaction has found live in place, and of which type: a second `get` (or an
-//! `open` after a `get`) of one skips `Heap::locate` and the header check, a third of a
-//! cached read. A tree walk reads a node's key and then its child link; a
+//! `open` after a `get`) of one skips `Heap::locate` and the header check, a third to a
+//! half of a cached read. A tree walk reads a node's key and then its child link; a
 //! read-modify-write reads an object, then opens it.
 //!
 //! An entry is made once the transaction holds the object's lock and has checked that a
