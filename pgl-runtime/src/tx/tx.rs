@@ -386,25 +386,8 @@ impl<'p> Tx<'p> {
                     return Err(Error::already_borrowed(off));
                 }
                 self.lock(&mut st, off, Held::Write)?;
-                // Read before as a live `T` (`vetted`, under the lock this transaction
-                // holds), it still is one, of a size its block holds: the header is
-                // checked again (damage since would make the buffer the wrong size), the
-                // block not. Otherwise the oid is located first: its header is read only
-                // once it is known to be an object's.
-                let key = vetted::type_key(T::TYPE_ID, object_size::<T>());
-                let h = if st.lane.scratch.vetted.holds(off, key) {
-                    let h = self.header(off);
-                    if !(h.type_id == T::TYPE_ID && h.size == object_size::<T>() as u64) {
-                        let place = self.eng.heap.locate(off)?;
-                        Self::check_type::<T>(off, &h, place.capacity)?;
-                    }
-                    h
-                } else {
-                    let place = self.eng.heap.locate(off)?;
-                    let h = self.header(off);
-                    Self::check_type::<T>(off, &h, place.capacity)?;
-                    h
-                };
+                let vetted = st.lane.scratch.vetted.holds(off, vetted::key::<T>());
+                let h = self.checked_header::<T>(off, vetted)?;
                 self.eng.migrating.check("change", h.type_id, off)?;
                 let mut p =
                     self.new_buffer(&mut st, off, h.size as usize, h.type_id, BufKind::Open);
@@ -521,7 +504,7 @@ impl<'p> Tx<'p> {
     /// unless this transaction did both before (`vetted`); where it lies in the mapping.
     #[inline]
     fn read_lock_vetted<T: Persistent>(&self, st: &mut TxState<'p>, off: u64) -> Result<*const T> {
-        let key = vetted::type_key(T::TYPE_ID, object_size::<T>());
+        let key = vetted::key::<T>();
         if st.lane.scratch.vetted.holds(off, key) {
             return Ok(self.eng.media.ptr(off) as *const T);
         }
@@ -538,13 +521,30 @@ impl<'p> Tx<'p> {
     /// conservative policy) and returns where it lies in the mapping. The caller keeps
     /// writers off it (its lock, or its owner's: see [`GroupScope`]).
     fn vet_in_place<T: Persistent>(&self, off: u64) -> Result<*const T> {
-        let place = self.eng.heap.locate(off)?;
-        let h = self.header(off);
-        Self::check_type::<T>(off, &h, place.capacity)?;
+        let h = self.checked_header::<T>(off, false)?;
         if self.eng.verify == VerifyPolicy::Conservative {
             verify_in_place(self.eng, off, &h)?;
         }
         Ok(self.eng.media.ptr(off) as *const T)
+    }
+
+    /// The header of the object at `off`, checked to be a live `T`'s; the caller holds
+    /// its lock. The oid is located first, so that a header is read only once it is known
+    /// to be an object's, unless this transaction `vetted` it as a `T` before, under the
+    /// lock it still holds: then it is still one, in a block that holds it, and the
+    /// header's type and size alone are checked again (damage since would make a buffer
+    /// of it the wrong size).
+    fn checked_header<T: Persistent>(&self, off: u64, vetted: bool) -> Result<ObjectHeader> {
+        if vetted {
+            let h = self.header(off);
+            if h.type_id == T::TYPE_ID && h.size == object_size::<T>() as u64 {
+                return Ok(h);
+            }
+        }
+        let place = self.eng.heap.locate(off)?;
+        let h = self.header(off);
+        Self::check_type::<T>(off, &h, place.capacity)?;
+        Ok(h)
     }
 
     /// An extension group read in place for `Tx::ext` (which holds the owner locked: see
@@ -578,8 +578,8 @@ impl<'p> Tx<'p> {
         if self.buffer_of::<T>(&st, off)?.is_some() {
             return Ok(());
         }
-        let place = self.eng.heap.locate(off)?;
-        Self::check_type::<T>(off, &self.header(off), place.capacity)
+        let vetted = st.lane.scratch.vetted.holds(off, vetted::key::<T>());
+        self.checked_header::<T>(off, vetted).map(drop)
     }
 
     /// Injects a fault that lives inside this transaction (see [`Fault::SmashCanary`]);

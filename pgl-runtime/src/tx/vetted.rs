@@ -11,6 +11,8 @@
 //! changed. Direct-mapped and small: a miss costs what no entry would, and a transaction
 //! reading thousands of objects keeps only the latest few.
 
+use crate::persistent::{object_size, Persistent};
+
 /// Slots: a power of two.
 const SLOTS: usize = 32;
 
@@ -22,10 +24,15 @@ pub(crate) struct Vetted {
     valid: u32,
 }
 
-/// What an entry was vetted as: a type id and the object's size (a `T` of another build
-/// with the same id differs in size).
+/// What an entry was vetted as: a `T`, by its type id and object size (a `T` of another
+/// build with the same id differs in size).
 #[inline]
-pub(crate) fn type_key(type_id: u32, size: usize) -> u64 {
+pub(crate) fn key<T: Persistent>() -> u64 {
+    type_key(T::TYPE_ID, object_size::<T>())
+}
+
+#[inline]
+fn type_key(type_id: u32, size: usize) -> u64 {
     u64::from(type_id) | (size as u64) << 32
 }
 
