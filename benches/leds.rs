@@ -39,78 +39,57 @@ use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::Instant;
 
-mod v0 {
-    use pgl::prelude::*;
+/// A version of the node, in module `$m`: `#[extendible($args)]` over the base fields,
+/// then `$groups`, its extension fields.
+macro_rules! node {
+    ($(#[$doc:meta])* $m:ident, ($($args:tt)*), { $($groups:tt)* }) => {
+        $(#[$doc])*
+        mod $m {
+            use pgl::prelude::*;
 
-    #[extendible(reserve = 24)]
-    #[derive(Persistent)]
-    #[repr(C)]
-    #[pgl(id = 0xbe_1ed5)]
-    pub struct Node {
-        pub key: u32,
-        pub _pad: u32,
-        pub value: u64,
-        pub left: Oid<Node>,
-        pub right: Oid<Node>,
-    }
+            #[extendible($($args)*)]
+            #[derive(Persistent)]
+            #[repr(C)]
+            #[pgl(id = 0xbe_1ed5)]
+            pub struct Node {
+                pub key: u32,
+                pub _pad: u32,
+                pub value: u64,
+                pub left: Oid<Node>,
+                pub right: Oid<Node>,
+                $($groups)*
+            }
+        }
+    };
 }
 
-mod v1 {
-    use pgl::prelude::*;
-
-    #[extendible(reserve = 24, upgrade = on_write)]
-    #[derive(Persistent)]
-    #[repr(C)]
-    #[pgl(id = 0xbe_1ed5)]
-    pub struct Node {
-        pub key: u32,
-        pub _pad: u32,
-        pub value: u64,
-        pub left: Oid<Node>,
-        pub right: Oid<Node>,
+node!(
+    /// The version that wrote the data: 32-bit keys.
+    v0, (reserve = 24), {}
+);
+node!(
+    /// The key widened, read through DRAM until written.
+    v1, (reserve = 24, upgrade = on_write), {
         #[extension(1, replaces = key, init = |old| u64::from(old.key()))]
         pub key64: u64,
     }
-}
-
-/// `v1`'s nodes upgraded on read (the default): the first read writes the group.
-mod v1r {
-    use pgl::prelude::*;
-
-    #[extendible(reserve = 24)]
-    #[derive(Persistent)]
-    #[repr(C)]
-    #[pgl(id = 0xbe_1ed5)]
-    pub struct Node {
-        pub key: u32,
-        pub _pad: u32,
-        pub value: u64,
-        pub left: Oid<Node>,
-        pub right: Oid<Node>,
+);
+node!(
+    /// `v1`'s nodes upgraded on read (the default): the first read writes the group.
+    v1r, (reserve = 24), {
         #[extension(1, replaces = key, init = |old| u64::from(old.key()))]
         pub key64: u64,
     }
-}
-
-mod v2 {
-    use pgl::prelude::*;
-
-    #[extendible(reserve = 24, upgrade = on_write)]
-    #[derive(Persistent)]
-    #[repr(C)]
-    #[pgl(id = 0xbe_1ed5)]
-    pub struct Node {
-        pub key: u32,
-        pub _pad: u32,
-        pub value: u64,
-        pub left: Oid<Node>,
-        pub right: Oid<Node>,
+);
+node!(
+    /// Two groups, both missing from the data.
+    v2, (reserve = 24, upgrade = on_write), {
         #[extension(1, replaces = key, init = |old| u64::from(old.key()))]
         pub key64: u64,
         #[extension(2, init = |old| old.key64() ^ old.value())]
         pub tag: u64,
     }
-}
+);
 
 #[derive(Persistent)]
 #[repr(C)]
