@@ -18,8 +18,9 @@
 //! - `ext_with-2groups-dram`: a node whose two groups are both missing.
 //!
 //! Then what an upgrade on read (the default policy) adds to a transaction, on nodes of
-//! 64 bytes whose group lives in their reserve: `write-field`, a transaction that writes
-//! one field of a node (`tx.open(n)?.set_left(..)`); `upgrade-on-read`, one that reads
+//! 64 bytes whose group lives in their reserve: `write-field`, a transaction that changes
+//! one field of a node (`tx.open(n)?.set_value(..)`, a value it did not hold, so that the
+//! node's bytes, checksum and parity all change, as an upgrade's do); `upgrade-on-read`, one that reads
 //! the key of a node not yet upgraded (`ext_with`, which upgrades it: one node written);
 //! `tx.upgrade`, the upgrade alone, asked for; `upgrade-on-read+write-field`, a read
 //! that upgrades and a write of another node in one transaction. CSV
@@ -169,7 +170,7 @@ fn upgrades(dir: &std::path::Path, runs: usize) -> pgl::Result<()> {
         (
             "write-field",
             Box::new(|tx, i| {
-                tx.open(written[i])?.set_left(Oid::NULL);
+                tx.open(written[i])?.set_value(!(i as u64));
                 Ok(0)
             }),
         ),
@@ -185,7 +186,7 @@ fn upgrades(dir: &std::path::Path, runs: usize) -> pgl::Result<()> {
             "upgrade-on-read+write-field",
             Box::new(|tx, i| {
                 let key = tx.ext_with(fresh_rw[i], |v| *v.key())?;
-                tx.open(written[i])?.set_left(Oid::NULL);
+                tx.open(written[i])?.set_value(!(i as u64));
                 Ok(key)
             }),
         ),
