@@ -524,12 +524,23 @@ impl<'p> Tx<'p> {
             .map_err(in_own_part::<T>)
         };
         let link = base.__link();
-        if let Some(groups) = reads(link).or_else(walk_instead)? {
-            return Ok(Ext::new(oid, base, groups));
+        // An object whose groups all live in its reserve, lacking some, has nothing for
+        // `reads` to find: it is upgraded straight away, then read as `ext` reads one
+        // that needs no upgrade (`reads`, as below, checks what that fast path does not).
+        let short = (const { all_inline::<T>() })
+            && separate(link) == 0
+            && inline_count(link) < T::GROUPS;
+        if !short {
+            if let Some(groups) = reads(link).or_else(walk_instead)? {
+                return Ok(Ext::new(oid, base, groups));
+            }
         }
         drop(base);
         self.upgrade_from(oid, link)?;
         let base = self.get(oid)?;
+        if self.all_in_reserve(&base) {
+            return Ok(Ext::new(oid, base, Default::default()));
+        }
         let groups = reads(base.__link())?.ok_or_else(|| incomplete::<T>(oid))?;
         Ok(Ext::new(oid, base, groups))
     }

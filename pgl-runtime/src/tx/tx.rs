@@ -1241,15 +1241,24 @@ impl<'p> Tx<'p> {
 }
 
 /// Counts in `links` that a buffer's kept extension link changes from `old` to `new`
-/// (by the separate group each names: the inline count is the owner's own business).
+/// (by the separate group each names: the inline count is the owner's own business). A
+/// link that names no separate group is not counted: `links` is asked only about groups
+/// (`alloc_linked`), and most owners' links (every one whose groups all live in its
+/// reserve) name none.
 fn count_link(links: &mut SmallMap<u64, u32>, old: Option<u64>, new: u64) {
-    if let Some(old) = old {
-        links.update_or_remove(&crate::leds::separate(old), |n| {
+    let (old, new) = (old.map(crate::leds::separate), crate::leds::separate(new));
+    if old == Some(new) {
+        return;
+    }
+    if let Some(old) = old.filter(|&o| o != 0) {
+        links.update_or_remove(&old, |n| {
             *n -= 1;
             *n == 0
         });
     }
-    *links.entry_or_insert_with(crate::leds::separate(new), || 0) += 1;
+    if new != 0 {
+        *links.entry_or_insert_with(new, || 0) += 1;
+    }
 }
 
 /// `tail::set_link`, counting the change in the transaction's `links`. `reserve`: the
