@@ -527,9 +527,8 @@ impl<'p> Tx<'p> {
         // An object whose groups all live in its reserve, lacking some, has nothing for
         // `reads` to find: it is upgraded straight away, then read as `ext` reads one
         // that needs no upgrade (`reads`, as below, checks what that fast path does not).
-        let short = (const { all_inline::<T>() })
-            && separate(link) == 0
-            && inline_count(link) < T::GROUPS;
+        let short =
+            (const { all_inline::<T>() }) && separate(link) == 0 && inline_count(link) < T::GROUPS;
         if !short {
             if let Some(groups) = reads(link).or_else(walk_instead)? {
                 return Ok(Ext::new(oid, base, groups));
