@@ -66,7 +66,10 @@ struct Phases {
     zalloc: f64,
 }
 
-fn run_once<const S: usize>(pool: &Pool, n: usize, threads: usize) -> Phases
+/// One round of the four phases; `round` numbers the rounds on one pool, so that each
+/// round's overwrites store bytes its objects do not hold yet (they reuse the space the
+/// round before freed, contents and all): a commit stores only bytes that changed.
+fn run_once<const S: usize>(pool: &Pool, n: usize, threads: usize, round: usize) -> Phases
 where
     [u8; S]: Persistent,
 {
@@ -77,7 +80,7 @@ where
             let barrier = barrier.clone();
             std::thread::spawn(move || {
                 let mut oids: Vec<Oid<[u8; S]>> = Vec::with_capacity(n);
-                let fill = [t as u8 + 1; S];
+                let fill = [(1 + (round * threads + t) % 255) as u8; S];
                 barrier.wait();
                 for _ in 0..n {
                     // pmemobj_tx_alloc leaves the payload as it was; so does alloc_unzeroed.
@@ -174,13 +177,13 @@ where
     let cfg = Config::new("fig3").size(need).preallocate(true);
     let cfg = protection(config, cfg).expect("a known config");
     let pool = Pool::create(&path, &cfg).expect("create bench pool");
-    run_once::<S>(&pool, n.min(10_000), threads); // warm-up
+    run_once::<S>(&pool, n.min(10_000), threads, 0); // warm-up
     let mut a = Vec::new();
     let mut o = Vec::new();
     let mut f = Vec::new();
     let mut z = Vec::new();
-    for _ in 0..runs {
-        let p = run_once::<S>(&pool, n, threads);
+    for round in 1..=runs {
+        let p = run_once::<S>(&pool, n, threads, round);
         a.push(p.alloc);
         o.push(p.overwrite);
         f.push(p.free);

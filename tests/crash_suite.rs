@@ -233,6 +233,9 @@ enum Shape {
     TwoRanges,
     /// An odd offset and an odd length.
     Unaligned,
+    /// Two disjoint ranges written through `DerefMut`: the commit finds the span from the
+    /// first changed byte to the last (objects over 64 bytes) and writes only that.
+    Borrowed,
 }
 
 /// A checked op: overwrite the object in `slot` with `shape`.
@@ -252,7 +255,7 @@ fn overwrite_op(run: &mut Run<'_>, kind: &str, slot: usize, shape: Shape) {
             let at = 8 * rng.range(0, (n - len) / 8);
             writes.push((at, rng.bytes(len)));
         }
-        Shape::TwoRanges => {
+        Shape::TwoRanges | Shape::Borrowed => {
             let half = n / 2;
             let l1 = rng.range(1, half / 2);
             let a1 = rng.range(0, half - l1);
@@ -279,6 +282,9 @@ fn overwrite_op(run: &mut Run<'_>, kind: &str, slot: usize, shape: Shape) {
     run.op(kind, label, |pool, root, m, _| {
         let oid = slot_oid(pool, root, slot);
         pool.tx(|tx| {
+            if matches!(shape, Shape::Borrowed) {
+                return tx_write_borrowed(tx, oid, n, &writes);
+            }
             for (at, d) in &writes {
                 if matches!(shape, Shape::Whole) {
                     tx_write_whole(tx, oid, d)?;
@@ -297,11 +303,12 @@ fn overwrite_op(run: &mut Run<'_>, kind: &str, slot: usize, shape: Shape) {
 
 #[test]
 fn crash_overwrite() {
-    const SHAPES: [Shape; 4] = [
+    const SHAPES: [Shape; 5] = [
         Shape::Whole,
         Shape::Range,
         Shape::TwoRanges,
         Shape::Unaligned,
+        Shape::Borrowed,
     ];
     let mut suite = Suite::new("overwrite");
     let mut seed = 100;

@@ -125,23 +125,41 @@ fn a_setter_logs_only_the_bytes_of_its_field() {
     .unwrap();
     let one_field = pool.stats().bytes_logged - before;
 
+    // DerefMut marks the whole object; the commit logs from the first changed byte to
+    // the last.
     let before = pool.stats().bytes_logged;
     pool.tx(|tx| {
-        tx.open(oid)?.corners[1].x = 43; // DerefMut marks the whole object
+        tx.open(oid)?.corners[1].x = 43;
         Ok(())
     })
     .unwrap();
-    let whole = pool.stats().bytes_logged - before;
+    let one_through_deref = pool.stats().bytes_logged - before;
+    let before = pool.stats().bytes_logged;
+    pool.tx(|tx| {
+        let mut s = tx.open(oid)?;
+        s.origin.x = 1; // the first field
+        s.r#type = 2; // the last
+        Ok(())
+    })
+    .unwrap();
+    let both_ends = pool.stats().bytes_logged - before;
 
-    assert!(
-        whole >= 2 * size,
-        "DerefMut logs the whole {size}-byte object in both lane copies ({whole} bytes)"
-    );
     assert!(
         one_field < 512,
         "a setter of an 8-byte field logged {one_field} bytes (object: {size} bytes)"
     );
-    assert_eq!(pool.get(oid).unwrap().corners[1].x, 43);
+    assert!(
+        one_through_deref < 512,
+        "one field changed through DerefMut logged {one_through_deref} bytes (object: \
+         {size} bytes)"
+    );
+    assert!(
+        both_ends >= 2 * (size - 16),
+        "changes at both ends log everything between, in both lane copies ({both_ends} \
+         bytes, object: {size} bytes)"
+    );
+    let s = *pool.get(oid).unwrap();
+    assert_eq!((s.corners[1].x, s.origin.x, s.r#type), (43, 1, 2));
     std::fs::remove_file(path).unwrap();
 }
 

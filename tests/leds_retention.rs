@@ -195,8 +195,9 @@ fn a_migration_many_times_larger_than_a_lane_runs_in_batches() {
         .run()
         .unwrap();
     assert_eq!(remap.len(), N as usize, "every node and the root");
+    // The lane holds about 200 new objects' worth of record: at least ten batches.
     assert!(
-        pool.stats().commits - commits > 20,
+        pool.stats().commits - commits >= 10,
         "{} commits",
         pool.stats().commits - commits
     );

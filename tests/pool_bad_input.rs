@@ -554,7 +554,7 @@ fn oversized_transaction_is_typed_and_changes_nothing() {
         .collect();
     let r = pool.tx(|tx| {
         for o in &oids {
-            tx.open(*o)?[5] = 5;
+            tx.open(*o)?.fill(5); // every byte changed: all of it logged
         }
         Ok(())
     });

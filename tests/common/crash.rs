@@ -230,6 +230,24 @@ pub fn tx_write_whole(tx: &Tx<'_>, oid: u64, data: &[u8]) -> pgl::Result<()> {
     })
 }
 
+/// Writes each `(at, bytes)` of `writes` into the `size`-byte object `oid` through one
+/// `DerefMut` borrow of the whole value (which marks everything; the commit narrows it).
+pub fn tx_write_borrowed(
+    tx: &Tx<'_>,
+    oid: u64,
+    size: usize,
+    writes: &[(usize, Vec<u8>)],
+) -> pgl::Result<()> {
+    by_size!(size, N => {
+        let mut h = tx.open(Oid::<[u8; N]>::from_raw(oid))?;
+        let value: &mut [u8; N] = &mut h;
+        for (at, d) in writes {
+            value[*at..at + d.len()].copy_from_slice(d);
+        }
+        Ok(())
+    })
+}
+
 /// Frees the `size`-byte object `oid`.
 pub fn tx_free(tx: &Tx<'_>, oid: u64, size: usize) -> pgl::Result<()> {
     by_size!(size, N => tx.free(Oid::<[u8; N]>::from_raw(oid)))

@@ -61,6 +61,9 @@ pub(crate) struct Buffer {
     storage: Vec<u128>,
     canary: u128,
     dirty: Vec<(u32, u32)>,
+    /// Whether the whole payload was marked by a borrow of the whole value (`DerefMut`),
+    /// which says nothing of what changed: the commit may narrow it (`narrow`).
+    whole_borrow: bool,
 }
 
 impl Buffer {
@@ -84,6 +87,7 @@ impl Buffer {
             storage,
             canary: c,
             dirty: Vec::new(),
+            whole_borrow: false,
         }
     }
 
@@ -121,6 +125,7 @@ impl Buffer {
         self.reserve = 0;
         self.canary = c;
         self.dirty.clear();
+        self.whole_borrow = false;
     }
 
     /// Words of the payload (its bytes rounded up to 16): the trailing canary's index is
@@ -174,6 +179,32 @@ impl Buffer {
     pub(crate) fn mark_all(&mut self) {
         self.dirty.clear();
         self.dirty.push((0, self.size as u32));
+        self.whole_borrow = false;
+    }
+
+    /// Marks the whole payload modified for a borrow of the whole value (`DerefMut`),
+    /// which may have changed any of it, or nothing: see `narrow`.
+    pub(crate) fn mark_whole_borrow(&mut self) {
+        self.mark_all();
+        self.whole_borrow = true;
+    }
+
+    /// Whether the marks are a whole-value borrow's (`mark_whole_borrow`), which `narrow`
+    /// can make exact.
+    pub(crate) fn whole_borrow(&self) -> bool {
+        self.whole_borrow
+    }
+
+    /// Replaces the marks with the span where the payload differs from `old` (the
+    /// object's bytes as the buffer was filled from them), from its first to its last
+    /// differing byte: none if nothing changed.
+    pub(crate) fn narrow(&mut self, old: &[u8]) {
+        let span = changed_span(old, self.payload());
+        self.dirty.clear();
+        if let Some((start, end)) = span {
+            self.dirty.push((start as u32, end as u32));
+        }
+        self.whole_borrow = false;
     }
 
     /// The modified ranges as marked (sorted and merged after `ranges`).
@@ -228,6 +259,49 @@ impl Buffer {
     }
 }
 
+/// The span of `new` that differs from `old` (of the same length): from its first
+/// differing byte to its last, or `None` if they are equal. Scanned a word at a time from
+/// each end, so it reads only the bytes that did not change before the first and after the
+/// last change: a value overwritten whole costs two words.
+fn changed_span(old: &[u8], new: &[u8]) -> Option<(usize, usize)> {
+    debug_assert_eq!(old.len(), new.len());
+    let n = old.len().min(new.len());
+    // The word at `at` of each (little-endian, so byte k is bits 8k..), XORed.
+    let diff = |at: usize| {
+        let word = |s: &[u8]| u64::from_le_bytes(s[at..at + 8].try_into().expect("8 bytes"));
+        word(old) ^ word(new)
+    };
+    let mut at = 0;
+    let first = loop {
+        if at + 8 <= n {
+            let x = diff(at);
+            if x != 0 {
+                break at + (x.trailing_zeros() / 8) as usize;
+            }
+            at += 8;
+        } else if at < n {
+            if old[at] != new[at] {
+                break at;
+            }
+            at += 1;
+        } else {
+            return None;
+        }
+    };
+    let mut end = n;
+    while end >= first + 8 {
+        let x = diff(end - 8);
+        if x != 0 {
+            return Some((first, end - (x.leading_zeros() / 8) as usize));
+        }
+        end -= 8;
+    }
+    while old[end - 1] == new[end - 1] {
+        end -= 1;
+    }
+    Some((first, end))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,6 +316,83 @@ mod tests {
         assert_eq!(b.ranges(4), &[(0, 8), (100, 120), (200, 256)]);
         b.mark_all();
         assert_eq!(b.ranges(0), &[(0, 256)]);
+    }
+
+    #[test]
+    fn the_changed_span_runs_from_the_first_to_the_last_differing_byte() {
+        let old: Vec<u8> = (0..40).collect();
+        let mut new = old.clone();
+        assert_eq!(changed_span(&old, &new), None, "nothing changed");
+        new[3] = 0xff;
+        new[5] = 0xff;
+        assert_eq!(changed_span(&old, &new), Some((3, 6)), "within one word");
+        new[28] = 0xff;
+        assert_eq!(
+            changed_span(&old, &new),
+            Some((3, 29)),
+            "equal words between"
+        );
+        new[39] = 0xff;
+        assert_eq!(changed_span(&old, &new), Some((3, 40)), "the last byte");
+        // A length that is no multiple of the word: the tail compared bytewise.
+        let (old, mut new) = (vec![1u8; 19], vec![1u8; 19]);
+        new[18] = 2;
+        assert_eq!(changed_span(&old, &new), Some((18, 19)));
+        new[0] = 2;
+        assert_eq!(changed_span(&old, &new), Some((0, 19)));
+        assert_eq!(changed_span(&[], &[]), None);
+        assert_eq!(changed_span(&[1], &[2]), Some((0, 1)));
+    }
+
+    #[test]
+    fn the_changed_span_agrees_with_a_bytewise_comparison() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        // Under Miri, a sample: its interpreter is thousands of times slower.
+        let (lens, reps) = if cfg!(miri) { (20, 2) } else { (70, 30) };
+        for len in 0..lens {
+            for _ in 0..reps {
+                let old: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+                let mut new = old.clone();
+                for _ in 0..next() % 4 {
+                    if len > 0 {
+                        new[(next() % len as u64) as usize] ^= 1 + (next() % 255) as u8;
+                    }
+                }
+                let first = (0..len).find(|&i| old[i] != new[i]);
+                let last = (0..len).rev().find(|&i| old[i] != new[i]);
+                let want = first.zip(last).map(|(f, l)| (f, l + 1));
+                assert_eq!(changed_span(&old, &new), want, "len {len}");
+            }
+        }
+    }
+
+    #[test]
+    fn narrowing_a_whole_borrow_keeps_only_what_changed() {
+        let mut b = Buffer::new(4096, 32, 1, 7, BufKind::Open);
+        let old = vec![0u8; 32];
+        b.mark_whole_borrow();
+        assert!(b.whole_borrow());
+        b.payload_mut()[17] = 5;
+        b.payload_mut()[20] = 5;
+        b.narrow(&old);
+        assert!(!b.whole_borrow());
+        assert_eq!(b.dirty(), &[(17, 21)]);
+        b.payload_mut()[17] = 0;
+        b.payload_mut()[20] = 0;
+        b.narrow(&old);
+        assert!(
+            !b.is_dirty(),
+            "written back to what it was: nothing to commit"
+        );
+        b.mark_whole_borrow();
+        b.mark_all();
+        assert!(!b.whole_borrow(), "an explicit whole mark stays whole");
     }
 
     #[test]

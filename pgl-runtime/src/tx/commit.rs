@@ -36,6 +36,10 @@ use std::sync::atomic::Ordering;
 /// Ranges of a buffer closer than this many bytes are logged as one.
 const MERGE_GAP: usize = 32;
 
+/// Values up to this size are committed whole after a whole-value borrow; larger ones
+/// only from their first changed byte to their last (`Buffer::narrow`).
+const NARROW_MIN: usize = 64;
+
 /// What a logged commit writes: object changes, zeroed ranges, metadata words (in this
 /// order, in the record as in place), and new objects.
 struct Writes<'a> {
@@ -358,6 +362,23 @@ impl Tx<'_> {
                     let size = buf.size;
                     let type_id = buf.type_id;
                     let old_sum = buf.checksum;
+                    // A borrow of the whole value marked all of it: what changed is found
+                    // by comparing with the object (our write lock has kept it as it was
+                    // copied), from each end up to the first change, for values larger
+                    // than a line (within one, a second piece to log, write and update
+                    // parity for costs more than the bytes it spares). The checksum is
+                    // then patched over that span, as for ranges a handle marked.
+                    if buf.whole_borrow() && size > NARROW_MIN {
+                        // SAFETY: the object's payload, inside the pool; our write lock
+                        // keeps every commit but ours from changing it.
+                        let old = unsafe {
+                            std::slice::from_raw_parts(eng.media.ptr(off) as *const u8, size)
+                        };
+                        buf.narrow(old);
+                        if !buf.is_dirty() {
+                            continue;
+                        }
+                    }
                     buf.ranges(MERGE_GAP);
                     let buf = &*buf;
                     let ranges = buf.dirty();

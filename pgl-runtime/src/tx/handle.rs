@@ -20,9 +20,10 @@ use std::cell::RefCell;
 
 /// A micro-buffer handle: the transaction's private copy of one object.
 ///
-/// Reading derefs to `&T`; `DerefMut` marks the whole object modified; the `write_*`
-/// methods (and the field setters `#[derive(Persistent)]` generates) mark only what they
-/// change, so commit logs and checksums only that.
+/// Reading derefs to `&T`; `DerefMut` marks the whole object modified (the commit logs an
+/// object of more than 64 bytes from the first byte it finds changed to the last); the
+/// `write_*` methods (and the field setters `#[derive(Persistent)]` generates) mark only
+/// what they change, so commit logs and checksums only that.
 pub struct Mut<'tx, T: Persistent> {
     buf: NonNull<Buffer>,
     _tx: PhantomData<&'tx ()>,
@@ -123,7 +124,8 @@ impl<T: Persistent> Deref for Mut<'_, T> {
 
 impl<T: Persistent> DerefMut for Mut<'_, T> {
     fn deref_mut(&mut self) -> &mut T {
-        self.buf_mut().mark_all();
+        // Any byte may change, or none: the commit compares (`Buffer::narrow`).
+        self.buf_mut().mark_whole_borrow();
         let p = self.buf_mut().payload_ptr() as *mut T;
         // SAFETY: the payload is 16-byte aligned, holds `size_of::<T>()` initialised bytes,
         // any bytes are a valid `T`, and the exclusive borrow makes this the only reference.
