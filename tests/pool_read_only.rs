@@ -99,6 +99,14 @@ fn changes_to_a_read_only_pool_are_refused_with_read_only() {
         "an allocation",
     );
     read_only(pool.tx(|tx| tx.free(item)), "a free");
+    // A borrow of the whole value that changes no byte is a read.
+    pool.tx(|tx| {
+        let mut h = tx.open(item)?;
+        h.value += 1;
+        h.value -= 1;
+        Ok(())
+    })
+    .unwrap();
     read_only(pool.root::<Root>().map(drop), "creating the root");
     read_only(pool.grow(pool.size() * 2), "grow");
     read_only(

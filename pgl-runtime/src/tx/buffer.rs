@@ -195,6 +195,12 @@ impl Buffer {
         self.whole_borrow
     }
 
+    /// Whether the payload differs from `old` (the object's bytes as the buffer was filled
+    /// from them).
+    pub(crate) fn differs_from(&self, old: &[u8]) -> bool {
+        changed_span(old, self.payload()).is_some()
+    }
+
     /// Replaces the marks with the span where the payload differs from `old` (the
     /// object's bytes as the buffer was filled from them), from its first to its last
     /// differing byte: none if nothing changed.

@@ -302,9 +302,10 @@ impl Tx<'_> {
         if eng.media.is_private() {
             // `Pool::open_read_only`: a change would stay in memory and be lost. Objects
             // opened (verified, repaired from parity if damaged) and left unchanged are
-            // a read: nothing to write. A free is in `frees` (its buffer is `Freed`, as is
-            // the forgotten buffer of an object that failed verification when opened,
-            // which changes nothing).
+            // a read: nothing to write, and so is a whole-value borrow that changed no
+            // byte (compared as the commit would). A free is in `frees` (its buffer is
+            // `Freed`, as is the forgotten buffer of an object that failed verification
+            // when opened, which changes nothing).
             let changes = !st.lane.scratch.meta.is_empty()
                 || !st.lane.scratch.frees.is_empty()
                 || st.lane.scratch.bufs.iter().any(|b| {
@@ -312,6 +313,17 @@ impl Tx<'_> {
                     let buf = unsafe { b.as_ref() };
                     match buf.kind {
                         BufKind::New => true,
+                        BufKind::Open if buf.whole_borrow() => {
+                            // SAFETY: the object's payload, inside the pool, which our
+                            // write lock keeps as it was copied.
+                            let old = unsafe {
+                                std::slice::from_raw_parts(
+                                    eng.media.ptr(buf.off) as *const u8,
+                                    buf.size,
+                                )
+                            };
+                            buf.differs_from(old)
+                        }
                         BufKind::Open => buf.is_dirty(),
                         BufKind::Freed => false,
                     }
