@@ -17,6 +17,10 @@
 //! - `ext-dram`: the same through `tx.ext(n)?.key()`, whose view owns its copy;
 //! - `ext_with-2groups-dram`: a node whose two groups are both missing.
 //!
+//! The three reads through DRAM run on a pool of their own on which no node was ever
+//! upgraded, so its registry has never stored the groups they make: the case of data that
+//! only `upgrade = on_write` programs read.
+//!
 //! Then what an upgrade on read (the default policy) adds to a transaction, on nodes of
 //! 64 bytes whose group lives in their reserve: `write-field`, a transaction that changes
 //! one field of a node (`tx.open(n)?.set_value(..)`, a value it did not hold, so that the
@@ -243,7 +247,12 @@ fn main() -> pgl::Result<()> {
             })
         })
         .collect::<pgl::Result<_>>()?;
-    let old = |_: ()| -> pgl::Result<Vec<Oid<v0::Node>>> {
+    // The reads through DRAM run on a pool of their own, on which no node was ever
+    // upgraded: the pool's registry has never stored the groups they make, as with data
+    // that only `upgrade = on_write` programs read (the leds_evolution example's `r8+w`).
+    let dram_path = dir.join(format!("pgl-bench-leds-dram-{}.pool", std::process::id()));
+    let dram_pool = Pool::reset(&dram_path, &Config::new("bench-leds-dram").size(64 << 20))?;
+    let old = |pool: &Pool| -> pgl::Result<Vec<Oid<v0::Node>>> {
         (0..reads as u32)
             .map(|k| {
                 pool.tx(|tx| {
@@ -258,19 +267,21 @@ fn main() -> pgl::Result<()> {
             })
             .collect()
     };
-    let upgraded: Vec<Oid<v1::Node>> = old(())?.into_iter().map(Oid::cast).collect();
+    let upgraded: Vec<Oid<v1::Node>> = old(&pool)?.into_iter().map(Oid::cast).collect();
     pool.tx(|tx| upgraded.iter().try_for_each(|&o| tx.upgrade(o).map(drop)))?;
-    let dram1: Vec<Oid<v1::Node>> = old(())?.into_iter().map(Oid::cast).collect();
-    let dram2: Vec<Oid<v2::Node>> = old(())?.into_iter().map(Oid::cast).collect();
+    let dram1: Vec<Oid<v1::Node>> = old(&dram_pool)?.into_iter().map(Oid::cast).collect();
+    let dram2: Vec<Oid<v2::Node>> = old(&dram_pool)?.into_iter().map(Oid::cast).collect();
 
     type Read<'a> = Box<dyn Fn(&Tx<'_>) -> pgl::Result<u64> + 'a>;
-    let ways: [(&str, Read<'_>); 6] = [
+    let ways: [(&str, &Pool, Read<'_>); 6] = [
         (
             "get",
+            &pool,
             Box::new(|tx| plain.iter().try_fold(0, |s, &o| Ok(s ^ tx.get(o)?.key))),
         ),
         (
             "get-twice",
+            &pool,
             Box::new(|tx| {
                 plain.iter().try_fold(0, |s, &o| {
                     let key = tx.get(o)?.key;
@@ -280,6 +291,7 @@ fn main() -> pgl::Result<()> {
         ),
         (
             "ext_with",
+            &pool,
             Box::new(|tx| {
                 upgraded
                     .iter()
@@ -288,6 +300,7 @@ fn main() -> pgl::Result<()> {
         ),
         (
             "ext_with-dram",
+            &dram_pool,
             Box::new(|tx| {
                 dram1
                     .iter()
@@ -296,10 +309,12 @@ fn main() -> pgl::Result<()> {
         ),
         (
             "ext-dram",
+            &dram_pool,
             Box::new(|tx| dram1.iter().try_fold(0, |s, &o| Ok(s ^ *tx.ext(o)?.key()))),
         ),
         (
             "ext_with-2groups-dram",
+            &dram_pool,
             Box::new(|tx| {
                 dram2
                     .iter()
@@ -310,7 +325,7 @@ fn main() -> pgl::Result<()> {
     let chosen = std::env::var("PGL_BENCH_WAYS").unwrap_or_default();
     let ways: Vec<_> = ways
         .into_iter()
-        .filter(|(way, _)| {
+        .filter(|(way, _, _)| {
             *way == "get" || chosen.is_empty() || chosen.split(',').any(|w| w == *way)
         })
         .collect();
@@ -323,9 +338,9 @@ fn main() -> pgl::Result<()> {
     // Round by round, every way in turn: a slow phase of the machine hits them all.
     let mut times = vec![Vec::with_capacity(runs); ways.len()];
     for _ in 0..runs {
-        for ((_, read), t) in ways.iter().zip(&mut times) {
+        for ((_, on, read), t) in ways.iter().zip(&mut times) {
             // `get-twice` reads each object twice: ns per object, as the others.
-            t.push(per_read(&pool, n, reads, read)?);
+            t.push(per_read(on, n, reads, read)?);
         }
     }
     let median = |t: &mut Vec<f64>| {
@@ -333,21 +348,22 @@ fn main() -> pgl::Result<()> {
         t[t.len() / 2]
     };
     let base = times.first_mut().map_or(0.0, median);
-    for ((way, _), t) in ways.iter().zip(&mut times) {
+    for ((way, _, _), t) in ways.iter().zip(&mut times) {
         let ns = median(t);
         println!("leds,read,pgl,{way},{reads},1,{n},{ns:.1}");
         eprintln!("{way:>22}: {ns:6.1} ns per read, {:.2}x get", ns / base);
     }
     // Nothing was upgraded in the pool by the reads through DRAM.
-    let present = pool.tx(|tx| {
+    let present = dram_pool.tx(|tx| {
         dram2
             .iter()
             .map(|&o| tx.groups_present(o))
             .sum::<pgl::Result<usize>>()
     })?;
     assert_eq!(present, 0, "a read through DRAM stored a group");
-    drop(pool);
+    drop((pool, dram_pool));
     let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(&dram_path);
     if chosen.is_empty() || chosen.split(',').any(|w| w == "upgrades") {
         upgrades(&dir, runs)?;
     }

@@ -343,6 +343,43 @@ fn a_group_the_pool_stores_with_another_layout_is_reported_whether_the_object_ha
     std::fs::remove_file(path).unwrap();
 }
 
+/// A transaction checks a group's layout once for all its views (it reads many objects of
+/// one type): what it remembers is that layout, not the group's id, so a view of the same
+/// group in another layout, later in the same transaction, is still checked and refused.
+#[test]
+fn a_view_after_one_of_the_same_group_in_another_layout_is_still_checked() {
+    let (pool, path) = pool("view-memo");
+    let nodes = v0_nodes(&pool, 3);
+    // The pool stores group 1 as `v1` (and `v1w`) lay it out.
+    pool.tx(|tx| {
+        tx.upgrade(Oid::<v1::Node>::from_raw(nodes[0].raw()))
+            .map(drop)
+    })
+    .unwrap();
+    let w = Oid::<v1w::Node>::from_raw(nodes[1].raw());
+    let c = Oid::<v1w_changed::Node>::from_raw(nodes[2].raw());
+    let (before, changed, after) = pool
+        .tx(|tx| {
+            Ok((
+                tx.ext_with(w, |e| *e.key()),
+                tx.ext_with(c, |e| *e.pair()),
+                tx.ext_with(w, |e| *e.key()),
+            ))
+        })
+        .unwrap();
+    assert_eq!(before.unwrap(), key1(1));
+    assert!(
+        matches!(changed, Err(Error::LayoutMismatch { group: Some(1), .. })),
+        "{changed:?}"
+    );
+    assert_eq!(after.unwrap(), key1(1));
+    // Nothing was upgraded in the pool by the views.
+    let present = pool.tx(|tx| tx.groups_present(w)).unwrap();
+    assert_eq!(present, 0);
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
 #[test]
 fn concurrent_readers_of_an_old_object_neither_upgrade_it_nor_conflict() {
     let (pool, path) = pool("threads");

@@ -788,6 +788,9 @@ impl<'m, 'a> Gen<'m, 'a> {
                     }
                 }
 
+                // Inlined into `read_through`, which runs it on every read of an
+                // object shown upgraded in DRAM (`upgrade = on_write`).
+                #[inline]
                 fn __upgrade(
                     __pgl_tx: &#tx,
                     __pgl_k: usize,

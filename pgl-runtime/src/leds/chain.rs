@@ -376,6 +376,10 @@ impl<'p> Tx<'p> {
     /// separate group (a pool of format 8 or older kept a group separate that this build
     /// keeps inline, or the link is damaged): the walk reads, upgrades (as on read) or
     /// reports those.
+    ///
+    /// Inlined where the view is made, with `T::__upgrade`: every read of such an object
+    /// runs it, and out of line its image and result went through memory.
+    #[inline(always)]
     fn read_through<T: Extendible>(
         &self,
         oid: Oid<T>,

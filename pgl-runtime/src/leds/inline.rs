@@ -214,22 +214,13 @@ impl ObjImage {
 
     /// `Error::Corrupt` unless `len` bytes fit at `at`, aligned for `G` (whose `what`
     /// they are).
+    #[inline]
     fn check<G: Persistent>(&self, at: usize, len: usize, what: &str) -> Result<()> {
         let fits = at.checked_add(len).is_some_and(|end| end <= self.len);
         if fits && at % align_of::<G>() == 0 {
             return Ok(());
         }
-        Err(Error::Corrupt {
-            what: "inline extension group",
-            offset: at as u64,
-            detail: format!(
-                "{what} ({len} bytes) of `{}` does not fit at byte {at} of a {}-byte object: \
-                 the struct's reserve cannot hold it",
-                G::TYPE_NAME,
-                self.len
-            ),
-            pool_file: None,
-        })
+        Err(misfit(what, len, G::TYPE_NAME, at, self.len))
     }
 
     /// The value the payload starts with.
@@ -267,6 +258,21 @@ impl ObjImage {
         self.check::<G>(at, len, "the fields of a group")?;
         self.bytes_mut()[at..at + len].copy_from_slice(&crate::persistent::bytes_of(group)[..len]);
         Ok(())
+    }
+}
+
+/// `ObjImage::check`'s error, out of the glue's way.
+#[cold]
+#[inline(never)]
+fn misfit(what: &str, len: usize, type_name: &str, at: usize, size: usize) -> Error {
+    Error::Corrupt {
+        what: "inline extension group",
+        offset: at as u64,
+        detail: format!(
+            "{what} ({len} bytes) of `{type_name}` does not fit at byte {at} of a {size}-byte \
+             object: the struct's reserve cannot hold it"
+        ),
+        pool_file: None,
     }
 }
 

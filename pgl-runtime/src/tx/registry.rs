@@ -191,7 +191,8 @@ impl TypeCache {
     }
 
     /// Whether the registry was found not to hold this type since the last registration.
-    fn known_absent(&self, type_id: u32, layout: u64) -> bool {
+    #[inline]
+    pub(crate) fn known_absent(&self, type_id: u32, layout: u64) -> bool {
         holds(
             &self.absent,
             Self::absent_key(type_id, layout, self.registrations()),
@@ -209,7 +210,7 @@ impl TypeCache {
         }
     }
 
-    const fn key(type_id: u32, layout: u64) -> u64 {
+    pub(crate) const fn key(type_id: u32, layout: u64) -> u64 {
         mix64(type_id as u64, layout) | 1
     }
 

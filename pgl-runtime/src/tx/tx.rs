@@ -131,6 +131,10 @@ pub struct Tx<'p> {
     pub(crate) st: RefCell<TxState<'p>>,
     pub(crate) done: Cell<bool>,
     groups: Cell<GroupScope>,
+    /// The registry key of the extension group whose layout this transaction last found
+    /// right for a view made in DRAM (`__inline_layout`), 0 if none: the views of one
+    /// transaction, which read many objects of one type, check it once.
+    view_layout: Cell<u64>,
     /// The objects live `Read`s of this transaction borrow in place.
     reads: InPlaceReads,
 }
@@ -175,6 +179,7 @@ impl<'p> Tx<'p> {
             }),
             done: Cell::new(false),
             groups: Cell::new(GroupScope::Outside),
+            view_layout: Cell::new(0),
             reads: InPlaceReads::default(),
         })
     }
@@ -253,8 +258,21 @@ impl<'p> Tx<'p> {
     #[doc(hidden)]
     pub fn __inline_layout<G: Persistent>(&self, storing: bool) -> Result<()> {
         // A view upgraded in DRAM stores nothing: the group it makes is checked against
-        // what the pool holds, not registered.
-        let storing = storing && self.groups.get() != GroupScope::View;
+        // what the pool holds, not registered. Such views are made on every read of data
+        // no program has upgraded yet, whose groups the pool has never stored: the
+        // finding that it has not is looked up here, not behind the cold call.
+        if self.groups.get() == GroupScope::View {
+            let key = const { super::registry::TypeCache::key(G::TYPE_ID, G::LAYOUT) };
+            if self.view_layout.get() == key {
+                return Ok(());
+            }
+            let types = &self.eng.types;
+            if !(types.knows::<G>() || types.known_absent(G::TYPE_ID, G::LAYOUT)) {
+                self.check_unknown_layout::<G>(false)?;
+            }
+            self.view_layout.set(key);
+            return Ok(());
+        }
         self.check_layout::<G>(storing)
     }
 
