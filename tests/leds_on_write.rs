@@ -380,6 +380,45 @@ fn a_view_after_one_of_the_same_group_in_another_layout_is_still_checked() {
     std::fs::remove_file(path).unwrap();
 }
 
+/// What a transaction remembers of a view's check is dated by the registrations committed
+/// when it checked: another thread that stores the group in another layout meanwhile
+/// makes the transaction's next view look again, and refuse.
+#[test]
+fn a_view_after_another_transaction_registers_the_group_in_another_layout_is_refused() {
+    let (pool, path) = pool("view-memo-registration");
+    let nodes = v0_nodes(&pool, 3);
+    let pool = Arc::new(pool);
+    let both = Arc::new(std::sync::Barrier::new(2));
+    let other = {
+        let (pool, both) = (Arc::clone(&pool), Arc::clone(&both));
+        let n1 = Oid::<v1w_changed::Node>::from_raw(nodes[1].raw());
+        std::thread::spawn(move || {
+            both.wait();
+            // Stores group 1 as `v1w_changed` lays it out: registered, committed.
+            pool.tx(|tx| tx.upgrade(n1)).unwrap();
+            both.wait();
+        })
+    };
+    let w = |k: usize| Oid::<v1w::Node>::from_raw(nodes[k].raw());
+    let (first, second) = pool
+        .tx(|tx| {
+            // The pool has never stored group 1: the view's check finds it missing.
+            let first = tx.ext_with(w(0), |e| *e.key());
+            both.wait();
+            both.wait();
+            Ok((first, tx.ext_with(w(2), |e| *e.key())))
+        })
+        .unwrap();
+    other.join().unwrap();
+    assert_eq!(first.unwrap(), key1(0));
+    assert!(
+        matches!(second, Err(Error::LayoutMismatch { group: Some(1), .. })),
+        "{second:?}"
+    );
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
 #[test]
 fn concurrent_readers_of_an_old_object_neither_upgrade_it_nor_conflict() {
     let (pool, path) = pool("threads");

@@ -176,7 +176,7 @@ impl TypeCache {
 
     /// The registrations committed so far: read before the registry is searched, it dates
     /// what the search finds missing.
-    fn registrations(&self) -> u64 {
+    pub(crate) fn registrations(&self) -> u64 {
         self.registrations.load(Ordering::Acquire)
     }
 

@@ -132,9 +132,11 @@ pub struct Tx<'p> {
     pub(crate) done: Cell<bool>,
     groups: Cell<GroupScope>,
     /// The registry key of the extension group whose layout this transaction last found
-    /// right for a view made in DRAM (`__inline_layout`), 0 if none: the views of one
-    /// transaction, which read many objects of one type, check it once.
-    view_layout: Cell<u64>,
+    /// right for a view made in DRAM (`__inline_layout`), with the number of registrations
+    /// committed when it did; key 0 if none. The views of one transaction, which read many
+    /// objects of one type, check it once, and again after another transaction registers
+    /// types (it may have stored that group in another layout).
+    view_layout: Cell<(u64, u64)>,
     /// The objects live `Read`s of this transaction borrow in place.
     reads: InPlaceReads,
 }
@@ -179,7 +181,7 @@ impl<'p> Tx<'p> {
             }),
             done: Cell::new(false),
             groups: Cell::new(GroupScope::Outside),
-            view_layout: Cell::new(0),
+            view_layout: Cell::new((0, 0)),
             reads: InPlaceReads::default(),
         })
     }
@@ -263,14 +265,17 @@ impl<'p> Tx<'p> {
         // finding that it has not is looked up here, not behind the cold call.
         if self.groups.get() == GroupScope::View {
             let key = const { super::registry::TypeCache::key(G::TYPE_ID, G::LAYOUT) };
-            if self.view_layout.get() == key {
+            let types = &self.eng.types;
+            // Read before the check: a registration committed during it is seen by the
+            // next view.
+            let seen = (key, types.registrations());
+            if self.view_layout.get() == seen {
                 return Ok(());
             }
-            let types = &self.eng.types;
             if !(types.knows::<G>() || types.known_absent(G::TYPE_ID, G::LAYOUT)) {
                 self.check_unknown_layout::<G>(false)?;
             }
-            self.view_layout.set(key);
+            self.view_layout.set(seen);
             return Ok(());
         }
         self.check_layout::<G>(storing)
