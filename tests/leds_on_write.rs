@@ -90,6 +90,35 @@ mod v1w_changed {
     }
 }
 
+/// A node larger than the views' inline image storage (128 bytes), as stored...
+mod big0 {
+    use pgl::{extendible, Persistent};
+
+    #[extendible(reserve = 16)]
+    #[derive(Persistent, Debug, Clone, Copy)]
+    #[pgl(id = 0x5eed_0e11)]
+    #[repr(C)]
+    pub struct Big {
+        pub words: [u64; 24],
+    }
+}
+
+/// ... and with a group made from its first and last words, upgraded when written.
+mod big1w {
+    use pgl::{extendible, Persistent};
+
+    #[extendible(reserve = 16, upgrade = on_write)]
+    #[derive(Persistent, Debug, Clone, Copy)]
+    #[pgl(id = 0x5eed_0e11)]
+    #[repr(C)]
+    pub struct Big {
+        pub words: [u64; 24],
+        #[extension(1, init = |old| old.words()[0] ^ old.words()[23])]
+        pub ends: u64,
+    }
+}
+
+use big1w::BigExtFields as _;
 use v1::NodeExtFields as _;
 use v1w::NodeExtFields as _;
 use v1w_changed::NodeExtFields as _;
@@ -415,6 +444,59 @@ fn a_view_after_another_transaction_registers_the_group_in_another_layout_is_ref
         matches!(second, Err(Error::LayoutMismatch { group: Some(1), .. })),
         "{second:?}"
     );
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+/// Views returned by `tx.ext` own their copy; a thread keeps the last one freed for the
+/// next view. Views of objects of other sizes in turn, small and larger than that copy's
+/// inline storage, each show their own object's values.
+#[test]
+fn views_of_objects_of_other_sizes_in_turn_show_each_its_own_values() {
+    let (pool, path) = pool("view-sizes");
+    let nodes = cast::<_, v1w::Node>(&v0_nodes(&pool, 3));
+    let bigs: Vec<Oid<big1w::Big>> = pool
+        .tx(|tx| {
+            (0..3u64)
+                .map(|k| {
+                    let words = core::array::from_fn(|i| k * 100 + i as u64);
+                    tx.alloc_ext(big0::BigData { words })
+                        .map(|o| Oid::from_raw(o.raw()))
+                })
+                .collect()
+        })
+        .unwrap();
+    for round in 0..3 {
+        pool.tx(|tx| {
+            for k in 0..3 {
+                let n = tx.ext(nodes[k])?;
+                assert_eq!(*n.key(), key1(k as u32), "round {round}, node {k}");
+                drop(n);
+                let b = tx.ext(bigs[k])?;
+                let k = k as u64;
+                assert_eq!(
+                    *b.ends(),
+                    (k * 100) ^ (k * 100 + 23),
+                    "round {round}, big {k}"
+                );
+                assert_eq!(b.words[5], k * 100 + 5);
+                // Two views alive at once: each its own copy.
+                let n = tx.ext(nodes[(k as usize + 1) % 3])?;
+                assert_eq!(*b.ends(), (k * 100) ^ (k * 100 + 23));
+                assert_eq!(*n.key(), key1((k as u32 + 1) % 3));
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
+    let present = pool
+        .tx(|tx| {
+            bigs.iter()
+                .map(|&b| tx.groups_present(b))
+                .sum::<pgl::Result<usize>>()
+        })
+        .unwrap();
+    assert_eq!(present, 0, "nothing upgraded in the pool");
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }

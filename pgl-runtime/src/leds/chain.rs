@@ -447,9 +447,13 @@ impl<'p> Tx<'p> {
         base: Read<'t, T>,
     ) -> Result<Ext<'t, T>> {
         if const { T::__UPGRADE_ON_WRITE } {
-            let mut image = ObjImage::of::<T>();
-            if self.read_through(oid, &base, &mut image)? {
-                return Ok(Ext::of_image(oid, base, Box::new(image)));
+            let mut image = super::view::image_of::<T>();
+            match self.read_through(oid, &base, &mut image) {
+                Ok(true) => return Ok(Ext::of_image(oid, base, image)),
+                done => {
+                    super::view::give_back(image);
+                    done?;
+                }
             }
         }
         self.ext_from(oid, base)

@@ -138,6 +138,17 @@ impl ObjImage {
         ObjImage::zeroed(object_size::<T>())
     }
 
+    /// Makes this image one of a `T` (the size [`ObjImage::of`] gives it), keeping its
+    /// storage: its bytes are what they were, for [`fill_with`](Self::fill_with) to
+    /// overwrite.
+    pub(crate) fn reuse_for<T: Persistent>(&mut self) {
+        let len = object_size::<T>();
+        if len > SMALL && self.large.len() < len.div_ceil(16) {
+            self.large.resize(len.div_ceil(16), 0);
+        }
+        self.len = len;
+    }
+
     fn zeroed(len: usize) -> ObjImage {
         let large = if len > SMALL {
             vec![0; len.div_ceil(16)]
@@ -184,12 +195,15 @@ impl ObjImage {
     pub(crate) unsafe fn fill_with<T: Persistent>(&mut self, payload: *const u8) {
         let len = const { object_size::<T>() };
         assert_eq!(self.len, len, "an image of a `{}`", T::TYPE_NAME);
-        // SAFETY: the image holds `len` bytes (asserted: `words` has room for them); the
-        // caller vouches for the source, which cannot overlap the image. The length is a
-        // constant, so the copy is inlined.
-        unsafe {
-            core::ptr::copy_nonoverlapping(payload, self.words_mut().as_mut_ptr().cast(), len)
-        };
+        let words = self.words_mut();
+        assert!(
+            words.len() * 16 >= len,
+            "an image's storage holds its bytes"
+        );
+        // SAFETY: `words` has room for `len` bytes (asserted); the caller vouches for the
+        // source, which cannot overlap the image. The length is a constant, so the copy is
+        // inlined.
+        unsafe { core::ptr::copy_nonoverlapping(payload, words.as_mut_ptr().cast(), len) };
     }
 
     /// The payload's bytes.
@@ -340,6 +354,39 @@ mod tests {
 
     /// A group of one `u64` field, then its link.
     type Wide = [u64; 2];
+
+    /// An image made over for another type has room for that type's bytes, on the heap
+    /// past the inline storage and back within it.
+    #[test]
+    fn an_image_reused_for_another_type_holds_its_bytes() {
+        let mut img = ObjImage::of::<[u64; 5]>();
+        for (big, size) in [
+            (false, 40),
+            (true, 240),
+            (true, 480),
+            (false, 8),
+            (true, 240),
+        ] {
+            match size {
+                8 => img.reuse_for::<u64>(),
+                40 => img.reuse_for::<[u64; 5]>(),
+                240 => img.reuse_for::<[u64; 30]>(),
+                _ => img.reuse_for::<[u64; 60]>(),
+            }
+            assert_eq!(size > SMALL, big);
+            let src: Vec<u8> = (0..size).map(|i| i as u8 ^ 0x5a).collect();
+            // SAFETY: `src` holds the object's `size` bytes, apart from the image.
+            unsafe {
+                match size {
+                    8 => img.fill_with::<u64>(src.as_ptr()),
+                    40 => img.fill_with::<[u64; 5]>(src.as_ptr()),
+                    240 => img.fill_with::<[u64; 30]>(src.as_ptr()),
+                    _ => img.fill_with::<[u64; 60]>(src.as_ptr()),
+                }
+            }
+            assert_eq!(img.bytes(), &src[..], "size {size}");
+        }
+    }
 
     #[test]
     fn an_image_reads_and_writes_group_fields_where_they_fit() {
