@@ -118,8 +118,8 @@ fn too_many_inline(owner: u64, type_name: &str, n: usize, reserve: usize, max: u
     }
 }
 
-/// Payloads up to this size are imaged without a heap allocation (an upgrade makes one
-/// image per object).
+/// Payloads up to this size are imaged in the image's own storage (an upgrade makes one
+/// image per object); larger ones on the heap.
 const SMALL: usize = 128;
 
 /// A copy of an object's payload (its value, then its reserve), aligned as the pool
@@ -147,6 +147,12 @@ impl ObjImage {
             self.large.resize(len.div_ceil(16), 0);
         }
         self.len = len;
+    }
+
+    /// Bytes of heap storage the image holds (for payloads over `SMALL` bytes, or kept
+    /// from one it was made over from).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.large.capacity() * 16
     }
 
     fn zeroed(len: usize) -> ObjImage {
@@ -186,8 +192,8 @@ impl ObjImage {
         img
     }
 
-    /// Overwrites the image of a `T` (made by [`ObjImage::of`]) with the `T` object's
-    /// payload at `payload`.
+    /// Overwrites the image of a `T` (made by [`ObjImage::of`], or made over by
+    /// [`reuse_for`](Self::reuse_for)) with the `T` object's payload at `payload`.
     ///
     /// # Safety
     /// `payload` points to `object_size::<T>()` initialised bytes, none of them in the

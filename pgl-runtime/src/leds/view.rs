@@ -48,7 +48,7 @@ impl Drop for OwnedImage {
 std::thread_local! {
     /// The image a view of this thread freed last, kept for the next view that needs one.
     /// Allocating one per read of an object shown upgraded in DRAM, and freeing it, was
-    /// half of what `tx.ext` cost more than `tx.ext_with` on such reads.
+    /// about two thirds of what `tx.ext` cost more than `tx.ext_with` on such reads.
     static SPARE: Cell<Option<Box<ObjImage>>> = const { Cell::new(None) };
 }
 
@@ -64,11 +64,17 @@ pub(crate) fn image_of<T: Persistent>() -> Box<ObjImage> {
     }
 }
 
-/// Keeps `image` as this thread's spare (freeing the one it replaces, or `image` itself
-/// if the thread is exiting).
+/// Keeps `image` as this thread's spare (freeing the one it replaces), unless its heap
+/// storage is over `SPARE_MAX` bytes (a thread does not hold on to the copy of the
+/// largest object it ever viewed) or the thread is exiting: then it is freed.
 pub(crate) fn give_back(image: Box<ObjImage>) {
-    let _ = SPARE.try_with(|spare| spare.set(Some(image)));
+    if image.heap_bytes() <= SPARE_MAX {
+        let _ = SPARE.try_with(|spare| spare.set(Some(image)));
+    }
 }
+
+/// The most heap storage a thread's spare image keeps.
+const SPARE_MAX: usize = 4096;
 
 impl<'tx, T: Extendible> Ext<'tx, T> {
     pub(crate) fn new(oid: Oid<T>, base: Read<'tx, T>, groups: T::Reads<'tx>) -> Self {
@@ -92,8 +98,8 @@ impl<'tx, T: Extendible> Ext<'tx, T> {
         );
         let image = NonNull::from(Box::leak(image));
         // SAFETY: an image of a `T` (asserted) on the heap, which stays where it is and
-        // unchanged until `OwnedImage` frees it: the view holds that, and drops it after
-        // `base`.
+        // unchanged until `OwnedImage` gives it back (`give_back`): the view holds that,
+        // and drops it after `base`.
         let mut view = unsafe { Ext::over_image(oid, base, image.as_ref()) };
         view._image = Some(OwnedImage(image));
         view
