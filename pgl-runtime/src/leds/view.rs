@@ -190,3 +190,27 @@ impl<T: Extendible + core::fmt::Debug> core::fmt::Debug for Ext<'_, T> {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A thread's next view takes the image its last one gave back, unless that image held
+    /// more heap storage than a spare keeps.
+    #[test]
+    fn a_spare_image_is_reused_unless_it_is_large() {
+        let small = image_of::<[u64; 4]>();
+        let at = &*small as *const ObjImage;
+        give_back(small);
+        let again = image_of::<[u64; 8]>();
+        assert_eq!(&*again as *const ObjImage, at, "the spare, made over");
+        assert_eq!(again.bytes().len(), 64);
+        give_back(again);
+        let mut big = image_of::<[u64; 600]>();
+        assert!(big.heap_bytes() > SPARE_MAX);
+        big.reuse_for::<u64>();
+        give_back(big);
+        let next = image_of::<u64>();
+        assert_eq!(next.heap_bytes(), 0, "the large image was freed, not kept");
+    }
+}
