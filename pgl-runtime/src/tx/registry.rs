@@ -191,8 +191,7 @@ impl TypeCache {
     }
 
     /// Whether the registry was found not to hold this type since the last registration.
-    #[inline]
-    pub(crate) fn known_absent(&self, type_id: u32, layout: u64) -> bool {
+    fn known_absent(&self, type_id: u32, layout: u64) -> bool {
         holds(
             &self.absent,
             Self::absent_key(type_id, layout, self.registrations()),

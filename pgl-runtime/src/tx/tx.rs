@@ -261,20 +261,16 @@ impl<'p> Tx<'p> {
     pub fn __inline_layout<G: Persistent>(&self, storing: bool) -> Result<()> {
         // A view upgraded in DRAM stores nothing: the group it makes is checked against
         // what the pool holds, not registered. Such views are made on every read of data
-        // no program has upgraded yet, whose groups the pool has never stored: the
-        // finding that it has not is looked up here, not behind the cold call.
+        // no program has upgraded yet: a transaction checks once for all of them.
         if self.groups.get() == GroupScope::View {
             let key = const { super::registry::TypeCache::key(G::TYPE_ID, G::LAYOUT) };
-            let types = &self.eng.types;
             // Read before the check: a registration committed during it is seen by the
             // next view.
-            let seen = (key, types.registrations());
+            let seen = (key, self.eng.types.registrations());
             if self.view_layout.get() == seen {
                 return Ok(());
             }
-            if !(types.knows::<G>() || types.known_absent(G::TYPE_ID, G::LAYOUT)) {
-                self.check_unknown_layout::<G>(false)?;
-            }
+            self.check_layout::<G>(false)?;
             self.view_layout.set(seen);
             return Ok(());
         }
