@@ -474,7 +474,10 @@ impl<'p> Tx<'p> {
     ) -> Result<R> {
         let base = self.get(oid).map_err(|e| self.base_error::<T>(e))?;
         if self.all_in_reserve(&base) {
-            return Ok(f(&Ext::new(oid, base, Default::default())));
+            let view = Ext::new(oid, base, Default::default());
+            let r = f(&view);
+            view.end();
+            return Ok(r);
         }
         self.ext_with_from(oid, base, f)
     }
@@ -495,7 +498,9 @@ impl<'p> Tx<'p> {
                 // dropped at the end of this block, before it, which nothing changes
                 // meanwhile.
                 let view = unsafe { Ext::over_image(oid, base, &image) };
-                return Ok(f(&view));
+                let r = f(&view);
+                view.end();
+                return Ok(r);
             }
         }
         Ok(f(&self.ext_from(oid, base)?))

@@ -123,6 +123,22 @@ impl<'tx, T: Extendible> Ext<'tx, T> {
     pub fn oid(&self) -> Oid<T> {
         self.oid
     }
+
+    /// Drops the view here, field by field (the base before the image it may read, as
+    /// their declaration order drops them). `tx.ext_with` ends every view it makes so:
+    /// dropped whole, the view went through drop glue the compiler kept out of line.
+    #[inline(always)]
+    pub(crate) fn end(self) {
+        let Ext {
+            base,
+            groups,
+            oid: _,
+            _image,
+        } = self;
+        drop(base);
+        drop(groups);
+        drop(_image);
+    }
 }
 
 impl<T: Extendible> Deref for Ext<'_, T> {

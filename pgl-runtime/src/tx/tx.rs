@@ -258,10 +258,14 @@ impl<'p> Tx<'p> {
     /// and is never allocated: without this, a build whose group changed would read the
     /// reserve's bytes as the new fields. For `#[extendible]`'s glue, not an API.
     #[doc(hidden)]
+    #[inline(never)]
     pub fn __inline_layout<G: Persistent>(&self, storing: bool) -> Result<()> {
         // A view upgraded in DRAM stores nothing: the group it makes is checked against
         // what the pool holds, not registered. Such views are made on every read of data
-        // no program has upgraded yet: a transaction checks once for all of them.
+        // no program has upgraded yet: a transaction checks once for all of them, and
+        // each view compares two words here. Out of line but small (the check itself is
+        // `view_layout_checked`): inlined, it kept the glue's `__upgrade` from being
+        // inlined into the view, which cost more than the call (callgrind, `ext_with-dram`).
         if self.groups.get() == GroupScope::View {
             let key = const { super::registry::TypeCache::key(G::TYPE_ID, G::LAYOUT) };
             // Read before the check: a registration committed during it is seen by the
@@ -270,11 +274,18 @@ impl<'p> Tx<'p> {
             if self.view_layout.get() == seen {
                 return Ok(());
             }
-            self.check_layout::<G>(false)?;
-            self.view_layout.set(seen);
-            return Ok(());
+            return self.view_layout_checked::<G>(seen);
         }
         self.check_layout::<G>(storing)
+    }
+
+    /// `__inline_layout`'s check for a view, when the memo does not hold `seen`: checks
+    /// the layout, and remembers `seen` if it is right.
+    #[inline(never)]
+    fn view_layout_checked<G: Persistent>(&self, seen: (u64, u64)) -> Result<()> {
+        self.check_layout::<G>(false)?;
+        self.view_layout.set(seen);
+        Ok(())
     }
 
     fn header(&self, off: u64) -> ObjectHeader {
