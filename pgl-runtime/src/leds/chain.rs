@@ -495,15 +495,18 @@ impl<'p> Tx<'p> {
             let mut image = ObjImage::of::<T>();
             if self.read_through(oid, &base, &mut image)? {
                 // SAFETY: `image` is an image of a `T` (`ObjImage::of`), and the view is
-                // dropped at the end of this block, before it, which nothing changes
-                // meanwhile.
+                // ended before the return (or dropped by unwinding, if `f` panics), in
+                // either case before `image`, which nothing changes meanwhile.
                 let view = unsafe { Ext::over_image(oid, base, &image) };
                 let r = f(&view);
                 view.end();
                 return Ok(r);
             }
         }
-        Ok(f(&self.ext_from(oid, base)?))
+        let view = self.ext_from(oid, base)?;
+        let r = f(&view);
+        view.end();
+        Ok(r)
     }
 
     /// Whether `base` has every group this build knows, all of them in its reserve, with
