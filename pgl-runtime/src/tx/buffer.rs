@@ -269,7 +269,7 @@ impl Buffer {
 /// differing byte to its last, or `None` if they are equal. Scanned a word at a time from
 /// each end, so it reads only the bytes that did not change before the first and after the
 /// last change: a value overwritten whole costs two words.
-fn changed_span(old: &[u8], new: &[u8]) -> Option<(usize, usize)> {
+pub(super) fn changed_span(old: &[u8], new: &[u8]) -> Option<(usize, usize)> {
     debug_assert_eq!(old.len(), new.len());
     let n = old.len().min(new.len());
     // The word at `at` of each (little-endian, so byte k is bits 8k..), XORed.

@@ -887,9 +887,11 @@ impl<'p> Tx<'p> {
             let start = core::mem::size_of::<T>();
             let old = &buf.payload()[start..];
             debug_assert_eq!(old.len(), r.len(), "a reserve of another size");
-            if let Some(last) = old.iter().zip(r).rposition(|(a, b)| a != b) {
-                buf.payload_mut()[start..=start + last].copy_from_slice(&r[..=last]);
-                buf.mark(start, start + last + 1);
+            // Word by word (`changed_span`): byte by byte, this was ~200 instructions an
+            // upgrade for a 24-byte reserve.
+            if let Some((_, end)) = super::buffer::changed_span(old, r) {
+                buf.payload_mut()[start..start + end].copy_from_slice(&r[..end]);
+                buf.mark(start, start + end);
             }
         }
     }
