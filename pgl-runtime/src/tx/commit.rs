@@ -484,7 +484,12 @@ impl Tx<'_> {
         let r: Result<()> = 'locked: {
             // Before any word's new value is computed from its current one: a separate
             // record may change chunk-table words first (`free_guarded_chunks`).
-            let mut guards = self.guards(&news);
+            // (No new object, no guard: nearly every overwrite.)
+            let mut guards = if news.is_empty() {
+                Vec::new()
+            } else {
+                self.guards(&news)
+            };
             let guarded: u64 = guards.iter().map(|g| g.len).sum();
             if guarded > eng.geo.lane_size / GUARDED_LOG_DIVISOR {
                 if let Err(e) = self.free_guarded_chunks(lane, &guards) {
@@ -510,7 +515,9 @@ impl Tx<'_> {
                     None => break 'locked Err(crate::heap::bitmap_mismatch(off, cur)),
                 }
             }
-            self.replicate_meta(&mut vals);
+            if !vals.is_empty() {
+                self.replicate_meta(&mut vals);
+            }
             // One walk over what this commit writes in place: the chunks (whose older,
             // unretired records it must order) and the zones (whose parity a crash may
             // leave stale, so that lanes mark them dirty first).
@@ -966,7 +973,13 @@ impl Tx<'_> {
                 };
             i = j;
         }
-        new_headers(media, news, hdrs, eng.checksums);
+        // None of the new objects' steps runs for a commit without any (their calls,
+        // each finding nothing to do, cost ~175 instructions an overwrite, with the guards
+        // and metadata replicas looked for in `commit_inner`).
+        let fresh = !news.is_empty();
+        if fresh {
+            new_headers(media, news, hdrs, eng.checksums);
+        }
         // The new objects' guarded bytes, logged as writes (applied after the fence).
         let guarded: Vec<(u64, Vec<u8>)> = guards
             .iter()
@@ -1012,7 +1025,9 @@ impl Tx<'_> {
         let n = w.seal(seq);
         // Parity of the new objects before any write-back is issued: its locks are locked
         // instructions, which would each wait for pending flushes like a fence.
-        self.new_objects_parity(news, hdrs, guards);
+        if fresh {
+            self.new_objects_parity(news, hdrs, guards);
+        }
         // 3b. the lane copies (whole 16-byte granules: bytes past the record are ignored)
         let sealed = &bytes[SEAL_OFFSET..SEAL_OFFSET + n.div_ceil(16) * 16];
         for off in eng.lane_copies().map(|c| eng.lane_off(self.lane.idx, c)) {
@@ -1023,11 +1038,17 @@ impl Tx<'_> {
             };
         }
         // 3c. new objects, straight into their still-free space
-        let mut written = self.write_new_objects(news, hdrs, guards, flushes);
+        let mut written = if fresh {
+            self.write_new_objects(news, hdrs, guards, flushes)
+        } else {
+            0
+        };
         // 3d. retire marks that may not be durable yet, and the ordering point
         self.eng
             .fence_with_retires(FenceFor::Record(self.lane.idx), touched);
-        self.new_objects_written(news, hdrs, guards);
+        if fresh {
+            self.new_objects_written(news, hdrs, guards);
+        }
         // ---- committed ---- unless the record's write-back failed: then it may not be
         // durable, and applying it in place would leave changes no record protects.
         eng.media.check()?;
