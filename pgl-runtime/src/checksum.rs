@@ -45,6 +45,49 @@ pub fn adler32_continue(state: u32, data: &[u8]) -> u32 {
     hasher.finish()
 }
 
+/// Adler-32 of the 20 little-endian bytes of `words` (8 each) then `tail` (4): what
+/// `adler32` gives on them (an object's checksummed prefix: offset, size, type id),
+/// summed a word at a time in SWAR instead of a byte at a time (the byte loop was ~75
+/// instructions of every open and every commit; this is about 40).
+///
+/// With `x_j` the bytes and `L = 20`: `a = 1 + Σ x_j` and `b = L + Σ (L - j)·x_j`. For
+/// words `k = 0, 1, 2` (the tail as the third, its upper bytes zero), each with byte sum
+/// `S_k` and `T_k = Σ_i i·x_{8k+i}`: `b = L + L·ΣS_k - 8·Σ k·S_k - ΣT_k`.
+#[must_use]
+#[inline]
+pub fn adler32_le_words(words: [u64; 2], tail: u32) -> u32 {
+    const LEN: u64 = 20;
+    const BYTES: u64 = 0x00ff_00ff_00ff_00ff;
+    const ONES: u64 = 0x0001_0001_0001_0001;
+    // Lane m of this times lane i lands in lane i + m: the top lane collects lane i times
+    // 3 - m = i.
+    const INDEX: u64 = 0x0000_0001_0002_0003;
+    // Each word's even bytes (2i in 16-bit lane i) plus its odd ones (2i + 1 in lane i):
+    // `pair` lanes are at most 510.
+    let split = |w: u64| {
+        let odd = (w >> 8) & BYTES;
+        ((w & BYTES) + odd, odd)
+    };
+    let (p0, h0) = split(words[0]);
+    let (p1, h1) = split(words[1]);
+    let (p2, h2) = split(u64::from(tail));
+    // Lanes summed over the words stay below 2^16 (3 * 510, and 510 + 2 * 510 for the
+    // weighted one), and so does every lane of the products below (at most 6 * 1530):
+    // no carry crosses a lane, and each top lane (`>> 48`) is exact.
+    let all = p0 + p1 + p2;
+    // Σ_k S_k, then Σ_k k·S_k.
+    let sum = all.wrapping_mul(ONES) >> 48;
+    let by_word = (p1 + 2 * p2).wrapping_mul(ONES) >> 48;
+    // Σ_k T_k = Σ_i 2i·(even byte of lane i) + (2i + 1)·(odd byte of lane i).
+    let lanes = all.wrapping_mul(INDEX) >> 48;
+    let odd = (h0 + h1 + h2).wrapping_mul(ONES) >> 48;
+    let a = 1 + sum;
+    let b = LEN + LEN * sum - 8 * by_word - (2 * lanes + odd);
+    // No reduction: `a <= 1 + 20 * 255` and `b <= 20 + 255 * (20 + 19 + ... + 1)` = 53_570,
+    // both below MOD.
+    (b << 16 | a) as u32
+}
+
 /// Given the Adler-32 `sum` of a message of `msg_len` bytes, returns the checksum after the
 /// bytes at `start..start + old.len()` changed from `old` to `new` (old.len() == new.len(),
 /// start + len <= msg_len). Cost O(old.len()), independent of msg_len.
@@ -164,6 +207,28 @@ mod tests {
                 (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 56) as u8
             })
             .collect()
+    }
+
+    #[test]
+    fn le_words_match_the_bytes_they_stand_for() {
+        let check = |w: [u64; 2], t: u32| {
+            let mut bytes = Vec::new();
+            bytes.extend_from_slice(&w[0].to_le_bytes());
+            bytes.extend_from_slice(&w[1].to_le_bytes());
+            bytes.extend_from_slice(&t.to_le_bytes());
+            assert_eq!(adler32_le_words(w, t), oracle(&bytes), "{w:x?} {t:x}");
+        };
+        check([0, 0], 0);
+        check([u64::MAX, u64::MAX], u32::MAX);
+        check([0x0102_0304_0506_0708, 0x1122_3344_5566_7788], 0xdead_beef);
+        for seed in 0..crate::miri_or(2000, 50) {
+            let b = bytes_from_seed(seed as u64, 20);
+            let w = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+            check(
+                [w(0), w(8)],
+                u32::from_le_bytes(b[16..20].try_into().unwrap()),
+            );
+        }
     }
 
     #[test]

@@ -212,7 +212,9 @@ pub const fn entry_arg(e: u64) -> u64 {
 /// Where the type id lies in an object's checksummed prefix.
 pub const PREFIX_TYPE_OFFSET: usize = 16;
 
-/// The checksummed prefix of an object.
+/// The checksummed prefix of an object, as bytes (`object_checksum` sums it as the words
+/// it is made of; the tests hold the two to the same checksum).
+#[cfg(test)]
 pub fn checksum_prefix(payload_off: u64, size: u64, type_id: u32) -> [u8; CHECKSUM_PREFIX] {
     let mut p = [0u8; CHECKSUM_PREFIX];
     p[0..8].copy_from_slice(&payload_off.to_le_bytes());
@@ -223,8 +225,9 @@ pub fn checksum_prefix(payload_off: u64, size: u64, type_id: u32) -> [u8; CHECKS
 
 /// Adler-32 of an object (prefix + payload).
 pub fn object_checksum(payload_off: u64, type_id: u32, payload: &[u8]) -> u32 {
-    let prefix = checksum_prefix(payload_off, payload.len() as u64, type_id);
-    crate::checksum::adler32_continue(crate::checksum::adler32(&prefix), payload)
+    // The prefix's bytes (`checksum_prefix`), summed as the words they are made of.
+    let prefix = crate::checksum::adler32_le_words([payload_off, payload.len() as u64], type_id);
+    crate::checksum::adler32_continue(prefix, payload)
 }
 
 /// An object header.
@@ -331,5 +334,18 @@ mod tests {
             object_checksum(4096, 1, &payload),
             object_checksum(8192, 1, &payload)
         );
+    }
+
+    #[test]
+    fn object_checksum_is_adler32_of_prefix_and_payload() {
+        for (off, type_id, len) in [(4096, 1, 0), (0x1234_5678_9abc, u32::MAX, 300), (16, 7, 64)] {
+            let payload: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
+            let mut all = checksum_prefix(off, len as u64, type_id).to_vec();
+            all.extend_from_slice(&payload);
+            assert_eq!(
+                object_checksum(off, type_id, &payload),
+                crate::checksum::adler32(&all)
+            );
+        }
     }
 }
