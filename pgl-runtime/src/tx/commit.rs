@@ -86,8 +86,20 @@ fn for_each_write(
     news: &[NonNull<Buffer>],
     mut f: impl FnMut(u64, u64),
 ) {
-    for it in items {
+    let mut k = 0;
+    while k < items.len() {
+        let it = &items[k];
+        // An object's checksum word, with the range that starts where it ends (a
+        // whole-object write), as one range: the same chunks, and the same zones (both
+        // pieces lie in one object, and an object in one zone's chunks).
+        let next = items.get(k + 1);
+        if let Some(sum) = next.filter(|s| s.sum && s.off + s.len as u64 == it.off) {
+            f(sum.off, (sum.len + it.len) as u64);
+            k += 2;
+            continue;
+        }
         f(it.off, it.len as u64);
+        k += 1;
     }
     for &(off, len) in fills {
         f(off, len);
