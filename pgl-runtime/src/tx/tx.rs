@@ -145,8 +145,37 @@ impl<'p> Tx<'p> {
     /// Begins a transaction on a free lane (waiting for one). `what` names the caller for
     /// the error returned when this thread's `Detached` handles hold every lane: waiting
     /// would never end.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn begin(eng: &'p Engine, what: &'static str) -> Result<Tx<'p>> {
+        // Built here, inlined into the caller, not in `take_lane`: the transaction is
+        // written where the caller keeps it, not copied there out of a `Result` (~35
+        // instructions a transaction, with the stores of the `Result` itself).
+        let (lane, guard) = Self::take_lane(eng, what)?;
+        Ok(Tx {
+            eng,
+            lane,
+            st: RefCell::new(TxState {
+                lane: guard,
+                poison: None,
+                allocs: 0,
+                upgrades: 0,
+                registered: Vec::new(),
+                owns_registry: false,
+                group_bufs: false,
+            }),
+            done: Cell::new(false),
+            groups: Cell::new(GroupScope::Outside),
+            view_layout: Cell::new((0, 0)),
+            reads: InPlaceReads::default(),
+        })
+    }
+
+    /// A free lane (waiting for one), its deferred record settled, for `begin`.
+    #[inline]
+    fn take_lane(
+        eng: &'p Engine,
+        what: &'static str,
+    ) -> Result<(&'p Lane, MutexGuard<'p, LaneState>)> {
         let mine = |i| detached_lane(eng.id, i);
         let Some((lane, mut guard)) = eng.lanes.acquire(mine, super::repair::WAIT) else {
             if (0..eng.geo.lanes as usize).all(mine) {
@@ -167,23 +196,7 @@ impl<'p> Tx<'p> {
             // Its record must stay intact until settled (`deferred.rs`).
             eng.settle(lane, &mut guard);
         }
-        Ok(Tx {
-            eng,
-            lane,
-            st: RefCell::new(TxState {
-                lane: guard,
-                poison: None,
-                allocs: 0,
-                upgrades: 0,
-                registered: Vec::new(),
-                owns_registry: false,
-                group_bufs: false,
-            }),
-            done: Cell::new(false),
-            groups: Cell::new(GroupScope::Outside),
-            view_layout: Cell::new((0, 0)),
-            reads: InPlaceReads::default(),
-        })
+        Ok((lane, guard))
     }
 
     /// The group scope now (see [`GroupScope`]).
