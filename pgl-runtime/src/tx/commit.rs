@@ -17,7 +17,7 @@
 use super::buffer::{BufKind, Buffer};
 use super::deferred::FenceFor;
 use super::engine::Engine;
-use super::lane::Touched;
+use super::lane::{LaneState, RecordScratch, Touched};
 use super::record::{self, RecordWriter, ENTRIES_OFFSET, RETIRED_OFFSET, SEAL_OFFSET};
 use super::tx::{Tx, TxState};
 use crate::checksum::adler32_patch;
@@ -56,6 +56,16 @@ pub(crate) struct Item {
     /// An object's new checksum (4 bytes), right after the object's changed ranges: the
     /// record carries it in the entry of the item before (`KIND_WRITE_SUM`).
     sum: bool,
+}
+
+/// The parts of a lane's state `Tx::free_guarded_chunks` uses (borrowed while the
+/// commit holds the lane's other containers).
+struct GuardedFree<'a> {
+    meta: &'a crate::heap::MetaOps,
+    dirty: &'a mut super::record::DirtyZones,
+    record: &'a mut RecordScratch,
+    deferred: &'a mut Option<super::deferred::Deferred>,
+    hdrs: &'a mut Vec<[u8; 16]>,
 }
 
 /// A commit logs the guarded bytes of its new objects (see `Guard`) while they take at most
@@ -362,15 +372,26 @@ impl Tx<'_> {
             }
         }
         // 2. modified ranges and checksums
-        let lane = &mut *st.lane;
-        let mut items = std::mem::take(&mut lane.items);
-        let mut sums = std::mem::take(&mut lane.sums);
-        let mut news = std::mem::take(&mut lane.news);
+        // The lane's containers, borrowed field by field (not moved out and back: each
+        // move back dropped the empty vector it replaced).
+        let LaneState {
+            scratch,
+            items,
+            sums,
+            news,
+            dirty,
+            record,
+            hdrs,
+            meta_vals: vals,
+            meta_held: held,
+            deferred,
+            ..
+        } = &mut *st.lane;
         items.clear();
         sums.clear();
         news.clear();
-        sums.reserve(st.lane.scratch.bufs.len());
-        for b in &st.lane.scratch.bufs {
+        sums.reserve(scratch.bufs.len());
+        for b in &scratch.bufs {
             // SAFETY: as above.
             let buf = unsafe { &mut *b.as_ptr() };
             // A handle's drop puts back the extension link pgl set; a handle leaked with
@@ -461,29 +482,23 @@ impl Tx<'_> {
             eng.parity.prefetch(&eng.media, it.off, it.len as u64);
         }
         // metadata, under the metadata locks (ascending stripes)
-        let lane = &mut *st.lane;
-        let mut held = std::mem::take(&mut lane.meta_held);
-        let mut vals = std::mem::take(&mut lane.meta_vals);
         vals.clear();
-        lane.scratch.meta.sort();
+        scratch.meta.sort();
         // A zone's metadata checksums change with any of its words: copy A's checksum word
         // is locked too (it guards copy B's as well).
-        let meta_sums = lane
-            .scratch
+        let meta_sums = scratch
             .meta
             .iter()
             .filter_map(|(o, _)| replica::zone_of_meta(&eng.geo, o))
             .map(|(base, _)| base + META_SUM_OFFSET);
-        eng.meta.lock(
-            lane.scratch.meta.iter().map(|(o, _)| o).chain(meta_sums),
-            &mut held,
-        );
+        eng.meta
+            .lock(scratch.meta.iter().map(|(o, _)| o).chain(meta_sums), held);
         // Everything between taking the metadata locks and releasing them, in one block
         // that every outcome leaves through the unlock below.
         // The words of ranges set to zero that are not zero yet, as ranges to zero (from
         // the first such word to the last).
         let mut fills: Vec<(u64, u64)> = Vec::new();
-        for &(a, len) in lane.scratch.meta.zeroed() {
+        for &(a, len) in scratch.meta.zeroed() {
             // SAFETY: words of a chunk this transaction claimed for a new run: inside the
             // pool, and nothing else writes them.
             let nonzero = |w: u64| unsafe { eng.media.read_u64(a + w * 8) } != 0;
@@ -500,21 +515,28 @@ impl Tx<'_> {
             let mut guards = if news.is_empty() {
                 Vec::new()
             } else {
-                self.guards(&news)
+                self.guards(news)
             };
             let guarded: u64 = guards.iter().map(|g| g.len).sum();
             if guarded > eng.geo.lane_size / GUARDED_LOG_DIVISOR {
+                let lane = GuardedFree {
+                    meta: &scratch.meta,
+                    dirty,
+                    record,
+                    deferred,
+                    hdrs,
+                };
                 if let Err(e) = self.free_guarded_chunks(lane, &guards) {
                     break 'locked Err(e);
                 }
-                guards = self.guards(&news);
+                guards = self.guards(news);
             }
-            for (off, ch) in lane.scratch.meta.iter() {
+            for (off, ch) in scratch.meta.iter() {
                 // SAFETY: heap metadata word inside the pool, protected by its metadata lock.
                 let cur = unsafe { eng.media.read_u64(off) };
                 // A word of a range set to zero holds zero once `fills` are applied (and
                 // already does if there are none).
-                let cur = if !fills.is_empty() && lane.scratch.meta.is_zeroed(off) {
+                let cur = if !fills.is_empty() && scratch.meta.is_zeroed(off) {
                     0
                 } else {
                     cur
@@ -528,15 +550,15 @@ impl Tx<'_> {
                 }
             }
             if !vals.is_empty() {
-                self.replicate_meta(&mut vals);
+                self.replicate_meta(vals);
             }
             // One walk over what this commit writes in place: the chunks (whose older,
             // unretired records it must order) and the zones (whose parity a crash may
             // leave stale, so that lanes mark them dirty first).
             let map = &eng.map;
             let mut touched = Touched::default();
-            let mut zones = lane.dirty;
-            for_each_write(&items, &fills, &vals, &news, |off, len| {
+            let mut zones = *dirty;
+            for_each_write(items, &fills, vals, news, |off, len| {
                 touched.add(off, len, map.chunk_shift());
                 for at in [off, off + len.max(1) - 1] {
                     if let Some(zone) = map.zone_of(at) {
@@ -551,7 +573,7 @@ impl Tx<'_> {
             // commit creating an object there would pass it unsettled, and a replay of it
             // after that commit's fence would void the newer record. (A block of a run
             // shares its chunk with the bitmap word its free writes.)
-            for f in &lane.scratch.frees {
+            for f in &scratch.frees {
                 if let crate::heap::PendingFree::Chunks { zone, first, n } = *f {
                     let geo = &eng.geo;
                     touched.add(
@@ -561,44 +583,32 @@ impl Tx<'_> {
                     );
                 }
             }
-            if eng.parity.enabled() && zones != lane.dirty {
-                if let Err(e) = self.mark_dirty_zones(&mut lane.dirty, zones) {
+            if eng.parity.enabled() && zones != *dirty {
+                if let Err(e) = self.mark_dirty_zones(dirty, zones) {
                     break 'locked Err(e);
                 }
             }
             if items.is_empty() && fills.is_empty() && news.is_empty() && vals.len() <= 1 {
-                self.commit_direct(&vals, &touched)
+                self.commit_direct(vals, &touched)
             } else if items.is_empty() && fills.is_empty() && vals.len() == 1 && guards.is_empty() {
-                self.commit_new_direct(
-                    &mut lane.hdrs,
-                    &mut lane.record.flushes,
-                    &news,
-                    vals[0],
-                    &touched,
-                )
+                self.commit_new_direct(hdrs, &mut record.flushes, news, vals[0], &touched)
             } else {
                 self.commit_logged(
-                    &mut lane.record,
-                    &mut lane.deferred,
-                    &mut lane.hdrs,
+                    record,
+                    deferred,
+                    hdrs,
                     Writes {
-                        items: &items,
+                        items,
                         fills: &fills,
-                        news: &news,
-                        vals: &vals,
+                        news,
+                        vals,
                     },
                     &touched,
                     &guards,
                 )
             }
         };
-        eng.meta.unlock(&held);
-        let lane = &mut *st.lane;
-        lane.meta_held = held;
-        lane.meta_vals = vals;
-        lane.items = items;
-        lane.sums = sums;
-        lane.news = news;
+        eng.meta.unlock(held);
         r?;
         // A changed root word, for `Tx::free` (before this transaction unlocks its objects).
         let root_word = Engine::root_word_of(&eng.geo);
@@ -678,11 +688,7 @@ impl Tx<'_> {
     /// Call it under the metadata locks of the commit, before computing any word's new
     /// value: it changes the entries and their zones' checksums. Only entries the commit
     /// changes too are set (its new objects' chunks, this transaction's).
-    fn free_guarded_chunks(
-        &self,
-        lane: &mut super::lane::LaneState,
-        guards: &[Guard],
-    ) -> Result<()> {
+    fn free_guarded_chunks(&self, lane: GuardedFree<'_>, guards: &[Guard]) -> Result<()> {
         use crate::heap::layout::CHUNK_TABLE_OFFSET;
         let eng = self.eng;
         let geo = &eng.geo;
@@ -701,14 +707,14 @@ impl Tx<'_> {
         vals.dedup();
         // Only entries this commit changes too, whose chunks are this transaction's (a
         // guard elsewhere stays logged).
-        vals.retain(|&(off, _)| lane.scratch.meta.iter().any(|(o, _)| o == off));
+        vals.retain(|&(off, _)| lane.meta.iter().any(|(o, _)| o == off));
         if vals.is_empty() {
             return Ok(());
         }
         self.replicate_meta(&mut vals);
         let map = &eng.map;
         let mut touched = Touched::default();
-        let mut dirty = lane.dirty;
+        let mut dirty = *lane.dirty;
         for &(off, _) in &vals {
             touched.add(off, 8, map.chunk_shift());
             if let Some(zone) = map.zone_of(off) {
@@ -716,13 +722,13 @@ impl Tx<'_> {
                 dirty[word] |= mask;
             }
         }
-        if eng.parity.enabled() && dirty != lane.dirty {
-            self.mark_dirty_zones(&mut lane.dirty, dirty)?;
+        if eng.parity.enabled() && dirty != *lane.dirty {
+            self.mark_dirty_zones(lane.dirty, dirty)?;
         }
         self.commit_logged(
-            &mut lane.record,
-            &mut lane.deferred,
-            &mut lane.hdrs,
+            lane.record,
+            lane.deferred,
+            lane.hdrs,
             Writes {
                 items: &[],
                 fills: &[],
@@ -909,7 +915,7 @@ impl Tx<'_> {
 
     fn commit_logged(
         &self,
-        record: &mut super::lane::RecordScratch,
+        record: &mut RecordScratch,
         deferred: &mut Option<super::deferred::Deferred>,
         hdrs: &mut Vec<[u8; 16]>,
         writes: Writes<'_>,
@@ -925,7 +931,7 @@ impl Tx<'_> {
         let eng = self.eng;
         let media = &eng.media;
         let lane_size = eng.geo.lane_size as usize;
-        let super::lane::RecordScratch { stage, flushes } = record;
+        let RecordScratch { stage, flushes } = record;
         // 3a. the record, built in DRAM (cache-hot for the checksum and the apply step)
         if stage.len() * 8 < lane_size {
             stage.resize(lane_size / 8, 0);
