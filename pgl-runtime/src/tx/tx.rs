@@ -900,8 +900,8 @@ impl<'p> Tx<'p> {
             let start = core::mem::size_of::<T>();
             let old = &buf.payload()[start..];
             debug_assert_eq!(old.len(), r.len(), "a reserve of another size");
-            // Word by word (`changed_span`): byte by byte, this was ~200 instructions an
-            // upgrade for a 24-byte reserve.
+            // Found a word at a time (`changed_span`, as a handle's changes are): 36
+            // instructions fewer an upgrade than byte by byte, with a 24-byte reserve.
             if let Some((_, end)) = super::buffer::changed_span(old, r) {
                 buf.payload_mut()[start..start + end].copy_from_slice(&r[..end]);
                 buf.mark(start, start + end);
