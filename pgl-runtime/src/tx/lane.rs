@@ -351,6 +351,12 @@ impl Lanes {
         publish: impl FnOnce(),
     ) {
         let old = Touched::load(slots);
+        if old == *new {
+            // The rows hold the set already (a lane whose records keep to the same chunks):
+            // nothing to enter or remove, and the slots hold its bits.
+            publish();
+            return;
+        }
         self.dir_set(i, &new.minus(&old), set);
         for (slot, &bits) in slots.iter().zip(&new.0) {
             slot.store(bits, Ordering::Relaxed);
