@@ -76,7 +76,9 @@ struct Owing {
     closed_seen: u64,
 }
 
-/// A byte range this thread must write back before its next fence on pool `eng`.
+/// A write-back this thread must issue before its next fence on pool `eng`: the byte
+/// range `range` of a deferred record, or a lane's retire marks (`range` unused: the
+/// lines are the lane's, `Engine::flush_retire`).
 #[derive(Clone, Copy, Debug)]
 struct Owed {
     eng: u64,
@@ -89,7 +91,7 @@ struct Owed {
 enum Owes {
     /// This thread's deferred record `seq` on lane `lane`.
     Record { lane: usize, seq: u64 },
-    /// Lane `lane`'s retire marks.
+    /// Lane `lane`'s retire marks (both copies' lines, one entry).
     Mark { lane: usize },
 }
 
@@ -254,11 +256,7 @@ impl Engine {
     /// Owes the write-back of `lane`'s retire marks (issued before this thread's next
     /// fence on this pool).
     fn owe_retire(&self, lane: usize) {
-        let marks = (0..2).map(|c| {
-            let off = self.lane_off(lane, c) + RETIRED_OFFSET as u64;
-            (off, off + 16)
-        });
-        if !owe(self.id, Owes::Mark { lane }, marks) {
+        if !owe(self.id, Owes::Mark { lane }, std::iter::once((0, 0))) {
             // Exiting: written back now instead.
             self.flush_retire(lane);
         }
@@ -286,21 +284,27 @@ impl Engine {
             if o.entries.is_empty() {
                 return None;
             }
-            o.entries.retain(|e| {
+            let mut others = false;
+            for e in &o.entries {
                 if e.eng != self.id {
-                    return true;
+                    others = true;
+                    continue;
                 }
                 match e.of {
-                    Owes::Mark { lane } if Some(lane) == sealing => return false,
-                    Owes::Mark { .. } => {}
-                    Owes::Record { lane, seq } => record = Some((lane, seq)),
+                    Owes::Mark { lane } if Some(lane) == sealing => {}
+                    Owes::Mark { lane } => self.flush_retire(lane),
+                    Owes::Record { lane, seq } => {
+                        record = Some((lane, seq));
+                        self.media.flush(e.range.0, e.range.1 - e.range.0);
+                    }
                 }
-                self.media.flush(e.range.0, e.range.1 - e.range.0);
-                false
-            });
-            if !o.entries.is_empty() {
+            }
+            if others {
+                o.entries.retain(|e| e.eng != self.id);
                 // Other pools' entries: a thread that commits to one pool has none here.
                 o.drop_closed();
+            } else {
+                o.entries.clear();
             }
             record
         })
