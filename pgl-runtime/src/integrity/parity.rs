@@ -160,10 +160,7 @@ impl Parity {
         self.each_page(off, len, |parity, at, n| {
             if let Some(parity) = parity {
                 // SAFETY: `at..at + n` lies in the pool (caller), and so does its parity.
-                unsafe {
-                    touch_lines(media, at, n);
-                    touch_lines(media, parity, n);
-                }
+                unsafe { touch_lines_of(media, at, parity, n) };
             }
         });
     }
@@ -259,10 +256,7 @@ impl Parity {
             // stripe, not under it. Every line, not a byte per page: a real machine check
             // is raised by the first load of the poisoned line itself, not of its page.
             // SAFETY: `at..at + n` lies in the pool (caller), and so does its parity.
-            unsafe {
-                touch_lines(media, at, n);
-                touch_lines(media, parity, n);
-            }
+            unsafe { touch_lines_of(media, at, parity, n) };
             let stripe = self.stripe_of(parity);
             let small = n as usize <= self.atomic_max;
             if small {
@@ -338,6 +332,36 @@ fn pieces(parts: [&[u8]; 2], from: usize, n: usize, mut f: impl FnMut(usize, &[u
         let start = from.max(h);
         f(start - from, &data[start - h..from + n - h]);
     }
+}
+
+/// `touch_lines` of `[at, at + len)` and of its parity `[parity, parity + len)`. The two
+/// usually start the same distance into a line (a column's parity sits at the same offset
+/// into its chunk): then one walk loads a byte of each line pair.
+///
+/// # Safety
+/// Both ranges lie inside the pool.
+#[inline(always)]
+unsafe fn touch_lines_of(media: &Media, at: u64, parity: u64, len: u64) {
+    if len == 0 {
+        return;
+    }
+    if at % LINE != parity % LINE {
+        // SAFETY: the caller's contract.
+        unsafe {
+            touch_lines(media, at, len);
+            touch_lines(media, parity, len);
+        }
+        return;
+    }
+    let (data, par) = (media.ptr(at) as *const u8, media.ptr(parity) as *const u8);
+    for_each_line_probe(len, at % LINE, |i| {
+        // SAFETY: `i < len`, so `data + i` and `par + i` lie in their ranges, inside the
+        // pool (the caller's contract).
+        unsafe {
+            std::ptr::read_volatile(data.add(i as usize));
+            std::ptr::read_volatile(par.add(i as usize));
+        }
+    });
 }
 
 /// Loads a byte of every cache line that `[off, off + len)` overlaps, so that a line lost
