@@ -55,7 +55,7 @@ pub fn adler32_continue(state: u32, data: &[u8]) -> u32 {
 /// `S_k` and `T_k = Σ_i i·x_{8k+i}`: `b = L + L·ΣS_k - 8·Σ k·S_k - ΣT_k`.
 #[must_use]
 #[inline]
-pub fn adler32_le_words(words: [u64; 2], tail: u32) -> u32 {
+pub(crate) fn adler32_le_words(words: [u64; 2], tail: u32) -> u32 {
     const LEN: u64 = 20;
     const BYTES: u64 = 0x00ff_00ff_00ff_00ff;
     const ONES: u64 = 0x0001_0001_0001_0001;

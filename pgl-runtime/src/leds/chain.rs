@@ -474,10 +474,7 @@ impl<'p> Tx<'p> {
     ) -> Result<R> {
         let base = self.get(oid).map_err(|e| self.base_error::<T>(e))?;
         if self.all_in_reserve(&base) {
-            let view = Ext::new(oid, base, Default::default());
-            let r = f(&view);
-            view.end();
-            return Ok(r);
+            return Ok(Ext::new(oid, base, Default::default()).run(f));
         }
         self.ext_with_from(oid, base, f)
     }
@@ -495,18 +492,13 @@ impl<'p> Tx<'p> {
             let mut image = ObjImage::of::<T>();
             if self.read_through(oid, &base, &mut image)? {
                 // SAFETY: `image` is an image of a `T` (`ObjImage::of`), and the view is
-                // ended before the return (or dropped by unwinding, if `f` panics), in
-                // either case before `image`, which nothing changes meanwhile.
+                // dropped in `run` (or by unwinding, if `f` panics), in either case before
+                // `image`, which nothing changes meanwhile.
                 let view = unsafe { Ext::over_image(oid, base, &image) };
-                let r = f(&view);
-                view.end();
-                return Ok(r);
+                return Ok(view.run(f));
             }
         }
-        let view = self.ext_from(oid, base)?;
-        let r = f(&view);
-        view.end();
-        Ok(r)
+        Ok(self.ext_from(oid, base)?.run(f))
     }
 
     /// Whether `base` has every group this build knows, all of them in its reserve, with

@@ -124,11 +124,13 @@ impl<'tx, T: Extendible> Ext<'tx, T> {
         self.oid
     }
 
-    /// Drops the view here, field by field (the base before the image it may read, as
-    /// their declaration order drops them). `tx.ext_with` ends every view it makes so:
-    /// dropped whole, the view went through drop glue the compiler kept out of line.
+    /// Runs `f` on the view, then drops the view here, field by field (the base before
+    /// the image it may read, as their declaration order drops them): how `tx.ext_with`
+    /// uses every view it makes. Dropped whole, the view went through drop glue the
+    /// compiler kept out of line. If `f` panics, unwinding drops the view whole.
     #[inline(always)]
-    pub(crate) fn end(self) {
+    pub(crate) fn run<R>(self, f: impl FnOnce(&Self) -> R) -> R {
+        let r = f(&self);
         let Ext {
             base,
             groups,
@@ -138,6 +140,7 @@ impl<'tx, T: Extendible> Ext<'tx, T> {
         drop(base);
         drop(groups);
         drop(_image);
+        r
     }
 }
 

@@ -76,21 +76,23 @@ struct Owing {
     closed_seen: u64,
 }
 
-/// A write-back this thread must issue before its next fence on pool `eng`: the byte
-/// range `range` of a deferred record, or a lane's retire marks (`range` unused: the
-/// lines are the lane's, `Engine::flush_retire`).
+/// A write-back this thread must issue before its next fence on pool `eng`.
 #[derive(Clone, Copy, Debug)]
 struct Owed {
     eng: u64,
     of: Owes,
-    range: (u64, u64),
 }
 
-/// What an owed write-back belongs to.
+/// What an owed write-back is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Owes {
-    /// This thread's deferred record `seq` on lane `lane`.
-    Record { lane: usize, seq: u64 },
+    /// The byte range `range` (start, end) of this thread's deferred record `seq` on lane
+    /// `lane`.
+    Record {
+        lane: usize,
+        seq: u64,
+        range: (u64, u64),
+    },
     /// Lane `lane`'s retire marks (both copies' lines, one entry).
     Mark { lane: usize },
 }
@@ -156,15 +158,15 @@ impl Owing {
     }
 }
 
-/// Adds `ranges` to this thread's owed write-backs; false if the list is gone (the thread
-/// is exiting, its thread-locals being destroyed), when nothing was added.
-fn owe(eng: u64, of: Owes, ranges: impl Iterator<Item = (u64, u64)>) -> bool {
+/// Adds `owed` to this thread's owed write-backs on pool `eng`; false if the list is gone
+/// (the thread is exiting, its thread-locals being destroyed), when nothing was added.
+fn owe(eng: u64, owed: impl Iterator<Item = Owes>) -> bool {
     OWED.try_with(|o| {
         let o = &mut o.borrow_mut().entries;
         if o.len() > OWED_MAX {
             o.retain(|e| e.eng == eng || matches!(e.of, Owes::Record { .. }));
         }
-        o.extend(ranges.map(|range| Owed { eng, of, range }));
+        o.extend(owed.map(|of| Owed { eng, of }));
     })
     .is_ok()
 }
@@ -173,7 +175,7 @@ fn owe(eng: u64, of: Owes, ranges: impl Iterator<Item = (u64, u64)>) -> bool {
 fn owed_record(eng: u64) -> Option<(usize, u64)> {
     OWED.try_with(|o| {
         o.borrow().entries.iter().find_map(|e| match e.of {
-            Owes::Record { lane, seq } if e.eng == eng => Some((lane, seq)),
+            Owes::Record { lane, seq, .. } if e.eng == eng => Some((lane, seq)),
             _ => None,
         })
     })
@@ -205,11 +207,12 @@ impl Engine {
         ranges: &[(u64, u64)],
     ) -> bool {
         let owner = thread_token();
-        let of = Owes::Record {
+        let owed = ranges.iter().map(|&range| Owes::Record {
             lane: lane.idx,
             seq,
-        };
-        if owner == 0 || !owe(self.id, of, ranges.iter().copied()) {
+            range,
+        });
+        if owner == 0 || !owe(self.id, owed) {
             return false;
         }
         *slot = Some(Deferred {
@@ -256,7 +259,7 @@ impl Engine {
     /// Owes the write-back of `lane`'s retire marks (issued before this thread's next
     /// fence on this pool).
     fn owe_retire(&self, lane: usize) {
-        if !owe(self.id, Owes::Mark { lane }, std::iter::once((0, 0))) {
+        if !owe(self.id, std::iter::once(Owes::Mark { lane })) {
             // Exiting: written back now instead.
             self.flush_retire(lane);
         }
@@ -293,9 +296,9 @@ impl Engine {
                 match e.of {
                     Owes::Mark { lane } if Some(lane) == sealing => {}
                     Owes::Mark { lane } => self.flush_retire(lane),
-                    Owes::Record { lane, seq } => {
+                    Owes::Record { lane, seq, range } => {
                         record = Some((lane, seq));
-                        self.media.flush(e.range.0, e.range.1 - e.range.0);
+                        self.media.flush(range.0, range.1 - range.0);
                     }
                 }
             }
@@ -322,16 +325,11 @@ impl Engine {
     pub(crate) fn touch_owed(&self) {
         let _ = OWED.try_with(|o| {
             let o = o.borrow();
-            for e in o
-                .entries
-                .iter()
-                .filter(|e| e.eng == self.id && matches!(e.of, Owes::Record { .. }))
-            {
-                // SAFETY: bytes of the pool its record wrote in place.
-                unsafe {
-                    self.parity
-                        .touch(&self.media, e.range.0, e.range.1 - e.range.0)
-                };
+            for e in o.entries.iter().filter(|e| e.eng == self.id) {
+                if let Owes::Record { range, .. } = e.of {
+                    // SAFETY: bytes of the pool its record wrote in place.
+                    unsafe { self.parity.touch(&self.media, range.0, range.1 - range.0) };
+                }
             }
         });
     }

@@ -153,13 +153,26 @@ impl Touched {
     /// Calls `f` with each bit of the set.
     #[inline]
     fn for_each(&self, mut f: impl FnMut(usize)) {
+        self.each_while(|bit| {
+            f(bit);
+            true
+        });
+    }
+
+    /// Calls `f` with each bit of the set, in order, until it returns false; whether it
+    /// saw them all.
+    #[inline]
+    fn each_while(&self, mut f: impl FnMut(usize) -> bool) -> bool {
         for (i, &word) in self.0.iter().enumerate() {
             let mut w = word;
             while w != 0 {
-                f(i * 64 + w.trailing_zeros() as usize);
+                if !f(i * 64 + w.trailing_zeros() as usize) {
+                    return false;
+                }
                 w &= w - 1;
             }
         }
+        true
     }
 }
 
@@ -291,20 +304,20 @@ impl Lanes {
     #[inline]
     pub(crate) fn meeting(&self, mine: &Touched) -> LaneMask {
         // Its bits first, at most 16: past that (a large commit), reading its rows would
-        // cost more than reading every lane. One walk over the words counts them (no
+        // cost more than reading every lane. One walk lists and counts them (no
         // `count_ones`: without the popcnt instruction it is a dozen per word).
         let mut rows = [0u8; 16];
         let mut n = 0;
-        for (i, &word) in mine.0.iter().enumerate() {
-            let mut w = word;
-            while w != 0 {
-                if n == rows.len() {
-                    return LaneMask(u64::MAX >> (64 - self.lanes.len()));
-                }
-                rows[n] = (i * 64 + w.trailing_zeros() as usize) as u8;
-                n += 1;
-                w &= w - 1;
+        let few = mine.each_while(|bit| {
+            if n == rows.len() {
+                return false;
             }
+            rows[n] = bit as u8; // a set has 256 bits
+            n += 1;
+            true
+        });
+        if !few {
+            return LaneMask(u64::MAX >> (64 - self.lanes.len()));
         }
         let mut mask = 0u64;
         for &k in &rows[..n] {
