@@ -1016,19 +1016,25 @@ impl<'p> Tx<'p> {
             }
         };
         self.refuse_root(off)?;
+        if link == 0 {
+            // No group but the owner's own (an object no upgrade reached): one step, as
+            // for a type without a tail, which an error leaves undone.
+            let mut guard = self.st.borrow_mut();
+            let st = &mut *guard;
+            return match buffered {
+                // SAFETY: see `open`.
+                Some(mut b) => self.free_buffered(st, off, unsafe { b.as_mut() }),
+                None => self.record_free(st, off, T::TYPE_ID),
+            };
+        }
         // The link says what else is freed: followed only once the owner's checksum
         // vouches for it, whatever the verify policy (a damaged link could name another
         // chain's group of the same type). That includes a link naming no separate group,
         // only inline ones: the same damage that clears a separate group's offset leaves
         // the inline count standing, and taken at its word it would free the owner and
         // leave that group allocated, linked from nothing.
-        let tail = match link {
-            0 => Vec::new(),
-            link => {
-                self.verify_link_holder(off)?;
-                self.tail::<T>(off, link)?
-            }
-        };
+        self.verify_link_holder(off)?;
+        let tail = self.tail::<T>(off, link)?;
         self.whole(|| {
             {
                 let mut guard = self.st.borrow_mut();
@@ -1290,11 +1296,19 @@ impl<'p> Tx<'p> {
 /// link that names no separate group is not counted: `links` is asked only about groups
 /// (`alloc_linked`), and most owners' links (every one whose groups all live in its
 /// reserve) name none.
+#[inline]
 fn count_link(links: &mut SmallMap<u64, u32>, old: Option<u64>, new: u64) {
     let (old, new) = (old.map(crate::leds::separate), crate::leds::separate(new));
-    if old == Some(new) {
+    // Inlined for this test: an owner whose groups all live in its reserve, or that has
+    // none, names no separate group before or after.
+    if old == Some(new) || (old.unwrap_or(0) == 0 && new == 0) {
         return;
     }
+    count_changed_link(links, old, new);
+}
+
+/// `count_link` past its test: `old` and `new` (separate groups' offsets, 0: none) differ.
+fn count_changed_link(links: &mut SmallMap<u64, u32>, old: Option<u64>, new: u64) {
     if let Some(old) = old.filter(|&o| o != 0) {
         links.update_or_remove(&old, |n| {
             *n -= 1;
