@@ -401,8 +401,11 @@ impl<'p> Tx<'p> {
         }
         // The groups present are read through the image: their layouts are checked as
         // a view's are (`__reads` checks an inline group's, then finds the chain short).
-        self.with_groups(GroupScope::Read, || T::__reads(self, 0, have))
-            .map_err(in_own_part::<T>)?;
+        // Data no upgrade reached has none: nothing to check.
+        if have > 0 {
+            self.with_groups(GroupScope::Read, || T::__reads(self, 0, have))
+                .map_err(in_own_part::<T>)?;
+        }
         // SAFETY: a `Read` shows the value and its reserve, `object_size` bytes, valid
         // and unchanged while it is borrowed (`Read::payload_ptr`); they are the pool's or
         // a buffer's, not the image's.

@@ -200,16 +200,51 @@ impl ObjImage {
     /// image.
     pub(crate) unsafe fn fill_with<T: Persistent>(&mut self, payload: *const u8) {
         let len = const { object_size::<T>() };
+        let words = self.words_of_mut::<T>();
+        // SAFETY: `words` has room for `len` bytes (`words_of_mut`); the caller vouches
+        // for the source, which cannot overlap the image. The length is a constant, so
+        // the copy is inlined.
+        unsafe { core::ptr::copy_nonoverlapping(payload, words.as_mut_ptr().cast(), len) };
+    }
+
+    /// The storage of this image of a `T` (asserted), at least `object_size::<T>()`
+    /// bytes: what `words_mut` gives, picked by the size the type fixes instead of a test
+    /// at run time (every view of an `upgrade = on_write` object not upgraded yet reads
+    /// its image through it).
+    #[inline(always)]
+    fn words_of_mut<T: Persistent>(&mut self) -> &mut [u128] {
+        let len = const { object_size::<T>() };
         assert_eq!(self.len, len, "an image of a `{}`", T::TYPE_NAME);
-        let words = self.words_mut();
+        let words: &mut [u128] = if const { object_size::<T>() > SMALL } {
+            &mut self.large
+        } else {
+            &mut self.small
+        };
         assert!(
             words.len() * 16 >= len,
             "an image's storage holds its bytes"
         );
-        // SAFETY: `words` has room for `len` bytes (asserted); the caller vouches for the
-        // source, which cannot overlap the image. The length is a constant, so the copy is
-        // inlined.
-        unsafe { core::ptr::copy_nonoverlapping(payload, words.as_mut_ptr().cast(), len) };
+        words
+    }
+
+    /// The payload's bytes, of this image of a `T` (asserted): [`bytes`](Self::bytes),
+    /// the storage picked as `words_of_mut` picks it.
+    #[inline(always)]
+    pub(crate) fn bytes_of<T: Persistent>(&self) -> &[u8] {
+        let len = const { object_size::<T>() };
+        assert_eq!(self.len, len, "an image of a `{}`", T::TYPE_NAME);
+        let words: &[u128] = if const { object_size::<T>() > SMALL } {
+            &self.large
+        } else {
+            &self.small
+        };
+        assert!(
+            words.len() * 16 >= len,
+            "an image's storage holds its bytes"
+        );
+        // SAFETY: `words` holds at least `len` bytes (asserted), initialised (as every
+        // image's are: made zeroed, then written), borrowed for as long as `self`.
+        unsafe { core::slice::from_raw_parts(words.as_ptr() as *const u8, len) }
     }
 
     /// The payload's bytes.
@@ -225,11 +260,16 @@ impl ObjImage {
         unsafe { core::slice::from_raw_parts_mut(self.words_mut().as_mut_ptr() as *mut u8, len) }
     }
 
-    /// Sets the link that ends the value of the `T` the image holds (a base's link: see
-    /// `leds::link`).
+    /// Sets the link that ends the value of this image of a `T` (asserted; a base's link:
+    /// see `leds::link`).
+    #[inline(always)]
     pub(crate) fn set_link_of<T: Persistent>(&mut self, link: u64) {
-        let end = size_of::<T>().min(self.len);
-        super::ExtLink::set_at_end_of(&mut self.bytes_mut()[..end], link);
+        let end = const { size_of::<T>() };
+        let words = self.words_of_mut::<T>();
+        // SAFETY: `words` holds at least `object_size::<T>() >= size_of::<T>()`
+        // initialised bytes (`words_of_mut`), exclusively borrowed.
+        let bytes = unsafe { core::slice::from_raw_parts_mut(words.as_mut_ptr().cast(), end) };
+        super::ExtLink::set_at_end_of(bytes, link);
     }
 
     /// `Error::Corrupt` unless `len` bytes fit at `at`, aligned for `G` (whose `what`
@@ -381,17 +421,39 @@ mod tests {
             }
             assert_eq!(size > SMALL, big);
             let src: Vec<u8> = (0..size).map(|i| i as u8 ^ 0x5a).collect();
-            // SAFETY: `src` holds the object's `size` bytes, apart from the image.
-            unsafe {
-                match size {
-                    8 => img.fill_with::<u64>(src.as_ptr()),
-                    40 => img.fill_with::<[u64; 5]>(src.as_ptr()),
-                    240 => img.fill_with::<[u64; 30]>(src.as_ptr()),
-                    _ => img.fill_with::<[u64; 60]>(src.as_ptr()),
-                }
+            match size {
+                8 => fill_and_link::<u64>(&mut img, &src),
+                40 => fill_and_link::<[u64; 5]>(&mut img, &src),
+                240 => fill_and_link::<[u64; 30]>(&mut img, &src),
+                _ => fill_and_link::<[u64; 60]>(&mut img, &src),
             }
-            assert_eq!(img.bytes(), &src[..], "size {size}");
         }
+    }
+
+    /// Fills `img`, an image of a `T`, with `src` and checks what the typed accessors
+    /// (whose storage the type picks) and the untyped ones (by the image's length) see.
+    fn fill_and_link<T: Persistent>(img: &mut ObjImage, src: &[u8]) {
+        let size = src.len();
+        // SAFETY: `src` holds the object's `size` bytes, apart from the image.
+        unsafe { img.fill_with::<T>(src.as_ptr()) };
+        assert_eq!(img.bytes(), src, "size {size}");
+        assert_eq!(img.bytes_of::<T>(), src, "size {size}");
+        img.set_link_of::<T>(0x0123_4567_89ab_cdef);
+        assert_eq!(
+            img.bytes()[size - 8..],
+            0x0123_4567_89ab_cdef_u64.to_le_bytes(),
+            "the link ends the value (size {size})"
+        );
+        assert_eq!(img.bytes()[..size - 8], src[..size - 8], "size {size}");
+    }
+
+    /// The typed accessors pick their storage by the type: asked of an image of another
+    /// size, they stop rather than read the wrong storage.
+    #[test]
+    #[should_panic(expected = "an image of a")]
+    fn an_image_read_as_another_type_is_refused() {
+        let img = ObjImage::of::<[u64; 30]>();
+        let _ = img.bytes_of::<[u64; 5]>();
     }
 
     #[test]

@@ -115,7 +115,7 @@ impl<'tx, T: Extendible> Ext<'tx, T> {
         // SAFETY: the image holds a `T`'s value and reserve, aligned as payloads are
         // (`ObjImage`'s storage is `u128`s), and the caller keeps it in place, unchanged,
         // while the view lives.
-        let base = unsafe { base.over(image.bytes().as_ptr().cast()) };
+        let base = unsafe { base.over(image.bytes_of::<T>().as_ptr().cast()) };
         Ext::new(oid, base, Default::default())
     }
 
