@@ -778,3 +778,71 @@ fn an_upgrade_in_the_reserve_that_fails_part_way_fails_its_transaction() {
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }
+
+/// A node no upgrade reached (its link is 0) is freed as any object is: buffered or not,
+/// allocated in the same transaction, read first, refused while borrowed or as the root;
+/// one upgraded earlier in the same transaction is freed with its groups.
+#[test]
+fn freeing_a_node_no_upgrade_reached_frees_it_alone_buffered_or_not() {
+    let (pool, path) = pool("free-link0");
+    let v0s = v0_nodes(&pool, 6);
+    let (v1s, v2s) = (cast::<_, v1::Node>(&v0s), cast::<_, v2::Node>(&v0s));
+    let count = |pool: &Pool| pool.objects().unwrap().len();
+    assert_eq!(count(&pool), 6);
+    // Link 0, not buffered; link 0, buffered (opened and written); link 0, allocated in
+    // this transaction.
+    pool.tx(|tx| {
+        tx.free(v2s[0])?;
+        tx.open(v2s[1])?.value = 77;
+        tx.free(v2s[1])?;
+        let fresh = tx.alloc_ext(v0::NodeData { key: 9, value: 9 })?;
+        tx.free(fresh)
+    })
+    .unwrap();
+    assert_eq!(
+        count(&pool),
+        4,
+        "two nodes freed, the fresh one never committed"
+    );
+    // Borrowed: refused, and the transaction still commits.
+    pool.tx(|tx| {
+        let m = tx.open(v2s[2])?;
+        assert!(matches!(
+            tx.free(v2s[2]),
+            Err(Error::AlreadyBorrowed { .. })
+        ));
+        drop(m);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(count(&pool), 4);
+    // Upgraded earlier in the same transaction (the link is no longer 0): freed with its
+    // groups, the separate group 2 included.
+    pool.tx(|tx| {
+        assert_eq!(*tx.ext(v1s[3])?.key(), 3 + (1 << 40));
+        tx.free(v1s[3])?;
+        assert_eq!(tx.ext(v2s[4])?.name().as_str(), "n12");
+        tx.free(v2s[4])
+    })
+    .unwrap();
+    assert_eq!(count(&pool), 2, "nodes 2 and 5; no group 2 left behind");
+    // Read (in place) before the free, in the same transaction.
+    pool.tx(|tx| {
+        assert_eq!(tx.get(v2s[5])?.value, 15);
+        tx.free(v2s[5])
+    })
+    .unwrap();
+    assert_eq!(count(&pool), 1);
+    // The root, never upgraded, is still refused.
+    let root = pool.root::<v0::Node>().unwrap();
+    let r = pool.tx(|tx| tx.free(root));
+    assert!(matches!(r, Err(Error::RootNotFreeable { .. })), "{r:?}");
+    assert_eq!(count(&pool), 2, "node 2 and the root");
+    drop(pool);
+    let pool = Pool::open(&path, NAME).unwrap();
+    assert_eq!(count(&pool), 2);
+    pool.tx(|tx| tx.free(v2s[2])).unwrap();
+    assert_eq!(count(&pool), 1);
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}

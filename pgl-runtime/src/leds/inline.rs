@@ -207,8 +207,8 @@ impl ObjImage {
         unsafe { core::ptr::copy_nonoverlapping(payload, words.as_mut_ptr().cast(), len) };
     }
 
-    /// The storage of this image of a `T` (asserted), at least `object_size::<T>()`
-    /// bytes: what `words_mut` gives, picked by the size the type fixes instead of a test
+    /// The storage of this image, which has a `T`'s size (asserted), at least
+    /// `object_size::<T>()` bytes: what `words_mut` gives, picked by the size the type fixes instead of a test
     /// at run time (every view of an `upgrade = on_write` object not upgraded yet reads
     /// its image through it).
     #[inline(always)]
@@ -227,8 +227,8 @@ impl ObjImage {
         words
     }
 
-    /// The payload's bytes, of this image of a `T` (asserted): [`bytes`](Self::bytes),
-    /// the storage picked as `words_of_mut` picks it.
+    /// The payload's bytes, of this image, which has a `T`'s size (asserted):
+    /// [`bytes`](Self::bytes), the storage picked as `words_of_mut` picks it.
     #[inline(always)]
     pub(crate) fn bytes_of<T: Persistent>(&self) -> &[u8] {
         let len = const { object_size::<T>() };
@@ -242,8 +242,9 @@ impl ObjImage {
             words.len() * 16 >= len,
             "an image's storage holds its bytes"
         );
-        // SAFETY: `words` holds at least `len` bytes (asserted), initialised (as every
-        // image's are: made zeroed, then written), borrowed for as long as `self`.
+        // SAFETY: `words` holds at least `len` bytes (asserted), all initialised: the
+        // inline array always is, and the heap words are a `Vec`'s elements (made and
+        // grown with zeros, then written); borrowed for as long as `self`.
         unsafe { core::slice::from_raw_parts(words.as_ptr() as *const u8, len) }
     }
 
@@ -260,8 +261,8 @@ impl ObjImage {
         unsafe { core::slice::from_raw_parts_mut(self.words_mut().as_mut_ptr() as *mut u8, len) }
     }
 
-    /// Sets the link that ends the value of this image of a `T` (asserted; a base's link:
-    /// see `leds::link`).
+    /// Sets the link that ends the value of this image, which has a `T`'s size (asserted;
+    /// a base's link: see `leds::link`).
     #[inline(always)]
     pub(crate) fn set_link_of<T: Persistent>(&mut self, link: u64) {
         let end = const { size_of::<T>() };
@@ -434,6 +435,7 @@ mod tests {
     /// (whose storage the type picks) and the untyped ones (by the image's length) see.
     fn fill_and_link<T: Persistent>(img: &mut ObjImage, src: &[u8]) {
         let size = src.len();
+        assert_eq!(size, object_size::<T>(), "the source holds a `T`");
         // SAFETY: `src` holds the object's `size` bytes, apart from the image.
         unsafe { img.fill_with::<T>(src.as_ptr()) };
         assert_eq!(img.bytes(), src, "size {size}");

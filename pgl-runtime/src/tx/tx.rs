@@ -1018,7 +1018,9 @@ impl<'p> Tx<'p> {
         self.refuse_root(off)?;
         if link == 0 {
             // No group but the owner's own (an object no upgrade reached): one step, as
-            // for a type without a tail, which an error leaves undone.
+            // for a type without a tail. An error in it leaves nothing done (the heap
+            // refuses before it changes anything), so, as there, it does not fail the
+            // transaction (`whole` is for changes that can stop part way).
             let mut guard = self.st.borrow_mut();
             let st = &mut *guard;
             return match buffered {
