@@ -208,9 +208,9 @@ impl ObjImage {
     }
 
     /// The storage of this image, which has a `T`'s size (asserted), at least
-    /// `object_size::<T>()` bytes: what `words_mut` gives, picked by the size the type fixes instead of a test
-    /// at run time (every view of an `upgrade = on_write` object not upgraded yet reads
-    /// its image through it).
+    /// `object_size::<T>()` bytes: what `words_mut` gives, picked by the size the type
+    /// fixes instead of a test at run time (every view of an `upgrade = on_write` object
+    /// not upgraded yet reads its image through it).
     #[inline(always)]
     fn words_of_mut<T: Persistent>(&mut self) -> &mut [u128] {
         let len = const { object_size::<T>() };
