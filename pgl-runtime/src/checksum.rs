@@ -231,6 +231,28 @@ mod tests {
         }
     }
 
+    /// Below `SCALAR_BELOW` bytes the sum is taken by a plain loop: every length there,
+    /// from states with small and with large halves (up to 65520 each), against the
+    /// oracle.
+    #[test]
+    fn adler32_continue_matches_oracle_below_the_simd_cut() {
+        let states = [1, 0, 0xfff0_fff0, 0x1234_5678, oracle(&[0xff; 5000])];
+        for (k, &state) in states.iter().enumerate() {
+            for size in 0..SCALAR_BELOW + 2 {
+                for data in [
+                    bytes_from_seed((k * 100 + size) as u64, size),
+                    vec![0xff; size],
+                ] {
+                    assert_eq!(
+                        adler32_continue(state, &data),
+                        oracle_continue(state, &data),
+                        "state {state:#x}, size {size}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn adler32_known_vectors() {
         assert_eq!(adler32(b"Wikipedia"), 0x11E6_0398);
