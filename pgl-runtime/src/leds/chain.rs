@@ -13,7 +13,7 @@ use super::extendible::{Extendible, ExtendibleData, MAX_GROUPS};
 use super::inline::{check_inline_count, ObjImage};
 use super::link::{base_link, inline_count, separate, ExtLink, MAX_INLINE};
 use super::view::{Ext, ExtMut};
-use crate::persistent::{group_type_id, object_size, Oid, Persistent};
+use crate::persistent::{group_type_id, Oid, Persistent};
 use crate::tx::{GroupScope, Read, Tx};
 use crate::{Error, Result};
 
@@ -332,18 +332,10 @@ impl<'p> Tx<'p> {
         // captured `Pool`'s `pool.tx` joins this transaction), and the groups' layouts
         // may have been registered.
         self.whole(|| {
+            // `open` buffers only an object of exactly a `T`'s size. Copied at that size
+            // (inlined, where `from_bytes` called `memcpy`).
             let mut image = ObjImage::of::<T>();
-            let payload = base.payload();
-            // `open` buffers only an object of exactly this size: its value and reserve.
-            assert_eq!(
-                payload.len(),
-                object_size::<T>(),
-                "the payload of an open `T`"
-            );
-            // SAFETY: `payload` holds `object_size::<T>()` initialised bytes (asserted),
-            // borrowed from the object's buffer, not the image. The copy's length is the
-            // type's: inlined, where `from_bytes`'s called `memcpy`.
-            unsafe { image.fill_with::<T>(payload.as_ptr()) };
+            image.fill_from::<T>(base.payload());
             for k in have + 1..=T::GROUPS {
                 // No separate group precedes an inline one: `groups` is all zeros.
                 self.with_groups(GroupScope::Init, || {

@@ -207,33 +207,59 @@ impl ObjImage {
         unsafe { core::ptr::copy_nonoverlapping(payload, words.as_mut_ptr().cast(), len) };
     }
 
-    /// The storage of this image, which has a `T`'s size (asserted), at least
-    /// `object_size::<T>()` bytes: what `words_mut` gives, picked by the size the type
-    /// fixes instead of a test at run time (every view of an `upgrade = on_write` object
-    /// not upgraded yet reads its image through it).
+    /// Overwrites this image of a `T` with `payload`, a `T` object's value and reserve
+    /// (asserted by their length): [`fill_with`](Self::fill_with) for a caller that holds
+    /// them as a slice.
+    #[inline]
+    pub(crate) fn fill_from<T: Persistent>(&mut self, payload: &[u8]) {
+        assert_eq!(
+            payload.len(),
+            object_size::<T>(),
+            "the payload of a `{}`",
+            T::TYPE_NAME
+        );
+        // SAFETY: `payload` holds `object_size::<T>()` initialised bytes (asserted), and a
+        // shared borrow of them cannot overlap `self`, borrowed mutably.
+        unsafe { self.fill_with::<T>(payload.as_ptr()) };
+    }
+
+    /// Whether this image, which has a `T`'s size (asserted), keeps its bytes on the heap:
+    /// what `words` tests at run time, fixed by the type (every view of an
+    /// `upgrade = on_write` object not upgraded yet reads its image through the typed
+    /// accessors).
+    #[inline(always)]
+    fn on_heap<T: Persistent>(&self) -> bool {
+        assert_eq!(
+            self.len,
+            object_size::<T>(),
+            "an image of a `{}`",
+            T::TYPE_NAME
+        );
+        const { object_size::<T>() > SMALL }
+    }
+
+    /// `words_mut` of this image of a `T`'s size, picked by `on_heap`: at least
+    /// `object_size::<T>()` bytes (asserted).
     #[inline(always)]
     fn words_of_mut<T: Persistent>(&mut self) -> &mut [u128] {
-        let len = const { object_size::<T>() };
-        assert_eq!(self.len, len, "an image of a `{}`", T::TYPE_NAME);
-        let words: &mut [u128] = if const { object_size::<T>() > SMALL } {
+        let words: &mut [u128] = if self.on_heap::<T>() {
             &mut self.large
         } else {
             &mut self.small
         };
         assert!(
-            words.len() * 16 >= len,
+            words.len() * 16 >= object_size::<T>(),
             "an image's storage holds its bytes"
         );
         words
     }
 
-    /// The payload's bytes, of this image, which has a `T`'s size (asserted):
-    /// [`bytes`](Self::bytes), the storage picked as `words_of_mut` picks it.
+    /// [`bytes`](Self::bytes) of this image of a `T`'s size, its storage picked by
+    /// `on_heap`.
     #[inline(always)]
     pub(crate) fn bytes_of<T: Persistent>(&self) -> &[u8] {
         let len = const { object_size::<T>() };
-        assert_eq!(self.len, len, "an image of a `{}`", T::TYPE_NAME);
-        let words: &[u128] = if const { object_size::<T>() > SMALL } {
+        let words: &[u128] = if self.on_heap::<T>() {
             &self.large
         } else {
             &self.small
@@ -431,13 +457,12 @@ mod tests {
         }
     }
 
-    /// Fills `img`, an image of a `T`, with `src` and checks what the typed accessors
-    /// (whose storage the type picks) and the untyped ones (by the image's length) see.
+    /// Fills `img`, an image of a `T`, with `src` (`fill_from`, on `fill_with`) and checks
+    /// what the typed accessors (whose storage the type picks) and the untyped ones (by
+    /// the image's length) see.
     fn fill_and_link<T: Persistent>(img: &mut ObjImage, src: &[u8]) {
         let size = src.len();
-        assert_eq!(size, object_size::<T>(), "the source holds a `T`");
-        // SAFETY: `src` holds the object's `size` bytes, apart from the image.
-        unsafe { img.fill_with::<T>(src.as_ptr()) };
+        img.fill_from::<T>(src);
         assert_eq!(img.bytes(), src, "size {size}");
         assert_eq!(img.bytes_of::<T>(), src, "size {size}");
         img.set_link_of::<T>(0x0123_4567_89ab_cdef);

@@ -973,31 +973,15 @@ impl<'p> Tx<'p> {
         let vet = |h: &ObjectHeader, capacity| {
             Self::check_type::<T>(off, h, capacity).map(|()| T::TYPE_ID)
         };
-        if !T::__OWNS_TAIL {
-            let mut guard = self.st.borrow_mut();
-            let st = &mut *guard;
-            return match self.buffer_of::<T>(st, off)? {
-                Some(mut b) => {
-                    self.refuse_root(off)?;
-                    // SAFETY: see `open`.
-                    self.free_buffered(st, off, unsafe { b.as_mut() })
-                }
-                None => {
-                    let type_id = self.vet_unbuffered(st, off, vet)?;
-                    self.refuse_root(off)?;
-                    self.record_free(st, off, type_id)
-                }
-            };
-        }
         // The owner is vetted (and write-locked) first, its tail found next, and only then
         // is anything freed: an error never leaves an owner linking freed groups. One met
         // while freeing (a group's lock) fails the transaction: the owner must not go
-        // without its groups (`whole`).
+        // without its groups (`whole`). A type without a tail has link 0.
         let (buffered, link) = {
             let mut guard = self.st.borrow_mut();
             let st = &mut *guard;
             match self.buffer_of::<T>(st, off)? {
-                Some(b) => {
+                Some(b) if T::__OWNS_TAIL => {
                     // SAFETY: see `buffered`; only the borrow flag and the payload (always
                     // loaded for a type that owns a tail) are read.
                     let buf = unsafe { b.as_ref() };
@@ -1009,25 +993,34 @@ impl<'p> Tx<'p> {
                         super::tail::link_at_end(super::tail::value_of(buf)).unwrap_or(0),
                     )
                 }
+                Some(b) => (Some(b), 0),
                 None => {
                     self.vet_unbuffered(st, off, vet)?;
-                    (None, self.stored_link::<T>(off))
+                    let link = if T::__OWNS_TAIL {
+                        self.stored_link::<T>(off)
+                    } else {
+                        0
+                    };
+                    (None, link)
                 }
             }
         };
         self.refuse_root(off)?;
-        if link == 0 {
-            // No group but the owner's own (an object no upgrade reached): one step, as
-            // for a type without a tail. An error in it leaves nothing done (the heap
-            // refuses before it changes anything), so, as there, it does not fail the
-            // transaction (`whole` is for changes that can stop part way).
+        let free_owner = || {
             let mut guard = self.st.borrow_mut();
             let st = &mut *guard;
-            return match buffered {
+            match buffered {
                 // SAFETY: see `open`.
                 Some(mut b) => self.free_buffered(st, off, unsafe { b.as_mut() }),
                 None => self.record_free(st, off, T::TYPE_ID),
-            };
+            }
+        };
+        if link == 0 {
+            // No group but the owner's own (any type without a tail, and an object no
+            // upgrade reached): one step, which an error leaves undone (the heap refuses
+            // before it changes anything), so it does not fail the transaction (`whole`
+            // is for changes that can stop part way).
+            return free_owner();
         }
         // The link says what else is freed: followed only once the owner's checksum
         // vouches for it, whatever the verify policy (a damaged link could name another
@@ -1038,15 +1031,7 @@ impl<'p> Tx<'p> {
         self.verify_link_holder(off)?;
         let tail = self.tail::<T>(off, link)?;
         self.whole(|| {
-            {
-                let mut guard = self.st.borrow_mut();
-                let st = &mut *guard;
-                match buffered {
-                    // SAFETY: see `open`.
-                    Some(mut b) => self.free_buffered(st, off, unsafe { b.as_mut() })?,
-                    None => self.record_free(st, off, T::TYPE_ID)?,
-                }
-            }
+            free_owner()?;
             for (group, _, _) in tail {
                 self.free_raw(group)?;
             }
