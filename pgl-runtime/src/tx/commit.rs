@@ -141,7 +141,7 @@ fn joined_sum<'a>(it: &Item, next: Option<&'a Item>) -> Option<(&'a Item, usize)
 
 /// Sorts the half-open byte ranges `r` and merges those that overlap or touch, in place.
 fn merge_ranges(r: &mut Vec<(u64, u64)>) {
-    r.sort_unstable();
+    r.sort_unstable_by_key(|x| x.0);
     let mut n = 0;
     for i in 0..r.len() {
         if n > 0 && r[i].0 <= r[n - 1].1 {
