@@ -223,7 +223,7 @@ fn parity_can_be_turned_off_and_back_on() {
 
 #[test]
 fn a_write_near_an_objects_start_is_applied_with_its_checksum_as_one_piece() {
-    // A range starting less than 32 bytes into the payload is stored in place together
+    // A range starting at most 32 bytes into the payload is stored in place together
     // with the checksum word before it, the unchanged bytes between rewritten: parity
     // stays the rows' XOR on both parity paths, the object verifies after reopening, and
     // only the changed bytes and the word count as written.

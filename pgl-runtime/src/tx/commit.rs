@@ -33,7 +33,7 @@ use crate::{Error, Result};
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 
-/// Ranges of a buffer closer than this many bytes are logged as one.
+/// Ranges of a buffer this many bytes apart or less are logged as one (`Buffer::ranges`).
 const MERGE_GAP: usize = 32;
 
 /// Values up to this size are committed whole after a whole-value borrow; larger ones
@@ -127,8 +127,8 @@ fn for_each_write(
 /// in place as one piece from the word to the end of `it`: `next` is the checksum word of
 /// `it`'s object (a checksum item follows its object's last range, `commit_inner`; the
 /// word is the header's last bytes, so `it` starts `gap` bytes into the payload) and
-/// `gap < MERGE_GAP`. Then `it` is the object's only range (ranges of a buffer closer
-/// than `MERGE_GAP` are one), and the gap's bytes are the object's as they are (the
+/// `gap <= MERGE_GAP`. Then `it` is the object's only range (`Buffer::ranges` makes one
+/// of ranges `MERGE_GAP` bytes apart or less), and the gap's bytes are the object's as they are (the
 /// transaction's write lock has kept them): stored again unchanged, with a parity delta
 /// of zero. One piece takes one stripe hold and one parity update where two took ~500
 /// instructions more (a write to a field near a small object's start, as a list or tree
@@ -136,7 +136,7 @@ fn for_each_write(
 fn joined_sum<'a>(it: &Item, next: Option<&'a Item>) -> Option<(&'a Item, usize)> {
     let sum = next.filter(|s| s.sum)?;
     let gap = it.off.checked_sub(sum.off + sum.len as u64)?;
-    (gap < MERGE_GAP as u64).then_some((sum, gap as usize))
+    (gap <= MERGE_GAP as u64).then_some((sum, gap as usize))
 }
 
 /// Sorts the half-open byte ranges `r` and merges those that overlap or touch, in place.
