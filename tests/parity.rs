@@ -224,40 +224,62 @@ fn parity_can_be_turned_off_and_back_on() {
 #[test]
 fn a_write_near_an_objects_start_is_applied_with_its_checksum_as_one_piece() {
     // A range starting at most 32 bytes into the payload is stored in place together
-    // with the checksum word before it, the unchanged bytes between rewritten: parity
-    // stays the rows' XOR on both parity paths, the object verifies after reopening, and
-    // only the changed bytes and the word count as written.
+    // with the checksum word before it, the unchanged bytes between rewritten from the
+    // buffer: parity stays the rows' XOR on both parity paths, every object verifies after
+    // reopening with the bytes written, and only the changed bytes and the word count as
+    // written. Writes through a setter (the range marked), through a whole-value borrow
+    // (the range found by comparison), and of two objects in one transaction.
+    let fill = |i: usize| -> [u8; 96] { std::array::from_fn(|k| (i * 37 + k * 11) as u8) };
     for atomic_max in [0, 256] {
         let path = path(&format!("near-start-{atomic_max}"));
         let mut cfg = Config::small("parity").size(Config::small("parity").geometry().pool_size(2));
         cfg.parity_atomic_max = atomic_max;
         let pool = Pool::create(&path, &cfg).unwrap();
-        let objs: Vec<Oid<[u8; 96]>> = (0..40u8)
-            .map(|i| pool.tx(|tx| tx.alloc([i; 96])).unwrap())
+        let objs: Vec<Oid<[u8; 96]>> = (0..41)
+            .map(|i| pool.tx(|tx| tx.alloc(fill(i))).unwrap())
             .collect();
-        let mut want: Vec<[u8; 96]> = (0..40u8).map(|i| [i; 96]).collect();
-        let mut pieces = 0;
-        for (i, &o) in objs.iter().enumerate() {
-            for len in [1usize, 3, 8, 9] {
-                let at = i;
+        let mut want: Vec<[u8; 96]> = (0..41).map(fill).collect();
+        let mut writes = 0;
+        for at in 0..40 {
+            for (w, len) in [1usize, 3, 8, 9].into_iter().enumerate() {
                 let data: Vec<u8> = (0..len)
-                    .map(|k| (i * 31 + k * 7 + len) as u8 ^ 0x80)
+                    .map(|k| (at * 31 + k * 7 + w) as u8 ^ 0x80)
                     .collect();
+                // Object `at` alone, by setter or by whole-value borrow; or with object 40
+                // (its bytes at `40 - at`) in the same transaction.
+                let (o, other) = (objs[at], objs[40]);
                 let before = pool.stats().bytes_written;
                 pool.tx(|tx| {
-                    tx.open(o)?.write_bytes(at, &data);
+                    match w {
+                        0 | 2 => tx.open(o)?.write_bytes(at, &data),
+                        1 => {
+                            let mut h = tx.open(o)?;
+                            let mut v = *h;
+                            v[at..at + len].copy_from_slice(&data);
+                            *h = v;
+                        }
+                        _ => {
+                            tx.open(o)?.write_bytes(at, &data);
+                            tx.open(other)?.write_bytes(40 - at, &data);
+                        }
+                    }
                     Ok(())
                 })
                 .unwrap();
+                let objects = if w == 3 { 2 } else { 1 };
                 assert_eq!(
                     pool.stats().bytes_written - before,
-                    (len + 4) as u64,
+                    (objects * (len + 4)) as u64,
                     "{len} bytes at {at}: the range and the checksum word, not the gap"
                 );
-                want[i][at..at + len].copy_from_slice(&data);
-                pieces += 1;
+                want[at][at..at + len].copy_from_slice(&data);
+                if w == 3 {
+                    want[40][40 - at..40 - at + len].copy_from_slice(&data);
+                }
+                writes += objects;
             }
         }
+        assert_eq!(writes, 200);
         assert_eq!(pool.verify_parity().unwrap(), Vec::<u64>::new());
         drop(pool);
         let pool = Pool::open_with(&path, &cfg).unwrap();
@@ -267,7 +289,6 @@ fn a_write_near_an_objects_start_is_applied_with_its_checksum_as_one_piece() {
             let got = pool.tx(|tx| Ok(*tx.open(*o)?)).unwrap();
             assert_eq!(&got, w);
         }
-        assert_eq!(pieces, 160);
         drop(pool);
         std::fs::remove_file(path).unwrap();
     }

@@ -51,10 +51,13 @@ struct Writes<'a> {
 
 pub(crate) struct Item {
     off: u64,
+    /// The bytes: for an object's range, a pointer into its buffer made from the whole
+    /// payload's, so that `joined_sum`'s piece may read the bytes before the range too.
     src: *const u8,
     len: usize,
-    /// An object's new checksum (4 bytes), right after the object's changed ranges: the
-    /// record carries it in the entry of the item before (`KIND_WRITE_SUM`).
+    /// An object's new checksum (4 bytes), right after the object's changed ranges (never
+    /// without one): the record carries it in the entry of the item before
+    /// (`KIND_WRITE_SUM`).
     sum: bool,
 }
 
@@ -125,15 +128,19 @@ fn for_each_write(
 
 /// The checksum item `next` and the bytes between it and `it`, if the commit writes them
 /// in place as one piece from the word to the end of `it`: `next` is the checksum word of
-/// `it`'s object (a checksum item follows its object's last range, `commit_inner`; the
-/// word is the header's last bytes, so `it` starts `gap` bytes into the payload) and
-/// `gap <= MERGE_GAP`. Then `it` is the object's only range (`Buffer::ranges` makes one
-/// of ranges `MERGE_GAP` bytes apart or less), and the gap's bytes are the object's as they are (the
-/// transaction's write lock has kept them): stored again unchanged, with a parity delta
-/// of zero. One piece takes one stripe hold and one parity update where two took ~500
-/// instructions more (a write to a field near a small object's start, as a list or tree
-/// node's link). The record logs the range and the word as before, not the gap.
+/// `it`'s object (a checksum item directly follows its object's last range, and only
+/// that: `commit_inner`; the word is the header's last bytes, so `it` starts `gap` bytes
+/// into the payload) and `gap <= MERGE_GAP`. Then `it` is the object's only range
+/// (`Buffer::ranges` makes one of ranges `MERGE_GAP` bytes apart or less), and the gap's
+/// bytes are the object's as they are (the transaction's write lock has kept them, and
+/// every write to a buffer marks what it changes): stored again unchanged, with a parity
+/// delta of zero, as the unchanged bytes between two ranges `MERGE_GAP` joins are. One
+/// piece takes one stripe hold and one parity update where two took ~500 instructions
+/// more (a write to a field near a small object's start, as a list or tree node's link).
+/// The record logs the range and the word as before, not the gap.
 fn joined_sum<'a>(it: &Item, next: Option<&'a Item>) -> Option<(&'a Item, usize)> {
+    // The word ends where the payload starts (what makes `gap` the range's offset in it).
+    const _: () = assert!(HDR_CHECKSUM_OFFSET + 4 == HEADER_SIZE);
     let sum = next.filter(|s| s.sum)?;
     let gap = it.off.checked_sub(sum.off + sum.len as u64)?;
     (gap <= MERGE_GAP as u64).then_some((sum, gap as usize))
@@ -468,12 +475,16 @@ impl Tx<'_> {
                     for &(a, z) in ranges {
                         items.push(Item {
                             off: off + a as u64,
-                            src: payload[a as usize..].as_ptr(),
+                            // From the whole payload's pointer, which may read all
+                            // of it (`joined_sum` reads the bytes before the range).
+                            src: payload.as_ptr().wrapping_add(a as usize),
                             len: (z - a) as usize,
                             sum: false,
                         });
                     }
                     if sum != old_sum {
+                        // After the object's last range (`joined_sum` pairs them).
+                        debug_assert!(!ranges.is_empty(), "a checksum item with no range");
                         sums.push(sum.to_le_bytes());
                         let s = sums.last().expect("just pushed");
                         items.push(Item {
@@ -1086,13 +1097,13 @@ impl Tx<'_> {
         // durable, and applying it in place would leave changes no record protects.
         eng.media.check()?;
         // 4. apply, from the transaction's buffers (the bytes the record holds: its write
-        // entries are `items`, `fills` then `vals`). Parity and stores first, all flushes after: the
-        // parity locks are locked instructions, which would each wait for pending flushes
-        // like a fence. Each range's write-backs (its bytes, and the parity bytes its
-        // update changed) are listed as it is applied; each byte range once: a checked
-        // object's checksum word ends where its payload starts, and a second write-back of
-        // a line already on its way seems to wait for the first (not flushing the word at
-        // all saved ~120 ns a 64-byte overwrite).
+        // entries are `items`, `fills` then `vals`). Parity and stores first, all flushes
+        // after: the parity locks are locked instructions, which would each wait for
+        // pending flushes like a fence. Each range's write-backs (its bytes, and the parity
+        // bytes its update changed) are listed as it is applied; each byte range once: a
+        // checked object's checksum word ends where its payload starts, and a second
+        // write-back of a line already on its way seems to wait for the first (not
+        // flushing the word at all saved ~120 ns a 64-byte overwrite).
         flushes.clear();
         let drop_flush = crate::fault::drop_apply_flush();
         let mut apply = |dst: u64, head: &[u8], data: &[u8], data_flush: bool| {
