@@ -1136,9 +1136,9 @@ impl Tx<'_> {
                 // SAFETY: a checksum item's `src` points into `sums`, `len` (4) bytes long.
                 let bytes = unsafe { std::slice::from_raw_parts(sum.src, sum.len) };
                 // SAFETY: the word ends where the object's payload starts, so the range
-                // starts `gap` bytes into the payload, and its `src` as far into the
-                // buffer's copy of it: the `gap + len` bytes from the copy's start are in
-                // that live buffer.
+                // starts `gap` bytes into the payload, and its `src` (made from the whole
+                // payload's pointer, `Item::src`) as far into the buffer's copy of it: the
+                // `gap + len` bytes from the copy's start are in that live buffer.
                 let data = unsafe { std::slice::from_raw_parts(it.src.sub(gap), gap + it.len) };
                 written += apply(sum.off, bytes, data, !drop_flush) - gap as u64;
                 k += 2;
