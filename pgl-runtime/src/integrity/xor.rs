@@ -117,13 +117,20 @@ pub unsafe fn xor_delta_atomic(parity: *mut u8, old: &[u8], new: &[u8]) {
     let len = old.len();
     let mut w = 0;
     while w < lead + len {
-        let mut delta = [0u8; 8];
-        for (i, d) in delta.iter_mut().enumerate() {
-            if let Some(j) = (w + i).checked_sub(lead).filter(|&j| j < len) {
-                *d = old[j] ^ new[j];
+        // The range's bytes in this word: `old[lo..hi]`, from byte `lo + lead - w` of it.
+        let lo = w.max(lead) - lead;
+        let hi = (w + 8).min(lead + len) - lead;
+        let delta = if hi - lo == 8 {
+            // A whole word (every word but a range's first and last): one load of each.
+            word(&old[lo..hi]) ^ word(&new[lo..hi])
+        } else {
+            let mut d = [0u8; 8];
+            let at = lo + lead - w;
+            for (k, (o, n)) in old[lo..hi].iter().zip(&new[lo..hi]).enumerate() {
+                d[at + k] = o ^ n;
             }
-        }
-        let delta = u64::from_ne_bytes(delta);
+            u64::from_ne_bytes(d)
+        };
         if delta != 0 {
             // SAFETY: `parity - lead + w` is 8-aligned and starts a word that overlaps the
             // range, valid and accessed only atomically meanwhile (the caller's contract).
