@@ -1127,25 +1127,26 @@ impl Tx<'_> {
         let mut k = 0;
         while k < items.len() {
             let it = &items[k];
-            // SAFETY: `src` points into a live buffer or `sums`, `len` bytes long.
-            let data = unsafe { std::slice::from_raw_parts(it.src, it.len) };
             // An object's checksum word, applied with its range as one piece
             // (`joined_sum`): one stripe hold and parity update for both. The gap's bytes
             // are stored again unchanged, and not counted as written.
-            if let Some((sum, gap)) = joined_sum(it, items.get(k + 1)) {
+            let joined = joined_sum(it, items.get(k + 1));
+            let gap = joined.map_or(0, |(_, gap)| gap);
+            // SAFETY: `src` points into a live buffer or `sums`, `len` bytes long. Joined,
+            // the word ends where the object's payload starts, so the range starts `gap`
+            // bytes into the payload, and its `src` (made from the whole payload's
+            // pointer, `Item::src`) as far into the buffer's copy of it: the `gap + len`
+            // bytes from the copy's start are in that live buffer.
+            let data = unsafe { std::slice::from_raw_parts(it.src.sub(gap), gap + it.len) };
+            let (dst, head): (u64, &[u8]) = match joined {
                 // SAFETY: a checksum item's `src` points into `sums`, `len` (4) bytes long.
-                let bytes = unsafe { std::slice::from_raw_parts(sum.src, sum.len) };
-                // SAFETY: the word ends where the object's payload starts, so the range
-                // starts `gap` bytes into the payload, and its `src` (made from the whole
-                // payload's pointer, `Item::src`) as far into the buffer's copy of it: the
-                // `gap + len` bytes from the copy's start are in that live buffer.
-                let data = unsafe { std::slice::from_raw_parts(it.src.sub(gap), gap + it.len) };
-                written += apply(sum.off, bytes, data, !drop_flush) - gap as u64;
-                k += 2;
-                continue;
-            }
-            written += apply(it.off, &[], data, !drop_flush);
-            k += 1;
+                Some((sum, _)) => (sum.off, unsafe {
+                    std::slice::from_raw_parts(sum.src, sum.len)
+                }),
+                None => (it.off, &[]),
+            };
+            written += apply(dst, head, data, !drop_flush) - gap as u64;
+            k += if joined.is_some() { 2 } else { 1 };
         }
         for (off, bytes) in &guarded {
             written += apply(*off, &[], bytes, true);
