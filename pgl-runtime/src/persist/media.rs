@@ -134,6 +134,16 @@ impl FileKind {
             FileKind::Log => "open log",
         }
     }
+
+    /// The error for `path` when it names something other than a regular file.
+    fn not_regular(self, path: &Path) -> Error {
+        let reason = "not a regular file".to_owned();
+        let path = path.to_owned();
+        match self {
+            FileKind::Pool => Error::NotAPool { path, reason },
+            FileKind::Log => Error::NotALog { path, reason },
+        }
+    }
 }
 
 /// The bytes of one pool and how to make them durable.
@@ -309,8 +319,22 @@ impl Media {
                 return Err(e);
             }
         };
+        Ok((Self::of_file(file, path, map, reserve, len, mode), new_file))
+    }
+
+    /// Media over `file`, mapped as `map` (`reserve` bytes of address space), holding
+    /// `len` bytes; flushed as `mode` says if this CPU has it, else as suits the file
+    /// (`usable`, `mode_for`).
+    fn of_file(
+        file: File,
+        path: &Path,
+        map: Mapping,
+        reserve: u64,
+        len: u64,
+        mode: Option<FlushMode>,
+    ) -> Media {
         let mode = Self::usable(mode).unwrap_or_else(|| Self::mode_for(&file, &map));
-        let media = Media {
+        Media {
             base: map.as_mut_ptr(),
             len: AtomicU64::new(len),
             reserve,
@@ -322,8 +346,7 @@ impl Media {
             },
             failed: AtomicI32::new(0),
             written: None,
-        };
-        Ok((media, new_file))
+        }
     }
 
     /// `mode` if this CPU has it, else none (the file's own is chosen): a mode asked for
@@ -363,30 +386,12 @@ impl Media {
             .map_err(|e| Error::io("stat", path, e))?
             .len();
         if !file.metadata().map(|m| m.is_file()).unwrap_or(false) {
-            let reason = "not a regular file".to_owned();
-            let path = path.to_owned();
-            return Err(match kind {
-                FileKind::Pool => Error::NotAPool { path, reason },
-                FileKind::Log => Error::NotALog { path, reason },
-            });
+            return Err(kind.not_regular(path));
         }
         let min = len.div_ceil(4096) * 4096;
         let sync = super::flush::fs::supports_map_sync(&file);
         let (map, reserve) = map(&file, path, reserve, min, sync)?;
-        let mode = Self::usable(mode).unwrap_or_else(|| Self::mode_for(&file, &map));
-        Ok(Media {
-            base: map.as_mut_ptr(),
-            len: AtomicU64::new(len),
-            reserve,
-            mode,
-            backing: Backing::File {
-                file,
-                path: path.to_owned(),
-                _map: map,
-            },
-            failed: AtomicI32::new(0),
-            written: None,
-        })
+        Ok(Self::of_file(file, path, map, reserve, len, mode))
     }
 
     /// Opens the existing file at `path` read-only and maps it privately (copy-on-write,
@@ -412,12 +417,7 @@ impl Media {
             return Err(Error::io("open read-only", path, e));
         }
         if !meta.is_file() {
-            let reason = "not a regular file".to_owned();
-            let path = path.to_owned();
-            return Err(match kind {
-                FileKind::Pool => Error::NotAPool { path, reason },
-                FileKind::Log => Error::NotALog { path, reason },
-            });
+            return Err(kind.not_regular(path));
         }
         let len = meta.len();
         let reserve = len.div_ceil(4096).max(1) * 4096;
