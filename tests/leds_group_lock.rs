@@ -1,5 +1,7 @@
 //! The read lock a transaction takes on each extension group it reads in place (`tx.ext`,
-//! besides its owner's): it must not stop a legitimate program. Reading then changing one
+//! besides its owner's) unless the owner's checksum vouches for the link that names it:
+//! it must not stop a legitimate program, and it is skipped exactly when the owner
+//! verifies. Reading then changing one
 //! owner in one transaction, an owner and its group on one lock stripe, another object of
 //! this thread sharing the group's stripe, readers and upgraders of the same owners on two
 //! threads; and the lock goes with the transaction however it ends (an error, a panic, a
@@ -303,8 +305,11 @@ fn a_stripe_this_thread_writes_elsewhere_refuses_a_group_read_at_once() {
     // What the group's lock adds: like any object read, a group read now meets this
     // thread's own holders of the group's stripe (a false share of the striped table). It
     // must be refused at once with `LockedByThisThread`, never retried as a conflict
-    // (which would wait for this very thread), and leave nothing held.
-    let (pool, path) = new_pool("own-stripe", Config::new("glock"));
+    // (which would wait for this very thread), and leave nothing held. The conservative
+    // policy verifies every read, and its group reads take the group's lock (no owner
+    // vouches for a link there: `a_group_whose_owner_verifies_is_read_without_its_lock`).
+    let cfg = Config::new("glock").verify(VerifyPolicy::Conservative);
+    let (pool, path) = new_pool("own-stripe", cfg);
     let o = counter(&pool, 9);
     let g = group_of(&pool, o);
     let x = stripe_mates_of(&pool, o, g)[0];
@@ -334,6 +339,65 @@ fn a_stripe_this_thread_writes_elsewhere_refuses_a_group_read_at_once() {
     );
     assert_eq!(after.unwrap(), 18);
     assert_eq!(read_then_bump(&pool, o, "after the refusals"), 1);
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+/// A transaction of this thread, holding the stripe of `x` (a stripe-mate of `o`'s group)
+/// through a `Detached` write, reads `o`'s view: its result.
+fn read_beside_own_stripe(pool: &Pool, o: Oid<v1::Counter>, x: Oid<[u64; 2]>) -> pgl::Result<u64> {
+    let p = pool.clone();
+    support::within("a read beside this thread's lock", LIMIT_SECS, move || {
+        let mut d = p.open_mut(x).unwrap();
+        d[0] = 1;
+        let read = p.tx(|tx| Ok(*tx.ext(o)?.double()));
+        d.commit().unwrap();
+        read
+    })
+}
+
+#[test]
+fn a_group_whose_owner_verifies_is_read_without_its_lock() {
+    // Under the default policy the owner's checksum vouches for its link: the group it
+    // names is its own, which only the owner's writers change, and the owner's read lock
+    // keeps them out. The group's read then takes no lock of its own, so a stripe this
+    // thread holds elsewhere (the refusal above) no longer stands in its way.
+    let (pool, path) = new_pool("vouched", Config::new("glock"));
+    let o = counter(&pool, 9);
+    let g = group_of(&pool, o);
+    let x = stripe_mates_of(&pool, o, g)[0];
+    assert_eq!(read_beside_own_stripe(&pool, o, x).unwrap(), 18);
+    assert_eq!(read_then_bump(&pool, o, "after the read"), 1);
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn an_owner_that_fails_its_checksum_vouches_for_no_link() {
+    // A scribble over the owner's `id` (not its link): its checksum fails, so its link is
+    // not taken at its word, and the group is read under its own lock, as every read was
+    // before, which meets this thread's stripe and is refused. The read of the owner
+    // itself does not verify under the default policy (nothing repairs it here); the
+    // next write verifies and repairs it.
+    let (pool, path) = new_pool("unvouched", Config::new("glock"));
+    let o = counter(&pool, 9);
+    let g = group_of(&pool, o);
+    let x = stripe_mates_of(&pool, o, g)[0];
+    pool.inject(&pgl::Fault::ObjectScribble {
+        oid: o.raw(),
+        at: 16,
+        len: 8,
+        seed: 11,
+    })
+    .unwrap();
+    let read = read_beside_own_stripe(&pool, o, x);
+    assert!(
+        matches!(read, Err(Error::LockedByThisThread { .. })),
+        "{read:?}"
+    );
+    assert_eq!(read_then_bump(&pool, o, "after the repair"), 1);
+    let id = pool.tx(|tx| Ok(tx.ext(o)?.id)).unwrap();
+    assert_eq!(id, 9, "the owner repaired from parity");
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }

@@ -529,11 +529,18 @@ impl<'p> Tx<'p> {
         // the group at fault. Other errors (damage, conflicts) go up as they are, for the
         // transaction to repair or retry.
         // The groups are read under the base's lock (see `GroupScope`): `base` holds it.
-        // Inline groups are read through `base` itself.
+        // Inline groups are read through `base` itself. The first separate group is read
+        // without a lock of its own if the base's checksum vouches for its link (`vouch`).
         let reads = |link| {
             let inline = inline_known(self, oid, link)?;
+            let first = separate(link);
+            let vouched = if first != 0 && self.vouch::<T>(oid.raw()) {
+                first
+            } else {
+                0
+            };
             self.with_groups(GroupScope::Read, || {
-                T::__reads(self, separate(link), inline)
+                self.with_vouched(vouched, || T::__reads(self, first, inline))
             })
             .map_err(in_own_part::<T>)
         };

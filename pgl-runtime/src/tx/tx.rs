@@ -80,13 +80,15 @@ pub(crate) struct TxState<'p> {
 /// that holds the owner's lock, read or write, and made no buffer of a group, reads the
 /// group in place.
 ///
-/// Such a read still takes the group's own read lock: one owner per group is pgl's rule
-/// (a link is pgl's: `tail`), but damage that made an owner's link name another owner's
-/// group of the same type, and that no checksum caught (reads do not verify under the
-/// default policy; a pool may keep no checksums), would otherwise let the read overlap
-/// that other owner's writer, whose commit changes bytes under the reader's `&`
-/// references: a data race. The paths that act on a link (free, copy, upgrade) verify its
-/// holder first.
+/// Such a read takes the group's own read lock too, unless the link that names it was
+/// verified: one owner per group is pgl's rule (a link is pgl's: `tail`), but damage that
+/// made an owner's link name another owner's group of the same type, and that no checksum
+/// caught (reads do not verify under the default policy; a pool may keep no checksums),
+/// would otherwise let the read overlap that other owner's writer, whose commit changes
+/// bytes under the reader's `&` references: a data race. An owner whose checksum this
+/// transaction verified (`Tx::vouch`) names its own group, which its lock covers: that
+/// group is read without a lock of its own (`group_in_place`). The paths that act on a
+/// link (free, copy, upgrade) verify its holder first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum GroupScope {
     /// Not inside the glue: groups are refused as [`Tx::open`] says.
@@ -139,6 +141,10 @@ pub struct Tx<'p> {
     view_layout: Cell<(u64, u64)>,
     /// The objects live `Read`s of this transaction borrow in place.
     reads: InPlaceReads,
+    /// The extension group whose link holder this transaction verified (`vouch`), while
+    /// `leds` reads the chain it begins (`with_vouched`); 0: none. `group_in_place` reads
+    /// it without a lock of its own.
+    vouched: Cell<u64>,
 }
 
 impl<'p> Tx<'p> {
@@ -167,6 +173,7 @@ impl<'p> Tx<'p> {
             groups: Cell::new(GroupScope::Outside),
             view_layout: Cell::new((0, 0)),
             reads: InPlaceReads::default(),
+            vouched: Cell::new(0),
         })
     }
 
@@ -209,6 +216,54 @@ impl<'p> Tx<'p> {
     pub(crate) fn with_groups<R>(&self, scope: GroupScope, f: impl FnOnce() -> R) -> R {
         let _back = ScopeGuard(&self.groups, self.groups.replace(scope));
         f()
+    }
+
+    /// Runs `f` (which reads a chain in [`GroupScope::Read`]) with `group` as the group
+    /// whose link holder `vouch` verified (0: none), then forgets it, even if `f` panics.
+    pub(crate) fn with_vouched<R>(&self, group: u64, f: impl FnOnce() -> R) -> R {
+        struct Forget<'a>(&'a Cell<u64>);
+        impl Drop for Forget<'_> {
+            fn drop(&mut self) {
+                self.0.set(0);
+            }
+        }
+        self.vouched.set(group);
+        let _forget = Forget(&self.vouched);
+        f()
+    }
+
+    /// Whether the `T` at `off`, which this transaction holds locked and read as a `T`
+    /// (`get`), vouches for the extension link that ends it: its checksum verifies (now,
+    /// or earlier in this transaction), or this transaction's buffer of it holds it (its
+    /// checksum verified when it was opened, and its link is pgl's: `tail::keep_link`).
+    /// Its bytes are then pgl's until the transaction ends, and so is the link: it names
+    /// the owner's own group, which changes only under the owner's write lock (see
+    /// [`GroupScope`]), so a read of it needs no lock of its own (`group_in_place`).
+    ///
+    /// Not for a pool without checksums, nor under the conservative policy (whose reads
+    /// verify every object anyway), nor for an owner larger than `VOUCH_MAX` bytes, whose
+    /// checksum costs more than the lock it spares. An owner that does not verify is left
+    /// to the locked read, as before (its damage is the scrub's, or the next write's, to
+    /// find).
+    pub(crate) fn vouch<T: Persistent>(&self, off: u64) -> bool {
+        if !self.eng.checksums
+            || self.eng.verify == VerifyPolicy::Conservative
+            || object_size::<T>() > VOUCH_MAX
+        {
+            return false;
+        }
+        let key = vetted::key::<T>();
+        let mut st = self.st.borrow_mut();
+        let sc = &mut st.lane.scratch;
+        if sc.vetted.vouched(off, key) || matches!(sc.index.get(&off), Some(&i) if i != usize::MAX)
+        {
+            return true;
+        }
+        if verify_in_place(self.eng, off, &self.header(off)).is_err() {
+            return false;
+        }
+        sc.vetted.note_vouched(off, key);
+        true
     }
 
     /// Notes a buffer of a `T` made in this transaction, if `T` is an extension group.
@@ -600,9 +655,28 @@ impl<'p> Tx<'p> {
             return Ok(None);
         }
         let off = oid.raw();
-        // The owner's lock alone would cover a group with one owner, but a damaged link
-        // (unverified: reads in place check no checksum) can name another owner's group,
-        // which that owner's writer changes under the group's write lock alone.
+        // The owner's lock alone covers a group with one owner: the group its verified
+        // link names (`vouch`) is read under it, once checked to be a `T`'s in place.
+        if off == self.vouched.get()
+            && off % 16 == 0
+            && off >= HEADER_SIZE
+            && off.saturating_add(object_size::<T>() as u64) <= self.eng.media.len()
+        {
+            let h = self.header(off);
+            if h.type_id == T::TYPE_ID && h.size == object_size::<T>() as u64 {
+                self.reads.enter(off, &mut st.lane.scratch.reads);
+                // A live group of type T (the one its owner's verified link names; header
+                // checked), 16-byte aligned inside the mapping, its borrow counted just
+                // above. No commit changes it while this transaction lasts: only holders
+                // of its owner's write lock change it (`GroupScope`), and this transaction
+                // holds the owner's lock until it ends; a repair freezes the pool, which
+                // waits for this transaction. It has no buffer of it (`group_bufs`).
+                return Ok(Some(self.eng.media.ptr(off) as *const T));
+            }
+        }
+        // Otherwise the owner's lock is not enough: a damaged link (unverified: reads in
+        // place check no checksum) can name another owner's group, which that owner's
+        // writer changes under the group's write lock alone.
         let p = self.read_lock_vetted::<T>(&mut st, off)?;
         self.reads.enter(off, &mut st.lane.scratch.reads);
         // A live object of type T (checked), 16-byte aligned in the mapping, its borrow
@@ -1323,6 +1397,11 @@ impl Drop for Tx<'_> {
 /// Most bytes of an unfilled allocation's old contents fetched ahead of the checksum the
 /// commit computes over them (see `Tx::alloc_unzeroed`).
 const UNFILLED_PREFETCH_MAX: usize = 16 << 10;
+
+/// Largest owner whose checksum `Tx::vouch` verifies to spare its group's read a lock:
+/// the lock and the object's lookup cost about what an Adler-32 of ~1 KiB does on this
+/// project's machine; past half of it, the lock is the cheaper.
+const VOUCH_MAX: usize = 512;
 
 /// `Error::ZeroSized` for a zero-sized `T` (`[U; 0]`): checked before the type is
 /// registered or anything reserved.

@@ -10,11 +10,19 @@
 //! makes one), so an entry is never consulted for an object the transaction freed or
 //! changed. Direct-mapped and small: a miss costs what no entry would, and a transaction
 //! reading thousands of objects keeps only the latest few.
+//!
+//! An entry may also say that the object's checksum verified while the transaction held
+//! its lock (`note_vouched`): its bytes, the extension link that ends them included, are
+//! then pgl's until the transaction ends (see `Tx::vouch`).
 
 use crate::persistent::{object_size, Persistent};
 
 /// Slots: a power of two.
 const SLOTS: usize = 32;
+
+/// The bit of an entry's key that says its object's checksum verified (sizes stay far
+/// below 2^31: `type_key`).
+const VOUCHED: u64 = 1 << 63;
 
 /// See the module docs.
 #[derive(Default)]
@@ -48,7 +56,22 @@ impl Vetted {
     #[inline]
     pub(crate) fn holds(&self, off: u64, key: u64) -> bool {
         let i = slot(off);
-        self.valid & (1 << i) != 0 && self.slots[i] == (off, key)
+        self.valid & (1 << i) != 0 && self.slots[i].0 == off && self.slots[i].1 & !VOUCHED == key
+    }
+
+    /// Whether the object at `off` was vetted as `key` and its checksum verified in this
+    /// transaction (`note_vouched`).
+    #[inline]
+    pub(crate) fn vouched(&self, off: u64, key: u64) -> bool {
+        let i = slot(off);
+        self.valid & (1 << i) != 0 && self.slots[i] == (off, key | VOUCHED)
+    }
+
+    /// Records that the object at `off`, vetted as `key`, verified against its checksum
+    /// (replacing the slot's entry).
+    #[inline]
+    pub(crate) fn note_vouched(&mut self, off: u64, key: u64) {
+        self.note(off, key | VOUCHED);
     }
 
     /// Records that the object at `off` was vetted as `key` (replacing the slot's entry).
@@ -86,5 +109,21 @@ mod tests {
         assert!(v.holds(a + 16, k) && v.holds(b, k));
         v.clear();
         assert!(!v.holds(b, k) && !v.holds(a + 16, k));
+    }
+
+    #[test]
+    fn a_vouched_entry_is_vetted_too_and_a_vetted_one_is_not_vouched() {
+        let mut v = Vetted::default();
+        let (a, k) = (0x2_0000, type_key(9, 48));
+        v.note(a, k);
+        assert!(v.holds(a, k) && !v.vouched(a, k), "vetted, not verified");
+        v.note_vouched(a, k);
+        assert!(v.holds(a, k) && v.vouched(a, k));
+        assert!(!v.vouched(a, type_key(9, 56)) && !v.holds(a, type_key(9, 56)));
+        v.note(a, k);
+        assert!(!v.vouched(a, k), "a plain note replaces the vouched entry");
+        v.note_vouched(a, k);
+        v.clear();
+        assert!(!v.holds(a, k) && !v.vouched(a, k));
     }
 }
