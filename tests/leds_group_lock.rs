@@ -78,134 +78,153 @@ fn read_then_bump(pool: &Pool, o: Oid<v1::Counter>, what: &str) -> u64 {
     .unwrap()
 }
 
+/// The two ways a group is read in place: without a lock of its own, its owner's
+/// checksum verified (the default policy), and under its own read lock (the conservative
+/// policy, whose reads verify every object instead).
+fn both_paths() -> [(&'static str, Config); 2] {
+    [
+        ("vouched", Config::new("glock")),
+        (
+            "locked",
+            Config::new("glock").verify(VerifyPolicy::Conservative),
+        ),
+    ]
+}
+
 #[test]
 fn an_owner_read_then_changed_in_one_transaction_also_when_its_group_shares_its_stripe() {
-    let (pool, path) = new_pool("same-stripe", Config::new("glock"));
-    let mut found = None;
-    'search: for batch in 0..60u64 {
-        let oids: Vec<Oid<v1::Counter>> = pool
-            .tx(|tx| {
-                (0..2000)
-                    .map(|i| {
-                        tx.alloc_ext(v1::CounterData {
-                            id: batch * 2000 + i,
-                            hits: 0,
-                            double: 0,
+    for (label, cfg) in both_paths() {
+        let (pool, path) = new_pool(&format!("same-stripe-{label}"), cfg);
+        let mut found = None;
+        'search: for batch in 0..60u64 {
+            let oids: Vec<Oid<v1::Counter>> = pool
+                .tx(|tx| {
+                    (0..2000)
+                        .map(|i| {
+                            tx.alloc_ext(v1::CounterData {
+                                id: batch * 2000 + i,
+                                hits: 0,
+                                double: 0,
+                            })
                         })
-                    })
-                    .collect()
-            })
-            .unwrap();
-        for o in oids {
-            if support::lock_stripe(o.raw()) == support::lock_stripe(group_of(&pool, o)) {
-                found = Some(o);
-                break 'search;
+                        .collect()
+                })
+                .unwrap();
+            for o in oids {
+                if support::lock_stripe(o.raw()) == support::lock_stripe(group_of(&pool, o)) {
+                    found = Some(o);
+                    break 'search;
+                }
             }
         }
-    }
-    let same = found.expect("an owner whose group shares its lock stripe");
-    let other = counter(&pool, 7);
-    assert_ne!(
-        support::lock_stripe(other.raw()),
-        support::lock_stripe(group_of(&pool, other))
-    );
-    for (o, what) in [(same, "same stripe"), (other, "other stripes")] {
-        assert_eq!(read_then_bump(&pool, o, what), 1, "{what}");
-        // A nested transaction joins: the same locks, no conflict with itself.
-        let p = pool.clone();
-        let h = support::within(what, LIMIT_SECS, move || {
-            p.tx(|_| {
-                let h = p.tx(|tx| Ok(*tx.ext(o)?.hits()))?;
-                p.tx(|tx| {
-                    tx.ext_mut(o)?.set_hits(h + 1);
-                    Ok(())
-                })?;
-                p.tx(|tx| Ok(*tx.ext(o)?.hits()))
+        let same = found.expect("an owner whose group shares its lock stripe");
+        let other = counter(&pool, 7);
+        assert_ne!(
+            support::lock_stripe(other.raw()),
+            support::lock_stripe(group_of(&pool, other))
+        );
+        for (o, what) in [(same, "same stripe"), (other, "other stripes")] {
+            assert_eq!(read_then_bump(&pool, o, what), 1, "{what}");
+            // A nested transaction joins: the same locks, no conflict with itself.
+            let p = pool.clone();
+            let h = support::within(what, LIMIT_SECS, move || {
+                p.tx(|_| {
+                    let h = p.tx(|tx| Ok(*tx.ext(o)?.hits()))?;
+                    p.tx(|tx| {
+                        tx.ext_mut(o)?.set_hits(h + 1);
+                        Ok(())
+                    })?;
+                    p.tx(|tx| Ok(*tx.ext(o)?.hits()))
+                })
             })
-        })
-        .unwrap();
-        assert_eq!(h, 2, "{what}");
+            .unwrap();
+            assert_eq!(h, 2, "{what}");
+        }
+        drop(pool);
+        std::fs::remove_file(path).unwrap();
     }
-    drop(pool);
-    std::fs::remove_file(path).unwrap();
 }
 
 #[test]
 fn a_ref_this_thread_holds_on_the_group_stripe_does_not_stop_reading_the_group() {
-    let (pool, path) = new_pool("ref-stripe", Config::new("glock"));
-    let o = counter(&pool, 3);
-    let g = group_of(&pool, o);
-    let x = stripe_mates_of(&pool, o, g)[0];
-    let p = pool.clone();
-    let (read, write) = support::within("a read beside a Ref", LIMIT_SECS, move || {
-        let held = p.get(x).unwrap();
-        let read = p.tx(|tx| Ok(*tx.ext(o)?.double()));
-        // Changing the group needs its stripe for writing, which this thread's `Ref` holds:
-        // refused as for any object on that stripe, as it was before groups were locked.
-        let write = p.tx(|tx| {
-            tx.ext_mut(o)?.set_hits(1);
-            Ok(())
+    for (label, cfg) in both_paths() {
+        let (pool, path) = new_pool(&format!("ref-stripe-{label}"), cfg);
+        let o = counter(&pool, 3);
+        let g = group_of(&pool, o);
+        let x = stripe_mates_of(&pool, o, g)[0];
+        let p = pool.clone();
+        let (read, write) = support::within("a read beside a Ref", LIMIT_SECS, move || {
+            let held = p.get(x).unwrap();
+            let read = p.tx(|tx| Ok(*tx.ext(o)?.double()));
+            // Changing the group needs its stripe for writing, which this thread's `Ref` holds:
+            // refused as for any object on that stripe, as it was before groups were locked.
+            let write = p.tx(|tx| {
+                tx.ext_mut(o)?.set_hits(1);
+                Ok(())
+            });
+            drop(held);
+            (read, write)
         });
-        drop(held);
-        (read, write)
-    });
-    assert_eq!(read.unwrap(), 6);
-    assert!(
-        matches!(write, Err(Error::LockedByThisThread { .. })),
-        "{write:?}"
-    );
-    assert_eq!(read_then_bump(&pool, o, "after the Ref"), 1);
-    drop(pool);
-    std::fs::remove_file(path).unwrap();
+        assert_eq!(read.unwrap(), 6);
+        assert!(
+            matches!(write, Err(Error::LockedByThisThread { .. })),
+            "{write:?}"
+        );
+        assert_eq!(read_then_bump(&pool, o, "after the Ref"), 1);
+        drop(pool);
+        std::fs::remove_file(path).unwrap();
+    }
 }
 
 #[test]
 fn a_group_read_lock_goes_with_the_transaction_however_it_ends() {
-    let (pool, path) = new_pool("exits", Config::new("glock"));
-    let o = counter(&pool, 4);
-    let mut want = 0;
-    let mut bump_elsewhere = |how: &str| {
-        want += 1;
-        assert_eq!(read_then_bump(&pool, o, how), want, "{how}");
-    };
+    for (label, cfg) in both_paths() {
+        let (pool, path) = new_pool(&format!("exits-{label}"), cfg);
+        let o = counter(&pool, 4);
+        let mut want = 0;
+        let mut bump_elsewhere = |how: &str| {
+            want += 1;
+            assert_eq!(read_then_bump(&pool, o, how), want, "{how}");
+        };
 
-    let r: pgl::Result<()> = pool.tx(|tx| {
-        let _ = tx.ext(o)?;
-        Err(Error::InvalidConfig {
-            reason: "the closure's own error".into(),
-        })
-    });
-    assert!(matches!(r, Err(Error::InvalidConfig { .. })), "{r:?}");
-    bump_elsewhere("after an error");
-
-    let p = pool.clone();
-    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        p.tx(|tx| {
-            let v = tx.ext(o)?;
-            panic!("a panic with the view alive: {}", v.hits());
-            #[allow(unreachable_code)]
-            Ok(())
-        })
-    }));
-    assert!(caught.is_err());
-    bump_elsewhere("after a panic");
-
-    // A nested transaction's error poisons the outer one, which then cannot commit.
-    let r = pool.tx(|tx| {
-        let _ = tx.ext(o)?;
-        let inner: pgl::Result<()> = pool.tx(|_| {
+        let r: pgl::Result<()> = pool.tx(|tx| {
+            let _ = tx.ext(o)?;
             Err(Error::InvalidConfig {
-                reason: "inner".into(),
+                reason: "the closure's own error".into(),
             })
         });
-        assert!(inner.is_err());
-        Ok(())
-    });
-    assert!(r.is_err(), "a poisoned transaction committed: {r:?}");
-    bump_elsewhere("after a poisoned commit");
+        assert!(matches!(r, Err(Error::InvalidConfig { .. })), "{r:?}");
+        bump_elsewhere("after an error");
 
-    drop(pool);
-    std::fs::remove_file(path).unwrap();
+        let p = pool.clone();
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            p.tx(|tx| {
+                let v = tx.ext(o)?;
+                panic!("a panic with the view alive: {}", v.hits());
+                #[allow(unreachable_code)]
+                Ok(())
+            })
+        }));
+        assert!(caught.is_err());
+        bump_elsewhere("after a panic");
+
+        // A nested transaction's error poisons the outer one, which then cannot commit.
+        let r = pool.tx(|tx| {
+            let _ = tx.ext(o)?;
+            let inner: pgl::Result<()> = pool.tx(|_| {
+                Err(Error::InvalidConfig {
+                    reason: "inner".into(),
+                })
+            });
+            assert!(inner.is_err());
+            Ok(())
+        });
+        assert!(r.is_err(), "a poisoned transaction committed: {r:?}");
+        bump_elsewhere("after a poisoned commit");
+
+        drop(pool);
+        std::fs::remove_file(path).unwrap();
+    }
 }
 
 #[test]
@@ -398,6 +417,27 @@ fn an_owner_that_fails_its_checksum_vouches_for_no_link() {
     assert_eq!(read_then_bump(&pool, o, "after the repair"), 1);
     let id = pool.tx(|tx| Ok(tx.ext(o)?.id)).unwrap();
     assert_eq!(id, 9, "the owner repaired from parity");
+    drop(pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn without_checksums_no_owner_vouches_for_its_link() {
+    // A pool that keeps no checksums has nothing to verify an owner's link against: its
+    // groups are read under their own lock, and the stripe this thread holds elsewhere
+    // refuses the read, as under the conservative policy.
+    let mut cfg = Config::new("glock");
+    cfg.checksums = false;
+    let (pool, path) = new_pool("no-checksums", cfg);
+    let o = counter(&pool, 9);
+    let g = group_of(&pool, o);
+    let x = stripe_mates_of(&pool, o, g)[0];
+    let read = read_beside_own_stripe(&pool, o, x);
+    assert!(
+        matches!(read, Err(Error::LockedByThisThread { .. })),
+        "{read:?}"
+    );
+    assert_eq!(read_then_bump(&pool, o, "after the refusal"), 1);
     drop(pool);
     std::fs::remove_file(path).unwrap();
 }

@@ -265,9 +265,9 @@ mod tests {
         }
     }
 
-    /// Below `SCALAR_BELOW` bytes the sum is taken by a plain loop: every length there,
-    /// from states with small and with large halves (up to 65520 each), against the
-    /// oracle.
+    /// Below `SCALAR_BELOW` bytes the sum is taken in SWAR (`adler32_small`): every
+    /// length there, from states with small and with large halves (up to 65520 each),
+    /// against the oracle.
     #[test]
     fn adler32_continue_matches_oracle_below_the_simd_cut() {
         let states = [1, 0, 0xfff0_fff0, 0x1234_5678, oracle(&[0xff; 5000])];
