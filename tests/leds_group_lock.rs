@@ -375,16 +375,26 @@ fn read_beside_own_stripe(pool: &Pool, o: Oid<v1::Counter>, x: Oid<[u64; 2]>) ->
     })
 }
 
+/// A new pool with an owner of id 9 (its group made) and an object whose lock stripe is
+/// the group's but not the owner's.
+fn owner_beside_a_stripe_mate(
+    name: &str,
+    cfg: Config,
+) -> (Pool, std::path::PathBuf, Oid<v1::Counter>, Oid<[u64; 2]>) {
+    let (pool, path) = new_pool(name, cfg);
+    let o = counter(&pool, 9);
+    let g = group_of(&pool, o);
+    let x = stripe_mates_of(&pool, o, g)[0];
+    (pool, path, o, x)
+}
+
 #[test]
 fn a_group_whose_owner_verifies_is_read_without_its_lock() {
     // Under the default policy the owner's checksum vouches for its link: the group it
     // names is its own, which only the owner's writers change, and the owner's read lock
     // keeps them out. The group's read then takes no lock of its own, so a stripe this
     // thread holds elsewhere (the refusal above) no longer stands in its way.
-    let (pool, path) = new_pool("vouched", Config::new("glock"));
-    let o = counter(&pool, 9);
-    let g = group_of(&pool, o);
-    let x = stripe_mates_of(&pool, o, g)[0];
+    let (pool, path, o, x) = owner_beside_a_stripe_mate("vouched", Config::new("glock"));
     assert_eq!(read_beside_own_stripe(&pool, o, x).unwrap(), 18);
     assert_eq!(read_then_bump(&pool, o, "after the read"), 1);
     drop(pool);
@@ -398,10 +408,7 @@ fn an_owner_that_fails_its_checksum_vouches_for_no_link() {
     // before, which meets this thread's stripe and is refused. The read of the owner
     // itself does not verify under the default policy (nothing repairs it here); the
     // next write verifies and repairs it.
-    let (pool, path) = new_pool("unvouched", Config::new("glock"));
-    let o = counter(&pool, 9);
-    let g = group_of(&pool, o);
-    let x = stripe_mates_of(&pool, o, g)[0];
+    let (pool, path, o, x) = owner_beside_a_stripe_mate("unvouched", Config::new("glock"));
     pool.inject(&pgl::Fault::ObjectScribble {
         oid: o.raw(),
         at: 16,
@@ -428,10 +435,7 @@ fn without_checksums_no_owner_vouches_for_its_link() {
     // refuses the read, as under the conservative policy.
     let mut cfg = Config::new("glock");
     cfg.checksums = false;
-    let (pool, path) = new_pool("no-checksums", cfg);
-    let o = counter(&pool, 9);
-    let g = group_of(&pool, o);
-    let x = stripe_mates_of(&pool, o, g)[0];
+    let (pool, path, o, x) = owner_beside_a_stripe_mate("no-checksums", cfg);
     let read = read_beside_own_stripe(&pool, o, x);
     assert!(
         matches!(read, Err(Error::LockedByThisThread { .. })),
