@@ -20,16 +20,15 @@ use crate::persistent::{object_size, Persistent};
 /// Slots: a power of two.
 const SLOTS: usize = 32;
 
-/// The bit of an entry's key that says its object's checksum verified (sizes stay far
-/// below 2^31: `type_key`).
-const VOUCHED: u64 = 1 << 63;
-
 /// See the module docs.
 #[derive(Default)]
 pub(crate) struct Vetted {
     /// `(offset, type key)` of each slot, meaningful where `valid` has its bit.
     slots: [(u64, u64); SLOTS],
     valid: u32,
+    /// The slots whose object's checksum verified too (`note_vouched`): a subset of
+    /// `valid`.
+    vouched: u32,
 }
 
 /// What an entry was vetted as: a `T`, by its type id and object size (a `T` of another
@@ -56,7 +55,7 @@ impl Vetted {
     #[inline]
     pub(crate) fn holds(&self, off: u64, key: u64) -> bool {
         let i = slot(off);
-        self.valid & (1 << i) != 0 && self.slots[i].0 == off && self.slots[i].1 & !VOUCHED == key
+        self.valid & (1 << i) != 0 && self.slots[i] == (off, key)
     }
 
     /// Whether the object at `off` was vetted as `key` and its checksum verified in this
@@ -64,14 +63,15 @@ impl Vetted {
     #[inline]
     pub(crate) fn vouched(&self, off: u64, key: u64) -> bool {
         let i = slot(off);
-        self.valid & (1 << i) != 0 && self.slots[i] == (off, key | VOUCHED)
+        self.vouched & (1 << i) != 0 && self.slots[i] == (off, key)
     }
 
     /// Records that the object at `off`, vetted as `key`, verified against its checksum
     /// (replacing the slot's entry).
     #[inline]
     pub(crate) fn note_vouched(&mut self, off: u64, key: u64) {
-        self.note(off, key | VOUCHED);
+        self.note(off, key);
+        self.vouched |= 1 << slot(off);
     }
 
     /// Records that the object at `off` was vetted as `key` (replacing the slot's entry).
@@ -80,12 +80,14 @@ impl Vetted {
         let i = slot(off);
         self.slots[i] = (off, key);
         self.valid |= 1 << i;
+        self.vouched &= !(1 << i);
     }
 
     /// Forgets every entry (the transaction ends and releases its locks).
     #[inline]
     pub(crate) fn clear(&mut self) {
         self.valid = 0;
+        self.vouched = 0;
     }
 }
 
@@ -123,7 +125,18 @@ mod tests {
         v.note(a, k);
         assert!(!v.vouched(a, k), "a plain note replaces the vouched entry");
         v.note_vouched(a, k);
+        let b = a + 16 * SLOTS as u64; // the same slot
+        v.note(b, k);
+        assert!(
+            !v.vouched(b, k) && !v.vouched(a, k),
+            "b took a's slot, unverified"
+        );
+        v.note_vouched(a, k);
         v.clear();
         assert!(!v.holds(a, k) && !v.vouched(a, k));
+        // A key of any size: an object of 2 GiB or more is vetted, not vouched, as any.
+        let huge = type_key(9, 3 << 31);
+        v.note(a, huge);
+        assert!(v.holds(a, huge) && !v.vouched(a, huge));
     }
 }
