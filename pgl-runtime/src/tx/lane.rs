@@ -63,6 +63,14 @@ pub(crate) struct Scratch {
     pub vetted: super::vetted::Vetted,
 }
 
+impl Scratch {
+    /// Whether the transaction holds a buffer of the object at `off` (an entry of
+    /// `usize::MAX` is a forgotten one: see `Tx::open`).
+    pub(crate) fn buffers(&self, off: u64) -> bool {
+        matches!(self.index.get(&off), Some(&i) if i != usize::MAX)
+    }
+}
+
 /// Reusable buffers of a logged commit: its record and its apply step.
 #[derive(Default)]
 pub(crate) struct RecordScratch {

@@ -116,10 +116,11 @@ impl GroupScope {
     }
 }
 
-/// Puts the previous [`GroupScope`] back when dropped, even if the glue panics.
-struct ScopeGuard<'a>(&'a Cell<GroupScope>, GroupScope);
+/// Puts a cell's previous value back when dropped, even if the glue panics: the
+/// [`GroupScope`], or the vouched group (`Tx::with_vouched`).
+struct ScopeGuard<'a, T: Copy>(&'a Cell<T>, T);
 
-impl Drop for ScopeGuard<'_> {
+impl<T: Copy> Drop for ScopeGuard<'_, T> {
     fn drop(&mut self) {
         self.0.set(self.1);
     }
@@ -219,16 +220,10 @@ impl<'p> Tx<'p> {
     }
 
     /// Runs `f` (which reads a chain in [`GroupScope::Read`]) with `group` as the group
-    /// whose link holder `vouch` verified (0: none), then forgets it, even if `f` panics.
+    /// whose link holder `vouch` verified (0: none), then puts the previous one back,
+    /// even if `f` panics.
     pub(crate) fn with_vouched<R>(&self, group: u64, f: impl FnOnce() -> R) -> R {
-        struct Forget<'a>(&'a Cell<u64>);
-        impl Drop for Forget<'_> {
-            fn drop(&mut self) {
-                self.0.set(0);
-            }
-        }
-        self.vouched.set(group);
-        let _forget = Forget(&self.vouched);
+        let _back = ScopeGuard(&self.vouched, self.vouched.replace(group));
         f()
     }
 
@@ -255,8 +250,7 @@ impl<'p> Tx<'p> {
         let key = vetted::key::<T>();
         let mut st = self.st.borrow_mut();
         let sc = &mut st.lane.scratch;
-        if sc.vetted.vouched(off, key) || matches!(sc.index.get(&off), Some(&i) if i != usize::MAX)
-        {
+        if sc.vetted.vouched(off, key) || sc.buffers(off) {
             return true;
         }
         if verify_in_place(self.eng, off, &self.header(off)).is_err() {
@@ -1204,9 +1198,7 @@ impl<'p> Tx<'p> {
     /// was opened, or made by it. A mismatch is repaired from parity and the transaction
     /// run again, as for any read.
     pub(crate) fn verify_link_holder(&self, off: u64) -> Result<()> {
-        let buffered =
-            matches!(self.st.borrow().lane.scratch.index.get(&off), Some(&i) if i != usize::MAX);
-        if buffered {
+        if self.st.borrow().lane.scratch.buffers(off) {
             return Ok(());
         }
         verify_in_place(self.eng, off, &self.header(off))
