@@ -39,6 +39,22 @@ pub fn adler32_continue(state: u32, data: &[u8]) -> u32 {
     hasher.finish()
 }
 
+/// The low byte of each 16-bit lane (the SWAR sums below work in 16-bit lanes).
+const BYTES: u64 = 0x00ff_00ff_00ff_00ff;
+/// Times this, the top 16-bit lane of a product collects the sum of every lane.
+const ONES: u64 = 0x0001_0001_0001_0001;
+/// Lane m of this times lane i lands in lane i + m: the top lane collects lane i times
+/// 3 - m = i, so the top lane of `lanes * INDEX` is `Σ i·lane_i`.
+const INDEX: u64 = 0x0000_0001_0002_0003;
+
+/// A little-endian word's bytes paired in 16-bit lanes: `(pair, odd)`, lane i of `pair`
+/// holding bytes 2i and 2i + 1 summed (at most 510), of `odd` byte 2i + 1.
+#[inline]
+fn split_pairs(w: u64) -> (u64, u64) {
+    let odd = (w >> 8) & BYTES;
+    ((w & BYTES) + odd, odd)
+}
+
 /// `adler32_continue` below `SCALAR_BELOW` bytes: eight bytes at a time in SWAR, as
 /// `adler32_le_words` sums its words (a byte loop took ~4 instructions a byte: ~190 for
 /// the 48-byte payload of a small node, checked on every open), then the last few one
@@ -50,10 +66,6 @@ pub fn adler32_continue(state: u32, data: &[u8]) -> u32 {
 /// `T = 2·Σ j·pair_j + Σ odd_j`.
 #[inline]
 fn adler32_small(state: u32, data: &[u8]) -> u32 {
-    const BYTES: u64 = 0x00ff_00ff_00ff_00ff;
-    const ONES: u64 = 0x0001_0001_0001_0001;
-    // As in `adler32_le_words`: the top lane of `lanes * INDEX` is `Σ j·lane_j`.
-    const INDEX: u64 = 0x0000_0001_0002_0003;
     // No overflow: both halves start below 2^16, and at most 63 bytes of <= 255 are
     // added (`a` stays below 2^17, `b` below 2^23).
     let (mut a, mut b) = (u64::from(state & 0xffff), u64::from(state >> 16));
@@ -61,11 +73,9 @@ fn adler32_small(state: u32, data: &[u8]) -> u32 {
     for w in &mut words {
         let mut le = [0u8; 8];
         le.copy_from_slice(w);
-        let w = u64::from_le_bytes(le);
-        let odd = (w >> 8) & BYTES;
         // Lanes of at most 510: every product lane below stays under 2^16 (at most
         // 6 · 510), so no carry crosses into the top lane.
-        let pair = (w & BYTES) + odd;
+        let (pair, odd) = split_pairs(u64::from_le_bytes(le));
         let sum = pair.wrapping_mul(ONES) >> 48;
         let weighted = 2 * (pair.wrapping_mul(INDEX) >> 48) + (odd.wrapping_mul(ONES) >> 48);
         // `weighted <= 7 * sum`: no underflow.
@@ -91,20 +101,9 @@ fn adler32_small(state: u32, data: &[u8]) -> u32 {
 #[inline]
 pub(crate) fn adler32_le_words(words: [u64; 2], tail: u32) -> u32 {
     const LEN: u64 = 20;
-    const BYTES: u64 = 0x00ff_00ff_00ff_00ff;
-    const ONES: u64 = 0x0001_0001_0001_0001;
-    // Lane m of this times lane i lands in lane i + m: the top lane collects lane i times
-    // 3 - m = i.
-    const INDEX: u64 = 0x0000_0001_0002_0003;
-    // Each word's even bytes (2i in 16-bit lane i) plus its odd ones (2i + 1 in lane i):
-    // `pair` lanes are at most 510.
-    let split = |w: u64| {
-        let odd = (w >> 8) & BYTES;
-        ((w & BYTES) + odd, odd)
-    };
-    let (p0, h0) = split(words[0]);
-    let (p1, h1) = split(words[1]);
-    let (p2, h2) = split(u64::from(tail));
+    let (p0, h0) = split_pairs(words[0]);
+    let (p1, h1) = split_pairs(words[1]);
+    let (p2, h2) = split_pairs(u64::from(tail));
     // Lanes summed over the words stay below 2^16 (3 * 510, and 510 + 2 * 510 for the
     // weighted one), and so does every lane of the products below (at most 6 * 1530):
     // no carry crosses a lane, and each top lane (`>> 48`) is exact.
