@@ -1,6 +1,7 @@
 //! Crash consistency of every kind of pool operation on `CrashSim`: alloc, overwrite
-//! (64 B … 64 KiB), free, multi-object transactions, nested transactions, `pool.grow`, and
-//! a new run made over a chunk that a freed large object used.
+//! (64 B … 64 KiB), ranged writes (`Tx::write_bytes`, 1 KiB … 64 KiB), free, multi-object
+//! transactions, nested transactions, `pool.grow`, and a new run made over a chunk that a
+//! freed large object used.
 //!
 //! Each test explores at least `PGL_CRASH_STATES` (default 10,000) crash images of its op
 //! type and requires every recovered pool to equal the state before or after the op (see
@@ -333,6 +334,114 @@ fn crash_overwrite() {
                 if run.rng.chance(150) {
                     overwrite_op(&mut run, "overwrite", slot, Shape::Range);
                 }
+            }
+        }
+    }
+    suite.assert_clean();
+}
+
+/// How a ranged-write transaction (`Tx::write_bytes`) writes an object.
+#[derive(Clone, Copy, Debug)]
+enum Ranged {
+    /// One range.
+    One,
+    /// Two ranges at most 32 bytes apart, the first perhaps near the start: the commit
+    /// fills the hole between them (and before the first) from the pool.
+    Near,
+    /// Two ranges far apart, covering more than half the object.
+    Most,
+    /// A range, a read of the whole object (which fills every hole), another range.
+    ThenRead,
+}
+
+/// A checked op: write into the object in `slot` with `Tx::write_bytes`, as `how` says.
+fn ranged_op(run: &mut Run<'_>, slot: usize, how: Ranged) {
+    let n = run.model.size(slot);
+    let rng = &mut run.rng;
+    let writes: Vec<(usize, Vec<u8>)> = match how {
+        Ranged::One => {
+            let len = rng.range(1, n / 4);
+            vec![(rng.range(0, n - len), rng.bytes(len))]
+        }
+        Ranged::Near => {
+            let a = if rng.chance(500) {
+                rng.range(0, 32)
+            } else {
+                rng.range(0, n / 2)
+            };
+            let l1 = rng.range(1, 64);
+            let b = a + l1 + rng.range(1, 33);
+            let l2 = rng.range(1, (n - b).min(64));
+            vec![(a, rng.bytes(l1)), (b, rng.bytes(l2))]
+        }
+        Ranged::Most => {
+            let hole = rng.range(33, n / 4);
+            let at = rng.range(1, n - hole - 1);
+            vec![(0, rng.bytes(at)), (at + hole, rng.bytes(n - at - hole))]
+        }
+        Ranged::ThenRead => {
+            let l1 = rng.range(1, n / 8);
+            let l2 = rng.range(1, n / 8);
+            vec![
+                (rng.range(0, n - l1), rng.bytes(l1)),
+                (rng.range(0, n - l2), rng.bytes(l2)),
+            ]
+        }
+    };
+    let ranges: Vec<String> = writes
+        .iter()
+        .map(|(a, d)| format!("[{a}, {})", a + d.len()))
+        .collect();
+    let label = format!(
+        "ranged write into {n} B object in slot {slot}: {how:?} {}",
+        ranges.join(" ")
+    );
+    run.op("ranged write", label, |pool, root, m, _| {
+        let oid = slot_oid(pool, root, slot);
+        pool.tx(|tx| {
+            for (k, (at, d)) in writes.iter().enumerate() {
+                if k == 1 && matches!(how, Ranged::ThenRead) {
+                    object_bytes_in(tx, oid, n)?;
+                }
+                tx_write_ranged(tx, oid, n, *at, d)?;
+            }
+            Ok(())
+        })
+        .expect("ranged write tx");
+        for (at, d) in &writes {
+            m.write(slot, *at, d);
+        }
+    });
+}
+
+/// Reads the whole `n`-byte object `oid` in `tx` (for a buffer with holes: fills them).
+fn object_bytes_in(tx: &pgl::Tx<'_>, oid: u64, n: usize) -> pgl::Result<()> {
+    match n {
+        1024 => tx.get(Oid::<[u8; 1024]>::from_raw(oid)).map(drop),
+        4096 => tx.get(Oid::<[u8; 4096]>::from_raw(oid)).map(drop),
+        16384 => tx.get(Oid::<[u8; 16384]>::from_raw(oid)).map(drop),
+        _ => tx.get(Oid::<[u8; 65536]>::from_raw(oid)).map(drop),
+    }
+}
+
+#[test]
+fn crash_ranged_write() {
+    const HOW: [Ranged; 4] = [Ranged::One, Ranged::Near, Ranged::Most, Ranged::ThenRead];
+    // The sizes written with holes (512 bytes and more).
+    const BIG: [usize; 4] = [1024, 4096, 16384, 65536];
+    let mut suite = Suite::new("ranged write");
+    let mut seed = 900;
+    while !suite.done() {
+        seed += 1;
+        let mut run = suite.run(format!("ranged write #{seed}"), config(3), seed);
+        fill(&mut run, &BIG);
+        let skew = run.rng.below(4);
+        for round in 0..HOW.len() {
+            if run.done() {
+                break;
+            }
+            for slot in 0..BIG.len() {
+                ranged_op(&mut run, slot, HOW[(round + slot + skew) % HOW.len()]);
             }
         }
     }

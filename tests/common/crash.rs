@@ -221,6 +221,18 @@ pub fn tx_write(tx: &Tx<'_>, oid: u64, size: usize, at: usize, bytes: &[u8]) -> 
     })
 }
 
+/// Writes `bytes` at `at` into the `size`-byte object `oid` with `Tx::write_bytes` (a
+/// buffer with holes, for objects of 512 bytes or more).
+pub fn tx_write_ranged(
+    tx: &Tx<'_>,
+    oid: u64,
+    size: usize,
+    at: usize,
+    bytes: &[u8],
+) -> pgl::Result<()> {
+    by_size!(size, N => tx.write_bytes(Oid::<[u8; N]>::from_raw(oid), at, bytes))
+}
+
 /// Replaces the whole object `oid` with `data` through `DerefMut` (marks everything).
 pub fn tx_write_whole(tx: &Tx<'_>, oid: u64, data: &[u8]) -> pgl::Result<()> {
     by_size!(data.len(), N => {

@@ -64,6 +64,14 @@ pub(crate) struct Buffer {
     /// Whether the whole payload was marked by a borrow of the whole value (`DerefMut`),
     /// which says nothing of what changed: the commit may narrow it (`narrow`).
     whole_borrow: bool,
+    /// Set while only the marked ranges of an opened object are in the payload (a ranged
+    /// write, `Tx::write_bytes`): the other bytes, its *holes*, are still only in the pool
+    /// (`fill_holes`).
+    holes: bool,
+    /// Set for a buffer made with holes, and kept once they are filled: its bytes may have
+    /// been copied from the pool after the object was verified, so the commit patches its
+    /// checksum over the changed ranges and never sums the payload (see `tx::ranged`).
+    patched: bool,
 }
 
 impl Buffer {
@@ -88,6 +96,8 @@ impl Buffer {
             canary: c,
             dirty: Vec::new(),
             whole_borrow: false,
+            holes: false,
+            patched: false,
         }
     }
 
@@ -126,6 +136,8 @@ impl Buffer {
         self.canary = c;
         self.dirty.clear();
         self.whole_borrow = false;
+        self.holes = false;
+        self.patched = false;
     }
 
     /// Words of the payload (its bytes rounded up to 16): the trailing canary's index is
@@ -242,6 +254,48 @@ impl Buffer {
         &self.dirty
     }
 
+    /// Marks the payload as holding only the ranges marked from now on (`holes`): for a
+    /// buffer made without copying the object in.
+    pub(crate) fn set_holes(&mut self) {
+        debug_assert!(!self.is_dirty(), "holes are set before anything is written");
+        self.holes = true;
+        self.patched = true;
+    }
+
+    /// Whether some of the payload is still only in the pool (`holes`).
+    pub(crate) fn has_holes(&self) -> bool {
+        self.holes
+    }
+
+    /// Whether the commit must patch the checksum rather than sum the payload (`patched`).
+    pub(crate) fn patched(&self) -> bool {
+        self.patched
+    }
+
+    /// Copies from `pool` (the object's payload in the pool, which the transaction's write
+    /// lock has kept as it was) every hole of at most `max` bytes: the spans before, between
+    /// and after the marked ranges. With `max` at least the payload's size, every hole, and
+    /// the payload is whole again. Normalises the marked ranges (`ranges(0)`: sorted, and
+    /// merged where they touch), which still cover exactly the bytes written.
+    pub(crate) fn fill_holes(&mut self, pool: &[u8], max: usize) {
+        debug_assert_eq!(pool.len(), self.size);
+        self.ranges(0);
+        let mut at = 0;
+        for i in 0..=self.dirty.len() {
+            let (end, next) = match self.dirty.get(i) {
+                Some(&(s, e)) => (s as usize, e as usize),
+                None => (self.size, self.size),
+            };
+            if end > at && end - at <= max {
+                self.payload_mut()[at..end].copy_from_slice(&pool[at..end]);
+            }
+            at = next;
+        }
+        if max >= self.size {
+            self.holes = false;
+        }
+    }
+
     /// Whether both canaries and the padding after the payload are intact.
     pub(crate) fn canaries_ok(&self) -> bool {
         let words = self.words();
@@ -311,6 +365,65 @@ pub(super) fn changed_span(old: &[u8], new: &[u8]) -> Option<(usize, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every byte of a buffer with holes, after `fill_holes(pool, max)`, against a model:
+    /// a written byte keeps what was written, a byte of a hole of at most `max` bytes
+    /// holds the pool's, any other byte what the payload held before (here 0xee).
+    #[test]
+    fn filling_holes_copies_exactly_the_short_holes_from_the_pool() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let reps = if cfg!(miri) { 12 } else { 400 };
+        for _ in 0..reps {
+            let size = 1 + (next() % 200) as usize;
+            let pool: Vec<u8> = (0..size).map(|_| next() as u8 | 1).collect();
+            let mut b = Buffer::new(4096, size, 1, 7, BufKind::Open);
+            b.payload_mut().fill(0xee);
+            b.set_holes();
+            let mut written = vec![None; size];
+            for _ in 0..next() % 5 {
+                let s = (next() % size as u64) as usize;
+                let e = s + (next() % (size - s) as u64) as usize + 1;
+                for (i, w) in written.iter_mut().enumerate().take(e).skip(s) {
+                    let v = (i as u8).wrapping_mul(3) & 0xfe; // even: never a pool byte
+                    b.payload_mut()[i] = v;
+                    *w = Some(v);
+                }
+                b.mark(s, e);
+            }
+            let max = [0, 1, 7, 32, usize::MAX][(next() % 5) as usize];
+            b.fill_holes(&pool, max);
+            let mut i = 0;
+            while i < size {
+                let run = written[i..]
+                    .iter()
+                    .take_while(|w| w.is_some() == written[i].is_some());
+                let n = run.count();
+                for k in i..i + n {
+                    let want = match written[k] {
+                        Some(v) => v,
+                        None if n <= max => pool[k],
+                        None => 0xee,
+                    };
+                    assert_eq!(b.payload()[k], want, "byte {k} of {size}, max {max}");
+                }
+                i += n;
+            }
+            assert_eq!(
+                b.has_holes(),
+                max < size,
+                "whole only once every hole is filled"
+            );
+            assert!(b.canaries_ok(), "the padding is left as it was");
+            let marked: usize = b.dirty().iter().map(|r| (r.1 - r.0) as usize).sum();
+            assert_eq!(marked, written.iter().flatten().count(), "marks as written");
+        }
+    }
 
     #[test]
     fn ranges_merge() {

@@ -447,6 +447,14 @@ impl Tx<'_> {
                             continue;
                         }
                     }
+                    if buf.has_holes() {
+                        // A ranged write's buffer: the holes the steps below read are
+                        // those `ranges` merges into a range (and `joined_sum` into the
+                        // checksum word's piece), written back as they are.
+                        // SAFETY: the object's payload, inside the pool, which our write
+                        // lock keeps as it was.
+                        buf.fill_holes(unsafe { pool_bytes(&eng.media, off, size) }, MERGE_GAP);
+                    }
                     buf.ranges(MERGE_GAP);
                     let buf = &*buf;
                     let ranges = buf.dirty();
@@ -454,7 +462,7 @@ impl Tx<'_> {
                     let payload = buf.payload();
                     let sum = if !eng.checksums {
                         old_sum
-                    } else if dirty * 2 >= size {
+                    } else if dirty * 2 >= size && !buf.patched() {
                         object_checksum(off, type_id, payload)
                     } else {
                         let mut s = old_sum;

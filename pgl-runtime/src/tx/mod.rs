@@ -11,6 +11,7 @@ mod lane;
 mod locks;
 mod migrating;
 mod place;
+mod ranged;
 mod read;
 mod record;
 mod recovery;

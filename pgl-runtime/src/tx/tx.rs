@@ -141,7 +141,7 @@ pub struct Tx<'p> {
     /// types (it may have stored that group in another layout).
     view_layout: Cell<(u64, u64)>,
     /// The objects live `Read`s of this transaction borrow in place.
-    reads: InPlaceReads,
+    pub(super) reads: InPlaceReads,
     /// The extension group whose link holder this transaction verified (`vouch`), while
     /// `leds` reads the chain it begins (`with_vouched`); 0: none. `group_in_place` reads
     /// it without a lock of its own.
@@ -269,7 +269,7 @@ impl<'p> Tx<'p> {
     }
 
     #[inline]
-    fn lock(&self, st: &mut TxState<'p>, off: u64, want: Held) -> Result<()> {
+    pub(super) fn lock(&self, st: &mut TxState<'p>, off: u64, want: Held) -> Result<()> {
         match take_stripe(self.eng, &mut st.lane.scratch.held, off, want) {
             Ok(()) => Ok(()),
             Err(busy) => Err(Self::lock_failed(st, off, busy)),
@@ -296,7 +296,7 @@ impl<'p> Tx<'p> {
     /// was registered when it was stored. Inlined: every `get`, `open` and `alloc` checks
     /// it, and a known type is one load; the registry is read out of line.
     #[inline]
-    fn check_layout<T: Persistent>(&self, storing: bool) -> Result<()> {
+    pub(super) fn check_layout<T: Persistent>(&self, storing: bool) -> Result<()> {
         if self.eng.types.knows::<T>() {
             return Ok(());
         }
@@ -385,6 +385,31 @@ impl<'p> Tx<'p> {
     /// This transaction's buffer of the object at `off`, whatever its type, if it has one
     /// (an error if the object failed verification or was freed in this transaction).
     fn buffered(&self, st: &TxState<'p>, off: u64) -> Result<Option<NonNull<Buffer>>> {
+        let Some(b) = self.buffer_with_holes(st, off)? else {
+            return Ok(None);
+        };
+        // SAFETY: as in `buffer_with_holes`.
+        if unsafe { b.as_ref() }.has_holes() {
+            // SAFETY: only ranged writes have reached a buffer with holes: no handle to it
+            // has ever been made (each access but those comes through here).
+            let buf = unsafe { &mut *b.as_ptr() };
+            // SAFETY: the object's payload, inside the pool, write-locked by this
+            // transaction (a ranged write took the lock).
+            let pool = unsafe {
+                std::slice::from_raw_parts(self.eng.media.ptr(off) as *const u8, buf.size)
+            };
+            buf.fill_holes(pool, usize::MAX);
+        }
+        Ok(Some(b))
+    }
+
+    /// `buffered`, but a buffer made by a ranged write is returned with its holes, as they
+    /// are (`tx::ranged`).
+    pub(super) fn buffer_with_holes(
+        &self,
+        st: &TxState<'p>,
+        off: u64,
+    ) -> Result<Option<NonNull<Buffer>>> {
         let Some(&i) = st.lane.scratch.index.get(&off) else {
             return Ok(None);
         };
@@ -419,10 +444,29 @@ impl<'p> Tx<'p> {
         st: &TxState<'p>,
         off: u64,
     ) -> Result<Option<NonNull<Buffer>>> {
-        let Some(b) = self.buffered(st, off)? else {
+        let b = self.buffered(st, off)?;
+        Self::of_type::<T>(off, b)
+    }
+
+    /// `buffer_of`, holes and all (`buffer_with_holes`).
+    pub(super) fn buffer_of_with_holes<T: Persistent>(
+        &self,
+        st: &TxState<'p>,
+        off: u64,
+    ) -> Result<Option<NonNull<Buffer>>> {
+        let b = self.buffer_with_holes(st, off)?;
+        Self::of_type::<T>(off, b)
+    }
+
+    /// `b`, a buffer of the object at `off` if any, if it holds a `T`.
+    fn of_type<T: Persistent>(
+        off: u64,
+        b: Option<NonNull<Buffer>>,
+    ) -> Result<Option<NonNull<Buffer>>> {
+        let Some(b) = b else {
             return Ok(None);
         };
-        // SAFETY: as in `buffered`.
+        // SAFETY: as in `buffer_with_holes`; only the type id and size are read.
         let buf = unsafe { b.as_ref() };
         if buf.type_id != T::TYPE_ID || buf.size != object_size::<T>() {
             return Err(Error::TypeMismatch {
@@ -440,7 +484,7 @@ impl<'p> Tx<'p> {
     }
 
     /// A buffer for `size` payload bytes (reused from the lane when it has one spare).
-    fn new_buffer(
+    pub(super) fn new_buffer(
         &self,
         st: &mut TxState<'p>,
         off: u64,
@@ -628,7 +672,11 @@ impl<'p> Tx<'p> {
     /// lock it still holds: then it is still one, in a block that holds it, and the
     /// header's type and size alone are checked again (damage since would make a buffer
     /// of it the wrong size).
-    fn checked_header<T: Persistent>(&self, off: u64, vetted: bool) -> Result<ObjectHeader> {
+    pub(super) fn checked_header<T: Persistent>(
+        &self,
+        off: u64,
+        vetted: bool,
+    ) -> Result<ObjectHeader> {
         if vetted {
             let h = self.header(off);
             if h.type_id == T::TYPE_ID && h.size == object_size::<T>() as u64 {

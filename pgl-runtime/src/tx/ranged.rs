@@ -1,0 +1,132 @@
+//! Ranged writes: a transaction changes some bytes of an object without copying the rest
+//! of it into a micro-buffer.
+//!
+//! `Tx::open` copies the whole object into a buffer and verifies its checksum: the handle
+//! it returns shows all of it. To change 8 bytes of a 32 KiB object (a bucket of a hash
+//! table's array) that copy is most of the transaction's work. `Tx::write_bytes` makes a
+//! buffer *with holes* instead: the object is verified in place, as `open` would verify
+//! its copy, and only the written bytes go into the buffer. The commit logs, applies and
+//! patches the checksum over the written ranges, as for any buffer: it reads nothing of
+//! the holes but those of up to `MERGE_GAP` bytes that it writes back unchanged between
+//! two ranges (or before the first, with the checksum word), which it fills from the pool
+//! first (`Buffer::fill_holes`).
+//!
+//! Invariant: a buffer's holes are read from the pool only while this transaction holds
+//! the object's write lock, so no commit but its own changes them, and every access to the
+//! buffer other than a ranged write (`Tx::buffered`: a read, an `open`, a free) fills them
+//! all first. The object was verified when the buffer was made, not when a hole is filled:
+//! a stray write that reached a hole in between is copied in with it. So the commit
+//! patches such a buffer's checksum from the verified one over the changed ranges, never
+//! sums its payload (`Buffer::patched`): the stray bytes are not sealed under the new
+//! checksum, still fail verification, and are repaired from parity, as they would be had
+//! the object been opened whole.
+
+use super::buffer::{BufKind, Buffer};
+use super::locks::Held;
+use super::tx::{verify_in_place, Tx};
+use super::vetted;
+use crate::persistent::{bytes_of, object_size, Oid, Persistent};
+use crate::{Error, Result};
+
+/// Objects of fewer payload bytes are opened whole for a ranged write: copying them costs
+/// no more than keeping track of their holes.
+pub(crate) const RANGED_MIN: usize = 512;
+
+impl<'p> Tx<'p> {
+    /// Writes `value` at byte `offset` of the object, as [`Mut::write_at`] on
+    /// `tx.open(oid)?` would, without copying the rest of the object: the cheap way to
+    /// change a few bytes of a large object (an element of an array, a bucket of a
+    /// table). The change reaches NVMM atomically at commit, with the transaction's
+    /// others.
+    ///
+    /// The object is verified as `open` verifies it (under [`VerifyPolicy::Default`],
+    /// its checksum), in place. Reads of it later in the transaction see the write.
+    ///
+    /// # Errors
+    /// As [`Tx::open`]: the object is borrowed by a live handle of this transaction
+    /// (`Error::AlreadyBorrowed`), locked by another transaction (`Error::Conflict`, which
+    /// `pool.tx` retries), not a `T`, or damaged (repaired and retried by `pool.tx` where
+    /// parity allows).
+    ///
+    /// # Panics
+    /// If the value does not fit inside the object's `T` (a bug in the caller, like an
+    /// index out of bounds).
+    ///
+    /// [`Mut::write_at`]: crate::Mut::write_at
+    /// [`VerifyPolicy::Default`]: crate::VerifyPolicy::Default
+    pub fn write_at<T: Persistent, F: Persistent>(
+        &self,
+        oid: Oid<T>,
+        offset: usize,
+        value: &F,
+    ) -> Result<()> {
+        self.write_bytes(oid, offset, bytes_of(value))
+    }
+
+    /// Writes `bytes` at byte `offset` of the object without copying the rest of it: see
+    /// [`Tx::write_at`].
+    ///
+    /// # Errors
+    /// As [`Tx::write_at`].
+    ///
+    /// # Panics
+    /// If the range does not lie inside the object's `T`.
+    pub fn write_bytes<T: Persistent>(
+        &self,
+        oid: Oid<T>,
+        offset: usize,
+        bytes: &[u8],
+    ) -> Result<()> {
+        let size = core::mem::size_of::<T>();
+        let end = offset
+            .checked_add(bytes.len())
+            .filter(|&e| e <= size)
+            .unwrap_or_else(|| {
+                panic!(
+                    "write of {} bytes at offset {offset} outside a {size}-byte object",
+                    bytes.len(),
+                )
+            });
+        // An object that owns a tail keeps pgl's link in its last bytes (`tail`), which
+        // the commit reads from the buffer: such objects, and small ones, are opened whole.
+        // An extension group is opened whole too: its owner's chain code opens them.
+        if T::__OWNS_TAIL || T::__GROUP || object_size::<T>() < RANGED_MIN {
+            self.open(oid)?.write_bytes(offset, bytes);
+            return Ok(());
+        }
+        self.check_layout::<T>(false)?;
+        let off = oid.raw();
+        let mut st = self.st.borrow_mut();
+        let mut b = match self.buffer_of_with_holes::<T>(&st, off)? {
+            Some(b) => b,
+            None => {
+                if self.reads.borrowed(off) {
+                    // The live in-place `Read` would not show the write.
+                    return Err(Error::already_borrowed(off));
+                }
+                self.lock(&mut st, off, Held::Write)?;
+                let vetted = st.lane.scratch.vetted.holds(off, vetted::key::<T>());
+                let h = self.checked_header::<T>(off, vetted)?;
+                self.eng.migrating.check("change", h.type_id, off)?;
+                // Verified where it lies: what `open` checks of its copy.
+                verify_in_place(self.eng, off, &h)?;
+                let mut p =
+                    self.new_buffer(&mut st, off, h.size as usize, h.type_id, BufKind::Open);
+                // SAFETY: just created; no handle to it exists yet.
+                let buf = unsafe { p.as_mut() };
+                buf.checksum = h.checksum;
+                buf.set_holes();
+                p
+            }
+        };
+        // SAFETY: buffers live until the transaction ends; `borrow` guards aliasing, and
+        // no handle borrows it (checked first).
+        let buf: &mut Buffer = unsafe { b.as_mut() };
+        if buf.borrow != 0 {
+            return Err(Error::already_borrowed(off));
+        }
+        buf.payload_mut()[offset..end].copy_from_slice(bytes);
+        buf.mark(offset, end);
+        Ok(())
+    }
+}
