@@ -397,7 +397,7 @@ fn hash_delete<V: HashV>(tx: &Tx<'_>, root: Oid<V::Root>, key: u64) -> pgl::Resu
         let next = V::next(tx, cur)?;
         if V::key(tx, cur)? == key {
             if prev.is_null() {
-                tx.open(root)?.write_at(b * 8, &next);
+                tx.write_at(root, b * 8, &next)?;
             } else {
                 V::set_next(tx, prev, next)?;
             }
@@ -559,7 +559,7 @@ macro_rules! fill_map {
                             value: u64::from(key) * 3,
                             next: head,
                         })?;
-                        tx.open(root)?.write_at(b * 8, &n);
+                        tx.write_at(root, b * 8, &n)?;
                         Ok(())
                     })?;
                 }
