@@ -1080,8 +1080,8 @@ impl Tx<'_> {
         if fresh {
             self.new_objects_parity(news, hdrs, guards);
         }
-        // 3b. the lane copies (whole 16-byte granules: bytes past the record are ignored)
-        let sealed = &bytes[SEAL_OFFSET..SEAL_OFFSET + n.div_ceil(16) * 16];
+        // 3b. the lane copies, in whole lines (`record::stream_len`)
+        let sealed = &bytes[SEAL_OFFSET..SEAL_OFFSET + record::stream_len(n, lane_size)];
         for off in eng.lane_copies().map(|c| eng.lane_off(self.lane.idx, c)) {
             // SAFETY: this transaction owns its lane (the lane mutex); its copies lie inside
             // the pool, and the record fits the lane (checked by the writer).

@@ -301,6 +301,17 @@ impl<'a> RecordWriter<'a> {
     }
 }
 
+/// The bytes from `SEAL_OFFSET` that a commit writes into a lane copy for a sealed record
+/// of `n` bytes (`RecordWriter::seal`), in a lane of `lane_size` bytes: the record in whole
+/// cache lines, up to the lane's end. The bytes past the record (whatever the staging
+/// buffer holds there) are never read: the seal says where the record ends. A streamed
+/// line left partial is written back on its own, slowly: two 1 KiB records streamed in
+/// 16-byte granules, each ending 24 bytes into a line, made a 1 KiB overwrite ~70 ns
+/// slower than in whole lines (~170 ns with no write-back or fence at all, 2026-12-08).
+pub(crate) fn stream_len(n: usize, lane_size: usize) -> usize {
+    n.next_multiple_of(64).min(lane_size - SEAL_OFFSET)
+}
+
 fn seal_crc(lane: &[u8], len: usize) -> u32 {
     strong(&lane[MAGIC_OFFSET..ENTRIES_OFFSET + len])
 }
@@ -440,6 +451,38 @@ mod tests {
             assert_eq!(g.data, i.1);
             assert_eq!(g.kind, KIND_WRITE);
         }
+    }
+
+    #[test]
+    fn a_record_is_streamed_in_whole_lines_within_its_lane() {
+        let lane = 4096;
+        for n in [
+            ENTRIES_OFFSET - SEAL_OFFSET,
+            100,
+            1048,
+            1088,
+            lane - SEAL_OFFSET - 10,
+        ] {
+            let len = stream_len(n, lane);
+            assert!(len >= n, "{n}: the whole record");
+            assert_eq!((SEAL_OFFSET + len) % 64, 0, "{n}: ends on a line");
+            assert!(SEAL_OFFSET + len <= lane, "{n}: inside the lane");
+            assert!(len - n < 64, "{n}: at most the rest of its last line");
+        }
+        // A record streamed with the stale bytes after it still reads back as itself.
+        let mut stage = vec![0xa5u8; lane];
+        let n = write(&mut stage, 9, &[(4096, &[1, 2, 3])]);
+        let mut copy = vec![0u8; lane];
+        let len = stream_len(n, lane);
+        copy[SEAL_OFFSET..SEAL_OFFSET + len]
+            .copy_from_slice(&stage[SEAL_OFFSET..SEAL_OFFSET + len]);
+        let r = decode(&copy).expect("the record");
+        assert_eq!(r.seq, 9);
+        let got: Vec<_> = entries(&copy, &r).map(|e| e.unwrap()).collect();
+        assert_eq!(
+            (got.len(), got[0].off, got[0].data),
+            (1, 4096, &[1u8, 2, 3][..])
+        );
     }
 
     #[test]

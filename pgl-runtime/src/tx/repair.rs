@@ -397,7 +397,7 @@ impl Engine {
             }
             let seq = self.seq.next();
             let n = w.seal(seq);
-            let sealed = &stage[SEAL_OFFSET..SEAL_OFFSET + n.div_ceil(16) * 16];
+            let sealed = &stage[SEAL_OFFSET..SEAL_OFFSET + record::stream_len(n, stage.len())];
             let mut touched = Touched::default();
             for &(a, z) in &batch {
                 touched.add(start + a as u64, (z - a) as u64, self.map.chunk_shift());
