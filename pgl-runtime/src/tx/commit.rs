@@ -76,15 +76,6 @@ struct GuardedFree<'a> {
 /// (`Tx::free_guarded_chunks`).
 const GUARDED_LOG_DIVISOR: u64 = 8;
 
-/// Lane copies of a record at least this long are written with streaming stores. A lane's
-/// lines are written again by the lane's next commit, and a cached store to a line that
-/// `clwb` wrote back costs a read of it first on this machine. Measured with one build,
-/// the threshold switched between runs (fig3 overwrite, 1 thread, 6 paired rounds run in
-/// turn, 2026-12-06): streaming records from 512 B
-/// took 18-19 % off a 1 KiB overwrite and 5-7 % off 512 B, with and without parity; from
-/// 0 B it made 64 B 2-5 % slower; at 2 KiB, the old threshold, 1 KiB records were cached.
-const RECORD_STREAM_MIN: usize = 512;
-
 /// Zeros for the apply step of zero entries.
 static ZEROS: [u8; 4096] = [0; 4096];
 
@@ -1080,14 +1071,20 @@ impl Tx<'_> {
         if fresh {
             self.new_objects_parity(news, hdrs, guards);
         }
-        // 3b. the lane copies, in whole lines (`record::stream_len`)
+        // 3b. the lane copies, in whole lines (`record::stream_len`), with streaming stores
+        // whatever their length. A lane's lines are written again by its next commit, and a
+        // cached store to a line that `clwb` wrote back costs a read of it first. Measured in
+        // paired builds (fig3 overwrite, 1 thread): on the AMD EPYC host (2026-12-06,
+        // records then streamed to a partial last line), streaming from 512 B took 18-19 %
+        // off a 1 KiB overwrite and 5-7 % off 512 B, and from 0 B made 64 B 2-5 % slower; on
+        // the Intel Xeon host (2026-12-08, whole lines), streaming from 0 B instead of 512 B
+        // took 64 B from 570-576 to 506-544 ns and 256 B from 711-733 to 579-620, and
+        // caching 1 KiB records took 975-987 to 1,400-1,430.
         let sealed = &bytes[SEAL_OFFSET..SEAL_OFFSET + record::stream_len(n, lane_size)];
         for off in eng.lane_copies().map(|c| eng.lane_off(self.lane.idx, c)) {
             // SAFETY: this transaction owns its lane (the lane mutex); its copies lie inside
             // the pool, and the record fits the lane (checked by the writer).
-            unsafe {
-                media.write_durable_from(off + SEAL_OFFSET as u64, sealed, RECORD_STREAM_MIN)
-            };
+            unsafe { media.write_streamed(off + SEAL_OFFSET as u64, sealed) };
         }
         // 3c. new objects, straight into their still-free space
         let mut written = if fresh {
