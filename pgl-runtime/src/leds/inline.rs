@@ -37,7 +37,7 @@ use crate::{Error, Result};
 /// is kept in a separate object. The value takes `value_size` bytes and the reserve the
 /// `reserve` after it; groups are laid in order, each aligned where the one before it
 /// ends, until one's fields (all of it but its link) do not fit (it and all after it are
-/// separate), at most [`MAX_INLINE`] of them.
+/// separate), at most `MAX_INLINE` (15: the inline count's room in the link) of them.
 #[must_use]
 pub const fn inline_places<const G: usize>(
     value_size: usize,
