@@ -20,9 +20,10 @@ fn pool(name: &str) -> (Pool, std::path::PathBuf) {
     pool_with(name, Config::small(name))
 }
 
-/// The bytes a new object starts with: every byte distinct from its neighbours.
+/// The bytes a new object starts with: every byte distinct from its neighbours, and none
+/// zero (a fresh buffer's bytes).
 fn pattern() -> Big {
-    std::array::from_fn(|i| (i * 7 + 3) as u8)
+    std::array::from_fn(|i| ((i * 7 + 3) % 255 + 1) as u8)
 }
 
 /// A new object holding `pattern()`. Then a transaction that leaves the lane's spare
@@ -49,7 +50,7 @@ fn a_ranged_write_changes_its_bytes_and_no_others() {
     let o = big(&pool);
     let mut want = pattern();
     // One range, two a few bytes apart (the bytes between are written back as they are),
-    // one near the start (written back with the checksum word), an odd one, the last byte.
+    // one near the start, an odd one, the last byte.
     let writes: [(usize, &[u8]); 6] = [
         (1000, &[1; 8]),
         (1010, &[2; 3]),
@@ -77,6 +78,40 @@ fn a_ranged_write_changes_its_bytes_and_no_others() {
     std::fs::remove_file(path).unwrap();
 }
 
+/// The edges of the short holes the commit fills (32 bytes: `MERGE_GAP`): a lone range
+/// starting 32 or 33 bytes in (the bytes before it written back with the checksum word, or
+/// not), two ranges 32 or 33 bytes apart (merged into one piece, or not). A hole the
+/// commit wrote back without filling would hold the lane's stale buffer bytes (`big`).
+#[test]
+fn ranged_writes_at_the_edges_of_the_holes_the_commit_fills() {
+    let (pool, path) = pool("edges");
+    let cases: [&[(usize, usize)]; 6] = [
+        &[(32, 8)],
+        &[(33, 8)],
+        &[(31, 1)],
+        &[(100, 8), (140, 8)],
+        &[(100, 8), (141, 8)],
+        &[(0, 1), (33, 1), (66, 1)],
+    ];
+    for ranges in cases {
+        let o = big(&pool);
+        let mut want = pattern();
+        pool.tx(|tx| {
+            for &(at, len) in ranges {
+                tx.write_bytes(o, at, &vec![0x77; len])?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        for &(at, len) in ranges {
+            want[at..at + len].fill(0x77);
+        }
+        assert_eq!(*pool.get(o).unwrap(), want, "{ranges:?}");
+        assert_sound(&pool);
+    }
+    std::fs::remove_file(path).unwrap();
+}
+
 #[test]
 fn reads_and_opens_after_a_ranged_write_see_it_and_the_rest() {
     let (pool, path) = pool("reads");
@@ -93,7 +128,7 @@ fn reads_and_opens_after_a_ranged_write_see_it_and_the_rest() {
         );
         assert_eq!(r[102..], pattern()[102..], "the bytes after it");
         drop(r);
-        // A whole borrow after the holes were filled: summed as a patch (see `ranged`).
+        // A whole borrow after the holes were filled.
         let mut h = tx.open(o)?;
         h[3000] = 9;
         h[0] = 1;
@@ -127,34 +162,83 @@ fn a_ranged_write_over_most_of_an_object_keeps_its_checksum_right() {
     std::fs::remove_file(path).unwrap();
 }
 
-/// A stray write into a hole after the object was verified, read into the buffer by a
-/// later read (which fills the holes): the commit patches the checksum from the verified
-/// one, so the stray byte still fails verification and is repaired from parity, instead
-/// of being sealed under a checksum summed over the buffer.
-#[test]
-fn a_scribble_into_a_hole_is_not_sealed_by_the_commit() {
-    let (pool, path) = pool("scribble");
-    let o = big(&pool);
+/// A second, shared mapping of the pool file at `path`: stores through it are stray
+/// writes pgl never sees (the tests' injected faults).
+fn stray_mapping(path: &std::path::Path) -> memmap2::MmapMut {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .open(&path)
+        .open(path)
         .unwrap();
-    // SAFETY: a second shared mapping of the pool file, written once below as a stray
-    // store would be: the test's injected fault.
-    let mut stray = unsafe { memmap2::MmapMut::map_mut(&file) }.unwrap();
+    // SAFETY: a mapping of the pool file that only the test's stray stores write.
+    unsafe { memmap2::MmapMut::map_mut(&file) }.unwrap()
+}
+
+/// A stray write into a hole after the ranged write verified the object: a read of the
+/// object later in the transaction verifies it again before filling the holes, so it
+/// fails (no unverified byte reaches the buffer); `pool.tx` repairs the object from
+/// parity and runs the closure again.
+#[test]
+fn a_stray_write_into_a_hole_is_caught_when_the_object_is_read() {
+    let (pool, path) = pool("caught");
+    let o = big(&pool);
+    let mut stray = stray_mapping(&path);
     let at = o.raw() as usize + 3000;
+    let runs = std::cell::Cell::new(0);
+    let before = pool.stats().objects_repaired;
+    pool.tx(|tx| {
+        runs.set(runs.get() + 1);
+        tx.write_bytes(o, 0, &[0x11; 100])?;
+        if runs.get() == 1 {
+            stray[at] ^= 0xff; // 1 fault, in a hole
+        }
+        let r = tx.get(o);
+        if runs.get() == 1 {
+            assert!(
+                matches!(r, Err(Error::ChecksumMismatch { .. })),
+                "the read verifies first: {:?}",
+                r.as_ref().map(|_| ())
+            );
+        }
+        assert_eq!(r?[3000], pattern()[3000], "repaired, not the stray byte");
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(runs.get(), 2, "run again once repaired");
+    assert_eq!(
+        pool.stats().objects_repaired - before,
+        1,
+        "1 injected, 1 repaired"
+    );
+    let mut want = pattern();
+    want[..100].fill(0x11);
+    assert_eq!(*pool.get(o).unwrap(), want);
+    assert_sound(&pool);
+    drop(stray);
+    std::fs::remove_file(path).unwrap();
+}
+
+/// A stray write into the short hole between two ranged writes, which the commit fills
+/// from the pool and writes back unchanged: the commit patches the checksum from the
+/// verified one (more than half the object is written, where an opened buffer's checksum
+/// is summed over the payload), so the stray byte still fails verification and scrub
+/// repairs it from parity, instead of its being sealed under a checksum summed over it.
+#[test]
+fn a_stray_write_into_a_short_hole_is_not_sealed_by_the_commit() {
+    let (pool, path) = pool("scribble");
+    let o = big(&pool);
+    let mut stray = stray_mapping(&path);
+    let at = o.raw() as usize + 2105;
     pool.tx(|tx| {
         tx.write_bytes(o, 0, &[0x11; 2100])?;
-        stray[at] ^= 0xff; // 1 fault, in a hole
-        assert_eq!(tx.get(o)?[3000], pattern()[3000] ^ 0xff, "the read sees it");
-        // Now most of the object is written: more than half its bytes.
-        tx.write_bytes(o, 2100, &[0x22; 500])
+        tx.write_bytes(o, 2110, &[0x22; 1986])?;
+        stray[at] ^= 0xff; // 1 fault, in the 10-byte hole between the ranges
+        Ok(())
     })
     .unwrap();
     let mut want = pattern();
     want[..2100].fill(0x11);
-    want[2100..2600].fill(0x22);
+    want[2110..].fill(0x22);
     let bad = pool.verify_objects(|_, _| {}).unwrap();
     assert_eq!(
         bad.len(),
@@ -215,6 +299,37 @@ fn a_damaged_object_is_repaired_before_a_ranged_write() {
         "1 injected, 1 repaired"
     );
     assert_sound(&pool);
+    std::fs::remove_file(path).unwrap();
+}
+
+/// A ranged write that finds the object damaged fails, and the object stays refused for
+/// the rest of the transaction, as after a failed `open`: a closure that swallows the
+/// error cannot read the damaged bytes as if nothing happened.
+#[test]
+fn an_object_a_ranged_write_found_damaged_stays_refused() {
+    let (pool, path) = pool("refused");
+    let o = big(&pool);
+    pool.inject(&Fault::ObjectScribble {
+        oid: o.raw(),
+        at: 16 + 1000,
+        len: 8,
+        seed: 3,
+    })
+    .unwrap();
+    pool.tx(|tx| {
+        let e = tx.write_at(o, 0, &1u8).unwrap_err();
+        assert!(matches!(e, Error::ChecksumMismatch { .. }), "{e:?}");
+        let e = tx.get(o).map(|_| ()).unwrap_err();
+        assert!(matches!(e, Error::InvalidOid { .. }), "{e:?}");
+        let e = tx.write_at(o, 0, &1u8).unwrap_err();
+        assert!(matches!(e, Error::InvalidOid { .. }), "{e:?}");
+        Ok(())
+    })
+    .unwrap();
+    // Scrub repairs it (1 fault injected, 1 repaired).
+    let report = pool.scrub(true, |_, _| {}).unwrap();
+    assert_eq!(report.objects_repaired, 1, "{report:?}");
+    assert_eq!(*pool.get(o).unwrap(), pattern());
     std::fs::remove_file(path).unwrap();
 }
 

@@ -12,14 +12,15 @@
 //! first (`Buffer::fill_holes`).
 //!
 //! Invariant: a buffer's holes are read from the pool only while this transaction holds
-//! the object's write lock, so no commit but its own changes them, and every access to the
-//! buffer other than a ranged write (`Tx::buffered`: a read, an `open`, a free) fills them
-//! all first. The object was verified when the buffer was made, not when a hole is filled:
-//! a stray write that reached a hole in between is copied in with it. So the commit
-//! patches such a buffer's checksum from the verified one over the changed ranges, never
-//! sums its payload (`Buffer::patched`): the stray bytes are not sealed under the new
-//! checksum, still fail verification, and are repaired from parity, as they would be had
-//! the object been opened whole.
+//! the object's write lock, so no commit but its own changes them. Every access to the
+//! buffer but a ranged write or a free (`Tx::buffered`: a read, an `open`) verifies the
+//! object in the pool again and fills every hole: the
+//! buffer then holds verified bytes, as `open`'s does. The short holes the commit fills are
+//! not verified again: a stray write that reached one since the buffer was made is copied
+//! in. So the commit patches such a buffer's checksum from the verified one over the
+//! changed ranges and never sums its payload (`Buffer::patched`): stray bytes are not
+//! sealed under the new checksum, still fail verification, and are repaired from parity,
+//! as they would be had the object been opened whole.
 
 use super::buffer::{BufKind, Buffer};
 use super::locks::Held;
@@ -40,7 +41,10 @@ impl<'p> Tx<'p> {
     /// others.
     ///
     /// The object is verified as `open` verifies it (under [`VerifyPolicy::Default`],
-    /// its checksum), in place. Reads of it later in the transaction see the write.
+    /// its checksum), in place. Reads and opens of it later in the transaction see the
+    /// write, and cost what `open` would have: the object is verified again and copied
+    /// in whole. Objects under 512 bytes and types that own a tail (`#[extendible]`
+    /// structs) are opened whole from the start.
     ///
     /// # Errors
     /// As [`Tx::open`]: the object is borrowed by a live handle of this transaction
@@ -108,8 +112,12 @@ impl<'p> Tx<'p> {
                 let vetted = st.lane.scratch.vetted.holds(off, vetted::key::<T>());
                 let h = self.checked_header::<T>(off, vetted)?;
                 self.eng.migrating.check("change", h.type_id, off)?;
-                // Verified where it lies: what `open` checks of its copy.
-                verify_in_place(self.eng, off, &h)?;
+                // Verified where it lies: what `open` checks of its copy. Failing, the object
+                // is refused for the rest of the transaction, as `open` refuses it.
+                if let Err(e) = verify_in_place(self.eng, off, &h) {
+                    st.lane.scratch.index.insert(off, usize::MAX);
+                    return Err(e);
+                }
                 let mut p =
                     self.new_buffer(&mut st, off, h.size as usize, h.type_id, BufKind::Open);
                 // SAFETY: just created; no handle to it exists yet.

@@ -390,6 +390,12 @@ impl<'p> Tx<'p> {
         };
         // SAFETY: as in `buffer_with_holes`.
         if unsafe { b.as_ref() }.has_holes() {
+            // The object was verified when the ranged write made the buffer, and only a
+            // stray write can have changed it since (this transaction holds its write
+            // lock): verified again before its bytes are copied in, so that a buffer holds
+            // verified bytes, as `open`'s does (and a conservative `get`, which reads the
+            // buffer, reads none unverified).
+            verify_in_place(self.eng, off, &self.header(off))?;
             // SAFETY: only ranged writes have reached a buffer with holes: no handle to it
             // has ever been made (each access but those comes through here).
             let buf = unsafe { &mut *b.as_ptr() };
@@ -1099,7 +1105,14 @@ impl<'p> Tx<'p> {
         let (buffered, link) = {
             let mut guard = self.st.borrow_mut();
             let st = &mut *guard;
-            match self.buffer_of::<T>(st, off)? {
+            // A type without a tail reads nothing of its buffer: one with holes (a ranged
+            // write) is freed as it is.
+            let buffer = if T::__OWNS_TAIL {
+                self.buffer_of::<T>(st, off)?
+            } else {
+                self.buffer_of_with_holes::<T>(st, off)?
+            };
+            match buffer {
                 Some(b) if T::__OWNS_TAIL => {
                     // SAFETY: see `buffered`; only the borrow flag and the payload (always
                     // loaded for a type that owns a tail) are read.
