@@ -14,13 +14,13 @@
 //! Invariant: a buffer's holes are read from the pool only while this transaction holds
 //! the object's write lock, so no commit but its own changes them. Every access to the
 //! buffer but a ranged write or a free (`Tx::buffered`: a read, an `open`) verifies the
-//! object in the pool again and fills every hole: the
-//! buffer then holds verified bytes, as `open`'s does. The short holes the commit fills are
-//! not verified again: a stray write that reached one since the buffer was made is copied
-//! in. So the commit patches such a buffer's checksum from the verified one over the
-//! changed ranges and never sums its payload (`Buffer::patched`): stray bytes are not
-//! sealed under the new checksum, still fail verification, and are repaired from parity,
-//! as they would be had the object been opened whole.
+//! object in the pool again and fills every hole: the buffer then holds verified bytes, as
+//! `open`'s does. The short holes the commit fills are not verified again: a stray write
+//! that reached one since the buffer was made is copied in. So the commit patches such a
+//! buffer's checksum from the verified one over the changed ranges and never sums its
+//! payload (`Buffer::patched`): stray bytes are not sealed under the new checksum, still
+//! fail verification, and are repaired from parity, as they would be had the object been
+//! opened whole.
 
 use super::buffer::{BufKind, Buffer};
 use super::locks::Held;
