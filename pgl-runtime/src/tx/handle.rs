@@ -79,17 +79,7 @@ impl<'tx, T: Persistent> Mut<'tx, T> {
     /// # Panics
     /// If the range does not lie inside the object.
     pub fn write_bytes(&mut self, offset: usize, bytes: &[u8]) {
-        // The value only: the reserve of an `#[extendible(reserve = N)]` object is pgl's.
-        let size = core::mem::size_of::<T>();
-        let end = offset
-            .checked_add(bytes.len())
-            .filter(|&e| e <= size)
-            .unwrap_or_else(|| {
-                panic!(
-                    "write of {} bytes at offset {offset} outside a {size}-byte object",
-                    bytes.len(),
-                )
-            });
+        let end = write_end::<T>(offset, bytes.len());
         let buf = self.buf_mut();
         buf.payload_mut()[offset..end].copy_from_slice(bytes);
         buf.mark(offset, end);
@@ -365,6 +355,22 @@ impl<T: Persistent> Drop for Ref<'_, T> {
 // was made, like a `MutexGuard`.
 // SAFETY: shared access to `&T` where `T: Sync`.
 unsafe impl<T: Persistent> Sync for Ref<'_, T> {}
+
+/// The end of a write of `len` bytes at `offset` into a `T`'s value (not the reserve of an
+/// `#[extendible(reserve = N)]` object, which is pgl's).
+///
+/// # Panics
+/// If the range does not lie inside the value: a bug in the caller, like an index out of
+/// bounds.
+pub(super) fn write_end<T: Persistent>(offset: usize, len: usize) -> usize {
+    let size = core::mem::size_of::<T>();
+    offset
+        .checked_add(len)
+        .filter(|&e| e <= size)
+        .unwrap_or_else(|| {
+            panic!("write of {len} bytes at offset {offset} outside a {size}-byte object")
+        })
+}
 
 #[cfg(test)]
 mod tests {

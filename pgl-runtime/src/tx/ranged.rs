@@ -23,9 +23,7 @@
 //! opened whole.
 
 use super::buffer::{BufKind, Buffer};
-use super::locks::Held;
 use super::tx::{verify_in_place, Tx};
-use super::vetted;
 use crate::persistent::{bytes_of, object_size, Oid, Persistent};
 use crate::{Error, Result};
 
@@ -81,16 +79,7 @@ impl<'p> Tx<'p> {
         offset: usize,
         bytes: &[u8],
     ) -> Result<()> {
-        let size = core::mem::size_of::<T>();
-        let end = offset
-            .checked_add(bytes.len())
-            .filter(|&e| e <= size)
-            .unwrap_or_else(|| {
-                panic!(
-                    "write of {} bytes at offset {offset} outside a {size}-byte object",
-                    bytes.len(),
-                )
-            });
+        let end = super::handle::write_end::<T>(offset, bytes.len());
         // An object that owns a tail keeps pgl's link in its last bytes (`tail`), which
         // the commit reads from the buffer: such objects, and small ones, are opened whole.
         // An extension group is opened whole too: its owner's chain code opens them.
@@ -104,14 +93,7 @@ impl<'p> Tx<'p> {
         let mut b = match self.buffer_of_with_holes::<T>(&st, off)? {
             Some(b) => b,
             None => {
-                if self.reads.borrowed(off) {
-                    // The live in-place `Read` would not show the write.
-                    return Err(Error::already_borrowed(off));
-                }
-                self.lock(&mut st, off, Held::Write)?;
-                let vetted = st.lane.scratch.vetted.holds(off, vetted::key::<T>());
-                let h = self.checked_header::<T>(off, vetted)?;
-                self.eng.migrating.check("change", h.type_id, off)?;
+                let h = self.lock_for_update::<T>(&mut st, off)?;
                 // Verified where it lies: what `open` checks of its copy. Failing, the object
                 // is refused for the rest of the transaction, as `open` refuses it.
                 if let Err(e) = verify_in_place(self.eng, off, &h) {

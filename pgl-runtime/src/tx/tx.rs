@@ -141,7 +141,7 @@ pub struct Tx<'p> {
     /// types (it may have stored that group in another layout).
     view_layout: Cell<(u64, u64)>,
     /// The objects live `Read`s of this transaction borrow in place.
-    pub(super) reads: InPlaceReads,
+    reads: InPlaceReads,
     /// The extension group whose link holder this transaction verified (`vouch`), while
     /// `leds` reads the chain it begins (`with_vouched`); 0: none. `group_in_place` reads
     /// it without a lock of its own.
@@ -269,7 +269,7 @@ impl<'p> Tx<'p> {
     }
 
     #[inline]
-    pub(super) fn lock(&self, st: &mut TxState<'p>, off: u64, want: Held) -> Result<()> {
+    fn lock(&self, st: &mut TxState<'p>, off: u64, want: Held) -> Result<()> {
         match take_stripe(self.eng, &mut st.lane.scratch.held, off, want) {
             Ok(()) => Ok(()),
             Err(busy) => Err(Self::lock_failed(st, off, busy)),
@@ -512,6 +512,25 @@ impl<'p> Tx<'p> {
         p
     }
 
+    /// For a buffer of the `T` at `off`, which this transaction has none of: refuses an
+    /// object a live in-place `Read` of this transaction borrows (a buffer would diverge
+    /// from what it shows), takes the write lock, vets the header (a `T`'s, not being
+    /// migrated) and returns it. `open` and ranged writes make their buffers after it.
+    pub(super) fn lock_for_update<T: Persistent>(
+        &self,
+        st: &mut TxState<'p>,
+        off: u64,
+    ) -> Result<ObjectHeader> {
+        if self.reads.borrowed(off) {
+            return Err(Error::already_borrowed(off));
+        }
+        self.lock(st, off, Held::Write)?;
+        let vetted = st.lane.scratch.vetted.holds(off, vetted::key::<T>());
+        let h = self.checked_header::<T>(off, vetted)?;
+        self.eng.migrating.check("change", h.type_id, off)?;
+        Ok(h)
+    }
+
     /// Opens the object for update: copies it into a micro-buffer (verifying its checksum)
     /// and returns a handle to the copy. Changes reach NVMM atomically at commit.
     pub fn open<T: Persistent>(&self, oid: Oid<T>) -> Result<Mut<'_, T>> {
@@ -525,14 +544,7 @@ impl<'p> Tx<'p> {
         let mut b = match self.buffer_of::<T>(&st, off)? {
             Some(b) => b,
             None => {
-                if self.reads.borrowed(off) {
-                    // A copy would diverge from what the live in-place `Read` shows.
-                    return Err(Error::already_borrowed(off));
-                }
-                self.lock(&mut st, off, Held::Write)?;
-                let vetted = st.lane.scratch.vetted.holds(off, vetted::key::<T>());
-                let h = self.checked_header::<T>(off, vetted)?;
-                self.eng.migrating.check("change", h.type_id, off)?;
+                let h = self.lock_for_update::<T>(&mut st, off)?;
                 let mut p =
                     self.new_buffer(&mut st, off, h.size as usize, h.type_id, BufKind::Open);
                 // SAFETY: just created; no handle to it exists yet.
@@ -678,11 +690,7 @@ impl<'p> Tx<'p> {
     /// lock it still holds: then it is still one, in a block that holds it, and the
     /// header's type and size alone are checked again (damage since would make a buffer
     /// of it the wrong size).
-    pub(super) fn checked_header<T: Persistent>(
-        &self,
-        off: u64,
-        vetted: bool,
-    ) -> Result<ObjectHeader> {
+    fn checked_header<T: Persistent>(&self, off: u64, vetted: bool) -> Result<ObjectHeader> {
         if vetted {
             let h = self.header(off);
             if h.type_id == T::TYPE_ID && h.size == object_size::<T>() as u64 {
