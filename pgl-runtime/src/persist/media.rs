@@ -715,6 +715,17 @@ impl Media {
         unsafe { self.base.add(off as usize) }
     }
 
+    /// The `len` bytes of the pool at `off`, in place.
+    ///
+    /// # Safety
+    /// They lie inside the pool, and nothing writes them while the slice lives (the caller
+    /// holds their object's lock, or reserved its block).
+    #[inline(always)]
+    pub(crate) unsafe fn bytes(&self, off: u64, len: usize) -> &[u8] {
+        // SAFETY: the caller's contract; `ptr` is the mapping's address of `off`.
+        unsafe { std::slice::from_raw_parts(self.ptr(off) as *const u8, len) }
+    }
+
     /// Asks the CPU to bring `[off, off + len)` into its cache without waiting (a hint for
     /// bytes about to be read; nothing happens to ranges outside the pool).
     #[inline]

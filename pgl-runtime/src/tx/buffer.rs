@@ -103,10 +103,10 @@ impl Buffer {
 
     /// Reuses this buffer's allocation for another object. The payload's contents are
     /// unspecified (the caller fills all of it, or marks it as having holes: `set_holes`);
-    /// the padding after it is zeroed. Storage
-    /// is only ever grown, never shortened: a buffer that held a larger object is reused
-    /// without writing its payload's words first (an open copies the object over them;
-    /// zeroing them too cost as much again, for an object of tens of KiB).
+    /// the padding after it is zeroed. Storage is only ever grown, never shortened: a
+    /// buffer that held a larger object is reused without writing its payload's words
+    /// first (an open copies the object over them; zeroing them too cost as much again,
+    /// for an object of tens of KiB).
     pub(crate) fn reset(
         &mut self,
         off: u64,

@@ -218,16 +218,6 @@ fn outside_guards(guards: &[Guard], off: u64, bytes: &[u8], f: &mut impl FnMut(u
     }
 }
 
-/// The `len` bytes of the pool at `off`.
-///
-/// # Safety
-/// They lie inside the pool, and nothing writes them while the slice lives (the caller
-/// holds their object's write lock, or reserved its block).
-unsafe fn pool_bytes(media: &Media, off: u64, len: usize) -> &[u8] {
-    // SAFETY: the caller's contract; `ptr` is the mapping's address of `off`.
-    unsafe { std::slice::from_raw_parts(media.ptr(off) as *const u8, len) }
-}
-
 /// The payload of new object `buf`: its buffer's, or the pool's bytes while its read is
 /// pending (see `PendingRead`).
 fn new_payload<'a>(media: &'a Media, buf: &'a Buffer) -> &'a [u8] {
@@ -235,7 +225,7 @@ fn new_payload<'a>(media: &'a Media, buf: &'a Buffer) -> &'a [u8] {
         // SAFETY: the payload lies inside the pool, in a block reserved for this
         // transaction and write-locked by it: nothing writes it while the slice lives
         // (this commit writes only the header of an object whose read is pending).
-        unsafe { pool_bytes(media, buf.off, buf.size) }
+        unsafe { media.bytes(buf.off, buf.size) }
     } else {
         buf.payload()
     }
@@ -361,7 +351,7 @@ impl Tx<'_> {
                         BufKind::Open if buf.whole_borrow() => {
                             // SAFETY: the object's payload, inside the pool, which our
                             // write lock keeps as it was copied.
-                            buf.differs_from(unsafe { pool_bytes(&eng.media, buf.off, buf.size) })
+                            buf.differs_from(unsafe { eng.media.bytes(buf.off, buf.size) })
                         }
                         BufKind::Open => buf.is_dirty(),
                         BufKind::Freed => false,
@@ -433,7 +423,7 @@ impl Tx<'_> {
                     if buf.whole_borrow() && size > NARROW_MIN {
                         // SAFETY: the object's payload, inside the pool; our write lock
                         // keeps every commit but ours from changing it.
-                        buf.narrow(unsafe { pool_bytes(&eng.media, off, size) });
+                        buf.narrow(unsafe { eng.media.bytes(off, size) });
                         if !buf.is_dirty() {
                             continue;
                         }
@@ -444,7 +434,7 @@ impl Tx<'_> {
                         // checksum word's piece), written back as they are.
                         // SAFETY: the object's payload, inside the pool, which our write
                         // lock keeps as it was.
-                        buf.fill_holes(unsafe { pool_bytes(&eng.media, off, size) }, MERGE_GAP);
+                        buf.fill_holes(unsafe { eng.media.bytes(off, size) }, MERGE_GAP);
                     }
                     buf.ranges(MERGE_GAP);
                     let buf = &*buf;
@@ -460,7 +450,7 @@ impl Tx<'_> {
                         for &(a, z) in ranges {
                             let (a, z) = (a as usize, z as usize);
                             // SAFETY: inside the object, which our write lock protects.
-                            let old = unsafe { pool_bytes(&eng.media, off + a as u64, z - a) };
+                            let old = unsafe { eng.media.bytes(off + a as u64, z - a) };
                             s = adler32_patch(
                                 s,
                                 CHECKSUM_PREFIX + size,

@@ -27,8 +27,9 @@ use super::tx::{verify_in_place, Tx};
 use crate::persistent::{bytes_of, object_size, Oid, Persistent};
 use crate::{Error, Result};
 
-/// Objects of fewer payload bytes are opened whole for a ranged write: copying them costs
-/// no more than keeping track of their holes.
+/// Objects of fewer payload bytes are opened whole for a ranged write: at 512 bytes, an
+/// 8-byte change cost the same either way (2026-12-08; from 1 KiB up the ranged write was
+/// faster), and below, copying the object can only cost less.
 pub(crate) const RANGED_MIN: usize = 512;
 
 impl<'p> Tx<'p> {

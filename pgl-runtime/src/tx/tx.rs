@@ -401,9 +401,7 @@ impl<'p> Tx<'p> {
             let buf = unsafe { &mut *b.as_ptr() };
             // SAFETY: the object's payload, inside the pool, write-locked by this
             // transaction (a ranged write took the lock).
-            let pool = unsafe {
-                std::slice::from_raw_parts(self.eng.media.ptr(off) as *const u8, buf.size)
-            };
+            let pool = unsafe { self.eng.media.bytes(off, buf.size) };
             buf.fill_holes(pool, usize::MAX);
         }
         Ok(Some(b))
@@ -1503,8 +1501,7 @@ pub(crate) fn verify_in_place(eng: &Engine, off: u64, h: &ObjectHeader) -> Resul
         return Ok(());
     }
     // SAFETY: a located live object, read under a lock that excludes writers.
-    let payload =
-        unsafe { std::slice::from_raw_parts(eng.media.ptr(off) as *const u8, h.size as usize) };
+    let payload = unsafe { eng.media.bytes(off, h.size as usize) };
     let sum = object_checksum(off, h.type_id, payload);
     if sum != h.checksum {
         return Err(Error::ChecksumMismatch {
